@@ -1,0 +1,291 @@
+#pragma once
+// The one RPC layer every rayd service uses: Cap'n Proto frames over libuv streams (TCP across
+// machines, Unix sockets within one).
+//
+// How it works
+// - A Connection wraps one connected stream. Either side may send requests; each request has
+//   an id, a method (proto::Method), a deadline, and AnyPointer params; the answer is a
+//   Response with a status code, message and AnyPointer result.
+// - Every connection opens with a handshake: the accepting side sends Hello (protocol version,
+//   nonce); the connecting side answers with Auth (HMAC-SHA256(token, nonce) and its own nonce);
+//   the accepting side checks it and proves the token back in AuthResult. Nothing else is
+//   accepted before that. A wrong token is refused, logged, and the connection closed.
+// - Frames are length-checked from the segment table before any allocation; readers apply
+//   traversal and nesting limits. A malformed frame closes that connection only.
+// - RpcServer accepts connections; RpcClient keeps one connection to an address, reconnecting
+//   with exponential backoff, and queues calls made while disconnected until their deadline.
+//
+// Threading: everything here belongs to one EventLoop and is used on its thread only.
+// Callbacks (replies, handlers) run on that thread.
+
+#include <capnp/any.h>
+#include <capnp/message.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rayd/base/event_loop.h"
+#include "rayd/base/status.h"
+#include "rayd/protocol/rpc.capnp.h"
+
+namespace rayd::rpc {
+
+// "unix:/path/to/sock" or "host:port" (TCP; host may be a name or an IPv4/IPv6 literal,
+// IPv6 in brackets: "[::1]:6380").
+struct Endpoint {
+  enum class Kind { kTcp, kUnix };
+  Kind kind = Kind::kTcp;
+  std::string host;  // TCP
+  int port = 0;      // TCP
+  std::string path;  // Unix
+  std::string ToString() const;
+};
+Result<Endpoint> ParseEndpoint(std::string_view address);
+
+struct Limits {
+  size_t max_frame_bytes = 256u << 20;  // frames above this close the connection
+  int nesting_limit = 64;
+};
+
+struct Options {
+  std::string token;  // the cluster token both sides must hold
+  std::string role;   // our role, shown to the peer: "gcs", "node", "cli", "driver", ...
+  Limits limits;
+  Millis handshake_timeout{10000};
+};
+
+// Fills the params of a request or the result of a reply. May be empty (nothing to fill).
+using FillFn = std::function<void(capnp::AnyPointer::Builder)>;
+// Gets the outcome of a call: the status and, when ok, the result (valid during the call only).
+using ReplyFn = std::function<void(const Status&, capnp::AnyPointer::Reader)>;
+
+class Connection;
+
+// A request received from a peer. Handlers reply exactly once, now or later (keeping the
+// shared_ptr). Replying after the connection closed does nothing.
+class IncomingCall {
+ public:
+  IncomingCall(std::weak_ptr<Connection> connection, uint64_t id, proto::Method method,
+               std::unique_ptr<capnp::MessageReader> message, std::shared_ptr<void> storage);
+  ~IncomingCall();  // a call dropped without a reply answers Internal
+
+  proto::Method method() const { return method_; }
+  capnp::AnyPointer::Reader params() const;
+  template <typename T>
+  typename T::Reader Params() const {
+    return params().getAs<T>();
+  }
+  // The connection it came on, or null once closed.
+  std::shared_ptr<Connection> connection() const { return connection_.lock(); }
+
+  void Reply(const FillFn& fill = nullptr);
+  void Fail(const Status& status);
+  bool replied() const { return replied_; }
+
+ private:
+  std::weak_ptr<Connection> connection_;
+  uint64_t id_;
+  proto::Method method_;
+  std::shared_ptr<void> storage_;  // co-owns the bytes `message_` reads
+  std::unique_ptr<capnp::MessageReader> message_;
+  bool replied_ = false;
+};
+using CallPtr = std::shared_ptr<IncomingCall>;
+using Handler = std::function<void(const CallPtr&)>;
+
+// Method table of a service. Shared read-only by every connection of a server or client; it
+// must outlive them.
+class Dispatcher {
+ public:
+  void Register(proto::Method method, Handler handler);
+  const Handler* Find(proto::Method method) const;
+
+ private:
+  std::map<uint16_t, Handler> handlers_;
+};
+
+// One connected, authenticated stream. Created by RpcServer or RpcClient; it keeps itself
+// alive while its socket is open, so owners may hold it by shared_ptr or weak_ptr.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Side { kAccepting, kConnecting };
+  using ReadyFn = std::function<void(Connection&)>;
+  using ClosedFn = std::function<void(Connection&, const Status&)>;
+
+  // Takes ownership of `stream` (a connected, initialized uv_tcp_t or uv_pipe_t allocated with
+  // new). `dispatcher` may be null (no methods served) and must outlive the connection.
+  Connection(EventLoop& loop, uv_stream_t* stream, Side side, Options options,
+             const Dispatcher* dispatcher, std::string peer_address);
+  ~Connection();
+
+  // Starts the handshake. `on_ready` runs once authenticated; `on_closed` runs once when the
+  // connection closes for any reason (including a failed handshake) with that reason.
+  void Start(ReadyFn on_ready, ClosedFn on_closed);
+
+  // Sends a request; `cb` runs exactly once: with the reply, DeadlineExceeded after `timeout`
+  // (zero: no deadline), or Unavailable if the connection closes first. Calls made before the
+  // handshake completes are sent once it does.
+  void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
+
+  // Closes the connection; pending calls fail with Unavailable carrying `reason`.
+  void Close(const Status& reason);
+
+  bool ready() const { return state_ == State::kReady; }
+  bool closed() const { return state_ == State::kClosed; }
+  const std::string& peer_role() const { return peer_role_; }
+  const std::string& peer_address() const { return peer_address_; }
+  uint64_t id() const { return id_; }
+  size_t pending_calls() const { return pending_.size(); }
+
+  // Internal to the RPC layer.
+  void SendResponse(uint64_t id, const Status& status, const FillFn& fill);
+
+ private:
+  enum class State { kHandshake, kReady, kClosed };
+  struct Pending {
+    proto::Method method;
+    ReplyFn cb;
+    Clock::time_point deadline;  // max() when none
+  };
+  struct InboundFrame;
+
+  void Send(capnp::MessageBuilder& message);
+  void OnRead(ssize_t nread, const uv_buf_t* buf);
+  Status ParseFrames();
+  Status OnFrame(std::unique_ptr<capnp::MessageReader> message, std::shared_ptr<void> storage);
+  Status OnHandshakeFrame(proto::Frame::Reader frame);
+  void OnRequest(proto::Frame::Reader frame, std::unique_ptr<capnp::MessageReader> message,
+                 std::shared_ptr<void> storage);
+  void OnResponse(proto::Frame::Reader frame);
+  void BecomeReady();
+  void ArmDeadlineTimer();
+  void ExpireDeadlines();
+
+  EventLoop& loop_;
+  uv_stream_t* stream_;  // owned; freed after uv_close
+  Side side_;
+  Options options_;
+  const Dispatcher* dispatcher_;
+  std::string peer_address_;
+  uint64_t id_;
+  State state_ = State::kHandshake;
+  std::string peer_role_;
+  std::string our_nonce_;
+  std::shared_ptr<Connection> self_;  // keeps us alive while the stream is open
+  ReadyFn on_ready_;
+  ClosedFn on_closed_;
+
+  std::string inbuf_;      // bytes received and not yet parsed into frames
+  size_t inbuf_pos_ = 0;   // parse position in inbuf_
+  std::vector<char> read_chunk_;
+
+  uint64_t next_request_id_ = 1;
+  std::unordered_map<uint64_t, Pending> pending_;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines_;
+  std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> unsent_;  // before handshake
+  std::unique_ptr<Timer> deadline_timer_;
+  std::unique_ptr<Timer> handshake_timer_;
+};
+
+// Accepts connections on one or more addresses and serves `dispatcher`'s methods on them.
+class RpcServer {
+ public:
+  // `loop` and `dispatcher` must outlive the server.
+  RpcServer(EventLoop& loop, Options options, const Dispatcher& dispatcher);
+  ~RpcServer();  // stops listening and closes every connection
+
+  // Binds and listens. TCP port 0 picks a free port. Errors are one line, e.g.
+  // "cannot listen on 127.0.0.1:6380: address already in use".
+  Status Listen(const std::string& address);
+  // The addresses actually bound, in Listen order ("127.0.0.1:43121", "unix:/...").
+  const std::vector<std::string>& bound_addresses() const { return bound_; }
+  int tcp_port() const { return tcp_port_; }
+
+  // Runs when an authenticated connection closes (e.g. to notice a dead driver).
+  void SetOnConnectionClosed(Connection::ClosedFn fn) { on_closed_ = std::move(fn); }
+  size_t num_connections() const { return connections_.size(); }
+  void Close();
+
+ private:
+  static void OnNewConnection(uv_stream_t* server, int status);
+
+  EventLoop& loop_;
+  Options options_;
+  const Dispatcher& dispatcher_;
+  std::vector<uv_stream_t*> listeners_;  // owned; freed after uv_close
+  std::vector<std::string> bound_;
+  int tcp_port_ = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
+  Connection::ClosedFn on_closed_;
+};
+
+struct ReconnectBackoff {
+  Millis initial{100};
+  Millis max{5000};
+};
+
+// Keeps one connection to `address`, reconnecting with exponential backoff (with jitter) for
+// as long as it lives. A refused token (PermissionDenied) stops reconnecting: retrying can't
+// help. Calls made while disconnected wait for the next connection until their deadline.
+class RpcClient {
+ public:
+  using Backoff = ReconnectBackoff;
+  // `loop` (and `dispatcher`, which may be null) must outlive the client.
+  RpcClient(EventLoop& loop, std::string address, Options options,
+            const Dispatcher* dispatcher = nullptr, Backoff backoff = ReconnectBackoff());
+  ~RpcClient();  // fails queued calls with Cancelled and closes the connection
+
+  // Runs on every change: connected (status ok) or disconnected (why). Set before Connect().
+  void SetOnStateChange(std::function<void(const Status&)> fn) { on_state_ = std::move(fn); }
+  void Connect();
+
+  void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
+
+  bool connected() const { return conn_ && conn_->ready(); }
+  const Status& last_error() const { return last_error_; }
+  const std::string& address() const { return address_; }
+  int attempts() const { return attempts_; }
+
+ private:
+  struct Queued {
+    proto::Method method;
+    FillFn fill;
+    Clock::time_point deadline;
+    ReplyFn cb;
+  };
+  void StartAttempt();
+  void OnAttemptFailed(const Status& why);
+  void OnConnected(uv_stream_t* stream);
+  void FlushQueue();
+  void ExpireQueue();
+
+  EventLoop& loop_;
+  std::string address_;
+  Options options_;
+  const Dispatcher* dispatcher_;
+  Backoff backoff_;
+  Millis next_delay_;
+  std::shared_ptr<Connection> conn_;
+  std::shared_ptr<bool> alive_;  // shared with in-flight uv callbacks; false once destroyed
+  std::vector<Queued> queue_;
+  Timer retry_timer_;
+  Timer queue_timer_;
+  Status last_error_ = Status::Unavailable("not connected yet");
+  std::function<void(const Status&)> on_state_;
+  int attempts_ = 0;
+  bool stopped_ = false;
+};
+
+// For one-shot tools and tests: calls and runs `loop` until the reply arrives. `on_result`
+// reads the result while it is valid.
+Status CallAndWait(EventLoop& loop, RpcClient& client, proto::Method method, const FillFn& fill,
+                   Millis timeout,
+                   const std::function<void(capnp::AnyPointer::Reader)>& on_result = nullptr);
+
+}  // namespace rayd::rpc

@@ -1,0 +1,140 @@
+@0x86e413423d6e4092;
+# Messages of the GCS service (in the head daemon).
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("rayd::proto");
+
+# A named quantity in fixed point: amount = units / 10000.
+struct ResourceAmount {
+  name @0 :Text;
+  units @1 :Int64;
+}
+
+struct Label {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+enum NodeState {
+  alive @0;
+  dead @1;
+}
+
+struct NodeInfo {
+  nodeId @0 :Text;               # 32 hex digits
+  address @1 :Text;              # the node daemon's RPC address, host:port
+  hostname @2 :Text;
+  ip @3 :Text;
+  isHead @4 :Bool;
+  state @5 :NodeState;
+  total @6 :List(ResourceAmount);
+  available @7 :List(ResourceAmount);
+  labels @8 :List(Label);
+  startTimeMs @9 :Int64;         # unix epoch ms
+  endTimeMs @10 :Int64;          # when declared dead; 0 while alive
+  deathReason @11 :Text;
+  pid @12 :Int32;
+  sessionDir @13 :Text;
+  lastHeartbeatMs @14 :Int64;    # unix epoch ms, as the GCS saw it
+}
+
+struct RegisterNodeRequest {
+  node @0 :NodeInfo;
+}
+struct RegisterNodeReply {
+  clusterId @0 :Text;
+}
+
+struct HeartbeatRequest {
+  nodeId @0 :Text;
+  available @1 :List(ResourceAmount);
+}
+struct HeartbeatReply {
+  # unknown: the GCS has no such node (it lost its state): register again under the same id.
+  # dead: the node was declared dead; it must rejoin as a new node.
+  status @0 :Status;
+  enum Status {
+    ok @0;
+    unknown @1;
+    dead @2;
+  }
+}
+
+struct UnregisterNodeRequest {
+  nodeId @0 :Text;
+  reason @1 :Text;
+}
+
+struct GetAllNodesRequest {
+  onlyAlive @0 :Bool;
+}
+struct GetAllNodesReply {
+  nodes @0 :List(NodeInfo);
+}
+
+struct JobInfo {
+  jobId @0 :Text;
+  driverPid @1 :Int32;
+  driverHost @2 :Text;
+  entrypoint @3 :Text;
+  startTimeMs @4 :Int64;
+  endTimeMs @5 :Int64;
+  isDead @6 :Bool;
+}
+struct AddJobRequest {
+  job @0 :JobInfo;
+}
+struct AddJobReply {
+  jobId @0 :Text;
+}
+struct MarkJobFinishedRequest {
+  jobId @0 :Text;
+}
+struct GetAllJobsReply {
+  jobs @0 :List(JobInfo);
+}
+
+struct KvPutRequest {
+  namespace @0 :Text;
+  key @1 :Text;
+  value @2 :Data;
+  overwrite @3 :Bool;
+}
+struct KvPutReply {
+  added @0 :Bool;                # false: the key existed (and was overwritten only if asked)
+}
+struct KvGetRequest {
+  namespace @0 :Text;
+  key @1 :Text;
+}
+struct KvGetReply {
+  found @0 :Bool;
+  value @1 :Data;
+}
+struct KvDelRequest {
+  namespace @0 :Text;
+  key @1 :Text;
+  byPrefix @2 :Bool;
+}
+struct KvDelReply {
+  deleted @0 :UInt32;
+}
+struct KvKeysRequest {
+  namespace @0 :Text;
+  prefix @1 :Text;
+}
+struct KvKeysReply {
+  keys @0 :List(Text);
+}
+struct KvExistsReply {
+  exists @0 :Bool;
+}
+
+struct ClusterInfo {
+  clusterId @0 :Text;
+  gcsAddress @1 :Text;
+  storage @2 :Text;              # "memory" or "redis://host:port"
+  startTimeMs @3 :Int64;
+  heartbeatPeriodMs @4 :UInt32;
+  heartbeatMissedLimit @5 :UInt32;
+}

@@ -1,0 +1,40 @@
+#include "rayd/base/ids.h"
+
+#include <openssl/rand.h>
+
+#include "rayd/base/logging.h"
+
+namespace rayd::internal {
+
+void FillRandom(uint8_t* out, size_t n) {
+  RAYD_CHECK_MSG(RAND_bytes(out, static_cast<int>(n)) == 1, "RAND_bytes failed");
+}
+
+std::string ToHex(const uint8_t* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = kDigits[data[i] >> 4];
+    s[2 * i + 1] = kDigits[data[i] & 0xf];
+  }
+  return s;
+}
+
+static int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool FromHex(std::string_view hex, uint8_t* out, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    int hi = HexValue(hex[2 * i]), lo = HexValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+}  // namespace rayd::internal

@@ -1,0 +1,474 @@
+// Connection: framing, handshake, request/response matching and deadlines on one stream.
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "rayd/base/auth.h"
+#include "rayd/base/logging.h"
+#include "rayd/base/rpc.h"
+
+namespace rayd::rpc {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr uint32_t kMaxSegments = 512;
+constexpr size_t kNonceBytes = 32;
+constexpr std::string_view kClientProofTag = "rayd-client";
+constexpr std::string_view kServerProofTag = "rayd-server";
+
+std::atomic<uint64_t> g_next_connection_id{1};
+
+std::string ToString(capnp::Data::Reader d) {
+  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+}
+capnp::Data::Reader AsData(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
+}
+std::string MethodName(proto::Method m) {
+  return "method " + std::to_string(static_cast<uint16_t>(m));
+}
+
+// Owns the bytes of one received frame, word-aligned as Cap'n Proto readers require.
+struct FrameBytes {
+  kj::Array<capnp::word> words;
+};
+
+}  // namespace
+
+// --- IncomingCall -----------------------------------------------------------------------------
+
+IncomingCall::IncomingCall(std::weak_ptr<Connection> connection, uint64_t id,
+                           proto::Method method, std::unique_ptr<capnp::MessageReader> message,
+                           std::shared_ptr<void> storage)
+    : connection_(std::move(connection)),
+      id_(id),
+      method_(method),
+      storage_(std::move(storage)),
+      message_(std::move(message)) {}
+
+IncomingCall::~IncomingCall() {
+  if (!replied_) Fail(Status::Internal("the handler dropped the call without replying"));
+}
+
+capnp::AnyPointer::Reader IncomingCall::params() const {
+  return message_->getRoot<proto::Frame>().getRequest().getParams();
+}
+
+void IncomingCall::Reply(const FillFn& fill) {
+  if (replied_) return;
+  replied_ = true;
+  if (auto conn = connection_.lock()) conn->SendResponse(id_, Status::Ok(), fill);
+}
+
+void IncomingCall::Fail(const Status& status) {
+  if (replied_) return;
+  replied_ = true;
+  RAYD_CHECK(!status.ok());
+  if (auto conn = connection_.lock()) conn->SendResponse(id_, status, nullptr);
+}
+
+// --- Dispatcher -------------------------------------------------------------------------------
+
+void Dispatcher::Register(proto::Method method, Handler handler) {
+  handlers_[static_cast<uint16_t>(method)] = std::move(handler);
+}
+
+const Handler* Dispatcher::Find(proto::Method method) const {
+  auto it = handlers_.find(static_cast<uint16_t>(method));
+  return it == handlers_.end() ? nullptr : &it->second;
+}
+
+// --- Connection -------------------------------------------------------------------------------
+
+Connection::Connection(EventLoop& loop, uv_stream_t* stream, Side side, Options options,
+                       const Dispatcher* dispatcher, std::string peer_address)
+    : loop_(loop),
+      stream_(stream),
+      side_(side),
+      options_(std::move(options)),
+      dispatcher_(dispatcher),
+      peer_address_(std::move(peer_address)),
+      id_(g_next_connection_id++),
+      read_chunk_(kReadChunk) {
+  stream_->data = this;
+}
+
+Connection::~Connection() { RAYD_CHECK(state_ == State::kClosed || self_ == nullptr); }
+
+void Connection::Start(ReadyFn on_ready, ClosedFn on_closed) {
+  on_ready_ = std::move(on_ready);
+  on_closed_ = std::move(on_closed);
+  self_ = shared_from_this();
+  handshake_timer_ = std::make_unique<Timer>(loop_);
+  handshake_timer_->Start(options_.handshake_timeout, Millis(0), [this] {
+    Close(Status::DeadlineExceeded("handshake with " + peer_address_ + " did not finish in " +
+                                   std::to_string(options_.handshake_timeout.count()) + " ms"));
+  });
+  int rc = uv_read_start(
+      stream_,
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* self = static_cast<Connection*>(h->data);
+        *buf = uv_buf_init(self->read_chunk_.data(), self->read_chunk_.size());
+      },
+      [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+        static_cast<Connection*>(s->data)->OnRead(nread, buf);
+      });
+  if (rc != 0) {
+    Close(Status::Unavailable(std::string("cannot read from ") + peer_address_ + ": " +
+                              uv_strerror(rc)));
+    return;
+  }
+  if (side_ == Side::kAccepting) {
+    our_nonce_ = RandomBytes(kNonceBytes);
+    capnp::MallocMessageBuilder message;
+    auto hello = message.initRoot<proto::Frame>().initHello();
+    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+    hello.setNonce(AsData(our_nonce_));
+    hello.setRole(options_.role);
+    Send(message);
+  }
+}
+
+void Connection::Send(capnp::MessageBuilder& message) {
+  if (state_ == State::kClosed) return;
+  struct WriteRequest {
+    uv_write_t req;
+    kj::Array<capnp::word> words;
+  };
+  auto* w = new WriteRequest{{}, capnp::messageToFlatArray(message)};
+  auto bytes = w->words.asBytes();
+  uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(bytes.begin()), bytes.size());
+  w->req.data = this;
+  int rc = uv_write(&w->req, stream_, &buf, 1, [](uv_write_t* req, int status) {
+    auto* w = reinterpret_cast<WriteRequest*>(req);
+    if (status != 0 && status != UV_ECANCELED) {
+      auto* self = static_cast<Connection*>(req->data);
+      self->Close(Status::Unavailable(std::string("write to ") + self->peer_address_ +
+                                      " failed: " + uv_strerror(status)));
+    }
+    delete w;
+  });
+  if (rc != 0) {
+    delete w;
+    Close(Status::Unavailable(std::string("write to ") + peer_address_ +
+                              " failed: " + uv_strerror(rc)));
+  }
+}
+
+void Connection::OnRead(ssize_t nread, const uv_buf_t* buf) {
+  if (nread == 0) return;
+  if (nread < 0) {
+    Close(Status::Unavailable(nread == UV_EOF ? "peer " + peer_address_ + " closed the connection"
+                                              : "read from " + peer_address_ +
+                                                    " failed: " + uv_strerror(nread)));
+    return;
+  }
+  inbuf_.append(buf->base, static_cast<size_t>(nread));
+  Status s = ParseFrames();
+  if (!s.ok()) {
+    spdlog::warn("dropping connection {} from {} ({}): {}", id_, peer_address_,
+                 peer_role_.empty() ? "unauthenticated" : peer_role_, s.message());
+    Close(s);
+    return;
+  }
+  if (state_ == State::kClosed) return;
+  // Compact: drop the parsed prefix.
+  if (inbuf_pos_ > 0) {
+    inbuf_.erase(0, inbuf_pos_);
+    inbuf_pos_ = 0;
+  }
+}
+
+// Splits inbuf_ into complete frames. The segment table is checked against the frame limit
+// before the frame's bytes are gathered, so an oversized frame costs nothing to reject.
+Status Connection::ParseFrames() {
+  while (state_ != State::kClosed) {
+    const size_t avail = inbuf_.size() - inbuf_pos_;
+    if (avail < 4) return Status::Ok();
+    const char* p = inbuf_.data() + inbuf_pos_;
+    uint32_t segment_count_minus_one;
+    std::memcpy(&segment_count_minus_one, p, 4);
+    if (segment_count_minus_one >= kMaxSegments) {
+      return Status::InvalidArgument("malformed frame: " +
+                                     std::to_string(segment_count_minus_one + 1ull) + " segments");
+    }
+    const uint32_t segments = segment_count_minus_one + 1;
+    const size_t header_bytes = (4 + 4 * segments + 7) & ~size_t{7};
+    if (avail < header_bytes) {
+      inbuf_.reserve(inbuf_pos_ + header_bytes);
+      return Status::Ok();
+    }
+    uint64_t body_words = 0;
+    for (uint32_t i = 0; i < segments; ++i) {
+      uint32_t size;
+      std::memcpy(&size, p + 4 + 4 * i, 4);
+      body_words += size;
+    }
+    const uint64_t frame_bytes = header_bytes + body_words * 8;
+    if (frame_bytes > options_.limits.max_frame_bytes) {
+      return Status::ResourceExhausted("frame of " + std::to_string(frame_bytes) +
+                                       " bytes exceeds the limit of " +
+                                       std::to_string(options_.limits.max_frame_bytes));
+    }
+    if (avail < frame_bytes) {
+      inbuf_.reserve(inbuf_pos_ + frame_bytes);
+      return Status::Ok();
+    }
+    auto storage = std::make_shared<FrameBytes>();
+    storage->words = kj::heapArray<capnp::word>(frame_bytes / 8);
+    std::memcpy(storage->words.begin(), p, frame_bytes);
+    inbuf_pos_ += frame_bytes;
+
+    capnp::ReaderOptions reader_options;
+    reader_options.traversalLimitInWords = frame_bytes / 8 * 2 + 1024;
+    reader_options.nestingLimit = options_.limits.nesting_limit;
+    Status s;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+      auto reader = std::make_unique<capnp::FlatArrayMessageReader>(storage->words.asPtr(),
+                                                                    reader_options);
+      s = OnFrame(std::move(reader), storage);
+    })) {
+      return Status::InvalidArgument("malformed frame: " +
+                                     std::string(e->getDescription().cStr()));
+    }
+    RAYD_RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+Status Connection::OnFrame(std::unique_ptr<capnp::MessageReader> message,
+                           std::shared_ptr<void> storage) {
+  auto frame = message->getRoot<proto::Frame>();
+  if (state_ == State::kHandshake) return OnHandshakeFrame(frame);
+  switch (frame.which()) {
+    case proto::Frame::REQUEST:
+      OnRequest(frame, std::move(message), std::move(storage));
+      return Status::Ok();
+    case proto::Frame::RESPONSE:
+      OnResponse(frame);
+      return Status::Ok();
+    default:
+      return Status::InvalidArgument("unexpected handshake frame after the handshake");
+  }
+}
+
+Status Connection::OnHandshakeFrame(proto::Frame::Reader frame) {
+  if (side_ == Side::kConnecting && frame.isHello()) {
+    auto hello = frame.getHello();
+    if (hello.getProtocolVersion() != proto::PROTOCOL_VERSION) {
+      return Status::Unavailable("peer " + peer_address_ + " speaks protocol version " +
+                                 std::to_string(hello.getProtocolVersion()) + ", we speak " +
+                                 std::to_string(proto::PROTOCOL_VERSION));
+    }
+    peer_role_ = hello.getRole();
+    our_nonce_ = RandomBytes(kNonceBytes);
+    std::string data = std::string(kClientProofTag) + ToString(hello.getNonce());
+    capnp::MallocMessageBuilder message;
+    auto auth = message.initRoot<proto::Frame>().initAuth();
+    auth.setProtocolVersion(proto::PROTOCOL_VERSION);
+    auth.setRole(options_.role);
+    auth.setProof(AsData(HmacSha256(options_.token, data)));
+    auth.setNonce(AsData(our_nonce_));
+    Send(message);
+    return Status::Ok();
+  }
+  if (side_ == Side::kAccepting && frame.isAuth()) {
+    auto auth = frame.getAuth();
+    auto refuse = [&](const std::string& why) {
+      capnp::MallocMessageBuilder message;
+      auto result = message.initRoot<proto::Frame>().initAuthResult();
+      result.setOk(false);
+      result.setMessage(why);
+      Send(message);
+      return Status::PermissionDenied(why);
+    };
+    if (auth.getProtocolVersion() != proto::PROTOCOL_VERSION) {
+      return refuse("protocol version " + std::to_string(auth.getProtocolVersion()) +
+                    " is not supported (this daemon speaks " +
+                    std::to_string(proto::PROTOCOL_VERSION) + ")");
+    }
+    peer_role_ = auth.getRole();
+    std::string expected = HmacSha256(options_.token, std::string(kClientProofTag) + our_nonce_);
+    if (!ConstantTimeEquals(expected, ToString(auth.getProof()))) {
+      return refuse("wrong cluster token");
+    }
+    if (auth.getNonce().size() != kNonceBytes) return refuse("malformed auth nonce");
+    capnp::MallocMessageBuilder message;
+    auto result = message.initRoot<proto::Frame>().initAuthResult();
+    result.setOk(true);
+    result.setProof(AsData(
+        HmacSha256(options_.token, std::string(kServerProofTag) + ToString(auth.getNonce()))));
+    Send(message);
+    BecomeReady();
+    return Status::Ok();
+  }
+  if (side_ == Side::kConnecting && frame.isAuthResult()) {
+    auto result = frame.getAuthResult();
+    if (!result.getOk()) {
+      return Status::PermissionDenied(peer_address_ + " refused us: " +
+                                      std::string(result.getMessage().cStr()));
+    }
+    std::string expected = HmacSha256(options_.token, std::string(kServerProofTag) + our_nonce_);
+    if (!ConstantTimeEquals(expected, ToString(result.getProof()))) {
+      return Status::PermissionDenied(peer_address_ +
+                                      " could not prove it holds the cluster token");
+    }
+    BecomeReady();
+    return Status::Ok();
+  }
+  return Status::PermissionDenied("unexpected frame before the handshake finished");
+}
+
+void Connection::BecomeReady() {
+  state_ = State::kReady;
+  handshake_timer_.reset();
+  for (auto& message : unsent_) Send(*message);
+  unsent_.clear();
+  if (on_ready_) on_ready_(*this);
+}
+
+void Connection::OnRequest(proto::Frame::Reader frame,
+                           std::unique_ptr<capnp::MessageReader> message,
+                           std::shared_ptr<void> storage) {
+  const uint64_t id = frame.getId();
+  const auto method = frame.getRequest().getMethod();
+  auto call = std::make_shared<IncomingCall>(weak_from_this(), id, method, std::move(message),
+                                             std::move(storage));
+  const Handler* handler = dispatcher_ ? dispatcher_->Find(method) : nullptr;
+  if (handler == nullptr) {
+    call->Fail(Status::Unimplemented(MethodName(method) + " is not served by this " +
+                                     options_.role));
+    return;
+  }
+  // A handler that reads past the traversal limit, or a malformed pointer, throws a
+  // kj::Exception: it answers the call and is logged; the connection stays up.
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { (*handler)(call); })) {
+    spdlog::warn("malformed request ({}) from {}: {}", MethodName(method), peer_address_,
+                 e->getDescription().cStr());
+    call->Fail(Status::InvalidArgument("malformed request: " +
+                                       std::string(e->getDescription().cStr())));
+  }
+}
+
+void Connection::OnResponse(proto::Frame::Reader frame) {
+  auto it = pending_.find(frame.getId());
+  if (it == pending_.end()) return;  // it timed out already
+  Pending pending = std::move(it->second);
+  pending_.erase(it);
+  if (pending.deadline != Clock::time_point::max()) deadlines_.erase({pending.deadline, frame.getId()});
+  auto response = frame.getResponse();
+  if (response.getCode() == 0) {
+    pending.cb(Status::Ok(), response.getResult());
+  } else {
+    pending.cb(Status(static_cast<StatusCode>(response.getCode()), response.getMessage()),
+               capnp::AnyPointer::Reader());
+  }
+}
+
+void Connection::SendResponse(uint64_t id, const Status& status, const FillFn& fill) {
+  if (state_ != State::kReady) return;
+  capnp::MallocMessageBuilder message;
+  auto frame = message.initRoot<proto::Frame>();
+  frame.setId(id);
+  auto response = frame.initResponse();
+  response.setCode(static_cast<uint8_t>(status.code()));
+  if (!status.ok()) response.setMessage(status.message());
+  if (fill) fill(response.getResult());
+  Send(message);
+}
+
+void Connection::Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb) {
+  if (state_ == State::kClosed) {
+    cb(Status::Unavailable("connection to " + peer_address_ + " is closed"),
+       capnp::AnyPointer::Reader());
+    return;
+  }
+  const uint64_t id = next_request_id_++;
+  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto frame = message->initRoot<proto::Frame>();
+  frame.setId(id);
+  auto request = frame.initRequest();
+  request.setMethod(method);
+  request.setTimeoutMs(static_cast<uint32_t>(timeout.count()));
+  if (fill) fill(request.getParams());
+
+  Pending pending{method, std::move(cb), Clock::time_point::max()};
+  if (timeout.count() > 0) {
+    pending.deadline = Clock::now() + timeout;
+    deadlines_.insert({pending.deadline, id});
+  }
+  pending_.emplace(id, std::move(pending));
+  if (state_ == State::kReady) {
+    Send(*message);
+  } else {
+    unsent_.push_back(std::move(message));
+  }
+  ArmDeadlineTimer();
+}
+
+void Connection::ArmDeadlineTimer() {
+  if (deadlines_.empty()) {
+    if (deadline_timer_) deadline_timer_->Stop();
+    return;
+  }
+  if (!deadline_timer_) deadline_timer_ = std::make_unique<Timer>(loop_);
+  auto wait = std::chrono::duration_cast<Millis>(deadlines_.begin()->first - Clock::now());
+  deadline_timer_->Start(std::max(wait + Millis(1), Millis(0)), Millis(0),
+                         [this] { ExpireDeadlines(); });
+}
+
+void Connection::ExpireDeadlines() {
+  const auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    Pending pending = std::move(it->second);
+    pending_.erase(it);
+    pending.cb(Status::DeadlineExceeded(MethodName(pending.method) + " to " + peer_address_ +
+                                        " got no reply before its deadline"),
+               capnp::AnyPointer::Reader());
+    if (state_ == State::kClosed) return;
+  }
+  ArmDeadlineTimer();
+}
+
+void Connection::Close(const Status& reason) {
+  if (state_ == State::kClosed) return;
+  state_ = State::kClosed;
+  handshake_timer_.reset();
+  deadline_timer_.reset();
+  unsent_.clear();
+  uv_read_stop(stream_);
+  uv_close(reinterpret_cast<uv_handle_t*>(stream_), [](uv_handle_t* h) {
+    auto* self = static_cast<Connection*>(h->data);
+    if (h->type == UV_TCP) {
+      delete reinterpret_cast<uv_tcp_t*>(h);
+    } else {
+      delete reinterpret_cast<uv_pipe_t*>(h);
+    }
+    // Last: dropping self_ may destroy the connection.
+    auto keep = std::move(self->self_);
+  });
+  // Keep ourselves alive through the callbacks below even if self_ is the last owner.
+  auto keep = shared_from_this();
+  auto pending = std::move(pending_);
+  pending_.clear();
+  deadlines_.clear();
+  const std::string why = reason.message();
+  for (auto& [id, p] : pending) {
+    p.cb(Status::Unavailable("connection to " + peer_address_ + " closed: " + why),
+         capnp::AnyPointer::Reader());
+  }
+  if (on_closed_) {
+    auto fn = std::move(on_closed_);
+    fn(*this, reason);
+  }
+}
+
+}  // namespace rayd::rpc

@@ -1,0 +1,47 @@
+#pragma once
+// The `rayd` subcommands. Each returns the process exit code.
+
+#include <optional>
+#include <string>
+
+namespace rayd::cli {
+
+struct StartArgs {
+  bool head = false;
+  std::string address;
+  int port = 6380;
+  std::string node_ip;
+  std::optional<double> num_cpus;
+  std::optional<double> num_gpus;
+  std::string memory;
+  std::string object_store_memory;
+  std::string resources;
+  std::string labels;
+  std::string redis_address;
+  std::string redis_password;
+  std::string token;
+  std::string temp_dir;
+  bool block = false;
+  int heartbeat_period_ms = 1000;
+  int missed_heartbeats = 5;
+  int join_timeout_ms = 15000;
+};
+int RunStart(const StartArgs& args);
+
+struct StopArgs {
+  bool force = false;
+  std::string temp_dir;
+  int grace_ms = 15000;
+};
+int RunStop(const StopArgs& args);
+
+struct StatusArgs {
+  std::string address;
+  std::string token;
+  std::string temp_dir;
+  std::string format = "table";
+  std::string what = "status";  // "status" or a `rayd list` table: "nodes"
+};
+int RunStatus(const StatusArgs& args);
+
+}  // namespace rayd::cli

@@ -1,0 +1,100 @@
+#pragma once
+// The cluster as the CLI and embedding programs see it: starting the head and node daemons,
+// and reading the cluster's state. No wire types here.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rayd/base/ids.h"
+#include "rayd/base/status.h"
+#include "rayd/scheduler/resources.h"
+
+namespace rayd {
+
+using Millis = std::chrono::milliseconds;
+
+// What the cluster knows about one node. A plain value.
+struct NodeInfo {
+  NodeId node_id;
+  std::string address;  // the node daemon's RPC address, host:port
+  std::string hostname;
+  std::string ip;
+  bool is_head = false;
+  bool alive = true;
+  scheduler::ResourceSet total;
+  scheduler::ResourceSet available;
+  scheduler::Labels labels;
+  int64_t start_time_ms = 0;
+  int64_t end_time_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  std::string death_reason;
+  int pid = 0;
+  std::string session_dir;
+};
+
+struct ClusterView {
+  std::string cluster_id;
+  std::string gcs_address;
+  std::string storage;  // "memory" or "redis://host:port"
+  int64_t start_time_ms = 0;
+  std::vector<NodeInfo> nodes;  // alive and dead
+};
+
+// Connects to the GCS at `address` with `token` and reads the node table.
+Result<ClusterView> FetchClusterView(const std::string& address, const std::string& token,
+                                     Millis timeout = Millis(10000));
+
+// Resources of the node a daemon runs; unset values are detected.
+struct NodeResourceOptions {
+  std::optional<double> num_cpus;
+  std::optional<double> num_gpus;
+  std::optional<int64_t> memory;
+  std::optional<int64_t> object_store_memory;
+  scheduler::ResourceSet custom;
+  scheduler::Labels labels;
+};
+
+struct HeadOptions {
+  std::string node_ip = "127.0.0.1";  // the head binds here; loopback unless told otherwise
+  int port = 6380;
+  std::string redis_address;  // empty: in-memory tables
+  std::string redis_password;
+  std::string token;          // empty: reuse the one in Redis, else generate
+  Millis heartbeat_period{1000};
+  int missed_heartbeats = 5;
+  NodeResourceOptions resources;
+};
+
+struct NodeOptions {
+  std::string head_address;  // host:port of the head's GCS
+  std::string token;
+  std::string node_ip = "127.0.0.1";  // this node's address as other nodes reach it
+  Millis join_timeout{15000};         // give up if the first registration takes longer
+  NodeResourceOptions resources;
+};
+
+// What a started daemon tells whoever waits for it.
+struct DaemonInfo {
+  std::string gcs_address;  // host:port nodes and drivers connect to
+  std::string node_id;
+  std::string node_address;
+  std::string token;
+  std::string session_dir;
+  std::string log_file;
+  scheduler::ResourceSet resources;
+};
+using ReadyCallback = std::function<void(const Result<DaemonInfo>&)>;
+
+// Run a daemon on the calling thread until SIGTERM or SIGINT; `on_ready` runs once, when it
+// serves or with the reason it could not start. `session_dir` exists (0700) and is the
+// daemon's. Return the process exit code.
+int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
+                  const ReadyCallback& on_ready);
+int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
+                  const ReadyCallback& on_ready);
+
+}  // namespace rayd

@@ -1,0 +1,128 @@
+#include "common/node_info.h"
+
+#include <nlohmann/json.hpp>
+
+namespace rayd::runtime {
+
+using scheduler::FixedPoint;
+using scheduler::ResourceSet;
+
+void ResourcesToProto(const ResourceSet& set, capnp::List<proto::ResourceAmount>::Builder list) {
+  unsigned i = 0;
+  for (const auto& [name, amount] : set) {
+    list[i].setName(name);
+    list[i].setUnits(amount.units());
+    ++i;
+  }
+}
+
+ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list) {
+  ResourceSet set;
+  for (auto r : list) set.Set(r.getName().cStr(), FixedPoint::FromUnits(r.getUnits()));
+  return set;
+}
+
+void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
+  out.setNodeId(info.node_id.Hex());
+  out.setAddress(info.address);
+  out.setHostname(info.hostname);
+  out.setIp(info.ip);
+  out.setIsHead(info.is_head);
+  out.setState(info.alive ? proto::NodeState::ALIVE : proto::NodeState::DEAD);
+  FillResources(info.total, [&](unsigned n) { return out.initTotal(n); });
+  FillResources(info.available, [&](unsigned n) { return out.initAvailable(n); });
+  auto labels = out.initLabels(static_cast<unsigned>(info.labels.size()));
+  unsigned i = 0;
+  for (const auto& [k, v] : info.labels) {
+    labels[i].setKey(k);
+    labels[i].setValue(v);
+    ++i;
+  }
+  out.setStartTimeMs(info.start_time_ms);
+  out.setEndTimeMs(info.end_time_ms);
+  out.setLastHeartbeatMs(info.last_heartbeat_ms);
+  out.setDeathReason(info.death_reason);
+  out.setPid(info.pid);
+  out.setSessionDir(info.session_dir);
+}
+
+Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
+  NodeInfo info;
+  RAYD_ASSIGN_OR_RETURN(info.node_id, NodeId::FromHex(in.getNodeId().cStr()));
+  info.address = in.getAddress();
+  info.hostname = in.getHostname();
+  info.ip = in.getIp();
+  info.is_head = in.getIsHead();
+  info.alive = in.getState() == proto::NodeState::ALIVE;
+  info.total = ResourcesFromProto(in.getTotal());
+  info.available = ResourcesFromProto(in.getAvailable());
+  for (auto l : in.getLabels()) info.labels[l.getKey()] = l.getValue();
+  info.start_time_ms = in.getStartTimeMs();
+  info.end_time_ms = in.getEndTimeMs();
+  info.last_heartbeat_ms = in.getLastHeartbeatMs();
+  info.death_reason = in.getDeathReason();
+  info.pid = in.getPid();
+  info.session_dir = in.getSessionDir();
+  return info;
+}
+
+namespace {
+nlohmann::json UnitsJson(const ResourceSet& set) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, amount] : set) j[name] = amount.units();
+  return j;
+}
+ResourceSet UnitsFromJson(const nlohmann::json& j) {
+  ResourceSet set;
+  for (const auto& [name, units] : j.items()) set.Set(name, FixedPoint::FromUnits(units.get<int64_t>()));
+  return set;
+}
+}  // namespace
+
+std::string NodeInfoToJson(const NodeInfo& info) {
+  nlohmann::json j = {
+      {"node_id", info.node_id.Hex()},
+      {"address", info.address},
+      {"hostname", info.hostname},
+      {"ip", info.ip},
+      {"is_head", info.is_head},
+      {"alive", info.alive},
+      {"total_units", UnitsJson(info.total)},
+      {"available_units", UnitsJson(info.available)},
+      {"labels", info.labels},
+      {"start_time_ms", info.start_time_ms},
+      {"end_time_ms", info.end_time_ms},
+      {"last_heartbeat_ms", info.last_heartbeat_ms},
+      {"death_reason", info.death_reason},
+      {"pid", info.pid},
+      {"session_dir", info.session_dir},
+  };
+  return j.dump();
+}
+
+Result<NodeInfo> NodeInfoFromJson(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    NodeInfo info;
+    RAYD_ASSIGN_OR_RETURN(info.node_id, NodeId::FromHex(j.at("node_id").get<std::string>()));
+    info.address = j.at("address").get<std::string>();
+    info.hostname = j.at("hostname").get<std::string>();
+    info.ip = j.at("ip").get<std::string>();
+    info.is_head = j.at("is_head").get<bool>();
+    info.alive = j.at("alive").get<bool>();
+    info.total = UnitsFromJson(j.at("total_units"));
+    info.available = UnitsFromJson(j.at("available_units"));
+    info.labels = j.at("labels").get<scheduler::Labels>();
+    info.start_time_ms = j.at("start_time_ms").get<int64_t>();
+    info.end_time_ms = j.at("end_time_ms").get<int64_t>();
+    info.last_heartbeat_ms = j.at("last_heartbeat_ms").get<int64_t>();
+    info.death_reason = j.at("death_reason").get<std::string>();
+    info.pid = j.at("pid").get<int>();
+    info.session_dir = j.at("session_dir").get<std::string>();
+    return info;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Internal(std::string("corrupt node record in the GCS store: ") + e.what());
+  }
+}
+
+}  // namespace rayd::runtime

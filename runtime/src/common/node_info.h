@@ -1,0 +1,32 @@
+#pragma once
+// NodeInfo: what the cluster knows about one node, as a plain value. Converted to Cap'n Proto
+// for the wire and to JSON for the GCS store, here and nowhere else.
+
+#include <cstdint>
+#include <string>
+
+#include "rayd/base/ids.h"
+#include "rayd/protocol/gcs.capnp.h"
+#include "rayd/runtime/cluster.h"
+#include "rayd/scheduler/resources.h"
+
+namespace rayd::runtime {
+
+using rayd::NodeInfo;
+
+void ResourcesToProto(const scheduler::ResourceSet& set,
+                      capnp::List<proto::ResourceAmount>::Builder list);
+// Call with the list builder initialised to set.size() by the caller's init function.
+template <typename InitList>
+void FillResources(const scheduler::ResourceSet& set, InitList init) {
+  ResourcesToProto(set, init(static_cast<unsigned>(set.size())));
+}
+scheduler::ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list);
+
+void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out);
+Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in);
+
+std::string NodeInfoToJson(const NodeInfo& info);
+Result<NodeInfo> NodeInfoFromJson(const std::string& text);
+
+}  // namespace rayd::runtime

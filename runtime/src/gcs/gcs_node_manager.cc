@@ -1,0 +1,166 @@
+#include "gcs/gcs_node_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include "rayd/protocol/gcs.capnp.h"
+
+namespace rayd::gcs {
+namespace {
+constexpr char kNodeTable[] = "nodes";
+}
+
+GcsNodeManager::GcsNodeManager(EventLoop& loop, StoreClient& store, FailureDetectorConfig config)
+    : loop_(loop), store_(store), config_(config), check_timer_(loop) {}
+
+void GcsNodeManager::Start(std::function<void(Status)> done) {
+  store_.GetAll(kNodeTable, [this, done = std::move(done)](
+                                Result<std::map<std::string, std::string>> rows) {
+    if (!rows.ok()) {
+      done(rows.status().WithContext("loading the node table"));
+      return;
+    }
+    const auto grace_deadline = Clock::now() + config_.recovery_grace;
+    for (const auto& [key, value] : *rows) {
+      auto info = runtime::NodeInfoFromJson(value);
+      if (!info.ok()) {
+        spdlog::error("skipping node {}: {}", key, info.status().ToString());
+        continue;
+      }
+      if (info->alive) last_seen_[info->node_id] = grace_deadline;
+      nodes_[info->node_id] = std::move(*info);
+    }
+    if (!nodes_.empty()) {
+      spdlog::info("recovered {} nodes ({} alive) from {}", nodes_.size(), last_seen_.size(),
+                   store_.Describe());
+    }
+    check_timer_.Start(config_.heartbeat_period, config_.heartbeat_period,
+                       [this] { CheckHeartbeats(); });
+    done(Status::Ok());
+  });
+}
+
+void GcsNodeManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
+  dispatcher.Register(proto::Method::REGISTER_NODE, [this](auto& c) { HandleRegister(c); });
+  dispatcher.Register(proto::Method::HEARTBEAT, [this](auto& c) { HandleHeartbeat(c); });
+  dispatcher.Register(proto::Method::GET_ALL_NODES, [this](auto& c) { HandleGetAll(c); });
+  dispatcher.Register(proto::Method::UNREGISTER_NODE, [this](auto& c) { HandleUnregister(c); });
+}
+
+void GcsNodeManager::Persist(const runtime::NodeInfo& info, std::function<void(Status)> done) {
+  store_.Put(kNodeTable, info.node_id.Hex(), runtime::NodeInfoToJson(info), /*overwrite=*/true,
+             [done = std::move(done)](Result<bool> r) {
+               if (done) done(r.status());
+             });
+}
+
+void GcsNodeManager::HandleRegister(const rpc::CallPtr& call) {
+  auto request = call->Params<proto::RegisterNodeRequest>();
+  auto info = runtime::NodeInfoFromProto(request.getNode());
+  if (!info.ok()) {
+    call->Fail(info.status());
+    return;
+  }
+  auto it = nodes_.find(info->node_id);
+  if (it != nodes_.end() && !it->second.alive) {
+    call->Fail(Status::AlreadyExists("node " + info->node_id.Hex() +
+                                     " was declared dead; it must rejoin as a new node"));
+    return;
+  }
+  const bool known = it != nodes_.end();
+  info->alive = true;
+  info->last_heartbeat_ms = NowUnixMs();
+  if (known) info->start_time_ms = it->second.start_time_ms;
+  spdlog::info("{} node {} at {} ({}) with {}", known ? "re-registered" : "registered",
+               info->node_id.Hex(), info->address, info->hostname, info->total.ToString());
+  last_seen_[info->node_id] = Clock::now();
+  nodes_[info->node_id] = *info;
+  Persist(*info, [call](Status s) {
+    if (s.ok()) {
+      call->Reply();
+    } else {
+      call->Fail(s.WithContext("storing the node"));
+    }
+  });
+}
+
+void GcsNodeManager::HandleHeartbeat(const rpc::CallPtr& call) {
+  auto request = call->Params<proto::HeartbeatRequest>();
+  auto id = NodeId::FromHex(request.getNodeId().cStr());
+  if (!id.ok()) {
+    call->Fail(id.status());
+    return;
+  }
+  auto status = proto::HeartbeatReply::Status::OK;
+  auto it = nodes_.find(*id);
+  if (it == nodes_.end()) {
+    status = proto::HeartbeatReply::Status::UNKNOWN;
+  } else if (!it->second.alive) {
+    status = proto::HeartbeatReply::Status::DEAD;
+  } else {
+    last_seen_[*id] = Clock::now();
+    it->second.last_heartbeat_ms = NowUnixMs();
+    it->second.available = runtime::ResourcesFromProto(request.getAvailable());
+  }
+  call->Reply([status](capnp::AnyPointer::Builder b) {
+    b.initAs<proto::HeartbeatReply>().setStatus(status);
+  });
+}
+
+void GcsNodeManager::HandleGetAll(const rpc::CallPtr& call) {
+  const bool only_alive = call->Params<proto::GetAllNodesRequest>().getOnlyAlive();
+  call->Reply([&](capnp::AnyPointer::Builder b) {
+    unsigned n = 0;
+    for (const auto& [id, info] : nodes_) n += (!only_alive || info.alive);
+    auto list = b.initAs<proto::GetAllNodesReply>().initNodes(n);
+    unsigned i = 0;
+    for (const auto& [id, info] : nodes_) {
+      if (only_alive && !info.alive) continue;
+      runtime::NodeInfoToProto(info, list[i++]);
+    }
+  });
+}
+
+void GcsNodeManager::HandleUnregister(const rpc::CallPtr& call) {
+  auto request = call->Params<proto::UnregisterNodeRequest>();
+  auto id = NodeId::FromHex(request.getNodeId().cStr());
+  if (!id.ok()) {
+    call->Fail(id.status());
+    return;
+  }
+  if (!nodes_.contains(*id)) {
+    call->Fail(Status::NotFound("no node " + id->Hex()));
+    return;
+  }
+  MarkDead(*id, request.getReason().size() ? std::string(request.getReason().cStr())
+                                           : "unregistered");
+  call->Reply();
+}
+
+void GcsNodeManager::CheckHeartbeats() {
+  const auto now = Clock::now();
+  std::vector<NodeId> dead;
+  for (const auto& [id, seen] : last_seen_) {
+    if (now - seen > config_.timeout()) dead.push_back(id);
+  }
+  for (const auto& id : dead) {
+    MarkDead(id, "missed " + std::to_string(config_.missed_heartbeats) + " heartbeats (none for " +
+                     std::to_string(config_.timeout().count()) + " ms)");
+  }
+}
+
+void GcsNodeManager::MarkDead(const NodeId& id, const std::string& reason) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || !it->second.alive) return;
+  last_seen_.erase(id);
+  auto& info = it->second;
+  info.alive = false;
+  info.end_time_ms = NowUnixMs();
+  info.death_reason = reason;
+  info.available = scheduler::ResourceSet();
+  spdlog::warn("node {} ({}) is dead: {}", id.Hex(), info.address, reason);
+  Persist(info, [id](Status s) {
+    if (!s.ok()) spdlog::error("could not store the death of node {}: {}", id.Hex(), s.ToString());
+  });
+}
+
+}  // namespace rayd::gcs

@@ -1,0 +1,54 @@
+#pragma once
+// The GCS node table: registration, heartbeats, failure detection.
+//
+// Invariants: every node in nodes_ is also in the store (written before the reply to its
+// registration); a node is declared dead after `missed_heartbeats` periods without a
+// heartbeat and never comes back alive under the same id (it rejoins as a new node).
+// After a head restart, nodes loaded from the store get a grace period to reconnect.
+
+#include <functional>
+#include <map>
+
+#include "common/node_info.h"
+#include "gcs/store_client.h"
+#include "rayd/base/rpc.h"
+
+namespace rayd::gcs {
+
+struct FailureDetectorConfig {
+  Millis heartbeat_period{1000};
+  int missed_heartbeats = 5;
+  // Extra time given to nodes loaded from the store after a head restart.
+  Millis recovery_grace{10000};
+  Millis timeout() const { return heartbeat_period * missed_heartbeats; }
+};
+
+class GcsNodeManager {
+ public:
+  // `loop` and `store` must outlive the manager.
+  GcsNodeManager(EventLoop& loop, StoreClient& store, FailureDetectorConfig config);
+
+  // Loads the node table from the store (a head restart) and starts failure detection.
+  void Start(std::function<void(Status)> done);
+  void RegisterMethods(rpc::Dispatcher& dispatcher);
+
+  const std::map<NodeId, runtime::NodeInfo>& nodes() const { return nodes_; }
+
+ private:
+  void HandleRegister(const rpc::CallPtr& call);
+  void HandleHeartbeat(const rpc::CallPtr& call);
+  void HandleGetAll(const rpc::CallPtr& call);
+  void HandleUnregister(const rpc::CallPtr& call);
+  void CheckHeartbeats();
+  void MarkDead(const NodeId& id, const std::string& reason);
+  void Persist(const runtime::NodeInfo& info, std::function<void(Status)> done);
+
+  EventLoop& loop_;
+  StoreClient& store_;
+  FailureDetectorConfig config_;
+  std::map<NodeId, runtime::NodeInfo> nodes_;
+  std::map<NodeId, Clock::time_point> last_seen_;  // alive nodes only
+  Timer check_timer_;
+};
+
+}  // namespace rayd::gcs

@@ -1,0 +1,177 @@
+#include "node/node_daemon.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "common/node_info.h"
+#include "rayd/protocol/gcs.capnp.h"
+
+namespace rayd::node {
+namespace {
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+}  // namespace
+
+NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
+    : loop_(loop),
+      config_(std::move(config)),
+      node_id_(NodeId::FromRandom()),
+      start_time_ms_(NowUnixMs()),
+      server_(loop, rpc::Options{config_.token, "node"}, dispatcher_),
+      gcs_(loop, config_.gcs_address, rpc::Options{config_.token, "node"}, nullptr,
+           rpc::RpcClient::Backoff{Millis(100), Millis(2000)}),
+      heartbeat_timer_(loop),
+      join_timer_(loop),
+      retry_timer_(loop) {
+  dispatcher_.Register(proto::Method::PING, [](const rpc::CallPtr& c) { c->Reply(); });
+  dispatcher_.Register(proto::Method::GET_NODE_INFO, [this](const rpc::CallPtr& c) {
+    c->Reply([this](capnp::AnyPointer::Builder b) {
+      runtime::NodeInfoToProto(SelfInfo(), b.initAs<proto::NodeInfo>());
+    });
+  });
+}
+
+NodeDaemon::~NodeDaemon() = default;
+
+void NodeDaemon::Start(std::function<void(Status)> on_joined) {
+  on_joined_ = std::move(on_joined);
+  Status s = server_.Listen(config_.node_ip + ":0");
+  if (s.ok()) s = server_.Listen("unix:" + config_.session_dir + "/node.sock");
+  if (!s.ok()) return FinishJoin(s);
+  address_ = server_.bound_addresses().front();
+  join_timer_.Start(config_.join_timeout, Millis(0), [this] {
+    FinishJoin(Status::Unavailable("could not join the cluster at " + config_.gcs_address +
+                                   " within " + std::to_string(config_.join_timeout.count()) +
+                                   " ms: " + gcs_.last_error().message()));
+  });
+  gcs_.SetOnStateChange([this](const Status& st) { OnGcsStateChange(st); });
+  gcs_.Connect();
+}
+
+void NodeDaemon::FinishJoin(const Status& status) {
+  join_timer_.Stop();
+  if (on_joined_) {
+    auto fn = std::move(on_joined_);
+    on_joined_ = nullptr;
+    fn(status);
+  }
+}
+
+void NodeDaemon::OnGcsStateChange(const Status& status) {
+  if (status.ok()) {
+    spdlog::info("connected to the GCS at {}", config_.gcs_address);
+    Register();
+    return;
+  }
+  if (status.code() == StatusCode::kPermissionDenied) {
+    spdlog::error("the GCS refused this node: {}", status.message());
+    FinishJoin(status);
+    return;
+  }
+  if (registered_) spdlog::warn("GCS unreachable ({}); reconnecting", status.message());
+}
+
+NodeInfo NodeDaemon::SelfInfo() const {
+  NodeInfo info;
+  info.node_id = node_id_;
+  info.address = address_;
+  info.hostname = Hostname();
+  info.ip = config_.node_ip;
+  info.is_head = config_.is_head;
+  info.total = config_.total;
+  info.available = config_.total;
+  info.labels = config_.labels;
+  info.start_time_ms = start_time_ms_;
+  info.pid = getpid();
+  info.session_dir = config_.session_dir;
+  return info;
+}
+
+void NodeDaemon::Register() {
+  if (shutting_down_) return;
+  // Learn the head's heartbeat period first, then register.
+  gcs_.Call(
+      proto::Method::GET_CLUSTER_INFO, nullptr, Millis(5000),
+      [this](const Status& s, capnp::AnyPointer::Reader reply) {
+        if (!s.ok()) {
+          retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
+          return;
+        }
+        auto info = reply.getAs<proto::ClusterInfo>();
+        if (info.getHeartbeatPeriodMs() > 0) {
+          config_.heartbeat_period = Millis(info.getHeartbeatPeriodMs());
+        }
+        auto fill = [this](capnp::AnyPointer::Builder b) {
+          auto node = b.initAs<proto::RegisterNodeRequest>().initNode();
+          runtime::NodeInfoToProto(SelfInfo(), node);
+        };
+        gcs_.Call(proto::Method::REGISTER_NODE, fill, Millis(5000),
+                  [this](const Status& r, capnp::AnyPointer::Reader) {
+                    if (r.code() == StatusCode::kAlreadyExists) {
+                      node_id_ = NodeId::FromRandom();
+                      spdlog::warn("{}; joining as new node {}", r.message(), node_id_.Hex());
+                      Register();
+                      return;
+                    }
+                    if (!r.ok()) {
+                      spdlog::warn("registration failed: {}; retrying", r.ToString());
+                      retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
+                      return;
+                    }
+                    registered_ = true;
+                    spdlog::info("registered as node {}", node_id_.Hex());
+                    heartbeat_timer_.Start(config_.heartbeat_period, config_.heartbeat_period,
+                                           [this] { SendHeartbeat(); });
+                    FinishJoin(Status::Ok());
+                  });
+      });
+}
+
+void NodeDaemon::SendHeartbeat() {
+  if (!gcs_.connected()) return;  // reconnecting; registration follows the reconnection
+  auto fill = [this](capnp::AnyPointer::Builder b) {
+    auto hb = b.initAs<proto::HeartbeatRequest>();
+    hb.setNodeId(node_id_.Hex());
+    runtime::FillResources(config_.total, [&](unsigned n) { return hb.initAvailable(n); });
+  };
+  gcs_.Call(proto::Method::HEARTBEAT, fill, config_.heartbeat_period,
+            [this](const Status& s, capnp::AnyPointer::Reader reply) {
+              if (!s.ok()) return;
+              switch (reply.getAs<proto::HeartbeatReply>().getStatus()) {
+                case proto::HeartbeatReply::Status::OK:
+                  break;
+                case proto::HeartbeatReply::Status::UNKNOWN:
+                  spdlog::warn("the GCS does not know node {}; registering again", node_id_.Hex());
+                  heartbeat_timer_.Stop();
+                  Register();
+                  break;
+                case proto::HeartbeatReply::Status::DEAD:
+                  node_id_ = NodeId::FromRandom();
+                  spdlog::warn("this node was declared dead; rejoining as node {}",
+                               node_id_.Hex());
+                  heartbeat_timer_.Stop();
+                  Register();
+                  break;
+              }
+            });
+}
+
+void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done) {
+  shutting_down_ = true;
+  heartbeat_timer_.Stop();
+  retry_timer_.Stop();
+  server_.Close();
+  if (!registered_ || !gcs_.connected()) return done();
+  auto fill = [this, reason](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::UnregisterNodeRequest>();
+    r.setNodeId(node_id_.Hex());
+    r.setReason(reason);
+  };
+  gcs_.Call(proto::Method::UNREGISTER_NODE, fill, Millis(2000),
+            [done](const Status&, capnp::AnyPointer::Reader) { done(); });
+}
+
+}  // namespace rayd::node

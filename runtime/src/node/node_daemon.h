@@ -1,0 +1,69 @@
+#pragma once
+// The node daemon: serves this node's RPC endpoint, joins the cluster through the GCS and
+// heartbeats. Later issues add the worker pool, leases and the object store here.
+//
+// Membership: on every (re)connection to the GCS it registers under its id (idempotent on the
+// GCS side), so a restarted head learns it again. If the GCS answers that this id was declared
+// dead, the node takes a new id and joins as a new node: work never runs twice under one id.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rayd/base/rpc.h"
+#include "rayd/runtime/cluster.h"
+
+namespace rayd::node {
+
+struct NodeDaemonConfig {
+  std::string gcs_address;  // host:port or unix:path
+  std::string token;
+  std::string node_ip = "127.0.0.1";
+  bool is_head = false;
+  scheduler::ResourceSet total;
+  scheduler::Labels labels;
+  std::string session_dir;
+  Millis join_timeout{15000};
+  Millis heartbeat_period{1000};  // replaced by the head's period once connected
+};
+
+class NodeDaemon {
+ public:
+  // `loop` must outlive the daemon.
+  NodeDaemon(EventLoop& loop, NodeDaemonConfig config);
+  ~NodeDaemon();
+
+  // Starts serving and joining. `on_joined` runs once: after the first registration, or with
+  // the reason the node could not join within join_timeout (or was refused).
+  void Start(std::function<void(Status)> on_joined);
+  // Tells the GCS this node is going away (bounded wait), then runs `done`.
+  void Shutdown(const std::string& reason, std::function<void()> done);
+
+  const NodeId& node_id() const { return node_id_; }
+  const std::string& address() const { return address_; }
+  bool registered() const { return registered_; }
+
+ private:
+  void OnGcsStateChange(const Status& status);
+  void Register();
+  void SendHeartbeat();
+  void FinishJoin(const Status& status);
+  NodeInfo SelfInfo() const;
+
+  EventLoop& loop_;
+  NodeDaemonConfig config_;
+  NodeId node_id_;
+  std::string address_;
+  int64_t start_time_ms_;
+  rpc::Dispatcher dispatcher_;
+  rpc::RpcServer server_;
+  rpc::RpcClient gcs_;
+  Timer heartbeat_timer_;
+  Timer join_timer_;
+  Timer retry_timer_;
+  std::function<void(Status)> on_joined_;
+  bool registered_ = false;
+  bool shutting_down_ = false;
+};
+
+}  // namespace rayd::node

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, and runs every test
+# (labels: unit, integration, e2e, fault). Extra arguments go to ctest (e.g. -L unit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+./scripts/build.sh
+build_dir="${RAYD_BUILD_DIR:-build}"
+cd "$build_dir"
+ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@"

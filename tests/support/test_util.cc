@@ -1,0 +1,146 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace rayd::testing {
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/rayd-test-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+int FreeTcpPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    throw std::runtime_error("bind to port 0 failed");
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // poll interval
+  }
+  return true;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& output_path) {
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  return pid;
+}
+
+std::string TempOutputPath() {
+  std::string tmpl = "/tmp/rayd-test-out-XXXXXX";
+  int fd = mkstemp(tmpl.data());
+  if (fd >= 0) close(fd);
+  return tmpl;
+}
+}  // namespace
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& extra_env)
+    : output_path_(TempOutputPath()) {
+  pid_ = Spawn(argv, extra_env, output_path_);
+}
+
+ChildProcess::~ChildProcess() {
+  if (!reaped_) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  } else {
+    kill(-pid_, SIGKILL);  // anything the child left in its group
+  }
+  unlink(output_path_.c_str());
+}
+
+void ChildProcess::Signal(int signal) {
+  if (kill(-pid_, signal) != 0) kill(pid_, signal);
+}
+
+bool ChildProcess::WaitExit(std::chrono::milliseconds timeout) {
+  return WaitFor([this] { return !running(); }, timeout);
+}
+
+bool ChildProcess::running() {
+  if (reaped_) return false;
+  int status = 0;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+int RunCommand(const std::vector<std::string>& argv, std::string* output,
+               const std::map<std::string, std::string>& extra_env,
+               std::chrono::milliseconds timeout) {
+  ChildProcess child(argv, extra_env);
+  if (!child.WaitExit(timeout)) {
+    if (output) *output = child.output() + "\n[timed out]";
+    return -1;
+  }
+  if (output) *output = child.output();
+  return child.exit_code();
+}
+
+}  // namespace rayd::testing
