@@ -42,7 +42,7 @@ Result<NodeResourceOptions> ParseResourceFlags(const StartArgs& args) {
   }
   if (!args.resources.empty()) {
     auto custom = scheduler::ParseResourcesJson(args.resources);
-    if (!custom.ok()) return custom.status().WithContext("--resources");
+    if (!custom.ok()) return custom.status();  // the message names --resources
     r.custom = *custom;
   }
   if (!args.labels.empty()) {

@@ -96,9 +96,6 @@ void RpcServer::OnNewConnection(uv_stream_t* listener, int status) {
   self->connections_.emplace(conn->id(), conn);
   conn->Start(nullptr, [self](Connection& c, const Status& why) {
     const bool was_authenticated = !c.peer_role().empty();
-    if (why.code() == StatusCode::kPermissionDenied) {
-      spdlog::warn("refused connection from {}: {}", c.peer_address(), why.message());
-    }
     auto node = self->connections_.extract(c.id());
     if (was_authenticated && self->on_closed_) self->on_closed_(c, why);
   });

@@ -1,0 +1,95 @@
+// Status, ids, the token helpers and the event loop's cross-thread posting.
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "rayd/base/auth.h"
+#include "rayd/base/event_loop.h"
+#include "rayd/base/ids.h"
+#include "rayd/base/status.h"
+
+namespace rayd {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<int> Half(int x) {
+  if (x % 2) return Status::InvalidArgument(std::to_string(x) + " is odd");
+  return x / 2;
+}
+
+Status Quarter(int x, int* out) {
+  RAYD_ASSIGN_OR_RETURN(int half, Half(x));
+  RAYD_ASSIGN_OR_RETURN(*out, Half(half));
+  return Status::Ok();
+}
+
+TEST_CASE("Status and Result carry codes and messages", "[base]") {
+  int out = 0;
+  CHECK(Quarter(8, &out).ok());
+  CHECK(out == 2);
+  Status s = Quarter(6, &out);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.ToString() == "InvalidArgument: 3 is odd");
+  CHECK(s.WithContext("quartering").message() == "quartering: 3 is odd");
+}
+
+TEST_CASE("ids are random and round-trip through hex", "[base]") {
+  NodeId a = NodeId::FromRandom(), b = NodeId::FromRandom();
+  CHECK(a != b);
+  CHECK(a.Hex().size() == 32);
+  auto parsed = NodeId::FromHex(a.Hex());
+  REQUIRE(parsed.ok());
+  CHECK(*parsed == a);
+  CHECK_FALSE(NodeId::FromHex("xyz").ok());
+  CHECK_FALSE(NodeId::FromHex(std::string(32, 'g')).ok());
+  CHECK(NodeId::Nil().IsNil());
+}
+
+TEST_CASE("HMAC matches RFC 4231 test case 2", "[base][auth]") {
+  std::string mac = HmacSha256("Jefe", "what do ya want for nothing?");
+  static const unsigned char expected[] = {
+      0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+      0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+  CHECK(mac == std::string(reinterpret_cast<const char*>(expected), sizeof(expected)));
+  CHECK(ConstantTimeEquals(mac, mac));
+  CHECK_FALSE(ConstantTimeEquals(mac, mac.substr(1)));
+  CHECK(GenerateToken().size() == 64);
+  CHECK(GenerateToken() != GenerateToken());
+}
+
+TEST_CASE("Post runs work from other threads on the loop, in order", "[base][loop]") {
+  EventLoop loop;
+  std::vector<int> seen;
+  std::thread producer([&] {
+    for (int i = 0; i < 1000; ++i) loop.Post([&seen, i] { seen.push_back(i); });
+  });
+  REQUIRE(loop.RunUntil([&] { return seen.size() == 1000; }, 10000ms));
+  producer.join();
+  for (int i = 0; i < 1000; ++i) REQUIRE(seen[i] == i);
+}
+
+TEST_CASE("Stop from another thread ends Run", "[base][loop]") {
+  EventLoop loop;
+  Timer keepalive(loop);
+  keepalive.Start(1000ms, 1000ms, [] {});
+  std::thread stopper([&] { loop.Stop(); });
+  loop.Run();  // returns only because of Stop
+  stopper.join();
+  SUCCEED();
+}
+
+TEST_CASE("timers fire once or repeatedly and can be stopped", "[base][loop]") {
+  EventLoop loop;
+  Timer once(loop), repeat(loop);
+  int a = 0, b = 0;
+  once.Start(5ms, 0ms, [&] { ++a; });
+  repeat.Start(1ms, 1ms, [&] {
+    if (++b == 5) repeat.Stop();
+  });
+  REQUIRE(loop.RunUntil([&] { return a == 1 && b == 5; }, 5000ms));
+  CHECK_FALSE(repeat.active());
+}
+
+}  // namespace
+}  // namespace rayd

@@ -1,0 +1,376 @@
+// The RPC layer over real sockets: round trips on TCP and Unix sockets, typed errors,
+// deadlines, the token handshake, malformed and oversized frames, reconnecting.
+//
+// The server runs on its own thread and loop (as in a daemon); clients run on the test's
+// thread and drive their loop with RunUntil.
+
+#include <arpa/inet.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <thread>
+
+#include "rayd/base/rpc.h"
+#include "rayd/protocol/gcs.capnp.h"
+#include "test_util.h"
+
+namespace rayd::rpc {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr char kToken[] = "test-token-0123456789";
+
+// A server on its own thread. `setup` registers handlers; it runs on the server thread.
+class ServerThread {
+ public:
+  ServerThread(std::function<void(Dispatcher&, EventLoop&)> setup,
+               std::vector<std::string> listen = {"127.0.0.1:0"}, Limits limits = {}) {
+    std::promise<std::vector<std::string>> bound;
+    auto bound_future = bound.get_future();
+    thread_ = std::thread([this, setup, listen, limits, &bound] {
+      EventLoop loop;
+      loop_ = &loop;
+      Dispatcher dispatcher;
+      setup(dispatcher, loop);
+      Options options{kToken, "test-server", limits};
+      RpcServer server(loop, options, dispatcher);
+      for (const auto& address : listen) {
+        Status s = server.Listen(address);
+        if (!s.ok()) FAIL(s.ToString());
+      }
+      bound.set_value(server.bound_addresses());
+      loop.Run();
+      server.Close();
+    });
+    addresses_ = bound_future.get();
+  }
+  ~ServerThread() {
+    loop_->Stop();
+    thread_.join();
+  }
+  const std::string& address(size_t i = 0) const { return addresses_.at(i); }
+  int port() const { return ParseEndpoint(addresses_.at(0))->port; }
+
+ private:
+  std::thread thread_;
+  EventLoop* loop_ = nullptr;
+  std::vector<std::string> addresses_;
+};
+
+// Registers KV_GET as an echo: replies with the key as the value.
+void EchoSetup(Dispatcher& d, EventLoop&) {
+  d.Register(proto::Method::KV_GET, [](const CallPtr& call) {
+    std::string key = call->Params<proto::KvGetRequest>().getKey();
+    call->Reply([&](capnp::AnyPointer::Builder b) {
+      auto reply = b.initAs<proto::KvGetReply>();
+      reply.setFound(true);
+      reply.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(key.data()), key.size()));
+    });
+  });
+  d.Register(proto::Method::PING, [](const CallPtr& call) { call->Reply(); });
+  d.Register(proto::Method::KV_DEL, [](const CallPtr& call) {
+    call->Fail(Status::NotFound("no such key, as asked"));
+  });
+}
+
+FillFn KeyParams(const std::string& key) {
+  return [key](capnp::AnyPointer::Builder b) { b.initAs<proto::KvGetRequest>().setKey(key); };
+}
+
+// Calls KV_GET and returns the echoed value or the error.
+Result<std::string> Echo(EventLoop& loop, RpcClient& client, const std::string& key,
+                         Millis timeout = 5000ms) {
+  std::string value;
+  Status s = CallAndWait(loop, client, proto::Method::KV_GET, KeyParams(key), timeout,
+                         [&](capnp::AnyPointer::Reader r) {
+                           auto v = r.getAs<proto::KvGetReply>().getValue();
+                           value.assign(reinterpret_cast<const char*>(v.begin()), v.size());
+                         });
+  if (!s.ok()) return s;
+  return value;
+}
+
+// A blocking raw TCP socket to 127.0.0.1:port, for speaking broken protocol at the server.
+class RawSocket {
+ public:
+  explicit RawSocket(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    timeval tv{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~RawSocket() { close(fd_); }
+  void Send(const std::string& bytes) {
+    REQUIRE(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  }
+  // Reads until the peer closes (true) or the receive timeout passes (false).
+  bool ReadUntilClosed() {
+    char buf[4096];
+    while (true) {
+      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+std::string Serialize(capnp::MessageBuilder& message) {
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+TEST_CASE("calls round-trip over TCP and Unix sockets", "[rpc]") {
+  testing::TempDir dir;
+  ServerThread server(EchoSetup, {"127.0.0.1:0", "unix:" + dir.path() + "/s.sock"});
+  for (size_t i = 0; i < 2; ++i) {
+    EventLoop loop;
+    RpcClient client(loop, server.address(i), Options{kToken, "test"});
+    client.Connect();
+    auto value = Echo(loop, client, "hello");
+    REQUIRE(value.ok());
+    CHECK(*value == "hello");
+    CHECK(client.connected());
+    // Many calls in flight at once all complete, each with its own answer.
+    int done = 0;
+    for (int k = 0; k < 200; ++k) {
+      client.Call(proto::Method::KV_GET, KeyParams(std::to_string(k)), 5000ms,
+                  [&, k](const Status& s, capnp::AnyPointer::Reader r) {
+                    REQUIRE(s.ok());
+                    auto v = r.getAs<proto::KvGetReply>().getValue();
+                    CHECK(std::string(reinterpret_cast<const char*>(v.begin()), v.size()) ==
+                          std::to_string(k));
+                    ++done;
+                  });
+    }
+    REQUIRE(loop.RunUntil([&] { return done == 200; }, 10000ms));
+  }
+}
+
+TEST_CASE("typed errors reach the caller", "[rpc]") {
+  ServerThread server(EchoSetup);
+  EventLoop loop;
+  RpcClient client(loop, server.address(), Options{kToken, "test"});
+  client.Connect();
+  Status s = CallAndWait(loop, client, proto::Method::KV_DEL, nullptr, 5000ms);
+  CHECK(s.code() == StatusCode::kNotFound);
+  CHECK(s.message() == "no such key, as asked");
+  s = CallAndWait(loop, client, proto::Method::GET_ALL_JOBS, nullptr, 5000ms);
+  CHECK(s.code() == StatusCode::kUnimplemented);
+}
+
+TEST_CASE("a call without a reply fails at its deadline; the connection stays usable", "[rpc]") {
+  std::vector<CallPtr> parked;  // server thread only
+  ServerThread server([&](Dispatcher& d, EventLoop& l) {
+    EchoSetup(d, l);
+    d.Register(proto::Method::KV_KEYS, [&](const CallPtr& call) { parked.push_back(call); });
+  });
+  EventLoop loop;
+  RpcClient client(loop, server.address(), Options{kToken, "test"});
+  client.Connect();
+  REQUIRE(Echo(loop, client, "warm").ok());
+  auto start = Clock::now();
+  Status s = CallAndWait(loop, client, proto::Method::KV_KEYS, nullptr, 150ms);
+  auto waited = Clock::now() - start;
+  CHECK(s.code() == StatusCode::kDeadlineExceeded);
+  CHECK(waited >= 150ms);
+  auto value = Echo(loop, client, "after");
+  REQUIRE(value.ok());
+  CHECK(*value == "after");
+}
+
+TEST_CASE("a wrong token is refused; the server keeps serving", "[rpc][auth]") {
+  ServerThread server(EchoSetup);
+  EventLoop loop;
+  RpcClient bad(loop, server.address(), Options{"not-the-token", "test"});
+  std::optional<Status> state;
+  bad.SetOnStateChange([&](const Status& s) { state = s; });
+  bad.Connect();
+  REQUIRE(loop.RunUntil([&] { return state.has_value(); }, 10000ms));
+  CHECK(state->code() == StatusCode::kPermissionDenied);
+  CHECK(state->message().find("wrong cluster token") != std::string::npos);
+  // Retrying can't help, so the client stops and calls fail at once.
+  auto r = Echo(loop, bad, "x", 1000ms);
+  CHECK(r.status().code() == StatusCode::kPermissionDenied);
+
+  RpcClient good(loop, server.address(), Options{kToken, "test"});
+  good.Connect();
+  CHECK(Echo(loop, good, "still here").ok());
+}
+
+TEST_CASE("a server that cannot prove the token is not trusted", "[rpc][auth]") {
+  // The client holds the right token; the server does not.
+  std::promise<std::string> address;
+  EventLoop server_loop;
+  Dispatcher dispatcher;
+  EchoSetup(dispatcher, server_loop);
+  RpcServer server(server_loop, Options{"impostor", "gcs"}, dispatcher);
+  REQUIRE(server.Listen("127.0.0.1:0").ok());
+  std::thread t([&] { server_loop.Run(); });
+  EventLoop loop;
+  RpcClient client(loop, server.bound_addresses()[0], Options{kToken, "test"});
+  std::optional<Status> state;
+  client.SetOnStateChange([&](const Status& s) { state = s; });
+  client.Connect();
+  REQUIRE(loop.RunUntil([&] { return state.has_value(); }, 10000ms));
+  CHECK(state->code() == StatusCode::kPermissionDenied);
+  server_loop.Stop();
+  t.join();
+  server.Close();
+}
+
+TEST_CASE("malformed frames close that connection only", "[rpc][frames]") {
+  ServerThread server(EchoSetup);
+  SECTION("an impossible segment count") {
+    RawSocket raw(server.port());
+    raw.Send(std::string("\xff\xff\xff\xff\x01\x00\x00\x00", 8));
+    CHECK(raw.ReadUntilClosed());
+  }
+  SECTION("garbage where the handshake should be") {
+    RawSocket raw(server.port());
+    capnp::MallocMessageBuilder message;
+    message.initRoot<proto::KvGetRequest>().setKey("not a frame");
+    raw.Send(Serialize(message));
+    CHECK(raw.ReadUntilClosed());
+  }
+  SECTION("a request before authenticating") {
+    RawSocket raw(server.port());
+    capnp::MallocMessageBuilder message;
+    auto frame = message.initRoot<proto::Frame>();
+    frame.setId(1);
+    frame.initRequest().setMethod(proto::Method::PING);
+    raw.Send(Serialize(message));
+    CHECK(raw.ReadUntilClosed());
+  }
+  SECTION("a segment table pointing past its segment") {
+    RawSocket raw(server.port());
+    // One segment of 2 words whose root pointer claims a struct far outside it.
+    std::string bytes("\x00\x00\x00\x00\x02\x00\x00\x00", 8);
+    bytes += std::string("\xfc\xff\xff\x7f\x10\x00\x10\x00", 8);  // far struct pointer
+    bytes += std::string(8, '\0');
+    raw.Send(bytes);
+    CHECK(raw.ReadUntilClosed());
+  }
+  EventLoop loop;
+  RpcClient client(loop, server.address(), Options{kToken, "test"});
+  client.Connect();
+  CHECK(Echo(loop, client, "alive").ok());
+}
+
+TEST_CASE("oversized frames are refused before they are read", "[rpc][frames]") {
+  Limits limits;
+  limits.max_frame_bytes = 1 << 20;
+  ServerThread server(EchoSetup, {"127.0.0.1:0"}, limits);
+  SECTION("a header announcing 1 GiB") {
+    RawSocket raw(server.port());
+    raw.Send(std::string("\x00\x00\x00\x00\x00\x00\x00\x08", 8));  // 2^27 words
+    CHECK(raw.ReadUntilClosed());
+  }
+  SECTION("an authenticated peer sending a 2 MiB request") {
+    EventLoop loop;
+    RpcClient client(loop, server.address(), Options{kToken, "test"});
+    client.Connect();
+    REQUIRE(Echo(loop, client, "small").ok());
+    auto big = Echo(loop, client, std::string(2 << 20, 'x'));
+    CHECK(big.status().code() == StatusCode::kUnavailable);
+    // The client reconnects by itself and the server still serves.
+    auto again = Echo(loop, client, "small again", 10000ms);
+    REQUIRE(again.ok());
+    CHECK(*again == "small again");
+  }
+}
+
+TEST_CASE("the client reconnects with backoff and sends queued calls", "[rpc][reconnect]") {
+  const int port = testing::FreeTcpPort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  EventLoop loop;
+  RpcClient client(loop, address, Options{kToken, "test"}, nullptr,
+                   ReconnectBackoff{Millis(20), Millis(200)});
+  client.Connect();
+  // Nothing listens yet: the call waits in the queue while the client retries.
+  std::optional<Status> result;
+  client.Call(proto::Method::PING, nullptr, 20000ms,
+              [&](const Status& s, capnp::AnyPointer::Reader) { result = s; });
+  REQUIRE(loop.RunUntil([&] { return client.attempts() >= 3; }, 10000ms));
+  CHECK_FALSE(result.has_value());
+  CHECK(client.last_error().code() == StatusCode::kUnavailable);
+  {
+    ServerThread server(EchoSetup, {address});
+    REQUIRE(loop.RunUntil([&] { return result.has_value(); }, 10000ms));
+    CHECK(result->ok());
+  }
+  // The server went away: the client notices and reconnects when it returns.
+  REQUIRE(loop.RunUntil([&] { return !client.connected(); }, 10000ms));
+  ServerThread again(EchoSetup, {address});
+  auto value = Echo(loop, client, "back", 10000ms);
+  REQUIRE(value.ok());
+  CHECK(*value == "back");
+}
+
+TEST_CASE("a queued call expires at its deadline while disconnected", "[rpc][reconnect]") {
+  EventLoop loop;
+  RpcClient client(loop, "127.0.0.1:" + std::to_string(testing::FreeTcpPort()),
+                   Options{kToken, "test"});
+  client.Connect();
+  Status s = CallAndWait(loop, client, proto::Method::PING, nullptr, 200ms);
+  CHECK(s.code() == StatusCode::kDeadlineExceeded);
+  CHECK(s.message().find("no connection") != std::string::npos);
+}
+
+TEST_CASE("both sides of a connection can call each other", "[rpc]") {
+  // The server answers PING by calling KV_GET back on the client before replying.
+  ServerThread server([](Dispatcher& d, EventLoop&) {
+    d.Register(proto::Method::PING, [](const CallPtr& call) {
+      auto conn = call->connection();
+      REQUIRE(conn);
+      conn->Call(proto::Method::KV_GET, KeyParams("from-server"), 5000ms,
+                 [call](const Status& s, capnp::AnyPointer::Reader r) {
+                   if (!s.ok()) return call->Fail(s);
+                   auto v = r.getAs<proto::KvGetReply>().getValue();
+                   std::string got(reinterpret_cast<const char*>(v.begin()), v.size());
+                   if (got != "from-server") return call->Fail(Status::Internal("bad echo"));
+                   call->Reply();
+                 });
+    });
+  });
+  EventLoop loop;
+  Dispatcher client_methods;
+  EchoSetup(client_methods, loop);
+  RpcClient client(loop, server.address(), Options{kToken, "test"}, &client_methods);
+  client.Connect();
+  CHECK(CallAndWait(loop, client, proto::Method::PING, nullptr, 5000ms).ok());
+}
+
+TEST_CASE("endpoints parse", "[rpc]") {
+  auto tcp = ParseEndpoint("10.0.0.1:6380");
+  REQUIRE(tcp.ok());
+  CHECK(tcp->host == "10.0.0.1");
+  CHECK(tcp->port == 6380);
+  auto v6 = ParseEndpoint("[::1]:7");
+  REQUIRE(v6.ok());
+  CHECK(v6->host == "::1");
+  CHECK(v6->ToString() == "[::1]:7");
+  auto unix_ep = ParseEndpoint("unix:/tmp/x.sock");
+  REQUIRE(unix_ep.ok());
+  CHECK(unix_ep->path == "/tmp/x.sock");
+  CHECK_FALSE(ParseEndpoint("no-port").ok());
+  CHECK_FALSE(ParseEndpoint("host:99999").ok());
+  CHECK_FALSE(ParseEndpoint("host:12ab").ok());
+  CHECK_FALSE(ParseEndpoint("unix:").ok());
+}
+
+}  // namespace
+}  // namespace rayd::rpc
