@@ -18,49 +18,24 @@
 
 #include "rayd/base/rpc.h"
 #include "rayd/protocol/gcs.capnp.h"
+#include "server_thread.h"
 #include "test_util.h"
 
 namespace rayd::rpc {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr char kToken[] = "test-token-0123456789";
 
-// A server on its own thread. `setup` registers handlers; it runs on the server thread.
-class ServerThread {
+using testing::kTestToken;
+constexpr const char* kToken = kTestToken;
+
+// A ServerThread whose setup ignores the keep list.
+class ServerThread : public testing::ServerThread {
  public:
   ServerThread(std::function<void(Dispatcher&, EventLoop&)> setup,
-               std::vector<std::string> listen = {"127.0.0.1:0"}, Limits limits = {}) {
-    std::promise<std::vector<std::string>> bound;
-    auto bound_future = bound.get_future();
-    thread_ = std::thread([this, setup, listen, limits, &bound] {
-      EventLoop loop;
-      loop_ = &loop;
-      Dispatcher dispatcher;
-      setup(dispatcher, loop);
-      Options options{kToken, "test-server", limits};
-      RpcServer server(loop, options, dispatcher);
-      for (const auto& address : listen) {
-        Status s = server.Listen(address);
-        if (!s.ok()) FAIL(s.ToString());
-      }
-      bound.set_value(server.bound_addresses());
-      loop.Run();
-      server.Close();
-    });
-    addresses_ = bound_future.get();
-  }
-  ~ServerThread() {
-    loop_->Stop();
-    thread_.join();
-  }
-  const std::string& address(size_t i = 0) const { return addresses_.at(i); }
-  int port() const { return ParseEndpoint(addresses_.at(0))->port; }
-
- private:
-  std::thread thread_;
-  EventLoop* loop_ = nullptr;
-  std::vector<std::string> addresses_;
+               std::vector<std::string> listen = {"127.0.0.1:0"}, Limits limits = {})
+      : testing::ServerThread([setup](Dispatcher& d, EventLoop& l, Keep&) { setup(d, l); },
+                              std::move(listen), limits) {}
 };
 
 // Registers KV_GET as an echo: replies with the key as the value.

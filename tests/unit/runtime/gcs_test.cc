@@ -1,0 +1,338 @@
+// The GCS over real RPC: node registration, heartbeats and failure detection, the job table,
+// the namespaced KV, and recovery of every table by a new GCS on the same store (in memory and
+// a real Redis).
+
+#include <catch2/catch.hpp>
+
+#include "common/node_info.h"
+#include "gcs/gcs_server.h"
+#include "gcs/store_client.h"
+#include "redis_server.h"
+#include "server_thread.h"
+#include "test_util.h"
+
+namespace rayd::gcs {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ServerThread;
+
+// Runs a GcsServer on a ServerThread over `store` (created on the server thread by
+// `make_store`, or borrowed).
+std::unique_ptr<ServerThread> StartGcs(std::function<StoreClient*(EventLoop&, ServerThread::Keep&)>
+                                           make_store,
+                                       FailureDetectorConfig failure = {},
+                                       std::string* cluster_id = nullptr) {
+  return std::make_unique<ServerThread>(
+      [=](rpc::Dispatcher& d, EventLoop& loop, ServerThread::Keep& keep) {
+        StoreClient* store = make_store(loop, keep);
+        auto gcs = std::make_shared<GcsServer>(loop, *store, GcsConfig{failure, "test"});
+        std::optional<Status> started;
+        gcs->Start([&](Status s) { started = s; });
+        REQUIRE(loop.RunUntil([&] { return started.has_value(); }, 10000ms));
+        REQUIRE(started->ok());
+        if (cluster_id) *cluster_id = gcs->cluster_id();
+        gcs->RegisterMethods(d);
+        keep.push_back(gcs);
+      });
+}
+
+// Borrows a store that outlives the server (to restart a GCS on the same tables).
+auto Borrowed(StoreClient& store) {
+  return [&store](EventLoop&, ServerThread::Keep&) { return &store; };
+}
+
+auto Redis(const testing::RedisServer& redis) {
+  return [port = redis.port()](EventLoop& loop, ServerThread::Keep& keep) -> StoreClient* {
+    RedisOptions options;
+    options.port = port;
+    std::optional<Result<std::unique_ptr<StoreClient>>> client;
+    ConnectRedisStoreClient(loop, options, [&](auto r) { client.emplace(std::move(r)); });
+    REQUIRE(loop.RunUntil([&] { return client.has_value(); }, 10000ms));
+    REQUIRE(client->ok());
+    std::shared_ptr<StoreClient> store(std::move(**client));
+    keep.insert(keep.begin(), store);  // destroyed after the GCS that uses it
+    return store.get();
+  };
+}
+
+// A synchronous GCS client for the test thread.
+class Client {
+ public:
+  explicit Client(const std::string& address)
+      : rpc_(loop_, address, rpc::Options{testing::kTestToken, "test"}) {
+    rpc_.Connect();
+  }
+
+  Status Register(const NodeInfo& info) {
+    return Call(proto::Method::REGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
+      runtime::NodeInfoToProto(info, b.initAs<proto::RegisterNodeRequest>().initNode());
+    });
+  }
+  proto::HeartbeatReply::Status Heartbeat(const NodeId& id) {
+    auto status = proto::HeartbeatReply::Status::OK;
+    Status s = Call(
+        proto::Method::HEARTBEAT,
+        [&](capnp::AnyPointer::Builder b) {
+          b.initAs<proto::HeartbeatRequest>().setNodeId(id.Hex());
+        },
+        [&](capnp::AnyPointer::Reader r) { status = r.getAs<proto::HeartbeatReply>().getStatus(); });
+    REQUIRE(s.ok());
+    return status;
+  }
+  std::map<NodeId, NodeInfo> Nodes() {
+    std::map<NodeId, NodeInfo> nodes;
+    Status s = Call(
+        proto::Method::GET_ALL_NODES,
+        [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetAllNodesRequest>(); },
+        [&](capnp::AnyPointer::Reader r) {
+          for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+            auto info = runtime::NodeInfoFromProto(n);
+            REQUIRE(info.ok());
+            nodes[info->node_id] = *info;
+          }
+        });
+    REQUIRE(s.ok());
+    return nodes;
+  }
+  Result<bool> KvPut(const std::string& ns, const std::string& key, const std::string& value,
+                     bool overwrite) {
+    bool added = false;
+    Status s = Call(
+        proto::Method::KV_PUT,
+        [&](capnp::AnyPointer::Builder b) {
+          auto r = b.initAs<proto::KvPutRequest>();
+          r.setNamespace(ns);
+          r.setKey(key);
+          r.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()),
+                                         value.size()));
+          r.setOverwrite(overwrite);
+        },
+        [&](capnp::AnyPointer::Reader r) { added = r.getAs<proto::KvPutReply>().getAdded(); });
+    if (!s.ok()) return s;
+    return added;
+  }
+  std::optional<std::string> KvGet(const std::string& ns, const std::string& key) {
+    std::optional<std::string> value;
+    Status s = Call(
+        proto::Method::KV_GET,
+        [&](capnp::AnyPointer::Builder b) {
+          auto r = b.initAs<proto::KvGetRequest>();
+          r.setNamespace(ns);
+          r.setKey(key);
+        },
+        [&](capnp::AnyPointer::Reader r) {
+          auto reply = r.getAs<proto::KvGetReply>();
+          if (reply.getFound()) {
+            auto v = reply.getValue();
+            value.emplace(reinterpret_cast<const char*>(v.begin()), v.size());
+          }
+        });
+    REQUIRE(s.ok());
+    return value;
+  }
+  std::vector<std::string> KvKeys(const std::string& ns, const std::string& prefix) {
+    std::vector<std::string> keys;
+    Status s = Call(
+        proto::Method::KV_KEYS,
+        [&](capnp::AnyPointer::Builder b) {
+          auto r = b.initAs<proto::KvKeysRequest>();
+          r.setNamespace(ns);
+          r.setPrefix(prefix);
+        },
+        [&](capnp::AnyPointer::Reader r) {
+          for (auto k : r.getAs<proto::KvKeysReply>().getKeys()) keys.emplace_back(k.cStr());
+        });
+    REQUIRE(s.ok());
+    return keys;
+  }
+  uint32_t KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
+    uint32_t deleted = 0;
+    Status s = Call(
+        proto::Method::KV_DEL,
+        [&](capnp::AnyPointer::Builder b) {
+          auto r = b.initAs<proto::KvDelRequest>();
+          r.setNamespace(ns);
+          r.setKey(key);
+          r.setByPrefix(by_prefix);
+        },
+        [&](capnp::AnyPointer::Reader r) { deleted = r.getAs<proto::KvDelReply>().getDeleted(); });
+    REQUIRE(s.ok());
+    return deleted;
+  }
+  Status Call(proto::Method method, const rpc::FillFn& fill,
+              const std::function<void(capnp::AnyPointer::Reader)>& read = nullptr) {
+    return rpc::CallAndWait(loop_, rpc_, method, fill, 10000ms, read);
+  }
+
+ private:
+  EventLoop loop_;
+  rpc::RpcClient rpc_;
+};
+
+NodeInfo FakeNode(const std::string& name, double cpus) {
+  NodeInfo info;
+  info.node_id = NodeId::FromRandom();
+  info.address = name + ":7000";
+  info.hostname = name;
+  info.ip = "10.0.0.1";
+  info.total = scheduler::ResourceSet{{"CPU", cpus}, {"GPU", 0.5}};
+  info.available = info.total;
+  info.labels = {{"zone", "a"}};
+  return info;
+}
+
+TEST_CASE("nodes register, heartbeat, and are listed with their resources", "[gcs]") {
+  auto store = MakeInMemoryStoreClient();
+  auto server = StartGcs(Borrowed(*store));
+  Client client(server->address());
+  NodeInfo a = FakeNode("a", 4), b = FakeNode("b", 2);
+  REQUIRE(client.Register(a).ok());
+  REQUIRE(client.Register(b).ok());
+  CHECK(client.Heartbeat(a.node_id) == proto::HeartbeatReply::Status::OK);
+  CHECK(client.Heartbeat(NodeId::FromRandom()) == proto::HeartbeatReply::Status::UNKNOWN);
+  auto nodes = client.Nodes();
+  REQUIRE(nodes.size() == 2);
+  CHECK(nodes[a.node_id].alive);
+  CHECK(nodes[a.node_id].total == a.total);
+  CHECK(nodes[a.node_id].labels == a.labels);
+  CHECK(nodes[b.node_id].total.Get("CPU") == scheduler::FixedPoint::FromWhole(2));
+}
+
+TEST_CASE("a node that stops heartbeating is declared dead and must rejoin anew", "[gcs]") {
+  auto store = MakeInMemoryStoreClient();
+  FailureDetectorConfig failure{Millis(50), 3, Millis(0)};
+  auto server = StartGcs(Borrowed(*store), failure);
+  Client client(server->address());
+  NodeInfo quiet = FakeNode("quiet", 1), chatty = FakeNode("chatty", 1);
+  REQUIRE(client.Register(quiet).ok());
+  REQUIRE(client.Register(chatty).ok());
+  const auto start = Clock::now();
+  bool quiet_dead = false;
+  while (!quiet_dead && Clock::now() - start < 10s) {
+    CHECK(client.Heartbeat(chatty.node_id) == proto::HeartbeatReply::Status::OK);
+    quiet_dead = !client.Nodes()[quiet.node_id].alive;
+  }
+  REQUIRE(quiet_dead);
+  // Never before its timeout (3 x 50 ms).
+  CHECK(Clock::now() - start >= 150ms);
+  auto nodes = client.Nodes();
+  CHECK(nodes[chatty.node_id].alive);
+  CHECK(nodes[quiet.node_id].death_reason.find("missed 3 heartbeats") != std::string::npos);
+  CHECK(client.Heartbeat(quiet.node_id) == proto::HeartbeatReply::Status::DEAD);
+  CHECK(client.Register(quiet).code() == StatusCode::kAlreadyExists);
+}
+
+TEST_CASE("a node that unregisters is marked dead with its reason", "[gcs]") {
+  auto store = MakeInMemoryStoreClient();
+  auto server = StartGcs(Borrowed(*store));
+  Client client(server->address());
+  NodeInfo n = FakeNode("n", 1);
+  REQUIRE(client.Register(n).ok());
+  Status s = client.Call(proto::Method::UNREGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::UnregisterNodeRequest>();
+    r.setNodeId(n.node_id.Hex());
+    r.setReason("stopped by test");
+  });
+  REQUIRE(s.ok());
+  auto nodes = client.Nodes();
+  CHECK_FALSE(nodes[n.node_id].alive);
+  CHECK(nodes[n.node_id].death_reason == "stopped by test");
+}
+
+TEST_CASE("the KV is namespaced and supports prefixes", "[gcs][kv]") {
+  auto store = MakeInMemoryStoreClient();
+  auto server = StartGcs(Borrowed(*store));
+  Client client(server->address());
+  CHECK(*client.KvPut("ns1", "rdzv/0", "10.0.0.1:29500", false) == true);
+  CHECK(*client.KvPut("ns1", "rdzv/0", "other", false) == false);
+  CHECK(*client.KvGet("ns1", "rdzv/0") == "10.0.0.1:29500");
+  CHECK(*client.KvPut("ns1", "rdzv/0", "overwritten", true) == false);
+  CHECK(*client.KvGet("ns1", "rdzv/0") == "overwritten");
+  CHECK(*client.KvPut("ns1", "rdzv/1", std::string("a\0b", 3), false));
+  CHECK(*client.KvGet("ns1", "rdzv/1") == std::string("a\0b", 3));
+  CHECK(*client.KvPut("ns1", "other", "x", false));
+  CHECK_FALSE(client.KvGet("ns2", "rdzv/0").has_value());
+  CHECK(client.KvKeys("ns1", "rdzv/") == std::vector<std::string>{"rdzv/0", "rdzv/1"});
+  CHECK(client.KvDel("ns1", "rdzv/", true) == 2);
+  CHECK(client.KvKeys("ns1", "") == std::vector<std::string>{"other"});
+  CHECK(client.KvDel("ns1", "other", false) == 1);
+  CHECK(client.KvDel("ns1", "other", false) == 0);
+}
+
+TEST_CASE("jobs are added, finished and listed", "[gcs][jobs]") {
+  auto store = MakeInMemoryStoreClient();
+  auto server = StartGcs(Borrowed(*store));
+  Client client(server->address());
+  std::string job_id;
+  REQUIRE(client
+              .Call(
+                  proto::Method::ADD_JOB,
+                  [](capnp::AnyPointer::Builder b) {
+                    auto job = b.initAs<proto::AddJobRequest>().initJob();
+                    job.setDriverPid(42);
+                    job.setEntrypoint("./train");
+                  },
+                  [&](capnp::AnyPointer::Reader r) {
+                    job_id = r.getAs<proto::AddJobReply>().getJobId();
+                  })
+              .ok());
+  CHECK(job_id.size() == 32);
+  REQUIRE(client
+              .Call(proto::Method::MARK_JOB_FINISHED,
+                    [&](capnp::AnyPointer::Builder b) {
+                      b.initAs<proto::MarkJobFinishedRequest>().setJobId(job_id);
+                    })
+              .ok());
+  bool seen = false;
+  REQUIRE(client
+              .Call(proto::Method::GET_ALL_JOBS, nullptr,
+                    [&](capnp::AnyPointer::Reader r) {
+                      for (auto job : r.getAs<proto::GetAllJobsReply>().getJobs()) {
+                        if (job.getJobId() != job_id) continue;
+                        seen = true;
+                        CHECK(job.getIsDead());
+                        CHECK(job.getDriverPid() == 42);
+                        CHECK(std::string(job.getEntrypoint().cStr()) == "./train");
+                      }
+                    })
+              .ok());
+  CHECK(seen);
+}
+
+// Registers a node and writes a KV entry through one GCS, then starts a second GCS on the same
+// tables and checks it knows both, and keeps the cluster id.
+void CheckRecovery(const std::function<std::unique_ptr<ServerThread>(std::string*)>& start) {
+  NodeInfo node = FakeNode("survivor", 3);
+  std::string first_id, second_id;
+  {
+    auto server = start(&first_id);
+    Client client(server->address());
+    REQUIRE(client.Register(node).ok());
+    REQUIRE(*client.KvPut("train", "rendezvous", "10.0.0.9:29500", true));
+  }
+  auto server = start(&second_id);
+  Client client(server->address());
+  CHECK(second_id == first_id);
+  auto nodes = client.Nodes();
+  REQUIRE(nodes.count(node.node_id) == 1);
+  CHECK(nodes[node.node_id].alive);
+  CHECK(nodes[node.node_id].total == node.total);
+  CHECK(client.KvGet("train", "rendezvous") == std::optional<std::string>("10.0.0.9:29500"));
+  // The recovered node re-registers under its id, as a reconnecting node daemon does.
+  CHECK(client.Register(node).ok());
+  CHECK(client.Heartbeat(node.node_id) == proto::HeartbeatReply::Status::OK);
+}
+
+TEST_CASE("a new GCS on the same in-memory store recovers every table", "[gcs][recovery]") {
+  auto store = MakeInMemoryStoreClient();
+  CheckRecovery([&](std::string* id) { return StartGcs(Borrowed(*store), {}, id); });
+}
+
+TEST_CASE("a restarted GCS recovers nodes and KV from a real Redis", "[gcs][recovery][redis]") {
+  testing::RedisServer redis;
+  CheckRecovery([&](std::string* id) { return StartGcs(Redis(redis), {}, id); });
+}
+
+}  // namespace
+}  // namespace rayd::gcs
