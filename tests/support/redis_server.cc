@@ -72,12 +72,10 @@ std::string RedisServer::output() const {
 }
 
 void RedisServer::Start() {
-  std::vector<std::string> argv = {REDIS_SERVER_BINARY,
-                                   "--port", std::to_string(port_),
-                                   "--bind", "127.0.0.1",
-                                   "--save", "",
-                                   "--dir", dir_.path(),
-                                   "--daemonize", "no"};
+  // No snapshots: a test server keeps data on disk only when asked to (appendonly).
+  std::vector<std::string> argv = {REDIS_SERVER_BINARY, "--port", std::to_string(port_)};
+  argv.insert(argv.end(), {"--bind", "127.0.0.1", "--save", "", "--daemonize", "no"});
+  argv.insert(argv.end(), {"--dir", dir_.path()});
   if (options_.appendonly) {
     argv.insert(argv.end(), {"--appendonly", "yes", "--appendfsync", "always"});
   } else {
@@ -95,8 +93,9 @@ void RedisServer::Start() {
       },
       kStartTimeout);
   if (ready && !exited) return;
-  std::string what = exited ? "exited at startup (code " + std::to_string(process_->exit_code()) + ")"
-                            : "did not answer PING within 10 s";
+  std::string what = exited
+                         ? "exited at startup (code " + std::to_string(process_->exit_code()) + ")"
+                         : "did not answer PING within 10 s";
   Kill();
   throw std::runtime_error("redis-server on port " + std::to_string(port_) + " " + what +
                            "; its output:\n" + last_output_);

@@ -24,6 +24,7 @@
 // - redisAsyncFree is called only from timer callbacks, reply callbacks (hiredis defers the free
 //   until the callback returns) or outside hiredis; never from its connect/disconnect callbacks.
 
+#include <fmt/format.h>
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -37,8 +38,6 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "gcs/store_client.h"
 #include "rayd/base/logging.h"
@@ -74,7 +73,8 @@ Result<const redisReply*> Expect(ReplyResult r, std::string_view command,
   const redisReply* reply = *r;
   if (reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(*reply, command);
   if (std::find(types.begin(), types.end(), reply->type) == types.end()) {
-    return Status::Internal(fmt::format("Redis {}: unexpected reply type {}", command, reply->type));
+    return Status::Internal(
+        fmt::format("Redis {}: unexpected reply type {}", command, reply->type));
   }
   return reply;
 }
@@ -103,6 +103,39 @@ Result<std::vector<std::string>> ExpectStrings(ReplyResult r, std::string_view c
 
 bool HasPrefix(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// hiredis 0.14's libuv adapter ignores poll errors, but libuv reports a socket error (a refused
+// connect, a reset connection) as status UV_EBADF, with no events, and stops the handle: the
+// connection would hang forever. hiredis 1.0 fixed its adapter by handling the events it was
+// waiting for, so that the read or write meets the error; these hooks do the same and replace
+// the adapter's after redisLibuvAttach (which still allocates and cleans up).
+void OnPoll(uv_poll_t* handle, int status, int events) {
+  auto* p = static_cast<redisLibuvEvents*>(handle->data);
+  int ready = status != 0 ? p->events : events;
+  if (p->context != nullptr && (ready & UV_READABLE) != 0) redisAsyncHandleRead(p->context);
+  if (p->context != nullptr && (ready & UV_WRITABLE) != 0) redisAsyncHandleWrite(p->context);
+}
+
+void UpdatePoll(void* privdata, int add, int remove) {
+  auto* p = static_cast<redisLibuvEvents*>(privdata);
+  p->events = (p->events | add) & ~remove;
+  if (p->events != 0) {
+    uv_poll_start(&p->handle, p->events, &OnPoll);
+  } else {
+    uv_poll_stop(&p->handle);
+  }
+}
+
+Status AttachToLoop(redisAsyncContext* ac, uv_loop_t* loop) {
+  if (redisLibuvAttach(ac, loop) != REDIS_OK) {
+    return Status::Internal("cannot attach the Redis connection to the event loop");
+  }
+  ac->ev.addRead = [](void* p) { UpdatePoll(p, UV_READABLE, 0); };
+  ac->ev.delRead = [](void* p) { UpdatePoll(p, 0, UV_READABLE); };
+  ac->ev.addWrite = [](void* p) { UpdatePoll(p, UV_WRITABLE, 0); };
+  ac->ev.delWrite = [](void* p) { UpdatePoll(p, 0, UV_WRITABLE); };
+  return Status::Ok();
 }
 
 class RedisStoreClient;
@@ -216,9 +249,7 @@ class RedisStoreClient final : public StoreClient {
   static void OnReply(redisAsyncContext* ac, void* reply, void* privdata);
   static void OnDisconnect(const redisAsyncContext* ac, int status);
 
-  std::string HashName(const std::string& table) const {
-    return options_.key_prefix + ":" + table;
-  }
+  std::string HashName(const std::string& table) const { return options_.key_prefix + ":" + table; }
   std::string Where() const { return fmt::format("Redis at {}:{}", options_.host, options_.port); }
 
   // Sends a command if the client is up; otherwise fails it with Unavailable before returning.
@@ -245,7 +276,7 @@ class RedisStoreClient final : public StoreClient {
   const RedisOptions options_;
   ConnectCallback connect_cb_;  // set until the first handshake ends
   State state_ = State::kDown;
-  redisAsyncContext* ac_ = nullptr;  // freed by hiredis or by DropContext
+  redisAsyncContext* ac_ = nullptr;              // freed by hiredis or by DropContext
   std::unordered_set<PendingCommand*> pending_;  // owned by hiredis until OnReply
   std::string last_error_;  // why the client is not up, for Unavailable messages
   Millis backoff_ = kInitialBackoff;
@@ -266,9 +297,9 @@ void RedisStoreClient::StartConnecting() {
     return HandshakeFailed(Status::Unavailable(
         fmt::format("cannot connect to Redis at {}:{}: {}", options_.host, options_.port, reason)));
   }
-  if (redisLibuvAttach(ac, loop_.uv()) != REDIS_OK) {
+  if (Status attached = AttachToLoop(ac, loop_.uv()); !attached.ok()) {
     redisAsyncFree(ac);
-    return HandshakeFailed(Status::Internal("cannot attach the Redis connection to the loop"));
+    return HandshakeFailed(std::move(attached));
   }
   ac->data = this;
   redisAsyncSetDisconnectCallback(ac, &RedisStoreClient::OnDisconnect);

@@ -65,7 +65,8 @@ Result<RedisOptions> ParseRedisAddress(const std::string& url, const std::string
 
 // Connects (and authenticates) to Redis on `loop`; `cb` gets the client or why it failed.
 // The client reconnects by itself with backoff if Redis drops; calls made while it is down
-// fail with Unavailable. `loop` must outlive the client.
+// fail with Unavailable. `loop` must outlive the client. hiredis writes with write(2), so the
+// process must ignore SIGPIPE or a write to a Redis that just died kills it.
 void ConnectRedisStoreClient(EventLoop& loop, RedisOptions options,
                              std::function<void(Result<std::unique_ptr<StoreClient>>)> cb);
 

@@ -2,6 +2,7 @@
 // shut down cleanly on SIGTERM / SIGINT.
 
 #include <spdlog/spdlog.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <memory>
@@ -111,6 +112,7 @@ void ServeUntilSignal(EventLoop& loop, node::NodeDaemon& node) {
 int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
                   const ReadyCallback& on_ready) {
   const std::string log_file = session_dir + "/logs/head.log";
+  ::signal(SIGPIPE, SIG_IGN);  // a peer that dies mid-write is an error value, not a signal
   InitLogging("head", log_file);
   spdlog::info("starting head daemon (pid {}) in {}", getpid(), session_dir);
   auto fail = [&](const Status& s) {
@@ -170,6 +172,7 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
 int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
                   const ReadyCallback& on_ready) {
   const std::string log_file = session_dir + "/logs/node.log";
+  ::signal(SIGPIPE, SIG_IGN);
   InitLogging("node", log_file);
   spdlog::info("starting node daemon (pid {}) in {}, joining {}", getpid(), session_dir,
                options.head_address);
