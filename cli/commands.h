@@ -45,3 +45,16 @@ struct StatusArgs {
 int RunStatus(const StatusArgs& args);
 
 }  // namespace rayd::cli
+
+namespace rayd::cli {
+
+struct MicrobenchmarkArgs {
+  bool json = false;
+  int runs = 3;
+  double seconds = 1.0;
+  int num_cpus = -1;
+  std::string temp_dir;
+};
+int RunMicrobenchmark(const MicrobenchmarkArgs& args);
+
+}  // namespace rayd::cli

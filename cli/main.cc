@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "rayd/api.h"
 
 namespace {
 
@@ -67,9 +68,24 @@ void AddStatus(CLI::App& app, rayd::cli::StatusArgs& a) {
   list->callback([&a] { std::exit(rayd::cli::RunStatus(a)); });
 }
 
+void AddMicrobenchmark(CLI::App& app, rayd::cli::MicrobenchmarkArgs& a) {
+  auto* bench = app.add_subcommand("microbenchmark",
+                                   "Measure task, actor and object throughput on this machine");
+  bench->add_flag("--json", a.json, "Print JSON instead of a table");
+  bench->add_option("--runs", a.runs, "Runs per metric (default 3)")->check(CLI::Range(1, 100));
+  bench->add_option("--seconds", a.seconds, "Seconds per run (default 1)")
+      ->check(CLI::Range(0.05, 600.0));
+  bench->add_option("--num-cpus", a.num_cpus, "CPUs of the embedded cluster (default: detected)");
+  bench->add_option("--temp-dir", a.temp_dir, "Root of session directories (default /tmp/rayd)");
+  bench->callback([&a] { std::exit(rayd::cli::RunMicrobenchmark(a)); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A node daemon re-runs this binary as a worker (for drivers such as `rayd microbenchmark`):
+  // Init then serves tasks and never returns.
+  if (std::getenv("RAYD_WORKER_MODE") != nullptr) rayd::Init(rayd::RaydConfig{}, argc, argv);
   CLI::App app{"rayd: a native cluster runtime for distributed training and tuning"};
   app.require_subcommand(1);
   rayd::cli::StartArgs start;
@@ -78,6 +94,8 @@ int main(int argc, char** argv) {
   AddStart(app, start);
   AddStop(app, stop);
   AddStatus(app, status);
+  rayd::cli::MicrobenchmarkArgs microbenchmark;
+  AddMicrobenchmark(app, microbenchmark);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

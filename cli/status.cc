@@ -1,7 +1,10 @@
-// `rayd status` and `rayd list nodes`: the cluster's nodes and resources, as a table for
+// `rayd status` and `rayd list nodes|actors|jobs|workers`: the cluster's state, as a table for
 // people or JSON for programs.
 
+#include <algorithm>
 #include <ctime>
+#include <map>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -108,6 +111,139 @@ void PrintNodesTable(const ClusterView& view) {
   }
 }
 
+
+// Prints rows under a header, each column as wide as its widest cell; the last one unpadded.
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  auto print = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  };
+  print(header);
+  for (const auto& row : rows) print(row);
+}
+
+std::string Short(const std::string& id) { return id.empty() ? "-" : id.substr(0, 8); }
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+nlohmann::json ActorJson(const ActorSummary& a) {
+  return {{"actor_id", a.actor_id},       {"job_id", a.job_id},
+          {"name", a.name},               {"namespace", a.ray_namespace},
+          {"class_name", a.class_name},   {"state", a.state},
+          {"address", a.address},         {"node_id", a.node_id},
+          {"worker_id", a.worker_id},     {"num_restarts", a.num_restarts},
+          {"max_restarts", a.max_restarts}, {"detached", a.detached},
+          {"death_cause", a.death_cause}, {"pid", a.pid}};
+}
+
+void PrintActorsTable(const std::vector<ActorSummary>& actors) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& a : actors) {
+    rows.push_back({a.actor_id, a.class_name, a.state, OrDash(a.name), OrDash(a.address),
+                    Short(a.node_id), Short(a.job_id),
+                    std::to_string(a.num_restarts) + "/" +
+                        (a.max_restarts < 0 ? "inf" : std::to_string(a.max_restarts)),
+                    a.detached ? "yes" : "", OrDash(a.death_cause)});
+  }
+  PrintTable({"ACTOR_ID", "CLASS_NAME", "STATE", "NAME", "ADDRESS", "NODE", "JOB", "RESTARTS",
+              "DETACHED", "DEATH_CAUSE"},
+             rows);
+}
+
+nlohmann::json JobJson(const JobSummary& j) {
+  return {{"job_id", j.job_id},
+          {"status", j.is_dead ? "FINISHED" : "RUNNING"},
+          {"driver_pid", j.driver_pid},
+          {"driver_host", j.driver_host},
+          {"entrypoint", j.entrypoint},
+          {"start_time_ms", j.start_time_ms},
+          {"end_time_ms", j.end_time_ms}};
+}
+
+void PrintJobsTable(const std::vector<JobSummary>& jobs) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& j : jobs) {
+    rows.push_back({j.job_id, j.is_dead ? "FINISHED" : "RUNNING", std::to_string(j.driver_pid),
+                    OrDash(j.driver_host), FormatTime(j.start_time_ms),
+                    FormatTime(j.end_time_ms), OrDash(j.entrypoint)});
+  }
+  PrintTable({"JOB_ID", "STATUS", "DRIVER_PID", "DRIVER_HOST", "START_TIME", "END_TIME",
+              "ENTRYPOINT"},
+             rows);
+}
+
+nlohmann::json WorkerJson(const WorkerSummary& w) {
+  return {{"worker_id", w.worker_id}, {"node_id", w.node_id},   {"job_id", w.job_id},
+          {"pid", w.pid},             {"state", w.state},       {"actor_id", w.actor_id},
+          {"address", w.address},     {"exit_reason", w.exit_reason}};
+}
+
+void PrintWorkersTable(const std::vector<WorkerSummary>& workers) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& w : workers) {
+    rows.push_back({w.worker_id, Short(w.node_id), Short(w.job_id), std::to_string(w.pid),
+                    w.state, OrDash(w.actor_id), OrDash(w.address), OrDash(w.exit_reason)});
+  }
+  PrintTable({"WORKER_ID", "NODE", "JOB", "PID", "STATE", "ACTOR_ID", "ADDRESS", "EXIT_REASON"},
+             rows);
+}
+
+// `rayd list actors|jobs|workers`.
+int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
+  const std::string command = "list " + args.what;
+  const bool json = args.format == "json";
+  auto unreachable = [&](const Status& s) {
+    return Fail(command, "cannot reach the cluster at " + target.address + ": " + s.message());
+  };
+  if (args.what == "actors") {
+    auto actors = FetchActors(target.address, target.token, Millis(5000));
+    if (!actors.ok()) return unreachable(actors.status());
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& a : *actors) out.push_back(ActorJson(a));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      PrintActorsTable(*actors);
+    }
+  } else if (args.what == "jobs") {
+    auto jobs = FetchJobs(target.address, target.token, Millis(5000));
+    if (!jobs.ok()) return unreachable(jobs.status());
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& j : *jobs) out.push_back(JobJson(j));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      PrintJobsTable(*jobs);
+    }
+  } else {
+    auto view = FetchWorkers(target.address, target.token, Millis(5000));
+    if (!view.ok()) return unreachable(view.status());
+    for (const auto& why : view->unreachable) {
+      std::cerr << "rayd " << command << ": warning: no answer from " << why << "\n";
+    }
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& w : view->workers) out.push_back(WorkerJson(w));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      PrintWorkersTable(view->workers);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunStatus(const StatusArgs& args) {
@@ -115,17 +251,34 @@ int RunStatus(const StatusArgs& args) {
   if (args.format != "table" && args.format != "json") {
     return Fail(command, "--format must be table or json, not '" + args.format + "'");
   }
-  if (args.what != "status" && args.what != "nodes") {
-    return Fail(command, "'" + args.what +
-                             "' is not listed yet: this build lists nodes (actors, "
-                             "placement-groups, jobs, workers and objects come with the runtime)");
+  const bool table_of_runtime =
+      args.what == "actors" || args.what == "jobs" || args.what == "workers";
+  if (args.what != "status" && args.what != "nodes" && !table_of_runtime) {
+    if (args.what == "placement-groups" || args.what == "objects") {
+      return Fail(command, "'" + args.what +
+                               "' is not listed yet: this build lists nodes, actors, jobs and "
+                               "workers");
+    }
+    return Fail(command, "unknown table '" + args.what +
+                             "': expected nodes, actors, jobs, workers, placement-groups or "
+                             "objects");
   }
   auto target = FindCluster(args.address, args.token, session::ResolveTempRoot(args.temp_dir));
   if (!target.ok()) return Fail(command, target.status().message());
+  if (table_of_runtime) return RunListTable(args, *target);
   auto view = FetchClusterView(target->address, target->token, Millis(5000));
   if (!view.ok()) {
     return Fail(command, "cannot reach the cluster at " + target->address + ": " +
                              view.status().message());
+  }
+  // Actor counts by state for `rayd status`; left out if the head can't say.
+  std::optional<std::map<std::string, int>> actor_counts;
+  if (args.what == "status") {
+    auto actors = FetchActors(target->address, target->token, Millis(5000));
+    if (actors.ok()) {
+      actor_counts.emplace();
+      for (const auto& a : *actors) ++(*actor_counts)[a.state];
+    }
   }
   if (args.format == "json") {
     nlohmann::json nodes = nlohmann::json::array();
@@ -142,6 +295,7 @@ int RunStatus(const StatusArgs& args) {
       nlohmann::json j = {{"cluster_id", view->cluster_id}, {"address", view->gcs_address},
                           {"storage", view->storage},       {"nodes", nodes},
                           {"total", Amounts(total)},        {"available", Amounts(available)}};
+      if (actor_counts) j["actors"] = *actor_counts;
       std::cout << j.dump(2) << "\n";
     }
     return 0;
@@ -150,6 +304,15 @@ int RunStatus(const StatusArgs& args) {
     PrintNodesTable(*view);
   } else {
     PrintStatusTable(*view);
+    if (actor_counts) {
+      std::cout << "\nActors:\n";
+      if (actor_counts->empty()) std::cout << " (no actors)\n";
+      for (const char* state : {"ALIVE", "PENDING_CREATION", "RESTARTING", "DEAD"}) {
+        if (auto it = actor_counts->find(state); it != actor_counts->end()) {
+          std::cout << " " << it->second << " " << state << "\n";
+        }
+      }
+    }
   }
   return 0;
 }

@@ -24,6 +24,20 @@ enum Method {
   kvExists @12;            # GCS: KvGetRequest -> KvExistsReply
   getClusterInfo @13;      # GCS: empty -> ClusterInfo
   getNodeInfo @14;         # node: empty -> NodeInfo
+  pushTask @15;            # core worker: PushTaskRequest -> PushTaskReply
+  getObject @16;           # core worker (owner): GetObjectRequest -> GetObjectReply
+  requestLease @17;        # node: RequestLeaseRequest -> RequestLeaseReply
+  returnLease @18;         # node: ReturnLeaseRequest -> empty
+  registerWorker @19;      # node: RegisterWorkerRequest -> RegisterWorkerReply
+  killWorker @20;          # node: KillWorkerRequest -> empty
+  jobFinished @21;         # node: JobFinishedRequest -> empty (kills the job's workers)
+  getWorkers @22;          # node: empty -> GetWorkersReply
+  workerFailed @23;        # GCS: WorkerFailedRequest -> empty
+  createActor @24;         # GCS: CreateActorRequest -> CreateActorReply
+  getActor @25;            # GCS: GetActorRequest -> GetActorReply
+  killActor @26;           # GCS: KillActorRequest -> empty
+  getAllActors @27;        # GCS: empty -> GetAllActorsReply
+  jobDriverExited @28;     # GCS: JobDriverRequest -> empty (clean driver exit)
 }
 
 # Server -> client, first frame on a connection.

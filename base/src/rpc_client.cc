@@ -146,7 +146,7 @@ void RpcClient::Call(proto::Method method, const FillFn& fill, Millis timeout, R
     return;
   }
   auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
-  queue_.push_back({method, fill, deadline, std::move(cb)});
+  queue_.push_back({BuildRequest(method, fill), deadline, std::move(cb)});
   if (!queue_timer_.active()) queue_timer_.Start(Millis(20), Millis(20), [this] { ExpireQueue(); });
 }
 
@@ -160,7 +160,14 @@ void RpcClient::FlushQueue() {
     if (q.deadline != Clock::time_point::max()) {
       left = std::max(Millis(1), std::chrono::duration_cast<Millis>(q.deadline - now));
     }
-    Call(q.method, q.fill, left, std::move(q.cb));
+    if (connected()) {
+      conn_->Send(std::move(q.request), left, std::move(q.cb));
+    } else {
+      queue_.push_back(std::move(q));  // lost the connection again meanwhile
+    }
+  }
+  if (!queue_.empty() && !queue_timer_.active()) {
+    queue_timer_.Start(Millis(20), Millis(20), [this] { ExpireQueue(); });
   }
 }
 

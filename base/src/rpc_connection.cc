@@ -233,7 +233,8 @@ Status Connection::ParseFrames() {
       s = OnFrame(std::move(reader), storage);
     })) {
       return Status::InvalidArgument("malformed frame: " +
-                                     std::string(e->getDescription().cStr()));
+                                     std::string(e->getDescription().cStr()) + " (at " +
+                                     e->getFile() + ":" + std::to_string(e->getLine()) + ")");
     }
     RAYD_RETURN_IF_ERROR(s);
   }
@@ -381,22 +382,32 @@ void Connection::SendResponse(uint64_t id, const Status& status, const FillFn& f
   Send(message);
 }
 
+std::unique_ptr<capnp::MallocMessageBuilder> BuildRequest(proto::Method method,
+                                                          const FillFn& fill) {
+  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto request = message->initRoot<proto::Frame>().initRequest();
+  request.setMethod(method);
+  if (fill) fill(request.getParams());
+  return message;
+}
+
 void Connection::Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb) {
+  Send(BuildRequest(method, fill), timeout, std::move(cb));
+}
+
+void Connection::Send(std::unique_ptr<capnp::MallocMessageBuilder> message, Millis timeout,
+                      ReplyFn cb) {
   if (state_ == State::kClosed) {
     cb(Status::Unavailable("connection to " + peer_address_ + " is closed"),
        capnp::AnyPointer::Reader());
     return;
   }
   const uint64_t id = next_request_id_++;
-  auto message = std::make_unique<capnp::MallocMessageBuilder>();
-  auto frame = message->initRoot<proto::Frame>();
+  auto frame = message->getRoot<proto::Frame>();
   frame.setId(id);
-  auto request = frame.initRequest();
-  request.setMethod(method);
+  auto request = frame.getRequest();
   request.setTimeoutMs(static_cast<uint32_t>(timeout.count()));
-  if (fill) fill(request.getParams());
-
-  Pending pending{method, std::move(cb), Clock::time_point::max()};
+  Pending pending{request.getMethod(), std::move(cb), Clock::time_point::max()};
   if (timeout.count() > 0) {
     pending.deadline = Clock::now() + timeout;
     deadlines_.insert({pending.deadline, id});

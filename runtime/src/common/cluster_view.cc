@@ -1,9 +1,51 @@
+// Reading the cluster's state for the CLI and embedding programs: short-lived clients on a
+// private event loop, run until the answers arrive.
+
+#include <memory>
+
 #include "common/node_info.h"
 #include "rayd/base/rpc.h"
+#include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 #include "rayd/runtime/cluster.h"
 
 namespace rayd {
+namespace {
+
+using ReadFn = std::function<void(capnp::AnyPointer::Reader)>;
+
+// A call that timed out while the client never connected says why it could not connect.
+Status Explain(const Status& status, const rpc::RpcClient& client) {
+  if (status.code() == StatusCode::kDeadlineExceeded && !client.last_error().ok()) {
+    return client.last_error();
+  }
+  return status;
+}
+
+// One call to the GCS on a fresh connection.
+Status CallGcs(const std::string& address, const std::string& token, Millis timeout,
+               proto::Method method, const rpc::FillFn& fill, const ReadFn& read) {
+  EventLoop loop;
+  rpc::RpcClient client(loop, address, rpc::Options{token, "cli"});
+  client.Connect();
+  return Explain(rpc::CallAndWait(loop, client, method, fill, timeout, read), client);
+}
+
+const char* ActorStateName(proto::ActorState state) {
+  switch (state) {
+    case proto::ActorState::PENDING_CREATION:
+      return "PENDING_CREATION";
+    case proto::ActorState::ALIVE:
+      return "ALIVE";
+    case proto::ActorState::RESTARTING:
+      return "RESTARTING";
+    case proto::ActorState::DEAD:
+      return "DEAD";
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace
 
 Result<ClusterView> FetchClusterView(const std::string& address, const std::string& token,
                                      Millis timeout) {
@@ -32,11 +74,109 @@ Result<ClusterView> FetchClusterView(const std::string& address, const std::stri
             }
           });
     }
-    if (status.code() == StatusCode::kDeadlineExceeded && !client.last_error().ok()) {
-      status = client.last_error();
-    }
+    status = Explain(status, client);
   }
   if (!status.ok()) return status;
+  return view;
+}
+
+Result<std::vector<ActorSummary>> FetchActors(const std::string& address,
+                                              const std::string& token, Millis timeout) {
+  std::vector<ActorSummary> actors;
+  RAYD_RETURN_IF_ERROR(CallGcs(
+      address, token, timeout, proto::Method::GET_ALL_ACTORS, nullptr,
+      [&](capnp::AnyPointer::Reader r) {
+        for (auto a : r.getAs<proto::GetAllActorsReply>().getActors()) {
+          ActorSummary s;
+          s.actor_id = a.getActorId();
+          s.job_id = a.getJobId();
+          s.name = a.getName();
+          s.ray_namespace = a.getNamespace();
+          s.class_name = a.getClassName();
+          s.state = ActorStateName(a.getState());
+          s.address = a.getAddress();
+          s.node_id = a.getNodeId();
+          s.worker_id = a.getWorkerId();
+          s.num_restarts = a.getNumRestarts();
+          s.max_restarts = a.getMaxRestarts();
+          s.detached = a.getDetached();
+          s.death_cause = a.getDeathCause();
+          s.pid = a.getPid();
+          actors.push_back(std::move(s));
+        }
+      }));
+  return actors;
+}
+
+Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std::string& token,
+                                          Millis timeout) {
+  std::vector<JobSummary> jobs;
+  RAYD_RETURN_IF_ERROR(CallGcs(
+      address, token, timeout, proto::Method::GET_ALL_JOBS, nullptr,
+      [&](capnp::AnyPointer::Reader r) {
+        for (auto j : r.getAs<proto::GetAllJobsReply>().getJobs()) {
+          JobSummary s;
+          s.job_id = j.getJobId();
+          s.driver_pid = j.getDriverPid();
+          s.driver_host = j.getDriverHost();
+          s.entrypoint = j.getEntrypoint();
+          s.start_time_ms = j.getStartTimeMs();
+          s.end_time_ms = j.getEndTimeMs();
+          s.is_dead = j.getIsDead();
+          jobs.push_back(std::move(s));
+        }
+      }));
+  return jobs;
+}
+
+Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
+                                 Millis timeout) {
+  std::vector<NodeInfo> nodes;
+  RAYD_RETURN_IF_ERROR(CallGcs(
+      address, token, timeout, proto::Method::GET_ALL_NODES,
+      [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true); },
+      [&](capnp::AnyPointer::Reader r) {
+        for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+          auto info = runtime::NodeInfoFromProto(n);
+          if (info.ok()) nodes.push_back(std::move(*info));
+        }
+      }));
+  // Every node at once, on one loop.
+  WorkersView view;
+  EventLoop loop;
+  std::vector<std::unique_ptr<rpc::RpcClient>> clients;
+  size_t pending = nodes.size();
+  for (const auto& node : nodes) {
+    clients.push_back(
+        std::make_unique<rpc::RpcClient>(loop, node.address, rpc::Options{token, "cli"}));
+    rpc::RpcClient* client = clients.back().get();
+    client->Connect();
+    client->Call(proto::Method::GET_WORKERS, nullptr, timeout,
+                [&, client, node_id = node.node_id.Hex(), node_address = node.address](
+                    const Status& s, capnp::AnyPointer::Reader r) {
+                  --pending;
+                  if (!s.ok()) {
+                    view.unreachable.push_back("node " + node_id + " at " + node_address + ": " +
+                                               Explain(s, *client).message());
+                    return;
+                  }
+                  for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
+                    WorkerSummary ws;
+                    ws.worker_id = w.getWorkerId();
+                    ws.job_id = w.getJobId();
+                    ws.node_id = w.getNodeId();
+                    if (ws.node_id.empty()) ws.node_id = node_id;
+                    ws.pid = w.getPid();
+                    ws.address = w.getAddress();
+                    ws.state = w.getState();
+                    ws.actor_id = w.getActorId();
+                    ws.exit_reason = w.getExitReason();
+                    view.workers.push_back(std::move(ws));
+                  }
+                });
+  }
+  loop.RunUntil([&] { return pending == 0; }, timeout + Millis(1000));
+  clients.clear();
   return view;
 }
 

@@ -1,8 +1,10 @@
 #include "gcs/gcs_job_manager.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "rayd/base/ids.h"
+#include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 
 namespace rayd::gcs {
@@ -32,37 +34,114 @@ void JobFromJson(const nlohmann::json& j, proto::JobInfo::Builder out) {
 void GcsJobManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Register(proto::Method::ADD_JOB, [this](auto& c) { HandleAdd(c); });
   dispatcher.Register(proto::Method::MARK_JOB_FINISHED, [this](auto& c) { HandleFinished(c); });
+  dispatcher.Register(proto::Method::JOB_DRIVER_EXITED,
+                      [this](auto& c) { HandleDriverExited(c); });
   dispatcher.Register(proto::Method::GET_ALL_JOBS, [this](auto& c) { HandleGetAll(c); });
 }
 
+// A job added again under its id while it is alive (a driver reconnecting to a restarted head)
+// is accepted and bound to the new connection; a finished one can't come back.
 void GcsJobManager::HandleAdd(const rpc::CallPtr& call) {
   auto json = JobToJson(call->Params<proto::AddJobRequest>().getJob());
   if (json["job_id"].get<std::string>().empty()) json["job_id"] = JobId::FromRandom().Hex();
   json["start_time_ms"] = NowUnixMs();
   json["is_dead"] = false;
   const std::string id = json["job_id"];
-  store_.Put(kJobTable, id, json.dump(), /*overwrite=*/false, [call, id](Result<bool> r) {
-    if (!r.ok()) return call->Fail(r.status());
-    if (!*r) return call->Fail(Status::AlreadyExists("job " + id + " exists"));
+  std::weak_ptr<rpc::Connection> conn;
+  if (auto c = call->connection()) conn = c;
+  std::weak_ptr<bool> alive = alive_;
+  auto reply = [call, id] {
     call->Reply([&](capnp::AnyPointer::Builder b) {
       b.initAs<proto::AddJobReply>().setJobId(id);
     });
+  };
+  store_.Put(kJobTable, id, json.dump(), /*overwrite=*/false,
+             [this, alive, call, id, conn, reply](Result<bool> r) {
+               if (alive.expired()) return;
+               if (!r.ok()) return call->Fail(r.status());
+               if (*r) {
+                 BindConnection(id, conn);
+                 return reply();
+               }
+               store_.Get(kJobTable, id,
+                          [this, alive, call, id, conn, reply](
+                              Result<std::optional<std::string>> existing) {
+                            if (alive.expired()) return;
+                            if (!existing.ok()) return call->Fail(existing.status());
+                            auto old = nlohmann::json::parse(existing->value_or("{}"), nullptr,
+                                                             /*allow_exceptions=*/false);
+                            if (old.is_discarded() || old.value("is_dead", false) ||
+                                finished_.contains(id)) {
+                              return call->Fail(
+                                  Status::AlreadyExists("job " + id + " exists and has finished"));
+                            }
+                            BindConnection(id, conn);
+                            reply();
+                          });
+             });
+}
+
+void GcsJobManager::BindConnection(const std::string& job_id,
+                                   const std::weak_ptr<rpc::Connection>& conn) {
+  auto c = conn.lock();
+  if (!c || c->closed()) {
+    // The driver went away before its job was stored: it is over already.
+    FinishJob(job_id, [](Status) {});
+    return;
+  }
+  jobs_by_connection_[c->id()].push_back(job_id);
+}
+
+void GcsJobManager::OnConnectionClosed(uint64_t connection_id) {
+  auto node = jobs_by_connection_.extract(connection_id);
+  if (node.empty()) return;
+  for (const auto& job_id : node.mapped()) {
+    spdlog::info("the driver of job {} disconnected; ending the job", job_id);
+    FinishJob(job_id, [job_id](Status s) {
+      if (!s.ok()) spdlog::error("could not end job {}: {}", job_id, s.ToString());
+    });
+  }
+}
+
+void GcsJobManager::FinishJob(const std::string& job_id, std::function<void(Status)> done) {
+  if (finished_.contains(job_id)) return done(Status::Ok());
+  std::weak_ptr<bool> alive = alive_;
+  store_.Get(kJobTable, job_id, [this, alive, job_id, done](Result<std::optional<std::string>> r) {
+    if (alive.expired()) return;
+    if (!r.ok()) return done(r.status());
+    if (!r->has_value()) return done(Status::NotFound("no job " + job_id));
+    if (!finished_.insert(job_id).second) return done(Status::Ok());  // ended meanwhile
+    auto json = nlohmann::json::parse(**r, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) json = {{"job_id", job_id}};
+    const bool was_dead = json.value("is_dead", false);
+    if (on_finished_) on_finished_(job_id);
+    if (was_dead) return done(Status::Ok());
+    json["is_dead"] = true;
+    json["end_time_ms"] = NowUnixMs();
+    store_.Put(kJobTable, job_id, json.dump(), /*overwrite=*/true,
+               [done](Result<bool> w) { done(w.status()); });
   });
 }
 
 void GcsJobManager::HandleFinished(const rpc::CallPtr& call) {
   std::string id = call->Params<proto::MarkJobFinishedRequest>().getJobId();
-  store_.Get(kJobTable, id, [this, call, id](Result<std::optional<std::string>> r) {
-    if (!r.ok()) return call->Fail(r.status());
-    if (!r->has_value()) return call->Fail(Status::NotFound("no job " + id));
-    auto json = nlohmann::json::parse(**r, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) return call->Fail(Status::Internal("corrupt job record " + id));
-    json["is_dead"] = true;
-    json["end_time_ms"] = NowUnixMs();
-    store_.Put(kJobTable, id, json.dump(), true, [call](Result<bool> w) {
-      if (!w.ok()) return call->Fail(w.status());
+  FinishJob(id, [call](Status s) {
+    if (s.ok()) {
       call->Reply();
-    });
+    } else {
+      call->Fail(s);
+    }
+  });
+}
+
+void GcsJobManager::HandleDriverExited(const rpc::CallPtr& call) {
+  std::string id = call->Params<proto::JobDriverRequest>().getJobId();
+  FinishJob(id, [call](Status s) {
+    if (s.ok()) {
+      call->Reply();
+    } else {
+      call->Fail(s);
+    }
   });
 }
 

@@ -1,5 +1,20 @@
 #pragma once
 // The GCS job table: one entry per driver (a program that called rayd::Init, or `rayd tune`).
+//
+// A job ends once: on MARK_JOB_FINISHED, on JOB_DRIVER_EXITED, or when the connection that
+// added it closes (the driver died). Ending stores the job as dead and then runs the
+// on-finished hook (the GCS uses it to clean up the job's actors and workers). Later endings
+// of the same job only answer ok.
+//
+// Threading: the GCS event loop only.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "gcs/store_client.h"
 #include "rayd/base/rpc.h"
@@ -8,16 +23,37 @@ namespace rayd::gcs {
 
 class GcsJobManager {
  public:
+  using OnJobFinished = std::function<void(const std::string& job_id)>;
+
   // `store` must outlive the manager.
   explicit GcsJobManager(StoreClient& store) : store_(store) {}
+  ~GcsJobManager() { *alive_ = false; }
   void RegisterMethods(rpc::Dispatcher& dispatcher);
+
+  // Set once, before serving.
+  void SetOnJobFinished(OnJobFinished hook) { on_finished_ = std::move(hook); }
+
+  // A client connection closed: ends every job it added.
+  void OnConnectionClosed(uint64_t connection_id);
+
+  // Ends `job_id` (see above). `done` gets NotFound for a job the table doesn't hold.
+  void FinishJob(const std::string& job_id, std::function<void(Status)> done);
 
  private:
   void HandleAdd(const rpc::CallPtr& call);
   void HandleFinished(const rpc::CallPtr& call);
+  void HandleDriverExited(const rpc::CallPtr& call);
   void HandleGetAll(const rpc::CallPtr& call);
+  void BindConnection(const std::string& job_id, const std::weak_ptr<rpc::Connection>& conn);
 
   StoreClient& store_;
+  OnJobFinished on_finished_;
+  // Jobs ended by this GCS (the hook ran or is running).
+  std::set<std::string> finished_;
+  // Which driver connection added which jobs, to end them when it closes.
+  std::unordered_map<uint64_t, std::vector<std::string>> jobs_by_connection_;
+  // False once destroyed: store callbacks that arrive later do nothing.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace rayd::gcs

@@ -161,6 +161,20 @@ void GcsNodeManager::MarkDead(const NodeId& id, const std::string& reason) {
   Persist(info, [id](Status s) {
     if (!s.ok()) spdlog::error("could not store the death of node {}: {}", id.Hex(), s.ToString());
   });
+  for (const auto& listener : death_listeners_) listener(info);
+}
+
+std::vector<const runtime::NodeInfo*> GcsNodeManager::AliveNodes() const {
+  std::vector<const runtime::NodeInfo*> alive;
+  for (const auto& [id, info] : nodes_) {
+    if (info.alive) alive.push_back(&info);
+  }
+  return alive;
+}
+
+const runtime::NodeInfo* GcsNodeManager::FindAlive(const NodeId& id) const {
+  auto it = nodes_.find(id);
+  return it != nodes_.end() && it->second.alive ? &it->second : nullptr;
 }
 
 }  // namespace rayd::gcs

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <vector>
 
 #include "common/node_info.h"
 #include "gcs/store_client.h"
@@ -33,6 +34,18 @@ class GcsNodeManager {
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
   const std::map<NodeId, runtime::NodeInfo>& nodes() const { return nodes_; }
+  // The alive nodes in id order (a stable order for placement). The pointers stay valid for
+  // the manager's life (nodes are never erased) but their contents change with heartbeats.
+  std::vector<const runtime::NodeInfo*> AliveNodes() const;
+  // The node if it is known and alive, else null.
+  const runtime::NodeInfo* FindAlive(const NodeId& id) const;
+
+  // Runs `listener` (on the loop thread) each time a node is declared dead, after its entry
+  // says so. Listeners are called in the order they were added; they must not add listeners.
+  using NodeDeathListener = std::function<void(const runtime::NodeInfo&)>;
+  void AddNodeDeathListener(NodeDeathListener listener) {
+    death_listeners_.push_back(std::move(listener));
+  }
 
  private:
   void HandleRegister(const rpc::CallPtr& call);
@@ -49,6 +62,7 @@ class GcsNodeManager {
   std::map<NodeId, runtime::NodeInfo> nodes_;
   std::map<NodeId, Clock::time_point> last_seen_;  // alive nodes only
   Timer check_timer_;
+  std::vector<NodeDeathListener> death_listeners_;
 };
 
 }  // namespace rayd::gcs

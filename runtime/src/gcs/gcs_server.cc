@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "rayd/base/ids.h"
+#include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 
 namespace rayd::gcs {
@@ -13,8 +14,12 @@ GcsServer::GcsServer(EventLoop& loop, StoreClient& store, GcsConfig config)
       config_(std::move(config)),
       start_time_ms_(NowUnixMs()),
       node_manager_(loop, store, config_.failure),
+      node_clients_(loop, node_manager_, config_.token),
       job_manager_(store),
-      kv_manager_(store) {}
+      kv_manager_(store),
+      actor_manager_(loop, store, node_manager_, node_clients_) {
+  job_manager_.SetOnJobFinished([this](const std::string& job_id) { OnJobFinished(job_id); });
+}
 
 void GcsServer::Start(std::function<void(Status)> done) {
   // The first head to use a store names the cluster; a restarted head keeps the name.
@@ -24,7 +29,10 @@ void GcsServer::Start(std::function<void(Status)> done) {
                store_.Get("cluster", "id", [this, done](Result<std::optional<std::string>> id) {
                  if (!id.ok()) return done(id.status());
                  cluster_id_ = id->value_or("");
-                 node_manager_.Start(done);
+                 node_manager_.Start([this, done](Status s) {
+                   if (!s.ok()) return done(s);
+                   actor_manager_.Start(done);
+                 });
                });
              });
 }
@@ -36,6 +44,29 @@ void GcsServer::RegisterMethods(rpc::Dispatcher& dispatcher) {
   node_manager_.RegisterMethods(dispatcher);
   job_manager_.RegisterMethods(dispatcher);
   kv_manager_.RegisterMethods(dispatcher);
+  actor_manager_.RegisterMethods(dispatcher);
+}
+
+void GcsServer::OnConnectionClosed(const rpc::Connection& connection) {
+  job_manager_.OnConnectionClosed(connection.id());
+}
+
+void GcsServer::OnJobFinished(const std::string& job_id) {
+  spdlog::info("job {} finished; cleaning up its actors and workers", job_id);
+  actor_manager_.OnJobFinished(job_id);
+  for (const runtime::NodeInfo* node : node_manager_.AliveNodes()) {
+    node_clients_.Call(
+        node->node_id, proto::Method::JOB_FINISHED,
+        [job_id](capnp::AnyPointer::Builder b) {
+          b.initAs<proto::JobFinishedRequest>().setJobId(job_id);
+        },
+        Millis(10000), [job_id, id = node->node_id](const Status& s, capnp::AnyPointer::Reader) {
+          if (!s.ok()) {
+            spdlog::warn("could not tell node {} that job {} finished: {}", id.Hex(), job_id,
+                         s.ToString());
+          }
+        });
+  }
 }
 
 void GcsServer::HandleClusterInfo(const rpc::CallPtr& call) {

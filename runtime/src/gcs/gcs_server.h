@@ -1,12 +1,16 @@
 #pragma once
-// The GCS: the head's cluster tables (nodes, jobs, KV) behind one dispatcher.
+// The GCS: the head's cluster tables (nodes, jobs, actors, KV) behind one dispatcher.
 // Member declaration order follows the dependency order.
+//
+// Threading: everything runs on `loop`'s thread.
 
 #include <memory>
 
+#include "gcs/gcs_actor_manager.h"
 #include "gcs/gcs_job_manager.h"
 #include "gcs/gcs_kv_manager.h"
 #include "gcs/gcs_node_manager.h"
+#include "gcs/node_client_pool.h"
 #include "gcs/store_client.h"
 #include "rayd/base/rpc.h"
 
@@ -15,6 +19,7 @@ namespace rayd::gcs {
 struct GcsConfig {
   FailureDetectorConfig failure;
   std::string gcs_address;  // as shown to clients, host:port
+  std::string token;        // the cluster token, for the GCS's own calls to nodes and workers
 };
 
 class GcsServer {
@@ -26,12 +31,18 @@ class GcsServer {
   void Start(std::function<void(Status)> done);
   // Serves the GCS methods on `dispatcher`, which must outlive this server's use of it.
   void RegisterMethods(rpc::Dispatcher& dispatcher);
+  // Tells the GCS that a client connection closed (wire RpcServer::SetOnConnectionClosed to
+  // it): the jobs whose driver it was end.
+  void OnConnectionClosed(const rpc::Connection& connection);
 
   const std::string& cluster_id() const { return cluster_id_; }
   const GcsNodeManager& node_manager() const { return node_manager_; }
+  const GcsActorManager& actor_manager() const { return actor_manager_; }
 
  private:
   void HandleClusterInfo(const rpc::CallPtr& call);
+  // A job ended: its actors die and every alive node ends the job's workers.
+  void OnJobFinished(const std::string& job_id);
 
   EventLoop& loop_;
   StoreClient& store_;
@@ -39,8 +50,10 @@ class GcsServer {
   int64_t start_time_ms_;
   std::string cluster_id_;
   GcsNodeManager node_manager_;
+  NodeClientPool node_clients_;
   GcsJobManager job_manager_;
   GcsKvManager kv_manager_;
+  GcsActorManager actor_manager_;
 };
 
 }  // namespace rayd::gcs

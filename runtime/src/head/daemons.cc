@@ -134,6 +134,7 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   gcs_config.failure.heartbeat_period = options.heartbeat_period;
   gcs_config.failure.missed_heartbeats = options.missed_heartbeats;
   gcs_config.gcs_address = gcs_address;
+  gcs_config.token = *token;
   gcs::GcsServer gcs(loop, **store, gcs_config);
   s = Await(loop, [&](auto done) { gcs.Start(done); }, Millis(30000), "recovering the GCS");
   if (!s.ok()) return fail(s);
@@ -141,6 +142,9 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   rpc::Dispatcher dispatcher;
   gcs.RegisterMethods(dispatcher);
   rpc::RpcServer server(loop, rpc::Options{*token, "gcs"}, dispatcher);
+  // A driver's connection closing ends its job (its actors and workers are cleaned up).
+  server.SetOnConnectionClosed(
+      [&gcs](rpc::Connection& connection, const Status&) { gcs.OnConnectionClosed(connection); });
   s = server.Listen(gcs_address);
   if (s.ok()) s = server.Listen("unix:" + session_dir + "/gcs.sock");
   if (!s.ok()) return fail(s);
@@ -164,6 +168,9 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   on_ready(DaemonInfo{gcs_address, node.node_id().Hex(), node.address(), *token, session_dir,
                       log_file, node_config.total});
   ServeUntilSignal(loop, node);
+  // Connections closing because the head stops are no driver's exit: jobs stay as they are
+  // (a head restarted on Redis picks them up again).
+  server.SetOnConnectionClosed(nullptr);
   server.Close();
   spdlog::info("head stopped");
   return 0;

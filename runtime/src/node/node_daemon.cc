@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/node_info.h"
+#include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 
 namespace rayd::node {
@@ -12,6 +15,19 @@ std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+WorkerPoolConfig PoolConfig(const NodeDaemonConfig& config) {
+  WorkerPoolConfig pool;
+  pool.session_dir = config.session_dir;
+  pool.node_ip = config.node_ip;
+  pool.gcs_address = config.gcs_address;
+  pool.token = config.token;
+  pool.max_idle_per_job = static_cast<size_t>(std::max<int64_t>(
+      1, config.total.Get(scheduler::kCPU).units() / scheduler::FixedPoint::kScale));
+  pool.start_timeout = config.worker_start_timeout;
+  pool.idle_timeout = config.worker_idle_timeout;
+  return pool;
 }
 }  // namespace
 
@@ -23,6 +39,9 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       server_(loop, rpc::Options{config_.token, "node"}, dispatcher_),
       gcs_(loop, config_.gcs_address, rpc::Options{config_.token, "node"}, nullptr,
            rpc::RpcClient::Backoff{Millis(100), Millis(2000)}),
+      pool_(loop, PoolConfig(config_), node_id_),
+      lease_manager_(pool_, node_id_, LeaseManagerConfig{config_.total},
+                     [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
       heartbeat_timer_(loop),
       join_timer_(loop),
       retry_timer_(loop) {
@@ -32,9 +51,53 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       runtime::NodeInfoToProto(SelfInfo(), b.initAs<proto::NodeInfo>());
     });
   });
+  pool_.RegisterMethods(dispatcher_);
+  lease_manager_.RegisterMethods(dispatcher_);
+  pool_.SetOnExit([this](Worker& w, WorkerState previous) { OnWorkerExit(w, previous); });
 }
 
+// The pool's destructor kills and reaps the workers that are still alive.
 NodeDaemon::~NodeDaemon() = default;
+
+void NodeDaemon::ListAliveNodes(rpc::RpcClient& gcs,
+                                std::function<void(Result<std::vector<NodeInfo>>)> done) {
+  // The reply may come while the daemon is being destroyed: touch nothing but `done`.
+  gcs.Call(
+      proto::Method::GET_ALL_NODES,
+      [](capnp::AnyPointer::Builder b) {
+        b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
+      },
+      Millis(2000),
+      [done = std::move(done)](const Status& s, capnp::AnyPointer::Reader reply) {
+        if (!s.ok()) return done(s);
+        std::vector<NodeInfo> nodes;
+        for (auto n : reply.getAs<proto::GetAllNodesReply>().getNodes()) {
+          auto info = runtime::NodeInfoFromProto(n);
+          if (info.ok()) nodes.push_back(std::move(*info));
+        }
+        done(std::move(nodes));
+      });
+}
+
+void NodeDaemon::OnWorkerExit(Worker& worker, WorkerState previous) {
+  lease_manager_.OnWorkerExit(worker);
+  // The GCS hears of workers someone may depend on: leased ones, and registered ones that died
+  // on their own (not idle workers this node retired).
+  const bool report =
+      previous == WorkerState::kLeased || (worker.registered && worker.kill_reason.empty());
+  if (!report || shutting_down_) return;
+  auto fill = [&](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::WorkerFailedRequest>();
+    r.setWorkerId(worker.id.Hex());
+    r.setNodeId(node_id_.Hex());
+    r.setJobId(worker.job_id.Hex());
+    r.setReason(worker.exit_reason);
+  };
+  gcs_.Call(proto::Method::WORKER_FAILED, fill, Millis(10000),
+            [id = worker.id.Hex()](const Status& s, capnp::AnyPointer::Reader) {
+              if (!s.ok()) spdlog::warn("reporting worker {} failed: {}", id, s.ToString());
+            });
+}
 
 void NodeDaemon::Start(std::function<void(Status)> on_joined) {
   on_joined_ = std::move(on_joined);
@@ -82,7 +145,7 @@ NodeInfo NodeDaemon::SelfInfo() const {
   info.ip = config_.node_ip;
   info.is_head = config_.is_head;
   info.total = config_.total;
-  info.available = config_.total;
+  info.available = lease_manager_.available();
   info.labels = config_.labels;
   info.start_time_ms = start_time_ms_;
   info.pid = getpid();
@@ -135,7 +198,8 @@ void NodeDaemon::SendHeartbeat() {
   auto fill = [this](capnp::AnyPointer::Builder b) {
     auto hb = b.initAs<proto::HeartbeatRequest>();
     hb.setNodeId(node_id_.Hex());
-    runtime::FillResources(config_.total, [&](unsigned n) { return hb.initAvailable(n); });
+    runtime::FillResources(lease_manager_.available(),
+                           [&](unsigned n) { return hb.initAvailable(n); });
   };
   gcs_.Call(proto::Method::HEARTBEAT, fill, config_.heartbeat_period,
             [this](const Status& s, capnp::AnyPointer::Reader reply) {
@@ -161,6 +225,8 @@ void NodeDaemon::SendHeartbeat() {
 
 void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done) {
   shutting_down_ = true;
+  pool_.KillAll("the node is shutting down");
+  lease_manager_.CancelQueued(Status::Unavailable("node " + node_id_.Hex() + " is shutting down"));
   heartbeat_timer_.Stop();
   retry_timer_.Stop();
   server_.Close();

@@ -1,6 +1,9 @@
 #pragma once
 // The node daemon: serves this node's RPC endpoint, joins the cluster through the GCS and
-// heartbeats. Later issues add the worker pool, leases and the object store here.
+// heartbeats its available resources. It owns the worker pool and the lease manager (see
+// worker_pool.h, lease_manager.h) and serves their methods; it reports workers that die to the
+// GCS (WORKER_FAILED) and kills every worker on Shutdown and in its destructor. Later issues
+// add the object store here.
 //
 // Membership: on every (re)connection to the GCS it registers under its id (idempotent on the
 // GCS side), so a restarted head learns it again. If the GCS answers that this id was declared
@@ -10,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "node/lease_manager.h"
+#include "node/worker_pool.h"
 #include "rayd/base/rpc.h"
 #include "rayd/runtime/cluster.h"
 
@@ -24,9 +29,12 @@ struct NodeDaemonConfig {
   scheduler::Labels labels;
   std::string session_dir;
   Millis join_timeout{15000};
-  Millis heartbeat_period{1000};  // replaced by the head's period once connected
+  Millis heartbeat_period{1000};       // replaced by the head's period once connected
+  Millis worker_start_timeout{30000};  // spawn to REGISTER_WORKER
+  Millis worker_idle_timeout{60000};   // idle workers older than this are killed
 };
 
+// Member declaration order follows the dependency order.
 class NodeDaemon {
  public:
   // `loop` must outlive the daemon.
@@ -36,12 +44,14 @@ class NodeDaemon {
   // Starts serving and joining. `on_joined` runs once: after the first registration, or with
   // the reason the node could not join within join_timeout (or was refused).
   void Start(std::function<void(Status)> on_joined);
-  // Tells the GCS this node is going away (bounded wait), then runs `done`.
+  // Kills every worker, fails queued lease requests, tells the GCS this node is going away
+  // (bounded wait), then runs `done`.
   void Shutdown(const std::string& reason, std::function<void()> done);
 
   const NodeId& node_id() const { return node_id_; }
   const std::string& address() const { return address_; }
   bool registered() const { return registered_; }
+  const LeaseManager& lease_manager() const { return lease_manager_; }
 
  private:
   void OnGcsStateChange(const Status& status);
@@ -49,6 +59,9 @@ class NodeDaemon {
   void SendHeartbeat();
   void FinishJoin(const Status& status);
   NodeInfo SelfInfo() const;
+  void OnWorkerExit(Worker& worker, WorkerState previous);
+  static void ListAliveNodes(rpc::RpcClient& gcs,
+                             std::function<void(Result<std::vector<NodeInfo>>)> done);
 
   EventLoop& loop_;
   NodeDaemonConfig config_;
@@ -58,6 +71,8 @@ class NodeDaemon {
   rpc::Dispatcher dispatcher_;
   rpc::RpcServer server_;
   rpc::RpcClient gcs_;
+  WorkerPool pool_;             // refers to node_id_
+  LeaseManager lease_manager_;  // refers to pool_, node_id_ and gcs_
   Timer heartbeat_timer_;
   Timer join_timer_;
   Timer retry_timer_;

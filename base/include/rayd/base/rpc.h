@@ -132,6 +132,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (zero: no deadline), or Unavailable if the connection closes first. Calls made before the
   // handshake completes are sent once it does.
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
+  // Sends a request built by BuildRequest (its id and timeout are set here).
+  void Send(std::unique_ptr<capnp::MallocMessageBuilder> request, Millis timeout, ReplyFn cb);
 
   // Closes the connection; pending calls fail with Unavailable carrying `reason`.
   void Close(const Status& reason);
@@ -254,8 +256,7 @@ class RpcClient {
 
  private:
   struct Queued {
-    proto::Method method;
-    FillFn fill;
+    std::unique_ptr<capnp::MallocMessageBuilder> request;
     Clock::time_point deadline;
     ReplyFn cb;
   };
@@ -281,6 +282,11 @@ class RpcClient {
   int attempts_ = 0;
   bool stopped_ = false;
 };
+
+// A request frame with `method` and params filled by `fill`, ready for Connection::Send. Params
+// are serialised at once, so `fill` may capture references that die right after the call.
+std::unique_ptr<capnp::MallocMessageBuilder> BuildRequest(proto::Method method,
+                                                          const FillFn& fill);
 
 // For one-shot tools and tests: calls and runs `loop` until the reply arrives. `on_result`
 // reads the result while it is valid.

@@ -48,6 +48,63 @@ struct ClusterView {
 Result<ClusterView> FetchClusterView(const std::string& address, const std::string& token,
                                      Millis timeout = Millis(10000));
 
+// One actor as the GCS records it. A plain value.
+struct ActorSummary {
+  std::string actor_id;
+  std::string job_id;
+  std::string name;           // empty: anonymous
+  std::string ray_namespace;
+  std::string class_name;     // the factory's name
+  std::string state;          // PENDING_CREATION, ALIVE, RESTARTING or DEAD
+  std::string address;        // its worker's address while ALIVE
+  std::string node_id;
+  std::string worker_id;
+  int num_restarts = 0;
+  int max_restarts = 0;       // -1: unlimited
+  bool detached = false;
+  std::string death_cause;
+  int pid = 0;
+};
+
+// One job (driver) as the GCS records it.
+struct JobSummary {
+  std::string job_id;
+  int driver_pid = 0;
+  std::string driver_host;
+  std::string entrypoint;
+  int64_t start_time_ms = 0;
+  int64_t end_time_ms = 0;
+  bool is_dead = false;
+};
+
+// One worker process as its node daemon reports it.
+struct WorkerSummary {
+  std::string worker_id;
+  std::string job_id;
+  std::string node_id;
+  int pid = 0;
+  std::string address;
+  std::string state;          // STARTING, IDLE, LEASED, DEAD
+  std::string actor_id;       // the actor it holds, if any
+  std::string exit_reason;
+};
+
+struct WorkersView {
+  std::vector<WorkerSummary> workers;
+  // "node <id> at <address>: <why>" for each alive node that did not answer.
+  std::vector<std::string> unreachable;
+};
+
+// Read the GCS's actor and job tables.
+Result<std::vector<ActorSummary>> FetchActors(const std::string& address,
+                                              const std::string& token,
+                                              Millis timeout = Millis(10000));
+Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std::string& token,
+                                          Millis timeout = Millis(10000));
+// Asks every alive node (found through the GCS at `address`) for its workers.
+Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
+                                 Millis timeout = Millis(10000));
+
 // Resources of the node a daemon runs; unset values are detected.
 struct NodeResourceOptions {
   std::optional<double> num_cpus;

@@ -1,0 +1,205 @@
+@0xaa24f35a240361e6;
+# Tasks, actors, objects, workers and leases: what drivers, workers, node daemons and the GCS
+# say to each other to run user code.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("rayd::proto");
+
+using Gcs = import "gcs.capnp";
+
+# ---- Values ------------------------------------------------------------------------------------
+
+# An object's content: msgpack bytes, or why there is none (rayd::internal::ErrorKind).
+struct ObjectValue {
+  data @0 :Data;
+  errorKind @1 :UInt8;           # 0 = none (a value)
+  errorType @2 :Text;            # remote exception type, for errorKind = remote
+  errorMessage @3 :Text;
+}
+
+struct TaskArg {
+  kind @0 :UInt8;                # rayd::internal::TaskArg::Kind: 0 value, 1 ref, 2 ref-as-ref
+  value @1 :Data;
+  objectId @2 :Text;
+  ownerAddress @3 :Text;
+}
+
+struct TaskSpec {
+  taskId @0 :Text;
+  jobId @1 :Text;
+  functionName @2 :Text;
+  args @3 :List(TaskArg);
+  returnId @4 :Text;             # the object the result is stored under, owned by the caller
+  callerAddress @5 :Text;        # the caller's core worker (owner of returnId)
+  resources @6 :List(Gcs.ResourceAmount);
+  maxRetries @7 :Int32;
+  name @8 :Text;
+  kind @9 :Kind;
+  actorId @10 :Text;             # actor creation and actor tasks
+  maxConcurrency @11 :Int32;     # actor creation
+  attempt @12 :Int32;            # 0 for the first try
+  enum Kind {
+    normal @0;
+    actorCreation @1;
+    actorTask @2;
+  }
+}
+
+# ---- Core worker service (every driver and worker serves it) ---------------------------------
+
+struct PushTaskRequest {
+  spec @0 :TaskSpec;
+}
+struct PushTaskReply {
+  value @0 :ObjectValue;
+}
+
+# Owner side: the value of an object this process owns, once it exists (the call waits).
+struct GetObjectRequest {
+  objectId @0 :Text;
+}
+struct GetObjectReply {
+  value @0 :ObjectValue;
+}
+
+# ---- Node daemon: workers and leases -----------------------------------------------------------
+
+# The command and environment a node daemon runs a job's workers with.
+struct WorkerLaunch {
+  argv @0 :List(Text);           # argv[0] is the executable (the driver itself, re-run)
+  env @1 :List(Gcs.Label);       # extra environment (code search path, ...)
+}
+
+struct RequestLeaseRequest {
+  jobId @0 :Text;
+  resources @1 :List(Gcs.ResourceAmount);
+  launch @2 :WorkerLaunch;
+  forActor @3 :Bool;             # an actor's worker: it is never shared after the lease
+  grantOrReject @4 :Bool;        # set on a spilled-back request: don't spill again
+}
+struct RequestLeaseReply {
+  union {
+    granted @0 :Lease;
+    spillback @1 :Spillback;     # ask this node instead
+  }
+  struct Lease {
+    leaseId @0 :Text;
+    workerId @1 :Text;
+    workerAddress @2 :Text;      # the leased worker's core worker service
+    nodeId @3 :Text;
+    gpuIds @4 :List(Int32);
+  }
+  struct Spillback {
+    nodeId @0 :Text;
+    nodeAddress @1 :Text;
+  }
+}
+
+struct ReturnLeaseRequest {
+  leaseId @0 :Text;
+  killWorker @1 :Bool;           # the worker is unusable (or held an actor): end it
+}
+
+struct RegisterWorkerRequest {
+  workerId @0 :Text;
+  address @1 :Text;              # its core worker service
+  pid @2 :Int32;
+}
+struct RegisterWorkerReply {
+  nodeId @0 :Text;
+  gcsAddress @1 :Text;
+}
+
+struct KillWorkerRequest {
+  workerId @0 :Text;
+  reason @1 :Text;
+}
+
+struct JobFinishedRequest {
+  jobId @0 :Text;
+}
+
+struct WorkerInfo {
+  workerId @0 :Text;
+  jobId @1 :Text;
+  nodeId @2 :Text;
+  pid @3 :Int32;
+  address @4 :Text;
+  state @5 :Text;                # STARTING, IDLE, LEASED, DEAD
+  actorId @6 :Text;
+  exitReason @7 :Text;
+}
+struct GetWorkersReply {
+  workers @0 :List(WorkerInfo);
+}
+
+# Node -> GCS: a worker process ended.
+struct WorkerFailedRequest {
+  workerId @0 :Text;
+  nodeId @1 :Text;
+  jobId @2 :Text;
+  reason @3 :Text;
+}
+
+# ---- GCS: actors -------------------------------------------------------------------------------
+
+enum ActorState {
+  pendingCreation @0;
+  alive @1;
+  restarting @2;
+  dead @3;
+}
+
+struct ActorInfo {
+  actorId @0 :Text;
+  jobId @1 :Text;
+  name @2 :Text;
+  namespace @3 :Text;
+  className @4 :Text;            # the factory's name
+  state @5 :ActorState;
+  address @6 :Text;              # its worker's core worker service, while alive
+  nodeId @7 :Text;
+  workerId @8 :Text;
+  numRestarts @9 :Int32;
+  maxRestarts @10 :Int32;
+  detached @11 :Bool;
+  deathCause @12 :Text;
+  pid @13 :Int32;
+}
+
+struct CreateActorRequest {
+  spec @0 :TaskSpec;             # kind = actorCreation; carries actorId
+  name @1 :Text;
+  namespace @2 :Text;
+  maxRestarts @3 :Int32;
+  detached @4 :Bool;
+  launch @5 :WorkerLaunch;
+}
+struct CreateActorReply {
+  actorId @0 :Text;
+}
+
+struct GetActorRequest {
+  actorId @0 :Text;              # or, when empty, by name:
+  name @1 :Text;
+  namespace @2 :Text;
+  waitUntilSettled @3 :Bool;     # wait while pending or restarting (until alive or dead)
+}
+struct GetActorReply {
+  found @0 :Bool;
+  actor @1 :ActorInfo;
+}
+
+struct KillActorRequest {
+  actorId @0 :Text;
+  noRestart @1 :Bool;
+}
+
+struct GetAllActorsReply {
+  actors @0 :List(ActorInfo);
+}
+
+# Driver -> GCS: this job is done (also implied when the driver's connection drops).
+struct JobDriverRequest {
+  jobId @0 :Text;
+}

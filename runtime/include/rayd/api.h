@@ -1,0 +1,72 @@
+#pragma once
+// The public C++ API of rayd: the one header users include. Names and shapes follow Ray's C++
+// API under `rayd::`.
+//
+//   #include <rayd/api.h>
+//   int Plus(int a, int b) { return a + b; }
+//   RAYD_REMOTE(Plus);                                   // rayd/api/remote.h
+//
+//   int main(int argc, char** argv) {
+//     rayd::Init(rayd::RaydConfig{}, argc, argv);        // embedded local cluster
+//     rayd::ObjectRef<int> sum = rayd::Task(Plus).Remote(1, 2);
+//     int three = *rayd::Get(sum);
+//     rayd::Shutdown();
+//   }
+//
+// Values: arguments, return values and Put values are serialised with msgpack-cxx. Built-in
+// types and standard containers work as they are; your own types opt in with MSGPACK_DEFINE:
+//
+//   struct Point {
+//     double x = 0, y = 0;
+//     MSGPACK_DEFINE(x, y);
+//   };
+//
+// ObjectRef<T> and ActorHandle<T> serialise too, so they can be arguments or parts of values.
+//
+// Errors reach the caller as exceptions derived from rayd::RaydError (rayd/api/errors.h).
+//
+//   header                 what
+//   rayd/api/config.h      RaydConfig
+//   rayd/api/errors.h      RaydError, RemoteError, ActorDiedError, ObjectLostError,
+//                          TimeoutError, InfeasibleError
+//   rayd/api/object_ref.h  ObjectRef<T>
+//   rayd/api/objects.h     Put, Get, Wait, WaitResult<T>
+//   rayd/api/task_caller.h Task(f) -> TaskCaller
+//   rayd/api/actor.h       Actor(factory) -> ActorCreator, ActorHandle<T>, GetActor<T>
+//   rayd/api/remote.h      RAYD_REMOTE
+
+#include <string>
+#include <vector>
+
+#include "rayd/api/actor.h"
+#include "rayd/api/config.h"
+#include "rayd/api/errors.h"
+#include "rayd/api/object_ref.h"
+#include "rayd/api/objects.h"
+#include "rayd/api/remote.h"
+#include "rayd/api/task_caller.h"
+#include "rayd/internal/runtime.h"
+
+namespace rayd {
+
+// Connects this program to a cluster (config.address, else RAYD_ADDRESS), or starts an
+// embedded one, and makes it the driver of a new job. `argc`/`argv` let a driver executable
+// that is re-run as a worker recognise it: call Init before anything else in main. Throws
+// RaydError when the cluster cannot be reached or rayd is already initialised.
+void Init(RaydConfig config, int argc, char** argv);
+void Init(RaydConfig config = {});
+
+// Ends the job: drops this driver's refs and non-detached actors and, for an embedded
+// cluster, stops it. Does nothing when not initialised.
+void Shutdown();
+
+bool IsInitialized();
+
+// The GPU ids assigned to the calling worker (empty on a driver that reserved none). Throws
+// RaydError when not initialised.
+inline std::vector<int> GetGpuIds() { return internal::RequireRuntime().GetGpuIds(); }
+
+// The id of the node this process runs on, as hex. Throws RaydError when not initialised.
+inline std::string GetNodeId() { return internal::RequireRuntime().GetNodeId(); }
+
+}  // namespace rayd

@@ -1,0 +1,31 @@
+#pragma once
+// RaydConfig: what rayd::Init needs to know. Every field has a working default, so
+// `rayd::Init()` alone starts an embedded single-node cluster.
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rayd {
+
+struct RaydConfig {
+  // "HOST:PORT" of a running head. Empty: RAYD_ADDRESS when set, else an embedded local
+  // cluster that lives as long as the program.
+  std::string address;
+  // Cluster token. Empty: RAYD_TOKEN, else the session directory of a head on this machine.
+  std::string token;
+  // Resources of the embedded cluster's node (-1: detect).
+  int num_cpus = -1;
+  int num_gpus = -1;
+  // The job's namespace for named actors. Empty: an anonymous namespace of its own.
+  std::string ray_namespace;
+  // Shared libraries (or directories of them) that workers dlopen to find the functions
+  // registered with RAYD_REMOTE. Empty: workers re-run the driver's own executable.
+  std::vector<std::string> code_search_path;
+  // Root of session directories. Empty: RAYD_TEMP_DIR, else /tmp/rayd.
+  std::string temp_dir;
+  // Custom resources of the embedded cluster's node.
+  std::map<std::string, double> resources;
+};
+
+}  // namespace rayd

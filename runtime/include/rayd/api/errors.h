@@ -1,0 +1,73 @@
+#pragma once
+// The exceptions of the public API. Everything rayd throws at its users derives from
+// RaydError; code inside rayd returns Status / Result<T> and is converted here, at the edge.
+//
+//   RaydError            the runtime could not do what was asked (not initialised, function not
+//                        registered, a value that does not decode, an internal failure)
+//   ├─ RemoteError       user code in a task or actor method threw; what() is its message
+//   ├─ ActorDiedError    the actor died (killed, or out of restarts) before answering
+//   ├─ ObjectLostError   every copy of the object was lost and it cannot be rebuilt
+//   ├─ TimeoutError      Get / Wait with a timeout ran out
+//   └─ InfeasibleError   no node of the cluster could ever satisfy the resource request
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "rayd/base/status.h"
+#include "rayd/internal/runtime.h"
+
+namespace rayd {
+
+class RaydError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RemoteError : public RaydError {
+ public:
+  // `remote_type`: the demangled type of what the user code threw ("std::out_of_range").
+  RemoteError(std::string remote_type, const std::string& message)
+      : RaydError(message), remote_type_(std::move(remote_type)) {}
+  const std::string& remote_type() const { return remote_type_; }
+
+ private:
+  std::string remote_type_;
+};
+
+class ActorDiedError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
+class ObjectLostError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
+class TimeoutError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
+class InfeasibleError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
+namespace internal {
+
+// Throws the exception that `value.error` stands for; does nothing when it holds a value.
+// `id` names the object in default messages.
+void ThrowIfError(const ObjectValue& value, const ObjectId& id);
+
+// Throws the exception for a non-ok status: ResourceExhausted -> InfeasibleError,
+// DeadlineExceeded -> TimeoutError, anything else -> RaydError(status.message()).
+// Does nothing for an ok status.
+void ThrowIfError(const Status& status);
+
+// The current runtime; throws RaydError when rayd is not initialised.
+Runtime& RequireRuntime();
+
+}  // namespace internal
+}  // namespace rayd

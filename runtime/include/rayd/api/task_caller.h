@@ -1,0 +1,80 @@
+#pragma once
+// rayd::Task(f): builds a call of a remote function.
+//
+//   rayd::ObjectRef<int> sum = rayd::Task(Plus).SetResource("CPU", 2).Remote(1, 2);
+//
+// The builder is a plain value: options may be set on a temporary, as above, or on a named
+// TaskCaller that is then used for many Remote() calls. Remote() throws RaydError when rayd is
+// not initialised or `f` was not registered with RAYD_REMOTE; errors of the call itself
+// arrive through the returned ref (Get rethrows them).
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "rayd/api/errors.h"
+#include "rayd/api/function_traits.h"
+#include "rayd/api/object_ref.h"
+#include "rayd/internal/runtime.h"
+
+namespace rayd {
+
+template <typename F>
+class TaskCaller {
+  using Traits = internal::FunctionTraits<F>;
+  static_assert(Traits::kIsFunction && !Traits::kIsMethod,
+                "rayd::Task takes a free or static function registered with RAYD_REMOTE; call "
+                "actor methods through ActorHandle::Task");
+  static_assert(!Traits::kIsFactory,
+                "rayd::Task: a function returning a pointer is an actor factory; use rayd::Actor");
+
+ public:
+  using ReturnType = typename Traits::Return;
+
+  explicit TaskCaller(F f) : f_(f) {}
+
+  // Adds (or replaces) one resource requirement; without any the task needs {"CPU": 1}.
+  TaskCaller& SetResource(const std::string& name, double amount) {
+    options_.resources[name] = amount;
+    return *this;
+  }
+  // Adds (or replaces) each of `resources`.
+  TaskCaller& SetResources(const std::map<std::string, double>& resources) {
+    for (const auto& [name, amount] : resources) options_.resources[name] = amount;
+    return *this;
+  }
+  // Retries when the executing worker dies (not when the function throws); 0 = none.
+  TaskCaller& SetMaxRetries(int max_retries) {
+    options_.max_retries = max_retries;
+    return *this;
+  }
+  // A name for logs and `rayd list`.
+  TaskCaller& SetName(std::string name) {
+    options_.name = std::move(name);
+    return *this;
+  }
+
+  // Submits the call and returns a ref to its result (ObjectRef<void> for void functions).
+  template <typename... Args>
+  ObjectRef<ReturnType> Remote(Args&&... args) {
+    internal::Runtime& runtime = internal::RequireRuntime();
+    const std::string& name = internal::RemoteName(f_);
+    std::vector<internal::TaskArg> packed = internal::PackArgs<F>(std::forward<Args>(args)...);
+    return ObjectRef<ReturnType>(runtime.SubmitTask(name, std::move(packed), options_),
+                                 std::string());
+  }
+
+  const internal::TaskOptions& options() const { return options_; }
+
+ private:
+  F f_;
+  internal::TaskOptions options_;
+};
+
+// `f` must be registered with RAYD_REMOTE (checked at Remote()).
+template <typename F>
+TaskCaller<F> Task(F f) {
+  return TaskCaller<F>(f);
+}
+
+}  // namespace rayd

@@ -1,0 +1,156 @@
+#pragma once
+// The seam between the public C++ API (rayd/api.h: templates that serialize arguments with
+// msgpack and name functions through the registry) and the core worker that moves tasks,
+// actors and objects between processes. The API only ever talks to this interface; the core
+// worker implements it. Everything here is type-erased: values are msgpack bytes.
+//
+// Threading: every method may be called from any user thread, concurrently. Blocking methods
+// (Get, Wait, CreateActor's wait for a name) block only the calling thread.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rayd/base/ids.h"
+#include "rayd/base/status.h"
+
+namespace rayd {
+
+struct ObjectIdTag {};
+struct ActorIdTag {};
+struct TaskIdTag {};
+using ObjectId = UniqueId<ObjectIdTag>;
+using ActorId = UniqueId<ActorIdTag>;
+using TaskId = UniqueId<TaskIdTag>;
+
+namespace internal {
+
+// One argument of a task, as submitted.
+struct TaskArg {
+  enum class Kind {
+    kValue,      // `value` holds the msgpack bytes of the argument
+    kRef,        // an ObjectRef<T> passed where the function takes T: resolved before the call
+    kRefAsRef,   // an ObjectRef<T> passed where the function takes ObjectRef<T>: passed as is
+  };
+  // kRef, kRefAsRef: the caller's ObjectRef may be dropped as soon as Submit* returns, so the
+  // runtime keeps argument objects alive until the task no longer needs them.
+  Kind kind = Kind::kValue;
+  std::string value;
+  ObjectId ref;                // kRef, kRefAsRef
+  std::string owner_address;   // kRef, kRefAsRef: the RPC address of the ref's owner
+};
+
+// One argument as the executing worker sees it.
+struct InvocationArg {
+  bool is_ref = false;         // true: only for parameters of type ObjectRef<T>
+  std::string value;           // msgpack bytes (resolved refs included)
+  ObjectId ref;                // is_ref
+  std::string owner_address;   // is_ref
+};
+
+// Why an object holds an error instead of a value. Get turns these into the public exceptions.
+enum class ErrorKind {
+  kNone = 0,
+  kRemote,       // user code threw: RemoteError(type, message)
+  kActorDied,    // ActorDiedError
+  kObjectLost,   // ObjectLostError
+  kTimeout,      // TimeoutError (Get with a timeout)
+  kInfeasible,   // InfeasibleError
+  kSystem,       // anything else the runtime could not do (function not found, ...): RaydError
+};
+
+// The content of an object: msgpack bytes, or an error.
+struct ObjectValue {
+  std::string data;                     // msgpack bytes when error == kNone
+  ErrorKind error = ErrorKind::kNone;
+  std::string error_type;               // kRemote: the remote exception's type name
+  std::string error_message;
+};
+
+struct TaskOptions {
+  std::map<std::string, double> resources;  // empty: {"CPU": 1}
+  int max_retries = 3;                      // retries when the worker dies; 0 = none
+  std::string name;                         // for logs and `rayd list`
+};
+
+struct ActorOptions {
+  std::string name;                         // empty: anonymous
+  std::string ray_namespace;                // empty: the job's namespace
+  std::map<std::string, double> resources;  // empty: {"CPU": 0} (placed anywhere with a slot)
+  int max_restarts = 0;                     // -1: unlimited
+  int max_task_retries = 0;                 // -1: unlimited
+  int max_concurrency = 1;
+  bool detached = false;                    // outlives its driver
+};
+
+struct WaitOutcome {
+  std::vector<size_t> ready;      // indices into the ids given to Wait, in order
+  std::vector<size_t> not_ready;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // Put, SubmitTask and SubmitActorTask return a new id that holds no local ref yet: the API
+  // wraps it in an ObjectRef at once, whose constructor calls AddLocalRef. The object is freed
+  // when its count has been positive and drops to zero, never before.
+
+  // Stores `value` (msgpack bytes) owned by this process.
+  virtual ObjectId Put(std::string value) = 0;
+  // Submits a call of the registered function `function_name`; returns its result's id.
+  virtual ObjectId SubmitTask(const std::string& function_name, std::vector<TaskArg> args,
+                              const TaskOptions& options) = 0;
+  // Creates an actor by calling the registered factory; returns once the creation is submitted
+  // (a bad name fails with AlreadyExists, an infeasible request with its error). The API
+  // throws InfeasibleError for ResourceExhausted, TimeoutError for DeadlineExceeded and
+  // RaydError(message) for any other code.
+  virtual Result<ActorId> CreateActor(const std::string& factory_name, std::vector<TaskArg> args,
+                                      const ActorOptions& options) = 0;
+  // Submits a call of the registered method `method_name` on the actor; calls from one caller
+  // run in submission order.
+  virtual ObjectId SubmitActorTask(const ActorId& actor, const std::string& method_name,
+                                   std::vector<TaskArg> args) = 0;
+  // Waits for the objects (timeout < 0: forever). A value not ready in time is kTimeout.
+  virtual std::vector<ObjectValue> Get(const std::vector<ObjectId>& ids,
+                                       std::chrono::milliseconds timeout) = 0;
+  virtual WaitOutcome Wait(const std::vector<ObjectId>& ids, size_t num_returns,
+                           std::chrono::milliseconds timeout) = 0;
+  // The live actor registered under `name` (in the job's namespace when `ray_namespace` is
+  // empty), if any.
+  virtual std::optional<ActorId> GetNamedActor(const std::string& name,
+                                               const std::string& ray_namespace) = 0;
+  // A non-ok status becomes RaydError; killing an actor that is already dead should be Ok.
+  virtual Status KillActor(const ActorId& actor, bool no_restart) = 0;
+
+  // Reference counting of ObjectRef handles in this process. The owner frees an object when
+  // no handle remains. Every live non-nil ObjectRef holds exactly one count (copies add one,
+  // moves transfer theirs); a handle never releases into a runtime other than the one it
+  // counted in (refs that outlive Shutdown release nothing).
+  virtual void AddLocalRef(const ObjectId& id) = 0;
+  virtual void RemoveLocalRef(const ObjectId& id) = 0;
+  // The RPC address of the owner of `id` (to serialize a ref), "" if unknown. The API asks only
+  // for refs this process created (received refs carry their owner's address).
+  virtual std::string OwnerAddress(const ObjectId& id) = 0;
+  // Registers a ref received from elsewhere (an ObjectRef<T> argument, or one inside a value)
+  // so that Get can fetch it from its owner. Adds no count: the ObjectRef built from it calls
+  // AddLocalRef right after. May come more than once for one id, and for refs this process
+  // owns (a ref that went out and came back).
+  virtual void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) = 0;
+
+  // GPU ids assigned to this worker (empty on the driver unless it reserved some).
+  virtual std::vector<int> GetGpuIds() = 0;
+  virtual std::string GetNodeId() = 0;
+};
+
+// The process's runtime: set by rayd::Init (driver) or worker start-up; null before Init and
+// after Shutdown.
+Runtime* CurrentRuntime();
+void SetCurrentRuntime(Runtime* runtime);
+
+}  // namespace internal
+}  // namespace rayd

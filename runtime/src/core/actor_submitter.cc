@@ -1,0 +1,158 @@
+#include "core/actor_submitter.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/object_manager.h"
+
+namespace rayd::core {
+
+using internal::ErrorKind;
+
+void ActorSubmitter::SetMaxTaskRetries(const ActorId& actor, int max_task_retries) {
+  actors_[actor].max_task_retries = max_task_retries;
+}
+
+void ActorSubmitter::Submit(TaskSpec spec) {
+  auto& actor = actors_[spec.actor_id];
+  const ActorId id = spec.actor_id;
+  if (actor.state == Actor::State::kDead) {
+    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, actor.death_cause));
+    return;
+  }
+  const TaskId task_id = spec.task_id;
+  std::vector<TaskArg> args = std::move(spec.args);
+  actor.unresolved.insert(task_id);
+  actor.queue.push_back(std::move(spec));
+  ctx_.objects.ResolveArgs(std::move(args), [this, id, task_id](std::vector<TaskArg> resolved,
+                                                                const ObjectValue* error) {
+    auto& actor = actors_[id];
+    actor.unresolved.erase(task_id);
+    for (auto it = actor.queue.begin(); it != actor.queue.end(); ++it) {
+      if (it->task_id != task_id) continue;
+      if (error) {
+        ctx_.store.Put(it->return_id, *error);
+        actor.queue.erase(it);
+      } else {
+        it->args = std::move(resolved);
+      }
+      break;
+    }
+    Pump(id);
+  });
+}
+
+void ActorSubmitter::Pump(const ActorId& id) {
+  auto& actor = actors_[id];
+  if (actor.state == Actor::State::kUnresolved) return Resolve(id);
+  if (actor.state != Actor::State::kAlive) return;
+  auto& client = ctx_.clients.Get(actor.address);
+  while (!actor.queue.empty() && !actor.unresolved.contains(actor.queue.front().task_id)) {
+    const uint64_t seq = actor.next_seq++;
+    auto [it, inserted] = actor.in_flight.emplace(seq, std::move(actor.queue.front()));
+    actor.queue.pop_front();
+    const TaskSpec& spec = it->second;
+    auto fill = [&spec](capnp::AnyPointer::Builder b) {
+      ToProto(spec, b.initAs<proto::PushTaskRequest>().initSpec());
+    };
+    const std::string address = actor.address;
+    client.Call(proto::Method::PUSH_TASK, fill, Millis(0),
+                [this, id, seq, address](const Status& s, capnp::AnyPointer::Reader r) {
+                  auto& actor = actors_[id];
+                  auto it = actor.in_flight.find(seq);
+                  if (it == actor.in_flight.end()) return;  // already failed over
+                  if (s.ok()) {
+                    ctx_.store.Put(it->second.return_id,
+                                   FromProto(r.getAs<proto::PushTaskReply>().getValue()));
+                    actor.in_flight.erase(it);
+                    return;
+                  }
+                  if (actor.address == address) OnDisconnected(id, s.message());
+                });
+  }
+}
+
+void ActorSubmitter::Resolve(const ActorId& id) {
+  actors_[id].state = Actor::State::kResolving;
+  auto fill = [id](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::GetActorRequest>();
+    r.setActorId(id.Hex());
+    r.setWaitUntilSettled(true);
+  };
+  gcs_.Call(proto::Method::GET_ACTOR, fill, Millis(0),
+            [this, id](const Status& s, capnp::AnyPointer::Reader r) {
+              auto& actor = actors_[id];
+              if (!s.ok()) {
+                // The GCS is unreachable for now: try again shortly.
+                spdlog::warn("looking up actor {}: {}", id.Hex(), s.message());
+                return ResolveLater(id);
+              }
+              auto reply = r.getAs<proto::GetActorReply>();
+              if (!reply.getFound()) {
+                actor.state = Actor::State::kDead;
+                actor.death_cause = "actor " + id.Hex() + " does not exist";
+              } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
+                std::string address = reply.getActor().getAddress();
+                // The GCS may not have heard of the worker's death yet: ask again shortly.
+                if (address == actor.failed_address) return ResolveLater(id);
+                actor.state = Actor::State::kAlive;
+                actor.address = std::move(address);
+                actor.failed_address.clear();
+              } else {
+                actor.state = Actor::State::kDead;
+                actor.death_cause = reply.getActor().getDeathCause();
+                if (actor.death_cause.empty()) actor.death_cause = "the actor is dead";
+              }
+              if (actor.state == Actor::State::kDead) return FailAll(actor, actor.death_cause);
+              Pump(id);
+            });
+}
+
+void ActorSubmitter::OnDisconnected(const ActorId& id, const std::string& why) {
+  auto& actor = actors_[id];
+  ctx_.clients.Drop(actor.address);
+  actor.failed_address = actor.address;
+  actor.address.clear();
+  actor.state = Actor::State::kUnresolved;
+  // Calls in flight, in order: retried ones go back to the front of the queue.
+  std::deque<TaskSpec> retry;
+  for (auto& [seq, spec] : actor.in_flight) {
+    const bool may_retry =
+        actor.max_task_retries < 0 || spec.attempt < actor.max_task_retries;
+    if (may_retry) {
+      spec.attempt++;
+      retry.push_back(std::move(spec));
+    } else {
+      ctx_.store.Put(spec.return_id,
+                     ErrorValue(ErrorKind::kActorDied,
+                                "the actor died while running " + spec.function_name + " (" +
+                                    why + ")"));
+    }
+  }
+  actor.in_flight.clear();
+  for (auto it = retry.rbegin(); it != retry.rend(); ++it) actor.queue.push_front(std::move(*it));
+  if (!actor.queue.empty()) Resolve(id);
+}
+
+void ActorSubmitter::FailAll(Actor& actor, const std::string& why) {
+  for (auto& spec : actor.queue) {
+    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, why));
+  }
+  actor.queue.clear();
+  for (auto& [seq, spec] : actor.in_flight) {
+    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, why));
+  }
+  actor.in_flight.clear();
+}
+
+}  // namespace rayd::core
+
+namespace rayd::core {
+
+void ActorSubmitter::ResolveLater(const ActorId& id) {
+  auto& actor = actors_[id];
+  actor.state = Actor::State::kUnresolved;
+  if (!actor.retry_timer) actor.retry_timer = std::make_unique<Timer>(ctx_.loop);
+  actor.retry_timer->Start(Millis(100), Millis(0), [this, id] { Pump(id); });
+}
+
+}  // namespace rayd::core

@@ -1,0 +1,396 @@
+#include "core/core_worker.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "common/node_info.h"
+#include "rayd/protocol/core.capnp.h"
+
+namespace rayd::core {
+
+using internal::ErrorKind;
+
+CoreWorker::CoreWorker(CoreWorkerOptions options)
+    : options_(std::move(options)),
+      store_(loop_),
+      clients_(loop_, rpc::Options{options_.token, options_.is_driver ? "driver" : "worker"}) {}
+
+Result<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
+  std::unique_ptr<CoreWorker> cw(new CoreWorker(std::move(options)));
+  RAYD_RETURN_IF_ERROR(cw->Connect());
+  return cw;
+}
+
+Status CoreWorker::Connect() {
+  const std::string role = options_.is_driver ? "driver" : "worker";
+  server_ = std::make_unique<rpc::RpcServer>(loop_, rpc::Options{options_.token, role},
+                                             dispatcher_);
+  RAYD_RETURN_IF_ERROR(server_->Listen(options_.node_ip + ":0"));
+  address_ = server_->bound_addresses().front();
+  objects_ = std::make_unique<ObjectManager>(store_, clients_, address_);
+  objects_->RegisterMethods(dispatcher_);
+  executor_ = std::make_unique<Executor>(loop_, *objects_);
+  executor_->RegisterMethods(dispatcher_);
+  gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
+                                          nullptr, rpc::ReconnectBackoff{Millis(50), Millis(1000)});
+  io_thread_ = std::thread([this] { loop_.Run(); });
+  loop_.Post([this] { gcs_->Connect(); });
+
+  if (options_.is_driver) {
+    RAYD_RETURN_IF_ERROR(ChooseNode());
+    RAYD_RETURN_IF_ERROR(RegisterDriver());
+  } else {
+    RAYD_RETURN_IF_ERROR(RegisterWorker());
+  }
+  submit_ctx_ = std::unique_ptr<SubmitterContext>(new SubmitterContext{
+      loop_, store_, clients_, *objects_, options_.node_address, options_.job_id,
+      options_.launch_argv, options_.launch_env});
+  return RunOnLoop([this](auto done) {
+    tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
+    actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
+    done(Status::Ok());
+  });
+}
+
+Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
+                             Millis timeout) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  loop_.Post([fn, promise] {
+    auto once = std::make_shared<bool>(false);
+    fn([promise, once](Status s) {
+      if (*once) return;
+      *once = true;
+      promise->set_value(std::move(s));
+    });
+  });
+  if (future.wait_for(timeout) != std::future_status::ready) {
+    return Status::DeadlineExceeded("no answer from the cluster within " +
+                                    std::to_string(timeout.count()) + " ms");
+  }
+  return future.get();
+}
+
+Status CoreWorker::ChooseNode() {
+  if (!options_.node_address.empty()) return Status::Ok();
+  // A driver uses the node daemon on its own host if there is one, else the head's.
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  auto found = std::make_shared<std::pair<std::string, std::string>>();  // (same host, head)
+  Status s = RunOnLoop([this, found, host = std::string(host)](auto done) {
+    auto fill = [](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
+    };
+    gcs_->Call(proto::Method::GET_ALL_NODES, fill, Millis(15000),
+               [found, host, done](const Status& st, capnp::AnyPointer::Reader r) {
+                 if (!st.ok()) return done(st);
+                 auto& [chosen, head] = *found;
+                 for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+                   if (n.getIsHead() && head.empty()) head = n.getAddress();
+                   if (n.getHostname() == host && chosen.empty()) chosen = n.getAddress();
+                 }
+                 done(Status::Ok());
+               });
+  });
+  if (!s.ok()) {
+    return Status::Unavailable("cannot reach the cluster at " + options_.gcs_address + ": " +
+                               s.message());
+  }
+  options_.node_address = found->first.empty() ? found->second : found->first;
+  if (options_.node_address.empty()) {
+    return Status::Unavailable("the cluster at " + options_.gcs_address + " has no alive node");
+  }
+  return Status::Ok();
+}
+
+Status CoreWorker::RegisterDriver() {
+  return RunOnLoop([this](auto done) {
+    auto fill = [this](capnp::AnyPointer::Builder b) {
+      auto job = b.initAs<proto::AddJobRequest>().initJob();
+      job.setJobId(options_.job_id.Hex());
+      job.setDriverPid(getpid());
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      job.setDriverHost(host);
+      job.setEntrypoint(options_.entrypoint);
+    };
+    gcs_->Call(proto::Method::ADD_JOB, fill, Millis(15000),
+               [done](const Status& s, capnp::AnyPointer::Reader) {
+                 done(s.WithContext("registering the job"));
+               });
+  });
+}
+
+Status CoreWorker::RegisterWorker() {
+  return RunOnLoop([this](auto done) {
+    auto& node = clients_.Get(options_.node_address);
+    node.SetOnStateChange([this](const Status& s) {
+      // The node daemon owns its workers: when it goes, so do we.
+      if (!s.ok() && !shut_down_ && !disconnect_signalled_) {
+        spdlog::warn("lost the node daemon ({}); exiting", s.message());
+        disconnect_signalled_ = true;
+        disconnected_.set_value();
+      }
+    });
+    auto fill = [this](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::RegisterWorkerRequest>();
+      r.setWorkerId(options_.worker_id.Hex());
+      r.setAddress(address_);
+      r.setPid(getpid());
+    };
+    node.Call(proto::Method::REGISTER_WORKER, fill, Millis(15000),
+              [this, done](const Status& s, capnp::AnyPointer::Reader r) {
+                if (s.ok()) node_id_ = r.getAs<proto::RegisterWorkerReply>().getNodeId();
+                done(s.WithContext("registering with the node daemon"));
+              });
+  });
+}
+
+void CoreWorker::WaitForDisconnect() { disconnected_.get_future().wait(); }
+
+void CoreWorker::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (options_.is_driver) {
+    RunOnLoop(
+        [this](auto done) {
+          if (tasks_) tasks_->ReturnAllLeases();
+          auto fill = [this](capnp::AnyPointer::Builder b) {
+            b.initAs<proto::JobDriverRequest>().setJobId(options_.job_id.Hex());
+          };
+          gcs_->Call(proto::Method::JOB_DRIVER_EXITED, fill, Millis(5000),
+                     [done](const Status& s, capnp::AnyPointer::Reader) { done(s); });
+        },
+        Millis(6000))
+        .IgnoreError();
+  }
+  RunOnLoop([this](auto done) {
+    actors_.reset();
+    tasks_.reset();
+    gcs_.reset();
+    server_->Close();
+    done(Status::Ok());
+  }).IgnoreError();
+  loop_.Stop();
+  if (io_thread_.joinable()) io_thread_.join();
+  executor_.reset();
+}
+
+CoreWorker::~CoreWorker() { Shutdown(); }
+
+TaskSpec CoreWorker::NewSpec(const std::string& function_name,
+                             std::vector<internal::TaskArg> args) {
+  TaskSpec spec;
+  spec.task_id = TaskId::FromRandom();
+  spec.job_id = options_.job_id;
+  spec.function_name = function_name;
+  spec.args = std::move(args);
+  spec.return_id = ObjectId::FromRandom();
+  spec.caller_address = address_;
+  return spec;
+}
+
+ObjectId CoreWorker::Put(std::string value) {
+  ObjectId id = ObjectId::FromRandom();
+  internal::ObjectValue v;
+  v.data = std::move(value);
+  store_.Put(id, std::move(v));
+  return id;
+}
+
+ObjectId CoreWorker::SubmitTask(const std::string& function_name,
+                                std::vector<internal::TaskArg> args,
+                                const internal::TaskOptions& options) {
+  TaskSpec spec = NewSpec(function_name, std::move(args));
+  spec.resources = ToResourceSet(options.resources.empty()
+                                     ? std::map<std::string, double>{{"CPU", 1.0}}
+                                     : options.resources);
+  spec.max_retries = options.max_retries;
+  spec.name = options.name;
+  const ObjectId id = spec.return_id;
+  loop_.Post([this, spec = std::move(spec)]() mutable {
+    if (!tasks_) {
+      return store_.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
+    }
+    std::vector<internal::TaskArg> args = std::move(spec.args);
+    objects_->ResolveArgs(std::move(args),
+                          [this, spec = std::move(spec)](std::vector<internal::TaskArg> resolved,
+                                                         const ObjectValue* error) mutable {
+                            if (error) return store_.Put(spec.return_id, *error);
+                            spec.args = std::move(resolved);
+                            if (tasks_) tasks_->Submit(std::move(spec));
+                          });
+  });
+  return id;
+}
+
+Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
+                                        std::vector<internal::TaskArg> args,
+                                        const internal::ActorOptions& options) {
+  TaskSpec spec = NewSpec(factory_name, std::move(args));
+  spec.kind = TaskSpec::Kind::ACTOR_CREATION;
+  spec.actor_id = ActorId::FromRandom();
+  spec.resources = ToResourceSet(options.resources);
+  spec.max_concurrency = std::max(1, options.max_concurrency);
+  const ActorId id = spec.actor_id;
+  // Shared with the loop: the wait below may give up before the loop is done with them.
+  struct Request {
+    TaskSpec spec;
+    internal::ActorOptions options;
+    std::string ray_namespace;
+  };
+  auto req = std::make_shared<Request>(Request{std::move(spec), options,
+                                               options.ray_namespace.empty()
+                                                   ? options_.ray_namespace
+                                                   : options.ray_namespace});
+  Status s = RunOnLoop([this, req, id](auto done) {
+    actors_->SetMaxTaskRetries(id, req->options.max_task_retries);
+    std::vector<internal::TaskArg> args = std::move(req->spec.args);
+    objects_->ResolveArgs(std::move(args), [this, req, done](
+                                               std::vector<internal::TaskArg> resolved,
+                                               const ObjectValue* error) {
+      if (error) return done(Status::InvalidArgument(error->error_message));
+      req->spec.args = std::move(resolved);
+      auto fill = [&](capnp::AnyPointer::Builder b) {
+        auto r = b.initAs<proto::CreateActorRequest>();
+        ToProto(req->spec, r.initSpec());
+        r.setName(req->options.name);
+        r.setNamespace(req->ray_namespace);
+        r.setMaxRestarts(req->options.max_restarts);
+        r.setDetached(req->options.detached);
+        FillLaunch(*submit_ctx_, r.initLaunch());
+      };
+      gcs_->Call(proto::Method::CREATE_ACTOR, fill, Millis(30000),
+                 [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+    });
+  }, Millis(120000));
+  if (!s.ok()) return s;
+  return id;
+}
+
+ObjectId CoreWorker::SubmitActorTask(const ActorId& actor, const std::string& method_name,
+                                     std::vector<internal::TaskArg> args) {
+  TaskSpec spec = NewSpec(method_name, std::move(args));
+  spec.kind = TaskSpec::Kind::ACTOR_TASK;
+  spec.actor_id = actor;
+  const ObjectId id = spec.return_id;
+  loop_.Post([this, spec = std::move(spec)]() mutable {
+    if (!actors_) {
+      return store_.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
+    }
+    actors_->Submit(std::move(spec));
+  });
+  return id;
+}
+
+void CoreWorker::FetchMissing(const std::vector<ObjectId>& ids) {
+  for (const auto& id : ids) {
+    if (store_.Contains(id)) continue;
+    std::string owner = objects_->OwnerOf(id);
+    if (owner == address_) continue;
+    loop_.Post([this, id, owner] {
+      objects_->Resolve(id, owner, [](const ObjectValue&) {});
+    });
+  }
+}
+
+std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& ids,
+                                                   std::chrono::milliseconds timeout) {
+  FetchMissing(ids);
+  const auto deadline =
+      timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
+  auto found = store_.Wait(ids, ids.size(), deadline);
+  std::vector<internal::ObjectValue> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (found[i]) {
+      out.push_back(std::move(*found[i]));
+    } else {
+      out.push_back(ErrorValue(ErrorKind::kTimeout,
+                               "object " + ids[i].Hex() + " was not ready within " +
+                                   std::to_string(timeout.count()) + " ms"));
+    }
+  }
+  return out;
+}
+
+internal::WaitOutcome CoreWorker::Wait(const std::vector<ObjectId>& ids, size_t num_returns,
+                                       std::chrono::milliseconds timeout) {
+  FetchMissing(ids);
+  const auto deadline =
+      timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
+  auto found = store_.Wait(ids, std::min(num_returns, ids.size()), deadline);
+  internal::WaitOutcome outcome;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (found[i] && outcome.ready.size() < num_returns) {
+      outcome.ready.push_back(i);
+    } else {
+      outcome.not_ready.push_back(i);
+    }
+  }
+  return outcome;
+}
+
+std::optional<ActorId> CoreWorker::GetNamedActor(const std::string& name,
+                                                 const std::string& ray_namespace) {
+  auto result = std::make_shared<std::optional<ActorId>>();
+  const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
+  Status s = RunOnLoop([this, result, name, ns](auto done) {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::GetActorRequest>();
+      r.setName(name);
+      r.setNamespace(ns);
+    };
+    gcs_->Call(proto::Method::GET_ACTOR, fill, Millis(15000),
+               [result, done](const Status& st, capnp::AnyPointer::Reader r) {
+                 if (st.ok()) {
+                   auto reply = r.getAs<proto::GetActorReply>();
+                   if (reply.getFound() &&
+                       reply.getActor().getState() != proto::ActorState::DEAD) {
+                     auto id = ActorId::FromHex(reply.getActor().getActorId().cStr());
+                     if (id.ok()) *result = *id;
+                   }
+                 }
+                 done(st);
+               });
+  });
+  if (!s.ok()) spdlog::warn("GetActor({}): {}", name, s.ToString());
+  return *result;
+}
+
+Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
+  return RunOnLoop([this, actor, no_restart](auto done) {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::KillActorRequest>();
+      r.setActorId(actor.Hex());
+      r.setNoRestart(no_restart);
+    };
+    gcs_->Call(proto::Method::KILL_ACTOR, fill, Millis(15000),
+               [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+  });
+}
+
+void CoreWorker::AddLocalRef(const ObjectId& id) { store_.AddRef(id); }
+void CoreWorker::RemoveLocalRef(const ObjectId& id) { store_.RemoveRef(id); }
+std::string CoreWorker::OwnerAddress(const ObjectId& id) { return objects_->OwnerOf(id); }
+void CoreWorker::RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) {
+  objects_->RegisterBorrowed(id, owner_address);
+}
+
+std::vector<int> CoreWorker::GetGpuIds() {
+  std::vector<int> ids;
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (env == nullptr) return ids;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) ids.push_back(std::atoi(item.c_str()));
+  }
+  return ids;
+}
+
+std::string CoreWorker::GetNodeId() { return node_id_; }
+
+}  // namespace rayd::core

@@ -1,0 +1,111 @@
+#pragma once
+// CoreWorker: the runtime inside every driver and worker process. It implements the API's
+// internal::Runtime on top of an I/O thread that runs one event loop: an RPC server (tasks
+// pushed to us, objects we own), a client to the GCS, a client to the local node daemon, and
+// clients to peers. User threads call in; blocking calls wait on the store or on a promise
+// fulfilled by the loop.
+//
+// Member declaration order follows the dependency order (the loop first, the thread last).
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/actor_submitter.h"
+#include "core/client_pool.h"
+#include "core/executor.h"
+#include "core/memory_store.h"
+#include "core/object_manager.h"
+#include "core/task_submitter.h"
+
+namespace rayd::core {
+
+struct CoreWorkerOptions {
+  bool is_driver = true;
+  std::string gcs_address;
+  std::string node_address;  // empty for drivers: chosen from the GCS's node table
+  std::string token;
+  std::string node_ip = "127.0.0.1";  // where our own server listens
+  JobId job_id;
+  WorkerId worker_id;
+  std::string ray_namespace;
+  std::vector<std::string> launch_argv;  // drivers: how workers of this job are started
+  std::map<std::string, std::string> launch_env;
+  std::string entrypoint;  // drivers: shown in `rayd list jobs`
+};
+
+class CoreWorker : public internal::Runtime {
+ public:
+  // Connects and registers: drivers add their job to the GCS; workers register with their
+  // node daemon. Fails with a clear message when the cluster can't be reached.
+  static Result<std::unique_ptr<CoreWorker>> Start(CoreWorkerOptions options);
+  ~CoreWorker() override;
+
+  // Drivers: tells the GCS the job is done (its actors and workers are cleaned up), returns
+  // leases, and stops the I/O thread. Idempotent.
+  void Shutdown();
+  // Workers: blocks until the node daemon goes away (or Shutdown).
+  void WaitForDisconnect();
+
+  const std::string& address() const { return address_; }
+  const JobId& job_id() const { return options_.job_id; }
+
+  // internal::Runtime
+  ObjectId Put(std::string value) override;
+  ObjectId SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,
+                      const internal::TaskOptions& options) override;
+  Result<ActorId> CreateActor(const std::string& factory_name,
+                              std::vector<internal::TaskArg> args,
+                              const internal::ActorOptions& options) override;
+  ObjectId SubmitActorTask(const ActorId& actor, const std::string& method_name,
+                           std::vector<internal::TaskArg> args) override;
+  std::vector<internal::ObjectValue> Get(const std::vector<ObjectId>& ids,
+                                         std::chrono::milliseconds timeout) override;
+  internal::WaitOutcome Wait(const std::vector<ObjectId>& ids, size_t num_returns,
+                             std::chrono::milliseconds timeout) override;
+  std::optional<ActorId> GetNamedActor(const std::string& name,
+                                       const std::string& ray_namespace) override;
+  Status KillActor(const ActorId& actor, bool no_restart) override;
+  void AddLocalRef(const ObjectId& id) override;
+  void RemoveLocalRef(const ObjectId& id) override;
+  std::string OwnerAddress(const ObjectId& id) override;
+  void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) override;
+  std::vector<int> GetGpuIds() override;
+  std::string GetNodeId() override;
+
+ private:
+  explicit CoreWorker(CoreWorkerOptions options);
+  Status Connect();
+  Status ChooseNode();
+  Status RegisterDriver();
+  Status RegisterWorker();
+  // Runs `fn` on the loop and waits for the Status it reports.
+  Status RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
+                   Millis timeout = Millis(60000));
+  // Fetches borrowed objects that are not here yet (their values land in the store).
+  void FetchMissing(const std::vector<ObjectId>& ids);
+  TaskSpec NewSpec(const std::string& function_name, std::vector<internal::TaskArg> args);
+
+  CoreWorkerOptions options_;
+  EventLoop loop_;
+  MemoryStore store_;
+  ClientPool clients_;
+  rpc::Dispatcher dispatcher_;
+  std::unique_ptr<rpc::RpcServer> server_;
+  std::string address_;
+  std::unique_ptr<ObjectManager> objects_;
+  std::unique_ptr<rpc::RpcClient> gcs_;
+  std::unique_ptr<SubmitterContext> submit_ctx_;
+  std::unique_ptr<TaskSubmitter> tasks_;
+  std::unique_ptr<ActorSubmitter> actors_;
+  std::unique_ptr<Executor> executor_;
+  std::string node_id_;
+  std::promise<void> disconnected_;
+  bool disconnect_signalled_ = false;  // loop thread
+  std::atomic<bool> shut_down_{false};
+  std::thread io_thread_;
+};
+
+}  // namespace rayd::core

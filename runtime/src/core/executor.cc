@@ -1,0 +1,138 @@
+#include "core/executor.h"
+
+#include <spdlog/spdlog.h>
+
+#include "rayd/internal/function_registry.h"
+#include "rayd/internal/type_names.h"
+
+namespace rayd::core {
+
+using internal::ErrorKind;
+using internal::FunctionKind;
+using internal::FunctionRegistry;
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this] {
+      while (true) {
+        std::function<void()> work;
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          work = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        work();
+      }
+    });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::Post(std::function<void()> work) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+Executor::~Executor() {
+  actor_pool_.reset();
+  task_pool_.reset();
+}
+
+void Executor::RegisterMethods(rpc::Dispatcher& dispatcher) {
+  dispatcher.Register(proto::Method::PUSH_TASK,
+                      [this](const rpc::CallPtr& call) { HandlePushTask(call); });
+}
+
+void Executor::HandlePushTask(const rpc::CallPtr& call) {
+  auto parsed = FromProto(call->Params<proto::PushTaskRequest>().getSpec());
+  if (!parsed.ok()) return call->Fail(parsed.status());
+  auto spec = std::make_shared<TaskSpec>(std::move(parsed).value());
+  auto run = [this, call, spec] {
+    ObjectValue value = Execute(*spec);
+    loop_.Post([call, value = std::move(value)] {
+      call->Reply([&](capnp::AnyPointer::Builder b) {
+        ToProto(value, b.initAs<proto::PushTaskReply>().initValue());
+      });
+    });
+  };
+  switch (spec->kind) {
+    case TaskSpec::Kind::NORMAL:
+      if (!task_pool_) task_pool_ = std::make_unique<ThreadPool>(1);
+      task_pool_->Post(std::move(run));
+      break;
+    case TaskSpec::Kind::ACTOR_CREATION:
+      if (actor_pool_) {
+        return call->Fail(Status::AlreadyExists("this worker already holds an actor"));
+      }
+      actor_id_ = spec->actor_id;
+      actor_pool_ = std::make_unique<ThreadPool>(spec->max_concurrency);
+      actor_pool_->Post(std::move(run));
+      break;
+    case TaskSpec::Kind::ACTOR_TASK:
+      if (!actor_pool_ || spec->actor_id != actor_id_) {
+        return call->Fail(Status::NotFound("actor " + spec->actor_id.Hex() +
+                                           " does not live in this worker"));
+      }
+      actor_pool_->Post(std::move(run));
+      break;
+  }
+}
+
+ObjectValue Executor::Execute(const TaskSpec& spec) {
+  const auto* entry = FunctionRegistry::Global().Find(spec.function_name);
+  if (entry == nullptr) {
+    return ErrorValue(ErrorKind::kSystem,
+                      "function '" + spec.function_name +
+                          "' is not registered in this worker: declare it with RAYD_REMOTE, and "
+                          "put its library on the job's code search path");
+  }
+  std::vector<internal::InvocationArg> args;
+  args.reserve(spec.args.size());
+  for (const auto& a : spec.args) {
+    internal::InvocationArg arg;
+    if (a.kind == internal::TaskArg::Kind::kValue) {
+      arg.value = a.value;
+    } else {
+      arg.is_ref = true;
+      arg.ref = a.ref;
+      arg.owner_address = a.owner_address;
+      objects_.RegisterBorrowed(a.ref, a.owner_address);
+    }
+    args.push_back(std::move(arg));
+  }
+  void* self = nullptr;
+  if (entry->kind == FunctionKind::kActorMethod) {
+    if (!actor_) {
+      return ErrorValue(ErrorKind::kActorDied, "the actor was not constructed in this worker");
+    }
+    self = actor_.get();
+  }
+  try {
+    internal::InvocationResult result = entry->invoke(self, args);
+    if (entry->kind == FunctionKind::kActorFactory) actor_ = std::move(result.actor);
+    ObjectValue value;
+    value.data = std::move(result.value);
+    return value;
+  } catch (const internal::ArgumentError& e) {
+    return ErrorValue(ErrorKind::kSystem, e.what(), "ArgumentError");
+  } catch (const std::exception& e) {
+    return ErrorValue(ErrorKind::kRemote, e.what(), internal::DemangledTypeName(e));
+  } catch (...) {
+    return ErrorValue(ErrorKind::kRemote, "a non-standard exception was thrown", "unknown");
+  }
+}
+
+}  // namespace rayd::core

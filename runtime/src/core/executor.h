@@ -1,0 +1,60 @@
+#pragma once
+// Executor: runs the tasks pushed to this worker. Normal tasks run one at a time on the task
+// thread in arrival order; an actor's calls run on its pool (one thread by default, so calls
+// from one caller run in submission order; max_concurrency threads when asked).
+//
+// The loop thread receives PUSH_TASK and hands the call to a pool; the pool runs user code and
+// posts the reply back to the loop. User exceptions become error values, never crashes.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/object_manager.h"
+#include "core/task_spec.h"
+#include "rayd/base/rpc.h"
+
+namespace rayd::core {
+
+// A fixed set of threads taking work from one FIFO queue.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // finishes queued work, then joins
+  void Post(std::function<void()> work);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+class Executor {
+ public:
+  // `loop` and `objects` must outlive the executor.
+  Executor(EventLoop& loop, ObjectManager& objects) : loop_(loop), objects_(objects) {}
+  ~Executor();
+
+  void RegisterMethods(rpc::Dispatcher& dispatcher);
+  const ActorId& actor_id() const { return actor_id_; }
+
+ private:
+  void HandlePushTask(const rpc::CallPtr& call);
+  // Runs on a pool thread.
+  ObjectValue Execute(const TaskSpec& spec);
+
+  EventLoop& loop_;
+  ObjectManager& objects_;
+  std::unique_ptr<ThreadPool> task_pool_;
+  std::unique_ptr<ThreadPool> actor_pool_;
+  ActorId actor_id_;
+  std::shared_ptr<void> actor_;  // the actor instance, once created
+};
+
+}  // namespace rayd::core

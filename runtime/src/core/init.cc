@@ -1,0 +1,183 @@
+// rayd::Init / Shutdown: make this process a driver (of an embedded or a running cluster), or,
+// when a node daemon started it as a worker, serve tasks until the node lets it go.
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/core_worker.h"
+#include "core/embedded_cluster.h"
+#include "rayd/api.h"
+#include "rayd/base/logging.h"
+#include "rayd/runtime/session.h"
+
+namespace rayd {
+namespace {
+
+struct Driver {
+  std::unique_ptr<core::EmbeddedCluster> cluster;  // null when joined to a running cluster
+  std::unique_ptr<core::CoreWorker> worker;
+};
+
+std::mutex g_mu;
+Driver* g_driver = nullptr;  // guarded by g_mu
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string SelfExecutable() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// dlopens every library named on the search path (files, or directories of *.so), so that
+// their RAYD_REMOTE registrations land in this process's registry.
+void LoadLibraries(const std::string& search_path) {
+  size_t start = 0;
+  while (start <= search_path.size()) {
+    size_t end = search_path.find(':', start);
+    if (end == std::string::npos) end = search_path.size();
+    std::string entry = search_path.substr(start, end - start);
+    start = end + 1;
+    if (entry.empty()) continue;
+    std::vector<std::string> files;
+    if (DIR* dir = opendir(entry.c_str())) {
+      while (dirent* e = readdir(dir)) {
+        std::string name = e->d_name;
+        if (name.size() > 3 && name.ends_with(".so")) files.push_back(entry + "/" + name);
+      }
+      closedir(dir);
+    } else {
+      files.push_back(entry);
+    }
+    for (const auto& f : files) {
+      if (dlopen(f.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+        spdlog::error("cannot load {}: {}", f, dlerror());
+      }
+    }
+  }
+}
+
+[[noreturn]] void RunWorker() {
+  InitLogging("worker", "");
+  LoadLibraries(Env("RAYD_CODE_SEARCH_PATH"));
+  core::CoreWorkerOptions options;
+  options.is_driver = false;
+  options.gcs_address = Env("RAYD_GCS_ADDRESS");
+  options.node_address = Env("RAYD_NODE_ADDRESS");
+  options.token = Env("RAYD_TOKEN");
+  if (!Env("RAYD_NODE_IP").empty()) options.node_ip = Env("RAYD_NODE_IP");
+  auto job = JobId::FromHex(Env("RAYD_JOB_ID"));
+  auto worker = WorkerId::FromHex(Env("RAYD_WORKER_ID"));
+  if (!job.ok() || !worker.ok()) {
+    spdlog::critical("RAYD_WORKER_MODE is set without a valid RAYD_JOB_ID / RAYD_WORKER_ID");
+    _exit(2);
+  }
+  options.job_id = *job;
+  options.worker_id = *worker;
+  auto cw = core::CoreWorker::Start(options);
+  if (!cw.ok()) {
+    spdlog::critical("worker could not start: {}", cw.status().ToString());
+    _exit(1);
+  }
+  internal::SetCurrentRuntime(cw->get());
+  (*cw)->WaitForDisconnect();
+  // The node is gone: leave without running the user's static destructors mid-task.
+  _exit(0);
+}
+
+std::string FindToken(const RaydConfig& config, const std::string& temp_root) {
+  if (!config.token.empty()) return config.token;
+  if (!Env("RAYD_TOKEN").empty()) return Env("RAYD_TOKEN");
+  std::string latest = session::LatestHeadSession(temp_root);
+  if (latest.empty()) return "";
+  auto token = session::ReadTrimmed(latest + "/token");
+  return token.ok() ? *token : "";
+}
+
+}  // namespace
+
+void Init(RaydConfig config, int argc, char** argv) {
+  if (!Env("RAYD_WORKER_MODE").empty()) RunWorker();
+  std::lock_guard lock(g_mu);
+  if (g_driver != nullptr) throw RaydError("rayd is already initialised");
+  std::signal(SIGPIPE, SIG_IGN);
+  // Until we know where the session's logs go, only problems reach stderr.
+  InitLogging("driver", "");
+  if (Env("RAYD_LOG_LEVEL").empty()) spdlog::set_level(spdlog::level::warn);
+  const std::string temp_root = session::ResolveTempRoot(config.temp_dir);
+  auto driver = std::make_unique<Driver>();
+
+  core::CoreWorkerOptions options;
+  options.is_driver = true;
+  options.job_id = JobId::FromRandom();
+  options.ray_namespace = config.ray_namespace.empty() ? options.job_id.Hex()
+                                                       : config.ray_namespace;
+  options.entrypoint = argc > 0 && argv ? argv[0] : SelfExecutable();
+  options.launch_argv = {SelfExecutable()};
+  std::string search_path;
+  for (const auto& p : config.code_search_path) search_path += (search_path.empty() ? "" : ":") + p;
+  if (!search_path.empty()) options.launch_env["RAYD_CODE_SEARCH_PATH"] = search_path;
+
+  std::string address = config.address.empty() ? Env("RAYD_ADDRESS") : config.address;
+  if (address.empty()) {
+    NodeResourceOptions resources;
+    if (config.num_cpus >= 0) resources.num_cpus = config.num_cpus;
+    if (config.num_gpus >= 0) resources.num_gpus = config.num_gpus;
+    for (const auto& [name, amount] : config.resources) {
+      resources.custom.Set(name, scheduler::FixedPoint::FromDouble(amount));
+    }
+    auto cluster = core::EmbeddedCluster::Start(resources, temp_root);
+    if (!cluster.ok()) throw RaydError("rayd::Init: " + cluster.status().message());
+    driver->cluster = std::move(*cluster);
+    // The program's own output stays clean: the runtime logs into the session directory.
+    InitLogging("driver", driver->cluster->session_dir() + "/logs/driver.log");
+    options.gcs_address = driver->cluster->gcs_address();
+    options.node_address = driver->cluster->node_address();
+    options.token = driver->cluster->token();
+  } else {
+    options.gcs_address = address;
+    options.token = FindToken(config, temp_root);
+    if (options.token.empty()) {
+      throw RaydError("rayd::Init: no cluster token for " + address +
+                      ": set RaydConfig::token or RAYD_TOKEN");
+    }
+  }
+  auto worker = core::CoreWorker::Start(options);
+  if (!worker.ok()) throw RaydError("rayd::Init: " + worker.status().message());
+  driver->worker = std::move(*worker);
+  internal::SetCurrentRuntime(driver->worker.get());
+  g_driver = driver.release();
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit([] { Shutdown(); }); });
+}
+
+void Init(RaydConfig config) { Init(std::move(config), 0, nullptr); }
+
+void Shutdown() {
+  std::unique_ptr<Driver> driver;
+  {
+    std::lock_guard lock(g_mu);
+    if (g_driver == nullptr) return;
+    driver.reset(g_driver);
+    g_driver = nullptr;
+  }
+  internal::SetCurrentRuntime(nullptr);
+  driver->worker->Shutdown();
+  driver->worker.reset();
+  driver->cluster.reset();
+}
+
+bool IsInitialized() {
+  std::lock_guard lock(g_mu);
+  return g_driver != nullptr;
+}
+
+}  // namespace rayd

@@ -1,0 +1,97 @@
+#include "core/memory_store.h"
+
+namespace rayd::core {
+
+void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
+  std::vector<std::function<void(const ObjectValue&)>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    auto& e = entries_[id];
+    if (e.value) return;
+    if (e.released) {
+      entries_.erase(id);
+      return;
+    }
+    e.value = std::move(value);
+    callbacks.swap(e.callbacks);
+    if (!callbacks.empty()) {
+      auto shared = std::make_shared<ObjectValue>(*e.value);
+      loop_.Post([callbacks = std::move(callbacks), shared] {
+        for (const auto& cb : callbacks) cb(*shared);
+      });
+    }
+  }
+  cv_.notify_all();
+}
+
+std::optional<ObjectValue> MemoryStore::TryGet(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.value;
+}
+
+bool MemoryStore::Contains(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it != entries_.end() && it->second.value.has_value();
+}
+
+std::vector<std::optional<ObjectValue>> MemoryStore::Wait(const std::vector<ObjectId>& ids,
+                                                          size_t num_ready,
+                                                          Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  auto count_ready = [&] {
+    size_t n = 0;
+    for (const auto& id : ids) {
+      auto it = entries_.find(id);
+      n += it != entries_.end() && it->second.value.has_value();
+    }
+    return n;
+  };
+  cv_.wait_until(lock, deadline, [&] { return count_ready() >= num_ready; });
+  std::vector<std::optional<ObjectValue>> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) {
+    auto it = entries_.find(id);
+    out.push_back(it == entries_.end() ? std::nullopt : it->second.value);
+  }
+  return out;
+}
+
+void MemoryStore::WhenReady(const ObjectId& id, std::function<void(const ObjectValue&)> cb) {
+  std::lock_guard lock(mu_);
+  auto& e = entries_[id];
+  if (e.value) {
+    loop_.Post([cb = std::move(cb), v = *e.value] { cb(v); });
+    return;
+  }
+  e.released = false;
+  e.callbacks.push_back(std::move(cb));
+}
+
+void MemoryStore::AddRef(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto& e = entries_[id];
+  e.refs++;
+  e.released = false;
+}
+
+void MemoryStore::RemoveRef(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || --it->second.refs > 0) return;
+  if (!it->second.callbacks.empty()) return;  // someone still waits for it
+  if (it->second.value) {
+    entries_.erase(it);
+  } else {
+    it->second.released = true;
+  }
+}
+
+size_t MemoryStore::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace rayd::core

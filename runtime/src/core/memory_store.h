@@ -1,0 +1,62 @@
+#pragma once
+// MemoryStore: the objects this process holds — values it owns (task results, Puts) and copies
+// of borrowed values fetched from their owners. Small values only for now; the shared-memory
+// store (issue [3/9]) takes the large ones.
+//
+// Threading: safe from any thread. User threads block in Wait(); the loop thread registers
+// callbacks with WhenReady(), which always run on the loop (posted).
+//
+// Lifetime of an entry: created by the first Put, WhenReady, or AddRef. It is freed when its
+// local reference count drops to zero after having been positive (a value that arrives for an
+// entry already released is dropped), unless pinned by in-flight work (Pin/Unpin).
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "rayd/base/event_loop.h"
+#include "rayd/internal/runtime.h"
+
+namespace rayd::core {
+
+using internal::ObjectValue;
+
+class MemoryStore {
+ public:
+  // `loop` runs WhenReady callbacks; it must outlive the store.
+  explicit MemoryStore(EventLoop& loop) : loop_(loop) {}
+
+  // Stores the value unless one is there already (the first value wins).
+  void Put(const ObjectId& id, ObjectValue value);
+  std::optional<ObjectValue> TryGet(const ObjectId& id) const;
+  bool Contains(const ObjectId& id) const;
+
+  // Blocks until at least `num_ready` of `ids` have values or `deadline` passes; returns the
+  // values found (nullopt where none).
+  std::vector<std::optional<ObjectValue>> Wait(const std::vector<ObjectId>& ids,
+                                               size_t num_ready, Clock::time_point deadline);
+  // Runs `cb` on the loop once the value exists.
+  void WhenReady(const ObjectId& id, std::function<void(const ObjectValue&)> cb);
+
+  void AddRef(const ObjectId& id);
+  void RemoveRef(const ObjectId& id);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::optional<ObjectValue> value;
+    std::vector<std::function<void(const ObjectValue&)>> callbacks;
+    int refs = 0;
+    bool released = false;  // refs went to zero once: the value is not wanted any more
+  };
+
+  EventLoop& loop_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<ObjectId, Entry> entries_;  // guarded by mu_
+};
+
+}  // namespace rayd::core

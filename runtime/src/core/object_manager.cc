@@ -1,0 +1,98 @@
+#include "core/object_manager.h"
+
+#include <spdlog/spdlog.h>
+
+namespace rayd::core {
+
+using internal::ErrorKind;
+
+void ObjectManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
+  dispatcher.Register(proto::Method::GET_OBJECT, [this](const rpc::CallPtr& call) {
+    auto id = ObjectId::FromHex(call->Params<proto::GetObjectRequest>().getObjectId().cStr());
+    if (!id.ok()) return call->Fail(id.status());
+    // Not stored yet: it may be a pending task result, so the reply waits for it.
+    store_.WhenReady(*id, [call](const ObjectValue& v) {
+      call->Reply([&](capnp::AnyPointer::Builder b) {
+        ToProto(v, b.initAs<proto::GetObjectReply>().initValue());
+      });
+    });
+  });
+}
+
+void ObjectManager::Resolve(const ObjectId& id, const std::string& owner_address,
+                            std::function<void(const ObjectValue&)> cb) {
+  if (owner_address.empty() || owner_address == self_address_ || store_.Contains(id)) {
+    store_.WhenReady(id, std::move(cb));
+    return;
+  }
+  auto fill = [id](capnp::AnyPointer::Builder b) {
+    b.initAs<proto::GetObjectRequest>().setObjectId(id.Hex());
+  };
+  clients_.Get(owner_address)
+      .Call(proto::Method::GET_OBJECT, fill, Millis(0),
+            [this, id, owner_address, cb = std::move(cb)](const Status& s,
+                                                          capnp::AnyPointer::Reader r) {
+              ObjectValue value =
+                  s.ok() ? FromProto(r.getAs<proto::GetObjectReply>().getValue())
+                         : ErrorValue(ErrorKind::kObjectLost,
+                                      "object " + id.Hex() + " is lost: its owner at " +
+                                          owner_address + " is unreachable (" + s.message() +
+                                          ")");
+              store_.Put(id, value);
+              cb(value);
+            });
+}
+
+void ObjectManager::ResolveArgs(
+    std::vector<TaskArg> args,
+    std::function<void(std::vector<TaskArg>, const ObjectValue* error)> cb) {
+  struct State {
+    std::vector<TaskArg> args;
+    size_t pending = 0;
+    std::optional<ObjectValue> error;
+    std::function<void(std::vector<TaskArg>, const ObjectValue*)> cb;
+  };
+  auto state = std::make_shared<State>();
+  state->args = std::move(args);
+  state->cb = std::move(cb);
+  for (const auto& a : state->args) state->pending += a.kind == TaskArg::Kind::kRef;
+  if (state->pending == 0) {
+    state->cb(std::move(state->args), nullptr);
+    return;
+  }
+  for (size_t i = 0; i < state->args.size(); ++i) {
+    auto& a = state->args[i];
+    if (a.kind != TaskArg::Kind::kRef) continue;
+    Resolve(a.ref, a.owner_address, [state, i](const ObjectValue& v) {
+      auto& arg = state->args[i];
+      if (v.error != ErrorKind::kNone) {
+        if (!state->error) state->error = v;
+      } else {
+        arg.kind = TaskArg::Kind::kValue;
+        arg.value = v.data;
+      }
+      if (--state->pending == 0) {
+        state->cb(std::move(state->args), state->error ? &*state->error : nullptr);
+      }
+    });
+  }
+}
+
+void ObjectManager::RegisterBorrowed(const ObjectId& id, const std::string& owner_address) {
+  if (owner_address == self_address_) return;
+  std::lock_guard lock(mu_);
+  borrowed_owner_.emplace(id, owner_address);
+}
+
+std::string ObjectManager::OwnerOf(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto it = borrowed_owner_.find(id);
+  return it == borrowed_owner_.end() ? self_address_ : it->second;
+}
+
+void ObjectManager::ForgetBorrowed(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  borrowed_owner_.erase(id);
+}
+
+}  // namespace rayd::core

@@ -1,0 +1,44 @@
+#pragma once
+// Task specs and object values as plain values, and their one conversion to Cap'n Proto.
+
+#include <string>
+#include <vector>
+
+#include "rayd/internal/runtime.h"
+#include "rayd/protocol/core.capnp.h"
+#include "rayd/scheduler/resources.h"
+
+namespace rayd::core {
+
+using internal::ObjectValue;
+using internal::TaskArg;
+
+struct TaskSpec {
+  using Kind = proto::TaskSpec::Kind;
+  TaskId task_id;
+  JobId job_id;
+  std::string function_name;
+  std::vector<TaskArg> args;
+  ObjectId return_id;
+  std::string caller_address;
+  scheduler::ResourceSet resources;
+  int max_retries = 0;
+  std::string name;
+  Kind kind = Kind::NORMAL;
+  ActorId actor_id;
+  int max_concurrency = 1;
+  int attempt = 0;
+};
+
+void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out);
+Result<TaskSpec> FromProto(proto::TaskSpec::Reader in);
+
+void ToProto(const ObjectValue& value, proto::ObjectValue::Builder out);
+ObjectValue FromProto(proto::ObjectValue::Reader in);
+
+ObjectValue ErrorValue(internal::ErrorKind kind, std::string message, std::string type = "");
+
+// Converts a {name: amount} map from the API to a ResourceSet (amounts in fixed point).
+scheduler::ResourceSet ToResourceSet(const std::map<std::string, double>& amounts);
+
+}  // namespace rayd::core

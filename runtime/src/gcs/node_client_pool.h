@@ -1,0 +1,50 @@
+#pragma once
+// NodeClientPool: the GCS's RPC clients to node daemons, one per node id, created on first use
+// from the node's registered address and the cluster token. A client for a node that died is
+// dropped (its queued calls fail with Cancelled).
+//
+// Threading: the GCS event loop only. Reply callbacks run on it, and may run before Call
+// returns (unknown or dead node, or a client that gave up), so callers must not rely on
+// state that the callback changes.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gcs/gcs_node_manager.h"
+#include "rayd/base/rpc.h"
+
+namespace rayd::gcs {
+
+class NodeClientPool {
+ public:
+  // `loop` and `nodes` must outlive the pool. Registers a node-death listener on `nodes`.
+  NodeClientPool(EventLoop& loop, GcsNodeManager& nodes, std::string token);
+  ~NodeClientPool();
+  NodeClientPool(const NodeClientPool&) = delete;
+  NodeClientPool& operator=(const NodeClientPool&) = delete;
+
+  // Calls `method` on the node daemon of `node`. A node that is unknown or not alive answers
+  // Unavailable at once.
+  void Call(const NodeId& node, proto::Method method, const rpc::FillFn& fill, Millis timeout,
+            rpc::ReplyFn cb);
+  // True while the client to `node` holds an authenticated connection.
+  bool Connected(const NodeId& node) const;
+
+  const std::string& token() const { return token_; }
+
+ private:
+  void Drop(const NodeId& node);
+
+  EventLoop& loop_;
+  GcsNodeManager& nodes_;
+  std::string token_;
+  std::map<NodeId, std::unique_ptr<rpc::RpcClient>> clients_;
+  // Clients of dead nodes, destroyed on the next loop turn: never inside a callback that one
+  // of them (or a caller up the stack) may still be running.
+  std::vector<std::unique_ptr<rpc::RpcClient>> retired_;
+  Timer reaper_;
+};
+
+}  // namespace rayd::gcs

@@ -1,0 +1,135 @@
+#pragma once
+// LeaseManager: this node's resources and the worker leases drawn from them.
+//
+// How it works
+// - REQUEST_LEASE: a demand that exceeds this node's total is infeasible here; unless the
+//   request says grantOrReject, the manager asks the GCS for the alive nodes (cached for
+//   `node_cache_ttl`) and answers spillback to one whose total fits (preferring one whose
+//   reported availability fits), or fails ResourceExhausted "infeasible: no node can satisfy
+//   {GPU: 4} (largest node: {...})". A feasible demand that does not fit now is spilled to a
+//   node whose reported availability fits (unless grantOrReject), else queued.
+// - A grant allocates the resources (and GPU device ids), takes an idle worker of the same job,
+//   launch and device ids or starts one, and answers once it has registered. If the worker
+//   cannot start the request fails Unavailable and the resources are released.
+// - Queued requests are served in arrival order whenever resources are released; a request
+//   that does not fit yet does not block later ones that do. Requests whose caller has hung up
+//   are dropped.
+// - RETURN_LEASE releases the resources; the worker is killed (asked to, or it held an actor)
+//   or goes back to the pool's idle list. A worker that exits releases its lease too.
+//
+// Invariants: every entry of `leases_` holds its resources (and GPU units) in `resources_`
+// (and `gpus_`), and its worker is LEASED with that lease id; queued requests hold nothing.
+//
+// Threading: the node daemon's loop thread only. `pool` and `node_id` must outlive the manager.
+
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "node/worker_pool.h"
+#include "rayd/base/rpc.h"
+#include "rayd/runtime/cluster.h"
+#include "rayd/scheduler/resources.h"
+
+namespace rayd::node {
+
+// GPU device ids 0..N-1 with how much of each is still free. A whole-GPU demand takes free
+// devices; a fractional part shares one device that has room (the fullest that fits), so
+// CUDA_VISIBLE_DEVICES of fractional leases may name the same device.
+class GpuSlots {
+ public:
+  // N = ceil(total): a node with 1.5 GPUs has devices 0 and 1.
+  explicit GpuSlots(scheduler::FixedPoint total);
+  // Device ids for `amount` (whole devices in ascending order, then the shared one), or nullopt
+  // when the devices are too fragmented right now. Zero amount: no ids.
+  std::optional<std::vector<int>> Acquire(scheduler::FixedPoint amount);
+  // Gives back what Acquire(amount) returned as `ids`.
+  void Release(const std::vector<int>& ids, scheduler::FixedPoint amount);
+
+ private:
+  std::vector<int64_t> free_units_;  // per device, FixedPoint units in [0, kScale]
+};
+
+struct LeaseManagerConfig {
+  scheduler::ResourceSet total;
+  Millis node_cache_ttl{1000};
+};
+
+class LeaseManager {
+ public:
+  // Asks the GCS for the alive nodes; the callback may run after the manager is gone.
+  using NodeLister = std::function<void(std::function<void(Result<std::vector<NodeInfo>>)>)>;
+
+  LeaseManager(WorkerPool& pool, const NodeId& node_id, LeaseManagerConfig config,
+               NodeLister list_nodes);
+  ~LeaseManager();
+  LeaseManager(const LeaseManager&) = delete;
+  LeaseManager& operator=(const LeaseManager&) = delete;
+
+  // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED.
+  void RegisterMethods(rpc::Dispatcher& dispatcher);
+
+  const scheduler::ResourceSet& available() const { return resources_.available(); }
+  size_t num_leases() const { return leases_.size(); }
+  size_t num_queued() const { return queue_.size(); }
+
+  // From the pool's exit hook: frees the lease the worker held, if any.
+  void OnWorkerExit(const Worker& worker);
+  // Fails every queued request with `why` (the node is shutting down).
+  void CancelQueued(const Status& why);
+
+ private:
+  struct Request {
+    rpc::CallPtr call;
+    JobId job_id;
+    scheduler::ResourceSet resources;
+    WorkerLaunch launch;
+    bool for_actor = false;
+    bool grant_or_reject = false;
+  };
+  using RequestPtr = std::shared_ptr<Request>;
+  struct Lease {
+    WorkerId worker_id;
+    scheduler::ResourceSet resources;
+    std::vector<int> gpu_ids;
+    bool for_actor = false;
+  };
+  using NodesFn = std::function<void(Result<std::vector<NodeInfo>>)>;
+
+  void HandleRequest(const rpc::CallPtr& call);
+  void HandleReturn(const rpc::CallPtr& call);
+  void HandleJobFinished(const rpc::CallPtr& call);
+
+  void SpillInfeasible(const RequestPtr& request);
+  void SpillOrQueue(const RequestPtr& request);
+  // Allocates the request's resources and GPU ids; false (and nothing held) if they don't fit.
+  bool TryAllocate(const Request& request, std::vector<int>* gpu_ids);
+  void Release(const scheduler::ResourceSet& resources, const std::vector<int>& gpu_ids);
+  // With the resources allocated: finds or starts a worker and answers the request.
+  void Grant(const RequestPtr& request, std::vector<int> gpu_ids);
+  void GrantTo(const RequestPtr& request, Worker& worker, const std::vector<int>& gpu_ids);
+  void DispatchQueue();
+  void WithNodes(NodesFn fn);
+
+  WorkerPool& pool_;
+  const NodeId& node_id_;
+  LeaseManagerConfig config_;
+  NodeLister list_nodes_;
+  scheduler::NodeResources resources_;
+  GpuSlots gpus_;
+  std::map<std::string, Lease> leases_;  // by lease id
+  std::list<RequestPtr> queue_;          // arrival order
+  bool dispatching_ = false;
+  bool redispatch_ = false;
+
+  std::optional<std::vector<NodeInfo>> nodes_;  // the last GET_ALL_NODES answer
+  Clock::time_point nodes_time_;
+  std::vector<NodesFn> node_waiters_;  // non-empty while a fetch is in flight
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for late GCS callbacks
+};
+
+}  // namespace rayd::node
