@@ -11,7 +11,7 @@ namespace rayd {
 
 std::string RandomBytes(size_t n) {
   std::string out(n, '\0');
-  internal::FillRandom(reinterpret_cast<uint8_t*>(out.data()), n);
+  internal::CryptoRandom(reinterpret_cast<uint8_t*>(out.data()), n);
   return out;
 }
 

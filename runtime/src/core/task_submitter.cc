@@ -35,8 +35,20 @@ TaskSubmitter::TaskSubmitter(SubmitterContext& ctx) : ctx_(ctx), idle_timer_(ctx
 
 TaskSubmitter::~TaskSubmitter() = default;
 
+// The shape of a task for lease reuse: its resources, as a cheap string.
+static std::string ShapeKey(const scheduler::ResourceSet& resources) {
+  std::string key;
+  for (const auto& [name, amount] : resources) {
+    key += name;
+    key += '=';
+    key += std::to_string(amount.units());
+    key += ';';
+  }
+  return key;
+}
+
 void TaskSubmitter::Submit(TaskSpec spec) {
-  const std::string key = spec.resources.ToJson();
+  const std::string key = ShapeKey(spec.resources);
   auto& shape = shapes_[key];
   shape.resources = spec.resources;
   shape.queue.push_back(std::move(spec));

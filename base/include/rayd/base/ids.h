@@ -47,7 +47,10 @@ using JobId = UniqueId<JobIdTag>;
 using WorkerId = UniqueId<WorkerIdTag>;
 
 namespace internal {
+// Unique, not secret (ids). Thread-safe.
 void FillRandom(uint8_t* out, size_t n);
+// From OpenSSL's CSPRNG (tokens, nonces). Thread-safe.
+void CryptoRandom(uint8_t* out, size_t n);
 std::string ToHex(const uint8_t* data, size_t n);
 bool FromHex(std::string_view hex, uint8_t* out, size_t n);
 }  // namespace internal

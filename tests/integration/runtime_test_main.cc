@@ -1,0 +1,21 @@
+// The main of runtime_test. The binary plays three parts:
+//   - worker: node daemons re-run it with RAYD_WORKER_MODE set; rayd::Init then serves tasks
+//     and actors until its node lets it go, and never returns;
+//   - child driver: with RUNTIME_TEST_DRIVER_MODE set, runtime_test.cc's RunChildDriver
+//     (a driver that ends without Shutdown, for the driver-exit tests);
+//   - the Catch2 test runner otherwise.
+
+#define CATCH_CONFIG_RUNNER
+#include <rayd/api.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+// Defined in runtime_test.cc.
+int RunChildDriver(int argc, char** argv);
+
+int main(int argc, char** argv) {
+  if (std::getenv("RAYD_WORKER_MODE")) rayd::Init(rayd::RaydConfig{}, argc, argv);
+  if (std::getenv("RUNTIME_TEST_DRIVER_MODE")) return RunChildDriver(argc, argv);
+  return Catch::Session().run(argc, argv);
+}
