@@ -80,52 +80,50 @@ Result<ClusterView> FetchClusterView(const std::string& address, const std::stri
   return view;
 }
 
-Result<std::vector<ActorSummary>> FetchActors(const std::string& address,
-                                              const std::string& token, Millis timeout) {
+Result<std::vector<ActorSummary>> FetchActors(const std::string& address, const std::string& token,
+                                              Millis timeout) {
   std::vector<ActorSummary> actors;
-  RAYD_RETURN_IF_ERROR(CallGcs(
-      address, token, timeout, proto::Method::GET_ALL_ACTORS, nullptr,
-      [&](capnp::AnyPointer::Reader r) {
-        for (auto a : r.getAs<proto::GetAllActorsReply>().getActors()) {
-          ActorSummary s;
-          s.actor_id = a.getActorId();
-          s.job_id = a.getJobId();
-          s.name = a.getName();
-          s.ray_namespace = a.getNamespace();
-          s.class_name = a.getClassName();
-          s.state = ActorStateName(a.getState());
-          s.address = a.getAddress();
-          s.node_id = a.getNodeId();
-          s.worker_id = a.getWorkerId();
-          s.num_restarts = a.getNumRestarts();
-          s.max_restarts = a.getMaxRestarts();
-          s.detached = a.getDetached();
-          s.death_cause = a.getDeathCause();
-          s.pid = a.getPid();
-          actors.push_back(std::move(s));
-        }
-      }));
+  RAYD_RETURN_IF_ERROR(CallGcs(address, token, timeout, proto::Method::GET_ALL_ACTORS, nullptr,
+                               [&](capnp::AnyPointer::Reader r) {
+                                 for (auto a : r.getAs<proto::GetAllActorsReply>().getActors()) {
+                                   ActorSummary s;
+                                   s.actor_id = a.getActorId();
+                                   s.job_id = a.getJobId();
+                                   s.name = a.getName();
+                                   s.ray_namespace = a.getNamespace();
+                                   s.class_name = a.getClassName();
+                                   s.state = ActorStateName(a.getState());
+                                   s.address = a.getAddress();
+                                   s.node_id = a.getNodeId();
+                                   s.worker_id = a.getWorkerId();
+                                   s.num_restarts = a.getNumRestarts();
+                                   s.max_restarts = a.getMaxRestarts();
+                                   s.detached = a.getDetached();
+                                   s.death_cause = a.getDeathCause();
+                                   s.pid = a.getPid();
+                                   actors.push_back(std::move(s));
+                                 }
+                               }));
   return actors;
 }
 
 Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std::string& token,
                                           Millis timeout) {
   std::vector<JobSummary> jobs;
-  RAYD_RETURN_IF_ERROR(CallGcs(
-      address, token, timeout, proto::Method::GET_ALL_JOBS, nullptr,
-      [&](capnp::AnyPointer::Reader r) {
-        for (auto j : r.getAs<proto::GetAllJobsReply>().getJobs()) {
-          JobSummary s;
-          s.job_id = j.getJobId();
-          s.driver_pid = j.getDriverPid();
-          s.driver_host = j.getDriverHost();
-          s.entrypoint = j.getEntrypoint();
-          s.start_time_ms = j.getStartTimeMs();
-          s.end_time_ms = j.getEndTimeMs();
-          s.is_dead = j.getIsDead();
-          jobs.push_back(std::move(s));
-        }
-      }));
+  RAYD_RETURN_IF_ERROR(CallGcs(address, token, timeout, proto::Method::GET_ALL_JOBS, nullptr,
+                               [&](capnp::AnyPointer::Reader r) {
+                                 for (auto j : r.getAs<proto::GetAllJobsReply>().getJobs()) {
+                                   JobSummary s;
+                                   s.job_id = j.getJobId();
+                                   s.driver_pid = j.getDriverPid();
+                                   s.driver_host = j.getDriverHost();
+                                   s.entrypoint = j.getEntrypoint();
+                                   s.start_time_ms = j.getStartTimeMs();
+                                   s.end_time_ms = j.getEndTimeMs();
+                                   s.is_dead = j.getIsDead();
+                                   jobs.push_back(std::move(s));
+                                 }
+                               }));
   return jobs;
 }
 
@@ -134,7 +132,9 @@ Result<WorkersView> FetchWorkers(const std::string& address, const std::string& 
   std::vector<NodeInfo> nodes;
   RAYD_RETURN_IF_ERROR(CallGcs(
       address, token, timeout, proto::Method::GET_ALL_NODES,
-      [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true); },
+      [](capnp::AnyPointer::Builder b) {
+        b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
+      },
       [&](capnp::AnyPointer::Reader r) {
         for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
           auto info = runtime::NodeInfoFromProto(n);
@@ -152,28 +152,28 @@ Result<WorkersView> FetchWorkers(const std::string& address, const std::string& 
     rpc::RpcClient* client = clients.back().get();
     client->Connect();
     client->Call(proto::Method::GET_WORKERS, nullptr, timeout,
-                [&, client, node_id = node.node_id.Hex(), node_address = node.address](
-                    const Status& s, capnp::AnyPointer::Reader r) {
-                  --pending;
-                  if (!s.ok()) {
-                    view.unreachable.push_back("node " + node_id + " at " + node_address + ": " +
-                                               Explain(s, *client).message());
-                    return;
-                  }
-                  for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
-                    WorkerSummary ws;
-                    ws.worker_id = w.getWorkerId();
-                    ws.job_id = w.getJobId();
-                    ws.node_id = w.getNodeId();
-                    if (ws.node_id.empty()) ws.node_id = node_id;
-                    ws.pid = w.getPid();
-                    ws.address = w.getAddress();
-                    ws.state = w.getState();
-                    ws.actor_id = w.getActorId();
-                    ws.exit_reason = w.getExitReason();
-                    view.workers.push_back(std::move(ws));
-                  }
-                });
+                 [&, client, node_id = node.node_id.Hex(), node_address = node.address](
+                     const Status& s, capnp::AnyPointer::Reader r) {
+                   --pending;
+                   if (!s.ok()) {
+                     view.unreachable.push_back("node " + node_id + " at " + node_address + ": " +
+                                                Explain(s, *client).message());
+                     return;
+                   }
+                   for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
+                     WorkerSummary ws;
+                     ws.worker_id = w.getWorkerId();
+                     ws.job_id = w.getJobId();
+                     ws.node_id = w.getNodeId();
+                     if (ws.node_id.empty()) ws.node_id = node_id;
+                     ws.pid = w.getPid();
+                     ws.address = w.getAddress();
+                     ws.state = w.getState();
+                     ws.actor_id = w.getActorId();
+                     ws.exit_reason = w.getExitReason();
+                     view.workers.push_back(std::move(ws));
+                   }
+                 });
   }
   loop.RunUntil([&] { return pending == 0; }, timeout + Millis(1000));
   clients.clear();

@@ -50,12 +50,12 @@ struct GcsActorManager::Actor {
   std::string ray_namespace;
   std::string class_name;  // the factory's name
   proto::ActorState state = proto::ActorState::PENDING_CREATION;
-  std::string address;     // its worker's core worker service, while ALIVE
-  NodeId node_id;          // where it lives or is being created; nil while unplaced
-  std::string worker_id;   // its worker, once a lease is granted
+  std::string address;    // its worker's core worker service, while ALIVE
+  NodeId node_id;         // where it lives or is being created; nil while unplaced
+  std::string worker_id;  // its worker, once a lease is granted
   std::string lease_id;
   int num_restarts = 0;
-  int max_restarts = 0;    // -1: unlimited
+  int max_restarts = 0;  // -1: unlimited
   bool detached = false;
   std::string death_cause;
   int pid = 0;
@@ -64,7 +64,7 @@ struct GcsActorManager::Actor {
 
   // The creation in progress.
   uint64_t attempt = 0;
-  std::string creating_address;                 // the leased worker's address
+  std::string creating_address;                   // the leased worker's address
   std::unique_ptr<rpc::RpcClient> worker_client;  // carries the creation push
   std::vector<rpc::CallPtr> waiters;              // GET_ACTOR calls waiting for a settled state
 
@@ -165,9 +165,8 @@ GcsActorManager::GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeMan
       node_clients_(node_clients),
       retry_timer_(loop),
       reaper_(loop) {
-  nodes_.AddNodeDeathListener(Guarded([this](const runtime::NodeInfo& info) {
-    OnNodeDied(info.node_id);
-  }));
+  nodes_.AddNodeDeathListener(
+      Guarded([this](const runtime::NodeInfo& info) { OnNodeDied(info.node_id); }));
 }
 
 GcsActorManager::~GcsActorManager() {
@@ -180,44 +179,45 @@ GcsActorManager::~GcsActorManager() {
 
 void GcsActorManager::Start(std::function<void(Status)> done) {
   store_.GetAll(kActorTable, Guarded([this, done](Result<std::map<std::string, std::string>> rows) {
-    if (!rows.ok()) return done(rows.status().WithContext("loading the actor table"));
-    for (const auto& [key, text] : *rows) {
-      auto actor = Actor::FromJson(text);
-      if (!actor.ok()) {
-        spdlog::error("skipping actor {}: {}", key, actor.status().ToString());
-        continue;
-      }
-      Actor& a = **actor;
-      if (a.state != proto::ActorState::DEAD && !a.name.empty()) {
-        names_[{a.ray_namespace, a.name}] = a.id;
-      }
-      actors_[a.id] = std::move(*actor);
-    }
-    std::vector<std::string> unsettled;
-    for (auto& [id, actor] : actors_) {
-      if (actor->state != proto::ActorState::DEAD) unsettled.push_back(id);
-    }
-    if (!actors_.empty()) {
-      spdlog::info("recovered {} actors ({} not dead) from {}", actors_.size(), unsettled.size(),
-                   store_.Describe());
-    }
-    for (const auto& id : unsettled) {
-      Actor& a = *actors_[id];
-      if (a.state == proto::ActorState::ALIVE) {
-        if (!a.node_id.IsNil() && nodes_.FindAlive(a.node_id) == nullptr) {
-          OnWorkerDied(a, "its node " + a.node_id.Hex() + " died");
-        }
-        continue;
-      }
-      // Its creation was under way when the old head stopped: start it again, ending the
-      // worker the old attempt may have left running.
-      if (!a.worker_id.empty() && !a.node_id.IsNil()) {
-        KillWorker(a.node_id, a.worker_id, "the head restarted during the actor's creation");
-      }
-      Schedule(a);
-    }
-    done(Status::Ok());
-  }));
+                  if (!rows.ok()) return done(rows.status().WithContext("loading the actor table"));
+                  for (const auto& [key, text] : *rows) {
+                    auto actor = Actor::FromJson(text);
+                    if (!actor.ok()) {
+                      spdlog::error("skipping actor {}: {}", key, actor.status().ToString());
+                      continue;
+                    }
+                    Actor& a = **actor;
+                    if (a.state != proto::ActorState::DEAD && !a.name.empty()) {
+                      names_[{a.ray_namespace, a.name}] = a.id;
+                    }
+                    actors_[a.id] = std::move(*actor);
+                  }
+                  std::vector<std::string> unsettled;
+                  for (auto& [id, actor] : actors_) {
+                    if (actor->state != proto::ActorState::DEAD) unsettled.push_back(id);
+                  }
+                  if (!actors_.empty()) {
+                    spdlog::info("recovered {} actors ({} not dead) from {}", actors_.size(),
+                                 unsettled.size(), store_.Describe());
+                  }
+                  for (const auto& id : unsettled) {
+                    Actor& a = *actors_[id];
+                    if (a.state == proto::ActorState::ALIVE) {
+                      if (!a.node_id.IsNil() && nodes_.FindAlive(a.node_id) == nullptr) {
+                        OnWorkerDied(a, "its node " + a.node_id.Hex() + " died");
+                      }
+                      continue;
+                    }
+                    // Its creation was under way when the old head stopped: start it again, ending
+                    // the worker the old attempt may have left running.
+                    if (!a.worker_id.empty() && !a.node_id.IsNil()) {
+                      KillWorker(a.node_id, a.worker_id,
+                                 "the head restarted during the actor's creation");
+                    }
+                    Schedule(a);
+                  }
+                  done(Status::Ok());
+                }));
 }
 
 void GcsActorManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
@@ -247,9 +247,8 @@ void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
   const std::string id = spec.getActorId();
   if (id.empty()) return call->Fail(Status::InvalidArgument("CREATE_ACTOR needs spec.actorId"));
   auto reply = [call, id] {
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::CreateActorReply>().setActorId(id);
-    });
+    call->Reply(
+        [&](capnp::AnyPointer::Builder b) { b.initAs<proto::CreateActorReply>().setActorId(id); });
   };
   // A request sent again (a caller retrying after a reconnect) finds its actor.
   if (Find(id) != nullptr) return reply();
@@ -289,9 +288,8 @@ void GcsActorManager::HandleGet(const rpc::CallPtr& call) {
                      ? Find(request.getActorId())
                      : FindByName(request.getNamespace(), request.getName());
   if (actor == nullptr) {
-    return call->Reply([](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::GetActorReply>().setFound(false);
-    });
+    return call->Reply(
+        [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetActorReply>().setFound(false); });
   }
   if (request.getWaitUntilSettled() && !Settled(actor->state)) {
     // Callers that gave up (closed connections) need no answer.
@@ -323,8 +321,8 @@ void GcsActorManager::HandleKill(const rpc::CallPtr& call) {
 
 void GcsActorManager::HandleGetAll(const rpc::CallPtr& call) {
   call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto list = b.initAs<proto::GetAllActorsReply>().initActors(
-        static_cast<unsigned>(actors_.size()));
+    auto list =
+        b.initAs<proto::GetAllActorsReply>().initActors(static_cast<unsigned>(actors_.size()));
     unsigned i = 0;
     for (const auto& [id, actor] : actors_) actor->ToProto(list[i++]);
   });
@@ -455,9 +453,9 @@ void GcsActorManager::OnLeaseReply(const std::string& actor_id, uint64_t attempt
   const bool try_again =
       status.ok() /* spillback */ || status.code() == StatusCode::kResourceExhausted ||
       nodes_.FindAlive(node) == nullptr ||
-      (!node_clients_.Connected(node) && (status.code() == StatusCode::kUnavailable ||
-                                          status.code() == StatusCode::kDeadlineExceeded ||
-                                          status.code() == StatusCode::kCancelled));
+      (!node_clients_.Connected(node) &&
+       (status.code() == StatusCode::kUnavailable ||
+        status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kCancelled));
   if (try_again) {
     spdlog::debug("node {} could not take actor {} now ({}); retrying", node.Hex(), actor_id,
                   status.ok() ? "spillback" : status.ToString());
@@ -524,11 +522,10 @@ void GcsActorManager::OnCreationReply(const std::string& actor_id, uint64_t atte
   }
   actor->state = proto::ActorState::ALIVE;
   actor->address = actor->creating_address;
-  spdlog::info("actor {} is alive at {} (worker {}, node {}){}", actor_id, actor->address,
-               actor->worker_id, node.Hex(),
-               actor->num_restarts > 0 ? " after " + std::to_string(actor->num_restarts) +
-                                             " restarts"
-                                       : "");
+  spdlog::info(
+      "actor {} is alive at {} (worker {}, node {}){}", actor_id, actor->address, actor->worker_id,
+      node.Hex(),
+      actor->num_restarts > 0 ? " after " + std::to_string(actor->num_restarts) + " restarts" : "");
   Persist(*actor);
   Settle(*actor);
 }
@@ -553,8 +550,7 @@ void GcsActorManager::OnWorkerDied(Actor& actor, const std::string& reason) {
   actor.state = proto::ActorState::RESTARTING;
   spdlog::info("restarting actor {} (restart {} of {}): its worker died: {}", actor.id,
                actor.num_restarts,
-               actor.max_restarts == -1 ? "unlimited" : std::to_string(actor.max_restarts),
-               reason);
+               actor.max_restarts == -1 ? "unlimited" : std::to_string(actor.max_restarts), reason);
   actor.node_id = NodeId();
   actor.worker_id.clear();
   actor.lease_id.clear();
@@ -599,7 +595,8 @@ void GcsActorManager::Persist(const Actor& actor) {
   std::string json = const_cast<Actor&>(actor).ToJson();
   store_.Put(kActorTable, actor.id, std::move(json), /*overwrite=*/true,
              [id = actor.id](Result<bool> r) {
-               if (!r.ok()) spdlog::error("could not store actor {}: {}", id, r.status().ToString());
+               if (!r.ok())
+                 spdlog::error("could not store actor {}: {}", id, r.status().ToString());
              });
 }
 
@@ -624,8 +621,7 @@ void GcsActorManager::OnNodeDied(const NodeId& node) {
 void GcsActorManager::OnJobFinished(const std::string& job_id) {
   std::vector<std::string> affected;
   for (const auto& [id, actor] : actors_) {
-    if (actor->job_id == job_id && !actor->detached &&
-        actor->state != proto::ActorState::DEAD) {
+    if (actor->job_id == job_id && !actor->detached && actor->state != proto::ActorState::DEAD) {
       affected.push_back(id);
     }
   }
@@ -643,7 +639,8 @@ void GcsActorManager::KillWorker(const NodeId& node, const std::string& worker_i
         r.setWorkerId(worker_id);
         r.setReason(reason);
       },
-      kNodeCallTimeout, [node, worker_id](const Status& s, capnp::AnyPointer::Reader) {
+      kNodeCallTimeout,
+      [node, worker_id](const Status& s, capnp::AnyPointer::Reader) {
         if (!s.ok()) {
           spdlog::warn("could not kill worker {} on node {}: {}", worker_id, node.Hex(),
                        s.ToString());
@@ -661,7 +658,8 @@ void GcsActorManager::ReturnLease(const NodeId& node, const std::string& lease_i
         r.setLeaseId(lease_id);
         r.setKillWorker(kill_worker);
       },
-      kNodeCallTimeout, [node, lease_id](const Status& s, capnp::AnyPointer::Reader) {
+      kNodeCallTimeout,
+      [node, lease_id](const Status& s, capnp::AnyPointer::Reader) {
         if (!s.ok()) {
           spdlog::debug("could not return lease {} to node {}: {}", lease_id, node.Hex(),
                         s.ToString());

@@ -121,8 +121,8 @@ class GcsActorManager {
   StoreClient& store_;
   GcsNodeManager& nodes_;
   NodeClientPool& node_clients_;
-  std::map<std::string, std::unique_ptr<Actor>> actors_;                  // by actor id
-  std::map<std::pair<std::string, std::string>, std::string> names_;     // (namespace, name) -> id
+  std::map<std::string, std::unique_ptr<Actor>> actors_;              // by actor id
+  std::map<std::pair<std::string, std::string>, std::string> names_;  // (namespace, name) -> id
   std::set<std::string> waiting_;  // actors waiting for a node with room
   // What this manager placed on each node, by actor: counted against the node's reported
   // availability until a heartbeat newer than the placement arrives (`since_ms`; in-flight

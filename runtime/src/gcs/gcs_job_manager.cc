@@ -1,7 +1,8 @@
 #include "gcs/gcs_job_manager.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
 
 #include "rayd/base/ids.h"
 #include "rayd/protocol/core.capnp.h"
@@ -13,9 +14,12 @@ namespace {
 constexpr char kJobTable[] = "jobs";
 
 nlohmann::json JobToJson(proto::JobInfo::Reader job) {
-  return {{"job_id", job.getJobId().cStr()},         {"driver_pid", job.getDriverPid()},
-          {"driver_host", job.getDriverHost().cStr()}, {"entrypoint", job.getEntrypoint().cStr()},
-          {"start_time_ms", job.getStartTimeMs()},   {"end_time_ms", job.getEndTimeMs()},
+  return {{"job_id", job.getJobId().cStr()},
+          {"driver_pid", job.getDriverPid()},
+          {"driver_host", job.getDriverHost().cStr()},
+          {"entrypoint", job.getEntrypoint().cStr()},
+          {"start_time_ms", job.getStartTimeMs()},
+          {"end_time_ms", job.getEndTimeMs()},
           {"is_dead", job.getIsDead()}};
 }
 
@@ -29,18 +33,19 @@ void JobFromJson(const nlohmann::json& j, proto::JobInfo::Builder out) {
   out.setIsDead(j.value("is_dead", false));
 }
 
+void ReplyJobId(const rpc::CallPtr& call, const std::string& id) {
+  call->Reply([&](capnp::AnyPointer::Builder b) { b.initAs<proto::AddJobReply>().setJobId(id); });
+}
+
 }  // namespace
 
 void GcsJobManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Register(proto::Method::ADD_JOB, [this](auto& c) { HandleAdd(c); });
   dispatcher.Register(proto::Method::MARK_JOB_FINISHED, [this](auto& c) { HandleFinished(c); });
-  dispatcher.Register(proto::Method::JOB_DRIVER_EXITED,
-                      [this](auto& c) { HandleDriverExited(c); });
+  dispatcher.Register(proto::Method::JOB_DRIVER_EXITED, [this](auto& c) { HandleDriverExited(c); });
   dispatcher.Register(proto::Method::GET_ALL_JOBS, [this](auto& c) { HandleGetAll(c); });
 }
 
-// A job added again under its id while it is alive (a driver reconnecting to a restarted head)
-// is accepted and bound to the new connection; a finished one can't come back.
 void GcsJobManager::HandleAdd(const rpc::CallPtr& call) {
   auto json = JobToJson(call->Params<proto::AddJobRequest>().getJob());
   if (json["job_id"].get<std::string>().empty()) json["job_id"] = JobId::FromRandom().Hex();
@@ -50,35 +55,31 @@ void GcsJobManager::HandleAdd(const rpc::CallPtr& call) {
   std::weak_ptr<rpc::Connection> conn;
   if (auto c = call->connection()) conn = c;
   std::weak_ptr<bool> alive = alive_;
-  auto reply = [call, id] {
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::AddJobReply>().setJobId(id);
-    });
-  };
   store_.Put(kJobTable, id, json.dump(), /*overwrite=*/false,
-             [this, alive, call, id, conn, reply](Result<bool> r) {
+             [this, alive, call, id, conn](Result<bool> r) {
                if (alive.expired()) return;
                if (!r.ok()) return call->Fail(r.status());
-               if (*r) {
-                 BindConnection(id, conn);
-                 return reply();
-               }
-               store_.Get(kJobTable, id,
-                          [this, alive, call, id, conn, reply](
-                              Result<std::optional<std::string>> existing) {
-                            if (alive.expired()) return;
-                            if (!existing.ok()) return call->Fail(existing.status());
-                            auto old = nlohmann::json::parse(existing->value_or("{}"), nullptr,
-                                                             /*allow_exceptions=*/false);
-                            if (old.is_discarded() || old.value("is_dead", false) ||
-                                finished_.contains(id)) {
-                              return call->Fail(
-                                  Status::AlreadyExists("job " + id + " exists and has finished"));
-                            }
-                            BindConnection(id, conn);
-                            reply();
-                          });
+               if (!*r) return AddAgain(call, id, conn);
+               BindConnection(id, conn);
+               ReplyJobId(call, id);
              });
+}
+
+// A job added again under its id while it is alive (a driver reconnecting to a restarted head)
+// is accepted and bound to the new connection; a finished one can't come back.
+void GcsJobManager::AddAgain(const rpc::CallPtr& call, const std::string& id,
+                             const std::weak_ptr<rpc::Connection>& conn) {
+  std::weak_ptr<bool> alive = alive_;
+  store_.Get(kJobTable, id, [this, alive, call, id, conn](Result<std::optional<std::string>> r) {
+    if (alive.expired()) return;
+    if (!r.ok()) return call->Fail(r.status());
+    auto old = nlohmann::json::parse(r->value_or("{}"), nullptr, /*allow_exceptions=*/false);
+    if (old.is_discarded() || old.value("is_dead", false) || finished_.contains(id)) {
+      return call->Fail(Status::AlreadyExists("job " + id + " exists and has finished"));
+    }
+    BindConnection(id, conn);
+    ReplyJobId(call, id);
+  });
 }
 
 void GcsJobManager::BindConnection(const std::string& job_id,

@@ -41,6 +41,8 @@ class GcsJobManager {
 
  private:
   void HandleAdd(const rpc::CallPtr& call);
+  void AddAgain(const rpc::CallPtr& call, const std::string& id,
+                const std::weak_ptr<rpc::Connection>& conn);
   void HandleFinished(const rpc::CallPtr& call);
   void HandleDriverExited(const rpc::CallPtr& call);
   void HandleGetAll(const rpc::CallPtr& call);

@@ -60,7 +60,8 @@ void GcsServer::OnJobFinished(const std::string& job_id) {
         [job_id](capnp::AnyPointer::Builder b) {
           b.initAs<proto::JobFinishedRequest>().setJobId(job_id);
         },
-        Millis(10000), [job_id, id = node->node_id](const Status& s, capnp::AnyPointer::Reader) {
+        Millis(10000),
+        [job_id, id = node->node_id](const Status& s, capnp::AnyPointer::Reader) {
           if (!s.ok()) {
             spdlog::warn("could not tell node {} that job {} finished: {}", id.Hex(), job_id,
                          s.ToString());

@@ -27,8 +27,8 @@ void NodeClientPool::Call(const NodeId& node, proto::Method method, const rpc::F
       cb(Status::Unavailable("node " + node.Hex() + " is not alive"), capnp::AnyPointer::Reader());
       return;
     }
-    auto client = std::make_unique<rpc::RpcClient>(loop_, info->address,
-                                                   rpc::Options{token_, "gcs"});
+    auto client =
+        std::make_unique<rpc::RpcClient>(loop_, info->address, rpc::Options{token_, "gcs"});
     client->Connect();
     it = clients_.emplace(node, std::move(client)).first;
   }

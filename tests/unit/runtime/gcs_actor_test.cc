@@ -2,9 +2,8 @@
 // daemons that grant leases and record what the GCS asks of them, and fake core workers that
 // answer the actor creation task (with a value or with a constructor error).
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <future>
 #include <mutex>
@@ -26,6 +25,20 @@ using testing::WaitFor;
 // Nodes in these tests never heartbeat: they only die when a test unregisters them.
 const FailureDetectorConfig kNoFailureDetection{Millis(1000), 1000000, Millis(0)};
 
+// True while a TCP or Unix socket on `loop` is open and not closing.
+bool HasOpenStreams(EventLoop& loop) {
+  bool open = false;
+  uv_walk(
+      loop.uv(),
+      [](uv_handle_t* h, void* arg) {
+        if ((h->type == UV_TCP || h->type == UV_NAMED_PIPE) && !uv_is_closing(h)) {
+          *static_cast<bool*>(arg) = true;
+        }
+      },
+      &open);
+  return open;
+}
+
 // A GcsServer served on its own thread, with driver disconnects wired as the head daemon does.
 class GcsThread {
  public:
@@ -43,27 +56,32 @@ class GcsThread {
         own_store = MakeInMemoryStoreClient();
         store = own_store.get();
       }
-      GcsServer gcs(loop, *store, GcsConfig{kNoFailureDetection, "test", testing::kTestToken});
-      std::optional<Status> started;
-      gcs.Start([&](Status s) { started = s; });
-      if (!loop.RunUntil([&] { return started.has_value(); }, 10000ms) || !started->ok()) {
-        bound.set_value(started.value_or(Status::DeadlineExceeded("GCS start")));
-        return;
+      {
+        GcsServer gcs(loop, *store, GcsConfig{kNoFailureDetection, "test", testing::kTestToken});
+        std::optional<Status> started;
+        gcs.Start([&](Status s) { started = s; });
+        if (!loop.RunUntil([&] { return started.has_value(); }, 10000ms) || !started->ok()) {
+          bound.set_value(started.value_or(Status::DeadlineExceeded("GCS start")));
+          return;
+        }
+        rpc::Dispatcher dispatcher;
+        gcs.RegisterMethods(dispatcher);
+        rpc::RpcServer server(loop, rpc::Options{testing::kTestToken, "gcs", {}}, dispatcher);
+        server.SetOnConnectionClosed(
+            [&gcs](rpc::Connection& c, const Status&) { gcs.OnConnectionClosed(c); });
+        Status s = server.Listen("127.0.0.1:0");
+        if (!s.ok()) {
+          bound.set_value(s);
+          return;
+        }
+        bound.set_value(server.bound_addresses().at(0));
+        loop.Run();
+        server.SetOnConnectionClosed(nullptr);
+        server.Close();
       }
-      rpc::Dispatcher dispatcher;
-      gcs.RegisterMethods(dispatcher);
-      rpc::RpcServer server(loop, rpc::Options{testing::kTestToken, "gcs", {}}, dispatcher);
-      server.SetOnConnectionClosed(
-          [&gcs](rpc::Connection& c, const Status&) { gcs.OnConnectionClosed(c); });
-      Status s = server.Listen("127.0.0.1:0");
-      if (!s.ok()) {
-        bound.set_value(s);
-        return;
-      }
-      bound.set_value(server.bound_addresses().at(0));
-      loop.Run();
-      server.SetOnConnectionClosed(nullptr);
-      server.Close();
+      // Clients the GCS dropped may still be connecting; their sockets close when the attempt
+      // ends. Destroying the loop before that trips libuv (see RpcClient's connect callback).
+      loop.RunUntil([&] { return !HasOpenStreams(loop); }, 5000ms);
     });
     auto result = bound.get_future().get();
     if (!result.ok()) {
@@ -73,7 +91,8 @@ class GcsThread {
     address_ = *result;
   }
   ~GcsThread() {
-    loop_->Stop();
+    // Stop from inside the loop: EventLoop::Run() forgets a Stop() that came before it started.
+    loop_->Post([loop = loop_] { loop->Stop(); });
     thread_.join();
   }
   const std::string& address() const { return address_; }
@@ -134,47 +153,51 @@ class FakeNode {
             });
           });
         });
-    node_ = std::make_unique<ServerThread>([record = record_, node_id = info_.node_id.Hex(),
-                                            worker_address = worker_->address()](
-                                               rpc::Dispatcher& d, EventLoop&,
-                                               ServerThread::Keep&) {
-      d.Register(proto::Method::REQUEST_LEASE, [=](const rpc::CallPtr& call) {
-        auto request = call->Params<proto::RequestLeaseRequest>();
-        std::string error;
-        int n = record->Locked([&] {
-          if (!request.getForActor() || !request.getGrantOrReject() ||
-              request.getLaunch().getArgv().size() != 1) {
-            ++record->malformed;
-          }
-          record->lease_jobs.emplace_back(request.getJobId().cStr());
-          error = record->lease_error;
-          return error.empty() ? ++record->leases_granted : 0;
+    node_ = std::make_unique<ServerThread>(
+        [record = record_, node_id = info_.node_id.Hex(), worker_address = worker_->address()](
+            rpc::Dispatcher& d, EventLoop&, ServerThread::Keep&) {
+          d.Register(proto::Method::REQUEST_LEASE, [=](const rpc::CallPtr& call) {
+            auto request = call->Params<proto::RequestLeaseRequest>();
+            std::string error;
+            int n = record->Locked([&] {
+              if (!request.getForActor() || !request.getGrantOrReject() ||
+                  request.getLaunch().getArgv().size() != 1) {
+                ++record->malformed;
+              }
+              record->lease_jobs.emplace_back(request.getJobId().cStr());
+              error = record->lease_error;
+              return error.empty() ? ++record->leases_granted : 0;
+            });
+            if (!error.empty()) return call->Fail(Status::Unavailable(error));
+            call->Reply([&](capnp::AnyPointer::Builder b) {
+              auto lease = b.initAs<proto::RequestLeaseReply>().initGranted();
+              lease.setLeaseId(node_id.substr(0, 8) + "-lease-" + std::to_string(n));
+              lease.setWorkerId(WorkerId::FromRandom().Hex());
+              lease.setWorkerAddress(worker_address);
+              lease.setNodeId(node_id);
+            });
+          });
+          d.Register(proto::Method::RETURN_LEASE, [record](const rpc::CallPtr& call) {
+            auto r = call->Params<proto::ReturnLeaseRequest>();
+            record->Locked(
+                [&] { record->returned.emplace_back(r.getLeaseId(), r.getKillWorker()); });
+            call->Reply();
+          });
+          d.Register(proto::Method::KILL_WORKER, [record](const rpc::CallPtr& call) {
+            auto r = call->Params<proto::KillWorkerRequest>();
+            record->Locked([&] { record->killed_workers.emplace_back(r.getWorkerId()); });
+            call->Reply();
+          });
+          d.Register(proto::Method::JOB_FINISHED, [record](const rpc::CallPtr& call) {
+            auto r = call->Params<proto::JobFinishedRequest>();
+            record->Locked([&] { record->finished_jobs.emplace_back(r.getJobId()); });
+            call->Reply();
+          });
         });
-        if (!error.empty()) return call->Fail(Status::Unavailable(error));
-        call->Reply([&](capnp::AnyPointer::Builder b) {
-          auto lease = b.initAs<proto::RequestLeaseReply>().initGranted();
-          lease.setLeaseId(node_id.substr(0, 8) + "-lease-" + std::to_string(n));
-          lease.setWorkerId(WorkerId::FromRandom().Hex());
-          lease.setWorkerAddress(worker_address);
-          lease.setNodeId(node_id);
-        });
-      });
-      d.Register(proto::Method::RETURN_LEASE, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::ReturnLeaseRequest>();
-        record->Locked([&] { record->returned.emplace_back(r.getLeaseId(), r.getKillWorker()); });
-        call->Reply();
-      });
-      d.Register(proto::Method::KILL_WORKER, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::KillWorkerRequest>();
-        record->Locked([&] { record->killed_workers.emplace_back(r.getWorkerId()); });
-        call->Reply();
-      });
-      d.Register(proto::Method::JOB_FINISHED, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::JobFinishedRequest>();
-        record->Locked([&] { record->finished_jobs.emplace_back(r.getJobId()); });
-        call->Reply();
-      });
-    });
+    // Wait until both loops run: ServerThread's destructor stops its loop with a Stop() that
+    // EventLoop::Run() would forget if it came first.
+    worker_->RunOnLoop([] {});
+    node_->RunOnLoop([] {});
     info_.address = node_->address();
     info_.hostname = name;
     info_.ip = "127.0.0.1";
@@ -434,8 +457,9 @@ TEST_CASE("a constructor that raises makes the actor DEAD and ends its worker", 
   CHECK(v.state == proto::ActorState::DEAD);
   CHECK(v.death_cause == "the actor's constructor raised std::runtime_error: boom");
   CHECK(v.num_restarts == 0);  // a raising constructor is not retried
-  REQUIRE(WaitFor([&] { return node.record().Locked([&] { return node.record().returned.size(); }) == 1; },
-                  10000ms));
+  REQUIRE(WaitFor(
+      [&] { return node.record().Locked([&] { return node.record().returned.size(); }) == 1; },
+      10000ms));
   node.record().Locked([&] { CHECK(node.record().returned[0].second); });
 }
 
@@ -547,24 +571,32 @@ TEST_CASE("KILL_ACTOR ends the worker, and with noRestart the actor", "[gcs][act
   ActorView dead = client.Get(*doomed);
   CHECK(dead.state == proto::ActorState::DEAD);
   CHECK(dead.death_cause == "killed by its handle");
-  REQUIRE(WaitFor([&] {
-    return node.record().Locked([&] { return Contains(node.record().killed_workers, d.worker_id); });
-  }, 10000ms));
+  REQUIRE(WaitFor(
+      [&] {
+        return node.record().Locked(
+            [&] { return Contains(node.record().killed_workers, d.worker_id); });
+      },
+      10000ms));
   // Its worker's death report comes later and changes nothing.
   client.WorkerFailed(d.worker_id, node.id(), "killed");
   CHECK(client.Get(*doomed).state == proto::ActorState::DEAD);
 
   // Without noRestart only the worker is killed; its failure report restarts the actor.
   REQUIRE(client.Kill(*restartable, /*no_restart=*/false).ok());
-  REQUIRE(WaitFor([&] {
-    return node.record().Locked([&] { return Contains(node.record().killed_workers, r.worker_id); });
-  }, 10000ms));
+  REQUIRE(WaitFor(
+      [&] {
+        return node.record().Locked(
+            [&] { return Contains(node.record().killed_workers, r.worker_id); });
+      },
+      10000ms));
   CHECK(client.Get(*restartable).state == proto::ActorState::ALIVE);
   client.WorkerFailed(r.worker_id, node.id(), "killed");
-  REQUIRE(WaitFor([&] {
-    ActorView v = client.Get(*restartable, true);
-    return v.state == proto::ActorState::ALIVE && v.num_restarts == 1;
-  }, 10000ms));
+  REQUIRE(WaitFor(
+      [&] {
+        ActorView v = client.Get(*restartable, true);
+        return v.state == proto::ActorState::ALIVE && v.num_restarts == 1;
+      },
+      10000ms));
 
   CHECK(client.Kill("0123456789abcdef0123456789abcdef", true).code() == StatusCode::kNotFound);
 }
@@ -592,12 +624,14 @@ TEST_CASE("a driver disconnecting ends its job: non-detached actors die, nodes a
   }  // the driver's connection closes here
   ActorView dead = observer.WaitState(plain, proto::ActorState::DEAD);
   CHECK(dead.death_cause == "its driver exited");
-  REQUIRE(WaitFor([&] {
-    return node.record().Locked([&] {
-      return Contains(node.record().killed_workers, plain_view.worker_id) &&
-             Contains(node.record().finished_jobs, job);
-    });
-  }, 10000ms));
+  REQUIRE(WaitFor(
+      [&] {
+        return node.record().Locked([&] {
+          return Contains(node.record().killed_workers, plain_view.worker_id) &&
+                 Contains(node.record().finished_jobs, job);
+        });
+      },
+      10000ms));
   ActorView keeper = observer.Get(detached);
   CHECK(keeper.state == proto::ActorState::ALIVE);
   CHECK(observer.GetByName("", "keeper").id == detached);
@@ -631,13 +665,15 @@ TEST_CASE("JOB_DRIVER_EXITED ends the job once", "[gcs][actors][jobs]") {
   // Answered after the cleanup: the actor is already dead.
   CHECK(driver.Get(*id).state == proto::ActorState::DEAD);
   REQUIRE(exited().ok());
-  REQUIRE(WaitFor([&] {
-    return node.record().Locked([&] { return Contains(node.record().finished_jobs, job); });
-  }, 10000ms));
+  REQUIRE(WaitFor(
+      [&] {
+        return node.record().Locked([&] { return Contains(node.record().finished_jobs, job); });
+      },
+      10000ms));
   // Told once, though the exit was reported twice.
   node.record().Locked([&] {
-    CHECK(std::count(node.record().finished_jobs.begin(), node.record().finished_jobs.end(),
-                     job) == 1);
+    CHECK(std::count(node.record().finished_jobs.begin(), node.record().finished_jobs.end(), job) ==
+          1);
   });
 }
 
@@ -655,8 +691,7 @@ TEST_CASE("an actor no node could ever hold is DEAD as infeasible", "[gcs][actor
   node.record().Locked([&] { CHECK(node.record().lease_jobs.empty()); });
 }
 
-TEST_CASE("an actor waits for room on a full node and is placed once it frees",
-          "[gcs][actors]") {
+TEST_CASE("an actor waits for room on a full node and is placed once it frees", "[gcs][actors]") {
   GcsThread gcs;
   FakeNode node("a", 1);
   Client client(gcs.address());
@@ -668,8 +703,8 @@ TEST_CASE("an actor waits for room on a full node and is placed once it frees",
   auto second = client.Create({.job_id = job});
   REQUIRE(second.ok());
   // The node has no heartbeat since the first actor took its CPU: the GCS counts it as used.
-  CHECK_FALSE(WaitFor([&] { return client.Get(*second).state != proto::ActorState::PENDING_CREATION; },
-                      600ms));
+  CHECK_FALSE(WaitFor(
+      [&] { return client.Get(*second).state != proto::ActorState::PENDING_CREATION; }, 600ms));
   REQUIRE(client.Kill(*first, true).ok());
   CHECK(client.WaitState(*second, proto::ActorState::ALIVE).state == proto::ActorState::ALIVE);
 }
