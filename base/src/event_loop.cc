@@ -34,10 +34,7 @@ EventLoop::~EventLoop() {
 }
 
 void EventLoop::Run() {
-  {
-    std::lock_guard lock(mu_);
-    stop_requested_ = false;
-  }
+  // A Stop() that came before Run() still counts: its wake-up makes the first iteration stop.
   uv_run(&loop_, UV_RUN_DEFAULT);
 }
 

@@ -53,7 +53,8 @@ void RpcClient::StartAttempt() {
     auto* request = reinterpret_cast<ConnectRequest*>(req);
     std::unique_ptr<ConnectRequest> owned(request);
     if (!*request->alive || status == UV_ECANCELED) {
-      CloseAndFree(req->handle);
+      // The loop's destructor may have closed the socket already.
+      if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(req->handle))) CloseAndFree(req->handle);
       return;
     }
     RpcClient* self = request->client;

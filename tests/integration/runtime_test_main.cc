@@ -1,8 +1,9 @@
 // The main of runtime_test. The binary plays three parts:
 //   - worker: node daemons re-run it with RAYD_WORKER_MODE set; rayd::Init then serves tasks
 //     and actors until its node lets it go, and never returns;
-//   - child driver: with RUNTIME_TEST_DRIVER_MODE set, runtime_test.cc's RunChildDriver
-//     (a driver that ends without Shutdown, for the driver-exit tests);
+//   - child driver: with RUNTIME_TEST_DRIVER_MODE=<mode>, runtime_test.cc's RunChildDriver
+//     (a driver that ends without Shutdown, or a scenario that may hang or crash on a known
+//     bug, run apart so the test process survives it);
 //   - the Catch2 test runner otherwise.
 
 #define CATCH_CONFIG_RUNNER

@@ -61,6 +61,7 @@ struct GcsActorManager::Actor {
   int pid = 0;
   scheduler::ResourceSet demand;
   capnp::MallocMessageBuilder request;  // the CreateActorRequest: creation spec and launch
+  std::string request_hex;              // `request` serialised, as stored
 
   // The creation in progress.
   uint64_t attempt = 0;
@@ -89,9 +90,7 @@ struct GcsActorManager::Actor {
     out.setPid(pid);
   }
 
-  std::string ToJson() {
-    auto words = capnp::messageToFlatArray(request);
-    auto bytes = words.asBytes();
+  std::string ToJson() const {
     nlohmann::json j = {{"actor_id", id},
                         {"job_id", job_id},
                         {"name", name},
@@ -107,7 +106,7 @@ struct GcsActorManager::Actor {
                         {"detached", detached},
                         {"death_cause", death_cause},
                         {"pid", pid},
-                        {"request", internal::ToHex(bytes.begin(), bytes.size())}};
+                        {"request", request_hex}};
     return j.dump();
   }
 
@@ -139,6 +138,7 @@ struct GcsActorManager::Actor {
       }
       capnp::FlatArrayMessageReader reader(words);
       actor->request.setRoot(reader.getRoot<proto::CreateActorRequest>());
+      actor->request_hex = hex;
       actor->demand = runtime::ResourcesFromProto(actor->Request().getSpec().getResources());
     } catch (const std::exception& e) {
       return Status::Internal(e.what());
@@ -272,6 +272,8 @@ void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
   actor->detached = request.getDetached();
   actor->demand = runtime::ResourcesFromProto(spec.getResources());
   actor->request.setRoot(request);
+  auto words = capnp::messageToFlatArray(actor->request);
+  actor->request_hex = internal::ToHex(words.asBytes().begin(), words.asBytes().size());
   Actor& a = *actor;
   actors_[id] = std::move(actor);
   if (!name.empty()) names_[{ns, name}] = id;
@@ -444,6 +446,7 @@ void GcsActorManager::OnLeaseReply(const std::string& actor_id, uint64_t attempt
     actor->lease_id = lease.getLeaseId();
     actor->creating_address = lease.getWorkerAddress();
     placements_[actor_id].since_ms = NowUnixMs();
+    Persist(*actor);  // a head restarted from here knows which worker to end
     PushCreationTask(*actor);
     return;
   }
@@ -526,8 +529,7 @@ void GcsActorManager::OnCreationReply(const std::string& actor_id, uint64_t atte
       "actor {} is alive at {} (worker {}, node {}){}", actor_id, actor->address, actor->worker_id,
       node.Hex(),
       actor->num_restarts > 0 ? " after " + std::to_string(actor->num_restarts) + " restarts" : "");
-  Persist(*actor);
-  Settle(*actor);
+  SettleOnceStored(*actor);
 }
 
 // ---- State changes -----------------------------------------------------------------------------
@@ -570,11 +572,10 @@ void GcsActorManager::MarkDead(Actor& actor, const std::string& cause, bool kill
     if (it != names_.end() && it->second == actor.id) names_.erase(it);
   }
   spdlog::info("actor {} is dead: {}", actor.id, cause);
-  Persist(actor);
   if (kill_worker && !actor.worker_id.empty() && !actor.node_id.IsNil()) {
     KillWorker(actor.node_id, actor.worker_id, "its actor is dead: " + cause);
   }
-  Settle(actor);
+  SettleOnceStored(actor);
 }
 
 void GcsActorManager::Settle(Actor& actor) {
@@ -590,14 +591,21 @@ void GcsActorManager::Settle(Actor& actor) {
   }
 }
 
-void GcsActorManager::Persist(const Actor& actor) {
-  // ToJson serialises the request, which needs a non-const builder; the value is unchanged.
-  std::string json = const_cast<Actor&>(actor).ToJson();
-  store_.Put(kActorTable, actor.id, std::move(json), /*overwrite=*/true,
-             [id = actor.id](Result<bool> r) {
+void GcsActorManager::Persist(const Actor& actor, std::function<void()> then) {
+  store_.Put(kActorTable, actor.id, actor.ToJson(), /*overwrite=*/true,
+             Guarded([id = actor.id, then = std::move(then)](Result<bool> r) {
                if (!r.ok())
                  spdlog::error("could not store actor {}: {}", id, r.status().ToString());
-             });
+               if (then) then();
+             }));
+}
+
+// Waiters hear of a settled state only once it is stored (or storing it failed), so a head
+// restarted on the same store never reports an older state than they saw.
+void GcsActorManager::SettleOnceStored(Actor& actor) {
+  Persist(actor, [this, id = actor.id] {
+    if (Actor* a = Find(id)) Settle(*a);
+  });
 }
 
 void GcsActorManager::OnNodeDied(const NodeId& node) {

@@ -27,8 +27,10 @@
 //   restart, kill) bumps it, so replies of abandoned leases and pushes are recognised as stale.
 //   A stale granted lease is returned with killWorker, so no worker leaks.
 // - names_ holds exactly the named actors that are not DEAD.
-// - Every state change is written to the store (table "actors", JSON) best effort; Start()
-//   reloads them: ALIVE actors stay ALIVE, pending and restarting ones are scheduled again.
+// - Every state change (and each granted lease) is written to the store (table "actors",
+//   JSON) best effort; held GET_ACTOR replies go out once ALIVE or DEAD is written. Start()
+//   reloads the table: ALIVE actors stay ALIVE; pending and restarting ones are scheduled
+//   again, ending the worker a lease had already given them.
 //
 // Threading: the GCS event loop only; no locks.
 
@@ -75,7 +77,6 @@ class GcsActorManager {
 
  private:
   struct Actor;
-  using Reply = rpc::ReplyFn;
 
   void HandleCreate(const rpc::CallPtr& call);
   void HandleGet(const rpc::CallPtr& call);
@@ -98,7 +99,9 @@ class GcsActorManager {
   void OnWorkerDied(Actor& actor, const std::string& reason);
   void MarkDead(Actor& actor, const std::string& cause, bool kill_worker);
   void Settle(Actor& actor);
-  void Persist(const Actor& actor);
+  void SettleOnceStored(Actor& actor);
+  // Stores the actor's record (best effort: failures are logged), then runs `then`.
+  void Persist(const Actor& actor, std::function<void()> then = nullptr);
   void OnNodeDied(const NodeId& node);
 
   // Calls to nodes.

@@ -12,6 +12,7 @@
 #include "common/node_info.h"
 #include "gcs/gcs_server.h"
 #include "gcs/store_client.h"
+#include "redis_server.h"
 #include "server_thread.h"
 #include "test_util.h"
 
@@ -42,19 +43,24 @@ bool HasOpenStreams(EventLoop& loop) {
 // A GcsServer served on its own thread, with driver disconnects wired as the head daemon does.
 class GcsThread {
  public:
-  // `store` (borrowed) must outlive the thread; null: a fresh in-memory store.
-  explicit GcsThread(StoreClient* store = nullptr) {
+  // Makes the GCS's store on the GCS thread; the store may be kept in `owned` (destroyed after
+  // the GCS) or borrowed. Null: a fresh in-memory store.
+  using MakeStore = std::function<StoreClient*(EventLoop&, std::unique_ptr<StoreClient>& owned)>;
+
+  explicit GcsThread(MakeStore make_store = nullptr) {
     // As in the head daemon: a peer (a fake node going away) that closes mid-write is an error
     // value, not a signal.
     ::signal(SIGPIPE, SIG_IGN);
     std::promise<Result<std::string>> bound;
-    thread_ = std::thread([this, store, &bound]() mutable {
+    thread_ = std::thread([this, make_store, &bound] {
       EventLoop loop;
       loop_ = &loop;
-      std::unique_ptr<StoreClient> own_store;
+      std::unique_ptr<StoreClient> owned;
+      StoreClient* store =
+          make_store ? make_store(loop, owned) : (owned = MakeInMemoryStoreClient()).get();
       if (store == nullptr) {
-        own_store = MakeInMemoryStoreClient();
-        store = own_store.get();
+        bound.set_value(Status::Unavailable("no store for the GCS"));
+        return;
       }
       {
         GcsServer gcs(loop, *store, GcsConfig{kNoFailureDetection, "test", testing::kTestToken});
@@ -709,14 +715,14 @@ TEST_CASE("an actor waits for room on a full node and is placed once it frees", 
   CHECK(client.WaitState(*second, proto::ActorState::ALIVE).state == proto::ActorState::ALIVE);
 }
 
-TEST_CASE("a new GCS on the same store keeps ALIVE actors and their names",
-          "[gcs][actors][recovery]") {
-  auto store = MakeInMemoryStoreClient();
+// Creates a detached named actor through one GCS, then starts a second GCS on the same tables
+// and checks that the actor is still ALIVE at its worker, found by name, and restartable.
+void CheckActorRecovery(const GcsThread::MakeStore& make_store) {
   FakeNode node("a", 4);
   std::string id;
   ActorView before;
   {
-    GcsThread gcs(store.get());
+    GcsThread gcs(make_store);
     Client client(gcs.address());
     client.Register(node.info());
     auto created = client.Create(
@@ -726,7 +732,7 @@ TEST_CASE("a new GCS on the same store keeps ALIVE actors and their names",
     before = client.Get(id, true);
     REQUIRE(before.state == proto::ActorState::ALIVE);
   }
-  GcsThread gcs(store.get());
+  GcsThread gcs(make_store);
   Client client(gcs.address());
   ActorView after = client.Get(id);
   CHECK(after.state == proto::ActorState::ALIVE);
@@ -749,6 +755,29 @@ TEST_CASE("a new GCS on the same store keeps ALIVE actors and their names",
   node.record().Locked([&] {
     CHECK(node.record().pushes == std::vector<std::pair<std::string, int>>{{id, 0}, {id, 1}});
   });
+}
+
+TEST_CASE("a new GCS on the same in-memory store keeps ALIVE actors and their names",
+          "[gcs][actors][recovery]") {
+  auto store = MakeInMemoryStoreClient();
+  CheckActorRecovery([&](EventLoop&, std::unique_ptr<StoreClient>&) { return store.get(); });
+}
+
+TEST_CASE("a restarted GCS keeps ALIVE actors recovered from a real Redis",
+          "[gcs][actors][recovery][redis]") {
+  testing::RedisServer redis;
+  CheckActorRecovery(
+      [port = redis.port()](EventLoop& loop, std::unique_ptr<StoreClient>& owned) -> StoreClient* {
+        RedisOptions options;
+        options.port = port;
+        std::optional<Result<std::unique_ptr<StoreClient>>> client;
+        ConnectRedisStoreClient(loop, options, [&](auto r) { client.emplace(std::move(r)); });
+        if (!loop.RunUntil([&] { return client.has_value(); }, 10000ms) || !client->ok()) {
+          return nullptr;
+        }
+        owned = std::move(**client);
+        return owned.get();
+      });
 }
 
 }  // namespace
