@@ -412,9 +412,10 @@ std::string Outcome(const rayd::ObjectRef<int>& ref, int timeout_ms) {
 }
 
 // Scenarios that hang or crash on known bugs run in a child, so that the test process survives
-// them. Each runs on an embedded cluster (temp root RAYD_TEMP_DIR), prints "NAME: outcome"
+// them. Each runs on an embedded cluster (temp root RAYD_TEMP_DIR), prints "what: outcome"
 // lines, then Shuts down and prints "shut down cleanly".
-//   "kill-then-call": calls to a killed actor, right after Kill and once its worker is gone.
+//   "kill-then-call": a call to a killed actor once its worker is gone; a call to another one
+//                     right after Kill.
 //   "idle-restart":   a call to a restartable actor whose worker was SIGKILLed while idle.
 int RunScenario(const std::string& scenario, int argc, char** argv) {
   rayd::RaydConfig config;
@@ -426,8 +427,6 @@ int RunScenario(const std::string& scenario, int argc, char** argv) {
   const pid_t pid = *rayd::Get(actor.Task(&Phoenix::Pid).Remote());
   if (scenario == "kill-then-call") {
     actor.Kill();
-    auto right_after = actor.Task(&Phoenix::Incr).Remote();
-    std::cout << "right after Kill: " << Outcome(right_after, 3000) << std::endl;
   } else if (Runs(pid, SelfExe())) {
     ::kill(pid, SIGKILL);
   }
@@ -435,6 +434,14 @@ int RunScenario(const std::string& scenario, int argc, char** argv) {
   std::cout << "worker gone: " << (gone ? "yes" : "no") << std::endl;
   std::cout << "after the worker is gone: "
             << Outcome(actor.Task(&Phoenix::Incr).Remote(), 3000) << std::endl;
+  if (scenario == "kill-then-call") {
+    auto other = rayd::Actor(Phoenix::Create).Remote();
+    std::cout << "other first: " << Outcome(other.Task(&Phoenix::Incr).Remote(), 30000)
+              << std::endl;
+    other.Kill();
+    auto right_after = other.Task(&Phoenix::Incr).Remote();
+    std::cout << "right after Kill: " << Outcome(right_after, 3000) << std::endl;
+  }
   // A known bug can make Shutdown hang (see the tests): give it 15 s, then leave.
   std::mutex mu;
   std::condition_variable cv;
@@ -674,9 +681,10 @@ TEST_CASE("actors: calls to a killed actor fail with ActorDiedError",
   const std::string out = RunScenarioChild("kill-then-call", &exit_code);
   INFO("scenario output:\n" << out);
   REQUIRE_THAT(out, Contains("first: value 1\n"));
-  CHECK_THAT(out, Contains("right after Kill: ActorDiedError\n"));
   CHECK_THAT(out, Contains("worker gone: yes\n"));
   CHECK_THAT(out, Contains("after the worker is gone: ActorDiedError\n"));
+  CHECK_THAT(out, Contains("other first: value 1\n"));
+  CHECK_THAT(out, Contains("right after Kill: ActorDiedError\n"));
   CHECK_THAT(out, Contains("shut down cleanly\n"));
   CHECK(exit_code == 0);
 }

@@ -22,12 +22,25 @@ Status Explain(const Status& status, const rpc::RpcClient& client) {
   return status;
 }
 
+// Connects once: a one-shot command should say at once that nothing listens there, not retry
+// until its deadline.
+Status ConnectOnce(EventLoop& loop, rpc::RpcClient& client, Millis timeout) {
+  std::optional<Status> first;
+  client.SetOnStateChange([&first](const Status& s) {
+    if (!first) first = s;
+  });
+  client.Connect();
+  loop.RunUntil([&] { return first.has_value(); }, timeout);
+  client.SetOnStateChange(nullptr);
+  return first.value_or(Status::DeadlineExceeded("no answer from " + client.address()));
+}
+
 // One call to the GCS on a fresh connection.
 Status CallGcs(const std::string& address, const std::string& token, Millis timeout,
                proto::Method method, const rpc::FillFn& fill, const ReadFn& read) {
   EventLoop loop;
   rpc::RpcClient client(loop, address, rpc::Options{token, "cli"});
-  client.Connect();
+  RAYD_RETURN_IF_ERROR(ConnectOnce(loop, client, timeout));
   return Explain(rpc::CallAndWait(loop, client, method, fill, timeout, read), client);
 }
 
@@ -54,8 +67,9 @@ Result<ClusterView> FetchClusterView(const std::string& address, const std::stri
   Status status;
   {
     rpc::RpcClient client(loop, address, rpc::Options{token, "cli"});
-    client.Connect();
-    status = rpc::CallAndWait(loop, client, proto::Method::GET_CLUSTER_INFO, nullptr, timeout,
+    status = ConnectOnce(loop, client, timeout);
+    if (status.ok()) {
+      status = rpc::CallAndWait(loop, client, proto::Method::GET_CLUSTER_INFO, nullptr, timeout,
                               [&](capnp::AnyPointer::Reader r) {
                                 auto info = r.getAs<proto::ClusterInfo>();
                                 view.cluster_id = info.getClusterId();
@@ -63,6 +77,7 @@ Result<ClusterView> FetchClusterView(const std::string& address, const std::stri
                                 view.storage = info.getStorage();
                                 view.start_time_ms = info.getStartTimeMs();
                               });
+    }
     if (status.ok()) {
       status = rpc::CallAndWait(
           loop, client, proto::Method::GET_ALL_NODES,

@@ -26,6 +26,15 @@ void GcsNodeManager::Start(std::function<void(Status)> done) {
         spdlog::error("skipping node {}: {}", key, info.status().ToString());
         continue;
       }
+      if (info->alive && info->is_head) {
+        // That head's process is gone (we replace it); its node daemon went with it, and the
+        // new head joins as a new node.
+        info->alive = false;
+        info->end_time_ms = NowUnixMs();
+        info->death_reason = "its head daemon was restarted";
+        info->available = scheduler::ResourceSet();
+        Persist(*info, nullptr);
+      }
       if (info->alive) last_seen_[info->node_id] = grace_deadline;
       nodes_[info->node_id] = std::move(*info);
     }
