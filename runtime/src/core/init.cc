@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
@@ -123,7 +124,17 @@ void Init(RaydConfig config, int argc, char** argv) {
   options.entrypoint = argc > 0 && argv ? argv[0] : SelfExecutable();
   options.launch_argv = {SelfExecutable()};
   std::string search_path;
-  for (const auto& p : config.code_search_path) search_path += (search_path.empty() ? "" : ":") + p;
+  for (const auto& p : config.code_search_path) {
+    // Checked here so that a wrong path is an error at Init, not a worker that can't find a
+    // function later.
+    if (access(p.c_str(), R_OK) != 0) {
+      throw RaydError("rayd::Init: code search path entry '" + p + "' cannot be read");
+    }
+    // Workers start in the node daemon's directory: pass absolute paths.
+    char resolved[PATH_MAX];
+    std::string absolute = realpath(p.c_str(), resolved) ? std::string(resolved) : p;
+    search_path += (search_path.empty() ? "" : ":") + absolute;
+  }
   if (!search_path.empty()) options.launch_env["RAYD_CODE_SEARCH_PATH"] = search_path;
 
   std::string address = config.address.empty() ? Env("RAYD_ADDRESS") : config.address;
