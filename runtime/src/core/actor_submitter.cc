@@ -12,7 +12,19 @@ void ActorSubmitter::SetMaxTaskRetries(const ActorId& actor, int max_task_retrie
   actors_[actor].max_task_retries = max_task_retries;
 }
 
+void ActorSubmitter::MarkDead(const ActorId& id, const std::string& why) {
+  auto& actor = actors_[id];
+  if (!actor.address.empty()) ctx_.clients.Drop(actor.address);
+  actor.address.clear();
+  actor.state = Actor::State::kDead;
+  actor.death_cause = why;
+  FailAll(actor, why);
+}
+
 void ActorSubmitter::Submit(TaskSpec spec) {
+  if (ctx_.stopping) {
+    return ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
+  }
   auto& actor = actors_[spec.actor_id];
   const ActorId id = spec.actor_id;
   if (actor.state == Actor::State::kDead) {
@@ -25,6 +37,7 @@ void ActorSubmitter::Submit(TaskSpec spec) {
   actor.queue.push_back(std::move(spec));
   ctx_.objects.ResolveArgs(std::move(args), [this, id, task_id](std::vector<TaskArg> resolved,
                                                                 const ObjectValue* error) {
+    if (ctx_.stopping) return;
     auto& actor = actors_[id];
     actor.unresolved.erase(task_id);
     for (auto it = actor.queue.begin(); it != actor.queue.end(); ++it) {
@@ -42,10 +55,16 @@ void ActorSubmitter::Submit(TaskSpec spec) {
 }
 
 void ActorSubmitter::Pump(const ActorId& id) {
+  if (ctx_.stopping) return;
   auto& actor = actors_[id];
   if (actor.state == Actor::State::kUnresolved) return Resolve(id);
   if (actor.state != Actor::State::kAlive) return;
   auto& client = ctx_.clients.Get(actor.address);
+  // The actor's worker going away (even between calls) sends us back to the GCS.
+  client.SetOnStateChange([this, id, address = actor.address](const Status& s) {
+    if (s.ok() || ctx_.stopping) return;
+    if (actors_[id].address == address) OnDisconnected(id, s.message());
+  });
   while (!actor.queue.empty() && !actor.unresolved.contains(actor.queue.front().task_id)) {
     const uint64_t seq = actor.next_seq++;
     auto [it, inserted] = actor.in_flight.emplace(seq, std::move(actor.queue.front()));
@@ -57,6 +76,7 @@ void ActorSubmitter::Pump(const ActorId& id) {
     const std::string address = actor.address;
     client.Call(proto::Method::PUSH_TASK, fill, Millis(0),
                 [this, id, seq, address](const Status& s, capnp::AnyPointer::Reader r) {
+                  if (ctx_.stopping) return;
                   auto& actor = actors_[id];
                   auto it = actor.in_flight.find(seq);
                   if (it == actor.in_flight.end()) return;  // already failed over
@@ -80,6 +100,7 @@ void ActorSubmitter::Resolve(const ActorId& id) {
   };
   gcs_.Call(proto::Method::GET_ACTOR, fill, Millis(0),
             [this, id](const Status& s, capnp::AnyPointer::Reader r) {
+              if (ctx_.stopping) return;
               auto& actor = actors_[id];
               if (!s.ok()) {
                 // The GCS is unreachable for now: try again shortly.

@@ -23,6 +23,8 @@ class ActorSubmitter {
 
   // Remembers the retry policy of an actor this process created.
   void SetMaxTaskRetries(const ActorId& actor, int max_task_retries);
+  // The caller killed the actor for good: later calls fail at once, without asking the GCS.
+  void MarkDead(const ActorId& actor, const std::string& why);
   // Queues a call; its kRef arguments are resolved here, and calls are sent in the order
   // Submit sees them even when a later call's arguments resolve first.
   void Submit(TaskSpec spec);

@@ -20,6 +20,8 @@ class ClientPool {
   // Forgets the client (it is destroyed on the next loop turn, failing its queued calls with
   // Cancelled): for peers known to be gone. Safe to call from the client's own callbacks.
   void Drop(const std::string& address);
+  // Destroys every client now (their queued calls fail with Cancelled). For shutdown.
+  void Clear() { clients_.clear(); }
 
  private:
   EventLoop& loop_;

@@ -39,20 +39,21 @@ Status CoreWorker::Connect() {
   io_thread_ = std::thread([this] { loop_.Run(); });
   loop_.Post([this] { gcs_->Connect(); });
 
-  if (options_.is_driver) {
-    RAYD_RETURN_IF_ERROR(ChooseNode());
-    RAYD_RETURN_IF_ERROR(RegisterDriver());
-  } else {
-    RAYD_RETURN_IF_ERROR(RegisterWorker());
-  }
+  if (options_.is_driver) RAYD_RETURN_IF_ERROR(ChooseNode());
   submit_ctx_ = std::unique_ptr<SubmitterContext>(new SubmitterContext{
       loop_, store_, clients_, *objects_, options_.node_address, options_.job_id,
       options_.launch_argv, options_.launch_env});
-  return RunOnLoop([this](auto done) {
+  RAYD_RETURN_IF_ERROR(RunOnLoop([this](auto done) {
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
     actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
     done(Status::Ok());
-  });
+  }));
+  if (options_.is_driver) return RegisterDriver();
+  // A worker may get its first task the moment it registers: the API must work by then.
+  internal::SetCurrentRuntime(this);
+  Status s = RegisterWorker();
+  if (!s.ok()) internal::SetCurrentRuntime(nullptr);
+  return s;
 }
 
 Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
@@ -75,7 +76,7 @@ Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)
 }
 
 Status CoreWorker::ChooseNode() {
-  if (!options_.node_address.empty()) return Status::Ok();
+  if (!options_.node_address.empty()) return LearnNodeId();
   // A driver uses the node daemon on its own host if there is one, else the head's.
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -103,6 +104,24 @@ Status CoreWorker::ChooseNode() {
   if (options_.node_address.empty()) {
     return Status::Unavailable("the cluster at " + options_.gcs_address + " has no alive node");
   }
+  return LearnNodeId();
+}
+
+Status CoreWorker::LearnNodeId() {
+  auto node_id = std::make_shared<std::string>();
+  Status s = RunOnLoop([this, node_id](auto done) {
+    clients_.Get(options_.node_address)
+        .Call(proto::Method::GET_NODE_INFO, nullptr, Millis(15000),
+              [node_id, done](const Status& st, capnp::AnyPointer::Reader r) {
+                if (st.ok()) *node_id = r.getAs<proto::NodeInfo>().getNodeId();
+                done(st);
+              });
+  });
+  if (!s.ok()) {
+    return Status::Unavailable("cannot reach the node daemon at " + options_.node_address + ": " +
+                               s.message());
+  }
+  node_id_ = *node_id;
   return Status::Ok();
 }
 
@@ -166,11 +185,18 @@ void CoreWorker::Shutdown() {
         Millis(6000))
         .IgnoreError();
   }
+  // First silence the submitters and drop every connection (queued calls fail with Cancelled
+  // and are ignored); then, after the loop has run everything posted meanwhile, destroy them.
+  RunOnLoop([this](auto done) {
+    if (submit_ctx_) submit_ctx_->stopping = true;
+    clients_.Clear();
+    gcs_.reset();
+    server_->Close();
+    done(Status::Ok());
+  }).IgnoreError();
   RunOnLoop([this](auto done) {
     actors_.reset();
     tasks_.reset();
-    gcs_.reset();
-    server_->Close();
     done(Status::Ok());
   }).IgnoreError();
   loop_.Stop();
@@ -246,6 +272,7 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
                                                    ? options_.ray_namespace
                                                    : options.ray_namespace});
   Status s = RunOnLoop([this, req, id](auto done) {
+    if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
     actors_->SetMaxTaskRetries(id, req->options.max_task_retries);
     std::vector<internal::TaskArg> args = std::move(req->spec.args);
     objects_->ResolveArgs(std::move(args), [this, req, done](
@@ -338,6 +365,7 @@ std::optional<ActorId> CoreWorker::GetNamedActor(const std::string& name,
   auto result = std::make_shared<std::optional<ActorId>>();
   const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
   Status s = RunOnLoop([this, result, name, ns](auto done) {
+    if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
     auto fill = [&](capnp::AnyPointer::Builder b) {
       auto r = b.initAs<proto::GetActorRequest>();
       r.setName(name);
@@ -362,6 +390,8 @@ std::optional<ActorId> CoreWorker::GetNamedActor(const std::string& name,
 
 Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
   return RunOnLoop([this, actor, no_restart](auto done) {
+    if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
+    if (no_restart && actors_) actors_->MarkDead(actor, "the actor was killed by its handle");
     auto fill = [&](capnp::AnyPointer::Builder b) {
       auto r = b.initAs<proto::KillActorRequest>();
       r.setActorId(actor.Hex());

@@ -79,6 +79,7 @@ class CoreWorker : public internal::Runtime {
   explicit CoreWorker(CoreWorkerOptions options);
   Status Connect();
   Status ChooseNode();
+  Status LearnNodeId();
   Status RegisterDriver();
   Status RegisterWorker();
   // Runs `fn` on the loop and waits for the Status it reports.

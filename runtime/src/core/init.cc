@@ -88,7 +88,7 @@ void LoadLibraries(const std::string& search_path) {
     spdlog::critical("worker could not start: {}", cw.status().ToString());
     _exit(1);
   }
-  internal::SetCurrentRuntime(cw->get());
+  // (CoreWorker::Start installed itself as the current runtime before registering.)
   (*cw)->WaitForDisconnect();
   // The node is gone: leave without running the user's static destructors mid-task.
   _exit(0);

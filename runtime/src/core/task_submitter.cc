@@ -48,6 +48,9 @@ static std::string ShapeKey(const scheduler::ResourceSet& resources) {
 }
 
 void TaskSubmitter::Submit(TaskSpec spec) {
+  if (ctx_.stopping) {
+    return ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
+  }
   const std::string key = ShapeKey(spec.resources);
   auto& shape = shapes_[key];
   shape.resources = spec.resources;
@@ -56,6 +59,7 @@ void TaskSubmitter::Submit(TaskSpec spec) {
 }
 
 void TaskSubmitter::Pump(const std::string& key) {
+  if (ctx_.stopping) return;
   auto& shape = shapes_[key];
   // Hand queued tasks to leases with room, least loaded first.
   while (!shape.queue.empty()) {
@@ -91,6 +95,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
   ctx_.clients.Get(node_address)
       .Call(proto::Method::REQUEST_LEASE, fill, Millis(0),
             [this, key, node_address](const Status& s, capnp::AnyPointer::Reader r) {
+              if (ctx_.stopping) return;
               auto& shape = shapes_[key];
               shape.pending_requests--;
               if (!s.ok()) return OnLeaseFailed(key, s);
@@ -138,9 +143,17 @@ void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& l
   auto fill = [&shared_spec](capnp::AnyPointer::Builder b) {
     ToProto(*shared_spec, b.initAs<proto::PushTaskRequest>().initSpec());
   };
-  ctx_.clients.Get(lease->worker_address)
-      .Call(proto::Method::PUSH_TASK, fill, Millis(0),
+  auto& client = ctx_.clients.Get(lease->worker_address);
+  // A worker that can't be reached (it died before or between calls) fails over at once
+  // instead of leaving calls queued in a reconnecting client.
+  client.SetOnStateChange([this, key, weak = std::weak_ptr<Lease>(lease)](const Status& s) {
+    auto lease = weak.lock();
+    if (s.ok() || ctx_.stopping || !lease) return;
+    OnWorkerLost(key, lease);
+  });
+  client.Call(proto::Method::PUSH_TASK, fill, Millis(0),
             [this, key, lease, shared_spec](const Status& s, capnp::AnyPointer::Reader r) {
+              if (ctx_.stopping) return;
               lease->in_flight--;
               if (lease->in_flight == 0) lease->idle_since = Clock::now();
               if (s.ok()) {
@@ -198,6 +211,7 @@ void TaskSubmitter::ReturnLease(const std::shared_ptr<Lease>& lease, bool kill) 
 }
 
 void TaskSubmitter::ReturnIdleLeases() {
+  if (ctx_.stopping) return;
   const auto now = Clock::now();
   for (auto& [key, shape] : shapes_) {
     if (!shape.queue.empty()) continue;

@@ -33,6 +33,9 @@ struct SubmitterContext {
   // How node daemons start this job's workers (filled into lease requests).
   std::vector<std::string> launch_argv;
   std::map<std::string, std::string> launch_env;
+  // Set (on the loop) when the core worker shuts down: replies and failures that arrive after
+  // it are dropped, so nothing retries or touches a submitter being torn down.
+  bool stopping = false;
 };
 
 // Fills a WorkerLaunch message from the context.
