@@ -44,20 +44,6 @@ Status CallGcs(const std::string& address, const std::string& token, Millis time
   return Explain(rpc::CallAndWait(loop, client, method, fill, timeout, read), client);
 }
 
-const char* ActorStateName(proto::ActorState state) {
-  switch (state) {
-    case proto::ActorState::PENDING_CREATION:
-      return "PENDING_CREATION";
-    case proto::ActorState::ALIVE:
-      return "ALIVE";
-    case proto::ActorState::RESTARTING:
-      return "RESTARTING";
-    case proto::ActorState::DEAD:
-      return "DEAD";
-  }
-  return "UNKNOWN";
-}
-
 }  // namespace
 
 Result<ClusterView> FetchClusterView(const std::string& address, const std::string& token,
@@ -107,7 +93,7 @@ Result<std::vector<ActorSummary>> FetchActors(const std::string& address, const 
                                    s.name = a.getName();
                                    s.ray_namespace = a.getNamespace();
                                    s.class_name = a.getClassName();
-                                   s.state = ActorStateName(a.getState());
+                                   s.state = runtime::ActorStateName(a.getState());
                                    s.address = a.getAddress();
                                    s.node_id = a.getNodeId();
                                    s.worker_id = a.getWorkerId();

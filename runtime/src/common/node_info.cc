@@ -66,6 +66,20 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   return info;
 }
 
+const char* ActorStateName(proto::ActorState state) {
+  switch (state) {
+    case proto::ActorState::PENDING_CREATION:
+      return "PENDING_CREATION";
+    case proto::ActorState::ALIVE:
+      return "ALIVE";
+    case proto::ActorState::RESTARTING:
+      return "RESTARTING";
+    case proto::ActorState::DEAD:
+      return "DEAD";
+  }
+  return "DEAD";
+}
+
 namespace {
 nlohmann::json UnitsJson(const ResourceSet& set) {
   nlohmann::json j = nlohmann::json::object();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rayd/base/ids.h"
+#include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/scheduler/resources.h"
@@ -25,6 +26,9 @@ scheduler::ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Re
 
 void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out);
 Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in);
+
+// "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD": how tables and the store name states.
+const char* ActorStateName(proto::ActorState state);
 
 std::string NodeInfoToJson(const NodeInfo& info);
 Result<NodeInfo> NodeInfoFromJson(const std::string& text);

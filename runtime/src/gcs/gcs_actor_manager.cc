@@ -15,19 +15,7 @@ constexpr char kActorTable[] = "actors";
 constexpr Millis kNodeCallTimeout{10000};
 constexpr int64_t kInFlight = std::numeric_limits<int64_t>::max();
 
-const char* StateName(proto::ActorState state) {
-  switch (state) {
-    case proto::ActorState::PENDING_CREATION:
-      return "PENDING_CREATION";
-    case proto::ActorState::ALIVE:
-      return "ALIVE";
-    case proto::ActorState::RESTARTING:
-      return "RESTARTING";
-    case proto::ActorState::DEAD:
-      return "DEAD";
-  }
-  return "DEAD";
-}
+const char* StateName(proto::ActorState state) { return runtime::ActorStateName(state); }
 
 proto::ActorState StateFromName(const std::string& name) {
   if (name == "PENDING_CREATION") return proto::ActorState::PENDING_CREATION;
