@@ -4,24 +4,25 @@ namespace rayd::core {
 
 void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
   std::vector<std::function<void(const ObjectValue&)>> callbacks;
-  {
-    std::lock_guard lock(mu_);
-    auto& e = entries_[id];
-    if (e.value) return;
-    if (e.released) {
-      entries_.erase(id);
-      return;
-    }
-    e.value = std::move(value);
-    callbacks.swap(e.callbacks);
-    if (!callbacks.empty()) {
-      auto shared = std::make_shared<ObjectValue>(*e.value);
-      loop_.Post([callbacks = std::move(callbacks), shared] {
-        for (const auto& cb : callbacks) cb(*shared);
-      });
-    }
+  std::lock_guard lock(mu_);
+  auto& e = entries_[id];
+  if (e.value) return;
+  if (e.released && e.waiters.empty()) {
+    entries_.erase(id);
+    return;
   }
-  cv_.notify_all();
+  e.value = std::move(value);
+  callbacks.swap(e.callbacks);
+  if (!callbacks.empty()) {
+    auto shared = std::make_shared<ObjectValue>(*e.value);
+    loop_.Post([callbacks = std::move(callbacks), shared] {
+      for (const auto& cb : callbacks) cb(*shared);
+    });
+  }
+  for (Waiter* w : e.waiters) {
+    if (w->missing > 0 && --w->missing == 0) w->cv.notify_one();
+  }
+  e.waiters.clear();
 }
 
 std::optional<ObjectValue> MemoryStore::TryGet(const ObjectId& id) const {
@@ -41,15 +42,28 @@ std::vector<std::optional<ObjectValue>> MemoryStore::Wait(const std::vector<Obje
                                                           size_t num_ready,
                                                           Clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  auto count_ready = [&] {
-    size_t n = 0;
+  size_t ready = 0;
+  for (const auto& id : ids) {
+    auto it = entries_.find(id);
+    ready += it != entries_.end() && it->second.value.has_value();
+  }
+  if (ready < num_ready) {
+    // Register with every missing object; Put counts us down and wakes us once, at the end.
+    Waiter waiter;
+    waiter.missing = num_ready - ready;
+    std::vector<ObjectId> registered;
     for (const auto& id : ids) {
-      auto it = entries_.find(id);
-      n += it != entries_.end() && it->second.value.has_value();
+      auto& e = entries_[id];
+      if (e.value) continue;
+      e.waiters.push_back(&waiter);
+      registered.push_back(id);
     }
-    return n;
-  };
-  cv_.wait_until(lock, deadline, [&] { return count_ready() >= num_ready; });
+    waiter.cv.wait_until(lock, deadline, [&] { return waiter.missing == 0; });
+    for (const auto& id : registered) {
+      auto it = entries_.find(id);
+      if (it != entries_.end()) std::erase(it->second.waiters, &waiter);
+    }
+  }
   std::vector<std::optional<ObjectValue>> out;
   out.reserve(ids.size());
   for (const auto& id : ids) {
@@ -81,7 +95,7 @@ void MemoryStore::RemoveRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end() || --it->second.refs > 0) return;
-  if (!it->second.callbacks.empty()) return;  // someone still waits for it
+  if (!it->second.callbacks.empty() || !it->second.waiters.empty()) return;  // still wanted
   if (it->second.value) {
     entries_.erase(it);
   } else {

@@ -46,16 +46,21 @@ class MemoryStore {
   size_t size() const;
 
  private:
+  // A thread blocked in Wait: woken once `missing` values have arrived, not on every Put.
+  struct Waiter {
+    size_t missing = 0;
+    std::condition_variable cv;
+  };
   struct Entry {
     std::optional<ObjectValue> value;
     std::vector<std::function<void(const ObjectValue&)>> callbacks;
+    std::vector<Waiter*> waiters;  // threads in Wait() that still need this value
     int refs = 0;
     bool released = false;  // refs went to zero once: the value is not wanted any more
   };
 
   EventLoop& loop_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::unordered_map<ObjectId, Entry> entries_;  // guarded by mu_
 };
 
