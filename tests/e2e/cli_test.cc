@@ -36,21 +36,8 @@ using rayd::testing::WaitFor;
 
 constexpr auto kCommandTimeout = 30s;
 
-bool ProcessGone(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return true;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-bool IsRayd(pid_t pid) {
-  if (pid <= 0 || ProcessGone(pid)) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string argv0;
-  std::getline(in, argv0, '\0');
-  return argv0.find("rayd") != std::string::npos;
-}
+using rayd::testing::ProcessGone;
+bool IsRayd(pid_t pid) { return rayd::testing::IsRaydProcess(pid); }
 
 // True when `out` is exactly one newline-terminated line starting with `prefix`.
 bool IsOneLine(const std::string& out, const std::string& prefix) {
@@ -114,13 +101,7 @@ class Sandbox {
   }
 
   void RememberDaemonPids() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(root(), ec)) {
-      for (const char* file : {"/head.pid", "/node.pid"}) {
-        long pid = std::atol(ReadFile(e.path().string() + file).c_str());
-        if (pid > 0) pids_.insert(static_cast<pid_t>(pid));
-      }
-    }
+    for (pid_t pid : rayd::testing::DaemonPids(root())) pids_.insert(pid);
   }
 
  private:

@@ -40,22 +40,8 @@ constexpr auto kCommandTimeout = 30s;  // one `rayd` command, start included
 constexpr auto kGoneTimeout = 10s;     // a killed or stopped daemon disappears
 
 // True when `pid` no longer runs: no such process, or a zombie nobody reaped yet.
-bool ProcessGone(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return true;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-// True when `pid` runs and is a rayd process (so the guard never kills a recycled pid).
-bool IsRayd(pid_t pid) {
-  if (pid <= 0 || ProcessGone(pid)) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string argv0;
-  std::getline(in, argv0, '\0');
-  return argv0.find("rayd") != std::string::npos;
-}
+using rayd::testing::ProcessGone;
+bool IsRayd(pid_t pid) { return rayd::testing::IsRaydProcess(pid); }
 
 // The 32-hex node id on the line "Head node: <id> ..." or "Node:  <id> ..." of `rayd start`.
 std::string StartedNodeId(const std::string& start_output) {
@@ -152,13 +138,7 @@ class Cluster {
  private:
   // Records the pid in every session's head.pid / node.pid, for the destructor.
   void RememberDaemonPids() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(root(), ec)) {
-      for (const char* file : {"/head.pid", "/node.pid"}) {
-        long pid = std::atol(ReadFile(e.path().string() + file).c_str());
-        if (pid > 0) pids_.insert(static_cast<pid_t>(pid));
-      }
-    }
+    for (pid_t pid : rayd::testing::DaemonPids(root())) pids_.insert(pid);
   }
 
   TempDir dir_;  // declared first: removed after the daemons are stopped

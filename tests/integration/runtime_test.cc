@@ -191,14 +191,7 @@ RAYD_REMOTE(Phoenix::Create, &Phoenix::Incr, &Phoenix::Pid, &Phoenix::Block);
 
 std::string SelfExe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
-// True when `pid` no longer runs: no such process, or a zombie nobody reaped yet.
-bool ProcessGone(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return true;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
+using rayd::testing::ProcessGone;
 
 // True when `pid` is a live process running `exe` (so we never signal a recycled pid).
 bool Runs(pid_t pid, const std::string& exe) {
@@ -364,13 +357,7 @@ class CliCluster {
 
   // Records the pid in every session's head.pid / node.pid, for the destructor.
   void RememberDaemonPids() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(root(), ec)) {
-      for (const char* file : {"/head.pid", "/node.pid"}) {
-        long pid = std::atol(ReadFile(e.path().string() + file).c_str());
-        if (pid > 0) daemons_.insert(static_cast<pid_t>(pid));
-      }
-    }
+    for (pid_t pid : rayd::testing::DaemonPids(root())) daemons_.insert(pid);
   }
 
   TempDir dir_;  // declared first: removed after the daemons are stopped

@@ -131,6 +131,34 @@ bool ChildProcess::running() {
   return true;
 }
 
+bool ProcessGone(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return true;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+bool IsRaydProcess(pid_t pid) {
+  if (pid <= 0 || ProcessGone(pid)) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string argv0;
+  std::getline(in, argv0, '\0');
+  return argv0.find("rayd") != std::string::npos;
+}
+
+std::vector<pid_t> DaemonPids(const std::string& root) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    for (const char* file : {"/head.pid", "/node.pid"}) {
+      long pid = std::atol(ReadFile(e.path().string() + file).c_str());
+      if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  return pids;
+}
+
 int RunCommand(const std::vector<std::string>& argv, std::string* output,
                const std::map<std::string, std::string>& extra_env,
                std::chrono::milliseconds timeout) {

@@ -60,6 +60,13 @@ class ChildProcess {
   std::string output_path_;
 };
 
+// True when `pid` no longer runs: no such process, or a zombie nobody reaped yet.
+bool ProcessGone(pid_t pid);
+// True when `pid` runs and its argv[0] names rayd (so cleanup never kills a recycled pid).
+bool IsRaydProcess(pid_t pid);
+// The pids in the head.pid / node.pid files of every session directory under `root`.
+std::vector<pid_t> DaemonPids(const std::string& root);
+
 // Runs a command to completion, capturing stdout+stderr; returns the exit code.
 int RunCommand(const std::vector<std::string>& argv, std::string* output,
                const std::map<std::string, std::string>& extra_env = {},
