@@ -47,6 +47,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     node_config.token = self->token_;
     node_config.is_head = true;
     node_config.total = node::ResolveNodeResources(resources);
+    node_config.prestart_workers = node::DefaultPrestartWorkers(node_config.total);
     node_config.labels = resources.labels;
     node_config.session_dir = self->session_dir_;
     node::NodeDaemon node(loop, node_config);

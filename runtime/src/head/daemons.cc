@@ -157,6 +157,7 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   node_config.node_ip = options.node_ip;
   node_config.is_head = true;
   node_config.total = node::ResolveNodeResources(options.resources);
+  node_config.prestart_workers = node::DefaultPrestartWorkers(node_config.total);
   node_config.labels = options.resources.labels;
   node_config.session_dir = session_dir;
   node::NodeDaemon node(loop, node_config);
@@ -189,6 +190,7 @@ int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
   config.token = options.token;
   config.node_ip = options.node_ip;
   config.total = node::ResolveNodeResources(options.resources);
+  config.prestart_workers = node::DefaultPrestartWorkers(config.total);
   config.labels = options.resources.labels;
   config.session_dir = session_dir;
   config.join_timeout = options.join_timeout;

@@ -205,6 +205,12 @@ void LeaseManager::Grant(const RequestPtr& request, std::vector<int> gpu_ids) {
   if (Worker* idle = pool_.FindIdle(request->job_id, request->launch, gpu_ids)) {
     return GrantTo(request, *idle, gpu_ids);
   }
+  if (!request->for_actor && gpu_ids.empty() && config_.prestart_workers > 0 &&
+      prestarted_.insert(request->job_id).second) {
+    for (int i = 0; i < config_.prestart_workers; ++i) {
+      pool_.StartWorker(request->job_id, request->launch, {}, false, [](Result<Worker*>) {});
+    }
+  }
   std::weak_ptr<bool> alive = alive_;
   pool_.StartWorker(request->job_id, request->launch, gpu_ids, request->for_actor,
                     [this, alive, request, gpu_ids](Result<Worker*> worker) {

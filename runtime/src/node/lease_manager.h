@@ -25,6 +25,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,9 @@ class GpuSlots {
 struct LeaseManagerConfig {
   scheduler::ResourceSet total;
   Millis node_cache_ttl{1000};
+  // Idle workers started ahead of need for a job, the first time it asks for a task lease
+  // (they start while the first task runs, so the next leases find them warm).
+  int prestart_workers = 0;
 };
 
 class LeaseManager {
@@ -122,6 +126,7 @@ class LeaseManager {
   scheduler::NodeResources resources_;
   GpuSlots gpus_;
   std::map<std::string, Lease> leases_;  // by lease id
+  std::set<JobId> prestarted_;           // jobs whose workers were prestarted
   std::list<RequestPtr> queue_;          // arrival order
   bool dispatching_ = false;
   bool redispatch_ = false;

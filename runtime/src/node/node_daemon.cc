@@ -40,7 +40,7 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       gcs_(loop, config_.gcs_address, rpc::Options{config_.token, "node"}, nullptr,
            rpc::RpcClient::Backoff{Millis(100), Millis(2000)}),
       pool_(loop, PoolConfig(config_), node_id_),
-      lease_manager_(pool_, node_id_, LeaseManagerConfig{config_.total},
+      lease_manager_(pool_, node_id_, LeaseManagerConfig{config_.total, Millis(1000), config_.prestart_workers},
                      [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
       heartbeat_timer_(loop),
       join_timer_(loop),

@@ -32,6 +32,7 @@ struct NodeDaemonConfig {
   Millis heartbeat_period{1000};       // replaced by the head's period once connected
   Millis worker_start_timeout{30000};  // spawn to REGISTER_WORKER
   Millis worker_idle_timeout{60000};   // idle workers older than this are killed
+  int prestart_workers = 0;            // see LeaseManagerConfig::prestart_workers
 };
 
 // Member declaration order follows the dependency order.

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -50,6 +51,11 @@ scheduler::ResourceSet ResolveNodeResources(const NodeResourceOptions& options) 
   total.Set(scheduler::kObjectStoreMemory, FixedPoint::FromWhole(store));
   total.Set(scheduler::kMemory, FixedPoint::FromWhole(options.memory.value_or(ram * 7 / 10)));
   return total;
+}
+
+int DefaultPrestartWorkers(const scheduler::ResourceSet& total) {
+  const int64_t cpus = total.Get(scheduler::kCPU).units() / FixedPoint::kScale;
+  return static_cast<int>(std::clamp<int64_t>(cpus - 1, 0, 3));
 }
 
 }  // namespace rayd::node

@@ -19,4 +19,7 @@ int DetectGpus();
 // memory defaults to 70% of RAM and object_store_memory to 30%, as in Ray.
 scheduler::ResourceSet ResolveNodeResources(const NodeResourceOptions& options);
 
+// Workers a node prestarts for a job's first task lease: one per further CPU, at most 3.
+int DefaultPrestartWorkers(const scheduler::ResourceSet& total);
+
 }  // namespace rayd::node
