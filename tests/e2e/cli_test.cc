@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "rayd_sandbox.h"
 #include "test_util.h"
 
 namespace {
@@ -49,36 +50,10 @@ bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// RAII guard: a fresh temp root for rayd commands; on destruction `rayd stop --force` and
-// SIGKILL to every daemon pid seen in its session directories.
-class Sandbox {
+// A fresh temp root for rayd commands, cleaned up (stop --force, SIGKILL) on destruction.
+class Sandbox : public rayd::testing::RaydSandbox {
  public:
-  Sandbox() {
-    ::unsetenv("RAYD_ADDRESS");
-    ::unsetenv("RAYD_TOKEN");
-  }
-  ~Sandbox() {
-    RunCommand({RAYD_BINARY, "stop", "--force", "--temp-dir", root()}, nullptr, Env(),
-               kCommandTimeout);
-    RememberDaemonPids();
-    for (pid_t pid : pids_) {
-      if (IsRayd(pid)) ::kill(pid, SIGKILL);
-    }
-  }
-  Sandbox(const Sandbox&) = delete;
-  Sandbox& operator=(const Sandbox&) = delete;
-
-  const std::string& root() const { return dir_.path(); }
-  std::map<std::string, std::string> Env() const { return {{"RAYD_TEMP_DIR", root()}}; }
-
-  // Runs `rayd <args> --temp-dir ROOT`; returns the exit code, stdout+stderr in *output.
-  int Rayd(std::vector<std::string> args, std::string* output) {
-    args.insert(args.begin(), RAYD_BINARY);
-    args.insert(args.end(), {"--temp-dir", root()});
-    int rc = RunCommand(args, output, Env(), kCommandTimeout);
-    RememberDaemonPids();
-    return rc;
-  }
+  Sandbox() : RaydSandbox(RAYD_BINARY, kCommandTimeout) {}
 
   // Starts a head on `port` that must come up.
   void StartHead(int port) {
@@ -87,26 +62,6 @@ class Sandbox {
     INFO(out);
     REQUIRE(rc == 0);
   }
-
-  std::vector<std::string> Sessions(const std::string& suffix) const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(root())) {
-      const std::string name = e.path().filename();
-      if (name.starts_with("session_") && name.ends_with(suffix) && !e.is_symlink()) {
-        out.push_back(e.path());
-      }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
-  void RememberDaemonPids() {
-    for (pid_t pid : rayd::testing::DaemonPids(root())) pids_.insert(pid);
-  }
-
- private:
-  TempDir dir_;  // declared first: removed after the daemons are stopped
-  std::set<pid_t> pids_;
 };
 
 // Runs a command that must fail with one line starting "rayd <command>: " and containing

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "redis_server.h"
+#include "rayd_sandbox.h"
 #include "test_util.h"
 
 namespace {
@@ -43,12 +44,7 @@ constexpr auto kGoneTimeout = 10s;     // a killed or stopped daemon disappears
 using rayd::testing::ProcessGone;
 bool IsRayd(pid_t pid) { return rayd::testing::IsRaydProcess(pid); }
 
-// The 32-hex node id on the line "Head node: <id> ..." or "Node:  <id> ..." of `rayd start`.
-std::string StartedNodeId(const std::string& start_output) {
-  static const std::regex kNodeLine(R"((?:Head node|Node):\s+([0-9a-f]{32})\b)");
-  std::smatch m;
-  return std::regex_search(start_output, m, kNodeLine) ? m[1].str() : "";
-}
+using rayd::testing::StartedNodeId;
 
 const json* FindNode(const json& status, const std::string& node_id) {
   for (const auto& n : status.at("nodes")) {
@@ -62,52 +58,11 @@ std::string StateOf(const json& status, const std::string& node_id) {
   return n ? n->at("state").get<std::string>() : "MISSING";
 }
 
-// RAII guard for one test's cluster: owns the temp root, runs rayd commands in it, and on
-// destruction stops (--force) and SIGKILLs every daemon it has seen.
-class Cluster {
+// One test's cluster: its own temp root, rayd commands run in it, everything stopped and
+// killed on destruction (RaydSandbox); plus `rayd status` as JSON.
+class Cluster : public rayd::testing::RaydSandbox {
  public:
-  Cluster() {
-    // Commands must find this test's cluster only, never one named by the environment.
-    ::unsetenv("RAYD_ADDRESS");
-    ::unsetenv("RAYD_TOKEN");
-  }
-  ~Cluster() {
-    RunCommand({RAYD_BINARY, "stop", "--force", "--temp-dir", root()}, nullptr, Env(),
-               kCommandTimeout);
-    RememberDaemonPids();
-    for (pid_t pid : pids_) {
-      if (IsRayd(pid)) ::kill(pid, SIGKILL);
-    }
-  }
-  Cluster(const Cluster&) = delete;
-  Cluster& operator=(const Cluster&) = delete;
-
-  const std::string& root() const { return dir_.path(); }
-  std::map<std::string, std::string> Env() const { return {{"RAYD_TEMP_DIR", root()}}; }
-
-  // Runs `rayd <args> --temp-dir ROOT`; returns the exit code, stdout+stderr in *output.
-  int Rayd(std::vector<std::string> args, std::string* output) {
-    args.insert(args.begin(), RAYD_BINARY);
-    args.insert(args.end(), {"--temp-dir", root()});
-    int rc = RunCommand(args, output, Env(), kCommandTimeout);
-    RememberDaemonPids();
-    return rc;
-  }
-
-  // `rayd start ...` that must succeed; returns the started node's id.
-  std::string Start(const std::vector<std::string>& args) {
-    std::vector<std::string> full = {"start"};
-    full.insert(full.end(), args.begin(), args.end());
-    std::string out;
-    int rc = Rayd(full, &out);
-    INFO("rayd start output:\n" << out);
-    REQUIRE(rc == 0);
-    std::string id = StartedNodeId(out);
-    REQUIRE(id.size() == 32);
-    last_start_output_ = out;
-    return id;
-  }
-  const std::string& last_start_output() const { return last_start_output_; }
+  Cluster() : RaydSandbox(RAYD_BINARY, kCommandTimeout) {}
 
   // `rayd status --format json`; false when the command fails or prints no JSON.
   bool TryStatus(json* status) {
@@ -121,29 +76,6 @@ class Cluster {
     REQUIRE(TryStatus(&status));
     return status;
   }
-
-  // Session directories under the root whose name ends in `suffix` ("_head" or "_node").
-  std::vector<std::string> Sessions(const std::string& suffix) const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(root())) {
-      const std::string name = e.path().filename();
-      if (name.starts_with("session_") && name.ends_with(suffix) && !e.is_symlink()) {
-        out.push_back(e.path());
-      }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  // Records the pid in every session's head.pid / node.pid, for the destructor.
-  void RememberDaemonPids() {
-    for (pid_t pid : rayd::testing::DaemonPids(root())) pids_.insert(pid);
-  }
-
-  TempDir dir_;  // declared first: removed after the daemons are stopped
-  std::set<pid_t> pids_;
-  std::string last_start_output_;
 };
 
 double Amount(const json& set, const std::string& name) {

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "rayd_sandbox.h"
 #include "test_util.h"
 
 namespace {
@@ -253,64 +254,27 @@ class EmbeddedRayd {
   TempDir dir_;
 };
 
-// The 32-hex node id on the line "Head node: <id> ..." or "Node:  <id> ..." of `rayd start`.
-std::string StartedNodeId(const std::string& start_output) {
-  static const std::regex kNodeLine(R"((?:Head node|Node):\s+([0-9a-f]{32})\b)");
-  std::smatch m;
-  return std::regex_search(start_output, m, kNodeLine) ? m[1].str() : "";
-}
+using rayd::testing::StartedNodeId;
 
 // One test's CLI-started cluster: owns its temp root and port, runs `rayd` commands in it, and
 // on destruction stops it (`rayd stop --force`) and SIGKILLs every daemon and worker it saw.
-class CliCluster {
+class CliCluster : public rayd::testing::RaydSandbox {
  public:
-  CliCluster() : port_(FreeTcpPort()), address_("127.0.0.1:" + std::to_string(port_)) {
-    // Commands and drivers must find this test's cluster only.
-    ::unsetenv("RAYD_ADDRESS");
-    ::unsetenv("RAYD_TOKEN");
-  }
-  ~CliCluster() {
+  CliCluster()
+      : RaydSandbox(RAYD_BINARY, kCommandTimeout),
+        port_(FreeTcpPort()),
+        address_("127.0.0.1:" + std::to_string(port_)) {}
+  // Before the sandbox stops the daemons: end our driver, and kill the workers it listed.
+  ~CliCluster() override {
     rayd::Shutdown();  // a driver of this cluster must not outlive it
-    std::set<pid_t> workers = WorkerPids();
-    RunCommand({RAYD_BINARY, "stop", "--force", "--temp-dir", root()}, nullptr, Env(),
-               kCommandTimeout);
-    RememberDaemonPids();
-    for (pid_t pid : daemons_) {
-      if (Runs(pid, RAYD_BINARY)) ::kill(pid, SIGKILL);
-    }
-    for (pid_t pid : workers) {
+    for (pid_t pid : WorkerPids()) {
       if (Runs(pid, SelfExe())) ::kill(pid, SIGKILL);
     }
   }
-  CliCluster(const CliCluster&) = delete;
-  CliCluster& operator=(const CliCluster&) = delete;
 
-  const std::string& root() const { return dir_.path(); }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
-  std::map<std::string, std::string> Env() const { return {{"RAYD_TEMP_DIR", root()}}; }
 
-  // Runs `rayd <args> --temp-dir ROOT`; returns the exit code, stdout+stderr in *output.
-  int Rayd(std::vector<std::string> args, std::string* output) {
-    args.insert(args.begin(), RAYD_BINARY);
-    args.insert(args.end(), {"--temp-dir", root()});
-    int rc = RunCommand(args, output, Env(), kCommandTimeout);
-    RememberDaemonPids();
-    return rc;
-  }
-
-  // `rayd start ...` that must succeed; returns the started node's id.
-  std::string Start(const std::vector<std::string>& args) {
-    std::vector<std::string> full = {"start"};
-    full.insert(full.end(), args.begin(), args.end());
-    std::string out;
-    int rc = Rayd(full, &out);
-    INFO("rayd start output:\n" << out);
-    REQUIRE(rc == 0);
-    std::string id = StartedNodeId(out);
-    REQUIRE(id.size() == 32);
-    return id;
-  }
   std::string StartHead(int num_cpus) {
     return Start({"--head", "--port", std::to_string(port_), "--num-cpus",
                   std::to_string(num_cpus)});
@@ -355,15 +319,8 @@ class CliCluster {
     return pids;
   }
 
-  // Records the pid in every session's head.pid / node.pid, for the destructor.
-  void RememberDaemonPids() {
-    for (pid_t pid : rayd::testing::DaemonPids(root())) daemons_.insert(pid);
-  }
-
-  TempDir dir_;  // declared first: removed after the daemons are stopped
   int port_;
   std::string address_;
-  std::set<pid_t> daemons_;
 };
 
 // The job id of this process's driver, from `rayd list jobs` (driver_pid and RUNNING).
