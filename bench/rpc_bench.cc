@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "rayd/base/machine_limits.h"
 #include "rayd/base/rpc.h"
 
 using namespace rayd;
@@ -34,42 +35,6 @@ Figures Summarise(std::vector<double> samples) {
 
 double Micros(Clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
-}
-
-// Ping-pong of 8 bytes over blocking loopback TCP sockets: the floor for any RPC.
-Figures RawTcpRoundTrip(int calls) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, 1);
-  std::thread echo([&] {
-    int fd = accept(listener, nullptr, nullptr);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    char buf[8];
-    while (recv(fd, buf, 8, MSG_WAITALL) == 8) send(fd, buf, 8, 0);
-    close(fd);
-  });
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::vector<double> samples;
-  char buf[8] = {0};
-  for (int i = 0; i < calls; ++i) {
-    auto t0 = Clock::now();
-    send(fd, buf, 8, 0);
-    recv(fd, buf, 8, MSG_WAITALL);
-    samples.push_back(Micros(Clock::now() - t0));
-  }
-  close(fd);
-  echo.join();
-  close(listener);
-  return Summarise(samples);
 }
 
 // A PING server on its own thread, listening on `address`.
@@ -146,7 +111,7 @@ int main(int argc, char** argv) {
   const int calls = argc > 1 ? std::stoi(argv[1]) : 20000;
   char dir[] = "/tmp/rayd-bench-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
-  auto raw = RawTcpRoundTrip(calls);
+  auto raw = Summarise(LoopbackRoundTripsUs(calls));
   auto tcp = RpcRoundTrip("127.0.0.1:0", calls);
   auto unix_socket = RpcRoundTrip(std::string("unix:") + dir + "/bench.sock", calls);
   std::printf("%-28s %12s %12s %16s\n", "round trip (8-byte ping)", "median_us", "p99_us",

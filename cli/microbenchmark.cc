@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "rayd/base/machine_limits.h"
 #include "rayd/api.h"
 
 namespace {
@@ -53,48 +54,9 @@ double Rate(const std::function<size_t()>& batch, double seconds) {
 
 // Median loopback TCP round trip of an 8-byte message, in microseconds.
 double LoopbackRoundTripUs() {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, 1);
-  std::thread echo([&] {
-    int fd = accept(listener, nullptr, nullptr);
-    char buf[8];
-    while (recv(fd, buf, 8, MSG_WAITALL) == 8) send(fd, buf, 8, 0);
-    close(fd);
-  });
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::vector<double> us;
-  char buf[8] = {0};
-  for (int i = 0; i < 5000; ++i) {
-    auto t0 = BenchClock::now();
-    send(fd, buf, 8, 0);
-    recv(fd, buf, 8, MSG_WAITALL);
-    us.push_back(std::chrono::duration<double, std::micro>(BenchClock::now() - t0).count());
-  }
-  close(fd);
-  echo.join();
-  close(listener);
+  std::vector<double> us = rayd::LoopbackRoundTripsUs(5000);
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
-}
-
-// memcpy bandwidth between two warm 256 MiB buffers, GB/s.
-double MemcpyGBps() {
-  const size_t n = 256u << 20;
-  std::vector<char> a(n, 1), b(n, 2);
-  std::memcpy(b.data(), a.data(), n);  // warm
-  const auto t0 = BenchClock::now();
-  const int reps = 4;
-  for (int i = 0; i < reps; ++i) std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), n);
-  return reps * n / std::chrono::duration<double>(BenchClock::now() - t0).count() / 1e9;
 }
 
 std::vector<Metric> RunSuite(int runs, double seconds) {
@@ -192,7 +154,7 @@ namespace rayd::cli {
 int RunMicrobenchmark(const MicrobenchmarkArgs& args) {
   std::cerr << "measuring the machine's limits...\n";
   const double rtt_us = LoopbackRoundTripUs();
-  const double memcpy_gbps = MemcpyGBps();
+  const double memcpy_gbps = rayd::MemcpyGBps();
   RaydConfig config;
   config.num_cpus = args.num_cpus;
   config.temp_dir = args.temp_dir;
