@@ -1,8 +1,11 @@
 // `rayd microbenchmark`: Ray's microbenchmark suite (the metrics that apply so far) on an
 // embedded cluster, next to the machine's own limits measured in the same run: the loopback
 // TCP round trip and memcpy bandwidth. Each metric runs several times; we print min, median
-// and max ops/s.
+// and max ops/s (GB/s for the *_gigabytes metrics). The cross-node get starts a second node
+// daemon on this machine for the purpose.
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -11,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,7 +35,20 @@ class Sink {
   static Sink* Create() { return new Sink(); }
   int Call(int x) { return x; }
 };
-RAYD_REMOTE(Noop, Echo, Sink::Create, &Sink::Call);
+
+// Puts `bytes` of floats from a worker (multi_client_put_gigabytes); the ref is dropped at once.
+int PutArray(int64_t bytes) {
+  std::vector<float> v(static_cast<size_t>(bytes) / sizeof(float), 1.0f);
+  rayd::Put(v);
+  return 0;
+}
+// An array of `bytes` made where the task runs (the cross-node get).
+std::vector<float> MakeArray(int64_t bytes) {
+  return std::vector<float>(static_cast<size_t>(bytes) / sizeof(float), 2.0f);
+}
+RAYD_REMOTE(Noop, Echo, Sink::Create, &Sink::Call, PutArray, MakeArray);
+
+constexpr int64_t kGiB = int64_t{1} << 30;
 
 using BenchClock = std::chrono::steady_clock;
 
@@ -40,9 +57,10 @@ struct Metric {
   std::vector<double> per_second;
 };
 
-// Runs `batch` (which performs `ops` operations) repeatedly for about `seconds`; returns ops/s.
-double Rate(const std::function<size_t()>& batch, double seconds) {
-  size_t ops = 0;
+// Runs `batch` (which performs `ops` operations, or moves that many GB) repeatedly for about
+// `seconds`; returns ops/s.
+double Rate(const std::function<double()>& batch, double seconds) {
+  double ops = 0;
   const auto start = BenchClock::now();
   double elapsed = 0;
   while (elapsed < seconds) {
@@ -59,10 +77,38 @@ double LoopbackRoundTripUs() {
   return us[us.size() / 2];
 }
 
+using Measure = std::function<void(const std::string&, const std::function<double()>&)>;
+
+// The shared-memory object store: Ray's put/get metrics for objects that live in the store
+// (a 1 MiB array is above the 100 KiB inline limit), and gigabytes per second.
+void RunObjectStoreSuite(const Measure& measure) {
+  const std::vector<float> big(kGiB / 4 / sizeof(float), 3.0f);  // 256 MiB
+  measure("single_client_put_gigabytes", [&] {
+    rayd::Put(big);
+    return big.size() * sizeof(float) / 1e9;
+  });
+  measure("multi_client_put_gigabytes", [&] {
+    std::vector<rayd::ObjectRef<int>> refs;
+    for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(PutArray).Remote(kGiB / 4));
+    rayd::Get(refs);
+    return 4 * (kGiB / 4) / 1e9;
+  });
+  const auto medium = rayd::Put(std::vector<float>(1 << 18, 1.0f));  // 1 MiB
+  measure("single_client_get_calls_store", [&] {
+    for (int i = 0; i < 100; ++i) rayd::GetView(medium);
+    return 100.0;
+  });
+  const std::vector<float> one_mib(1 << 18, 1.0f);
+  measure("single_client_put_calls_store", [&] {
+    for (int i = 0; i < 100; ++i) rayd::Put(one_mib);
+    return 100.0;
+  });
+}
+
 std::vector<Metric> RunSuite(int runs, double seconds) {
   using rayd::ObjectRef;
   std::vector<Metric> metrics;
-  auto measure = [&](const std::string& name, const std::function<size_t()>& batch) {
+  auto measure = [&](const std::string& name, const std::function<double()>& batch) {
     Metric m{name, {}};
     for (int r = 0; r < runs; ++r) m.per_second.push_back(Rate(batch, seconds));
     metrics.push_back(m);
@@ -70,11 +116,11 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
   };
   auto get_all = [](std::vector<ObjectRef<int>>& refs) {
     rayd::Get(refs);
-    return refs.size();
+    return static_cast<double>(refs.size());
   };
   measure("single_client_tasks_sync", [] {
     rayd::Get(rayd::Task(Noop).Remote());
-    return size_t{1};
+    return 1.0;
   });
   measure("single_client_tasks_async", [&] {
     std::vector<ObjectRef<int>> refs;
@@ -92,13 +138,13 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
       });
     }
     for (auto& t : threads) t.join();
-    return size_t{1000};
+    return 1000.0;
   });
   auto actor = rayd::Actor(Sink::Create).Remote();
   rayd::Get(actor.Task(&Sink::Call).Remote(0));
   measure("1_1_actor_calls_sync", [&] {
     rayd::Get(actor.Task(&Sink::Call).Remote(1));
-    return size_t{1};
+    return 1.0;
   });
   measure("1_1_actor_calls_async", [&] {
     std::vector<ObjectRef<int>> refs;
@@ -130,21 +176,64 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
       });
     }
     for (auto& t : threads) t.join();
-    return size_t{1000};
+    return 1000.0;
   });
   auto small = rayd::Put(42);
   measure("single_client_get_calls", [&] {
     for (int i = 0; i < 100; ++i) rayd::Get(small);
-    return size_t{100};
+    return 100.0;
   });
   measure("single_client_put_calls", [&] {
     for (int i = 0; i < 100; ++i) rayd::Put(i);
-    return size_t{100};
+    return 100.0;
   });
   for (auto& a : actors) a.Kill();
   actor.Kill();
   concurrent.Kill();
+  RunObjectStoreSuite(measure);
   return metrics;
+}
+
+// Runs `argv` (the rayd binary itself first) to completion; true on exit status 0.
+bool RunSelf(std::vector<std::string> args) {
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return false;
+  args.insert(args.begin(), self);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) != 0) return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// A cross-node get: a second node daemon joins the embedded cluster, a task there makes a
+// 1 GiB array, and the driver reads it (pulled into its own node's store). GB/s per run.
+std::vector<double> CrossNodeGet(int runs, const std::string& temp_root) {
+  const auto endpoint = rayd::internal::DriverClusterEndpoint();
+  std::string dir = (temp_root.empty() ? std::string("/tmp") : temp_root) + "/rayd-bench-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) return {};
+  std::vector<double> gbps;
+  if (RunSelf({"start", "--address", endpoint.gcs_address, "--token", endpoint.token,
+               "--temp-dir", dir, "--num-cpus", "1", "--resources", R"({"bench_remote": 1})",
+               "--object-store-memory", "3GiB"})) {
+    for (int r = 0; r < runs; ++r) {
+      auto ref = rayd::Task(MakeArray).SetResource("bench_remote", 1).Remote(kGiB);
+      rayd::Wait(std::vector{ref}, 1, -1);
+      const auto start = BenchClock::now();
+      auto view = rayd::GetView(ref);
+      const double s = std::chrono::duration<double>(BenchClock::now() - start).count();
+      if (view.size() * sizeof(float) == static_cast<size_t>(kGiB)) gbps.push_back(kGiB / s / 1e9);
+    }
+  } else {
+    std::cerr << "  could not start a second node; skipping the cross-node get\n";
+  }
+  RunSelf({"stop", "--temp-dir", dir});
+  std::filesystem::remove_all(dir);
+  return gbps;
 }
 
 }  // namespace
@@ -167,6 +256,10 @@ int RunMicrobenchmark(const MicrobenchmarkArgs& args) {
   std::cerr << "running the suite (" << args.runs << " runs of " << args.seconds
             << " s per metric)...\n";
   auto metrics = RunSuite(args.runs, args.seconds);
+  std::cerr << "  cross_node_get_gigabytes...\n";
+  if (auto gbps = CrossNodeGet(args.runs, args.temp_dir); !gbps.empty()) {
+    metrics.push_back({"cross_node_get_gigabytes", gbps});
+  }
   rayd::Shutdown();
 
   nlohmann::json out = {{"loopback_round_trip_us", rtt_us},

@@ -1,4 +1,4 @@
-// `rayd status` and `rayd list nodes|actors|jobs|workers`: the cluster's state, as a table for
+// `rayd status` and `rayd list nodes|actors|jobs|workers|objects`: the cluster's state, as a table for
 // people or JSON for programs.
 
 #include <algorithm>
@@ -200,7 +200,35 @@ void PrintWorkersTable(const std::vector<WorkerSummary>& workers) {
              rows);
 }
 
-// `rayd list actors|jobs|workers`.
+std::string FormatBytes(uint64_t bytes) {
+  return scheduler::FormatResourceAmount(scheduler::kMemory,
+                                         FixedPoint::FromWhole(static_cast<int64_t>(bytes)));
+}
+
+nlohmann::json ObjectJson(const ObjectSummary& o) {
+  return {{"object_id", o.object_id}, {"node_id", o.node_id}, {"size", o.size},
+          {"state", o.state},         {"primary", o.primary}, {"pins", o.pins},
+          {"owner", o.owner},         {"spill_path", o.spill_path}};
+}
+
+// Like `ray memory`: every object in a node's shared-memory store, then each store's totals.
+void PrintObjectsTable(const ObjectsView& view) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& o : view.objects) {
+    rows.push_back({o.object_id, Short(o.node_id), FormatBytes(o.size), o.state,
+                    o.primary ? "primary" : "copy", std::to_string(o.pins), OrDash(o.owner)});
+  }
+  PrintTable({"OBJECT_ID", "NODE", "SIZE", "STATE", "COPY", "PINS", "OWNER"}, rows);
+  std::cout << "\nObject stores:\n";
+  for (const auto& st : view.stores) {
+    std::cout << " " << Short(st.node_id) << ": " << FormatBytes(st.used) << "/"
+              << FormatBytes(st.capacity) << " used, " << FormatBytes(st.spilled_bytes)
+              << " spilled (since start: " << st.total_evicted << " evicted, "
+              << st.total_spilled << " spilled, " << st.total_restored << " restored)\n";
+  }
+}
+
+// `rayd list actors|jobs|workers|objects`.
 int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
   const std::string command = "list " + args.what;
   const bool json = args.format == "json";
@@ -227,6 +255,19 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
     } else {
       PrintJobsTable(*jobs);
     }
+  } else if (args.what == "objects") {
+    auto view = FetchObjects(target.address, target.token, Millis(5000));
+    if (!view.ok()) return unreachable(view.status());
+    for (const auto& why : view->unreachable) {
+      std::cerr << "rayd " << command << ": warning: no answer from " << why << "\n";
+    }
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& o : view->objects) out.push_back(ObjectJson(o));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      PrintObjectsTable(*view);
+    }
   } else {
     auto view = FetchWorkers(target.address, target.token, Millis(5000));
     if (!view.ok()) return unreachable(view.status());
@@ -251,13 +292,13 @@ int RunStatus(const StatusArgs& args) {
   if (args.format != "table" && args.format != "json") {
     return Fail(command, "--format must be table or json, not '" + args.format + "'");
   }
-  const bool table_of_runtime =
-      args.what == "actors" || args.what == "jobs" || args.what == "workers";
+  const bool table_of_runtime = args.what == "actors" || args.what == "jobs" ||
+                                args.what == "workers" || args.what == "objects";
   if (args.what != "status" && args.what != "nodes" && !table_of_runtime) {
-    if (args.what == "placement-groups" || args.what == "objects") {
+    if (args.what == "placement-groups") {
       return Fail(command, "'" + args.what +
-                               "' is not listed yet: this build lists nodes, actors, jobs and "
-                               "workers");
+                               "' is not listed yet: this build lists nodes, actors, jobs, "
+                               "workers and objects");
     }
     return Fail(command, "unknown table '" + args.what +
                              "': expected nodes, actors, jobs, workers, placement-groups or "

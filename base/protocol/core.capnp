@@ -15,6 +15,16 @@ struct ObjectValue {
   errorKind @1 :UInt8;           # 0 = none (a value)
   errorType @2 :Text;            # remote exception type, for errorKind = remote
   errorMessage @3 :Text;
+  # A value too large to inline lives in node object stores instead: `data` is empty.
+  inStore @4 :Bool;
+  size @5 :UInt64;               # its size in bytes
+  locations @6 :List(ObjectLocation);  # nodes holding a copy (the first: the primary)
+}
+
+struct ObjectLocation {
+  nodeId @0 :Text;
+  nodeAddress @1 :Text;          # the node daemon's RPC address
+  transferAddress @2 :Text;      # its object transfer channel
 }
 
 struct TaskArg {
@@ -202,4 +212,60 @@ struct GetAllActorsReply {
 # Driver -> GCS: this job is done (also implied when the driver's connection drops).
 struct JobDriverRequest {
   jobId @0 :Text;
+}
+
+# ---- Node daemon: the shared-memory object store ------------------------------------------------
+# Object bytes never travel in these messages: clients map the node's arena (its descriptor is
+# handed out on NodeInfo.storeSocket) and read and write objects in place.
+
+struct StoreCreateRequest {
+  objectId @0 :Text;
+  size @1 :UInt64;
+  owner @2 :Text;                # the owner's core worker address
+}
+struct StoreCreateReply {
+  offset @0 :UInt64;             # where to write `size` bytes in the arena; then seal
+}
+
+struct StoreObjectRequest {
+  objectId @0 :Text;
+}
+
+struct StoreGetRequest {
+  objectId @0 :Text;
+  size @1 :UInt64;
+  locations @2 :List(ObjectLocation);  # where to pull it from when this node has no copy
+  owner @3 :Text;                # told about the new copy once pulled
+}
+struct StoreGetReply {
+  offset @0 :UInt64;
+  size @1 :UInt64;
+}
+
+struct StoreDeleteRequest {
+  objectIds @0 :List(Text);
+}
+
+struct StoreObjectInfo {
+  objectId @0 :Text;
+  size @1 :UInt64;
+  state @2 :Text;                # CREATING, SEALED, SPILLED
+  primary @3 :Bool;
+  pins @4 :Int32;
+  owner @5 :Text;
+  spillPath @6 :Text;
+}
+struct StoreListReply {
+  objects @0 :List(StoreObjectInfo);
+  capacity @1 :UInt64;
+  used @2 :UInt64;
+  spilledBytes @3 :UInt64;
+  totalEvicted @4 :UInt64;
+  totalSpilled @5 :UInt64;
+  totalRestored @6 :UInt64;
+}
+
+struct AddObjectLocationRequest {
+  objectId @0 :Text;
+  location @1 :ObjectLocation;
 }

@@ -36,6 +36,9 @@ struct NodeInfo {
   pid @12 :Int32;
   sessionDir @13 :Text;
   lastHeartbeatMs @14 :Int64;    # unix epoch ms, as the GCS saw it
+  storeSocket @15 :Text;         # Unix socket that hands out the object store arena
+  transferAddress @16 :Text;     # host:port of the object transfer channel
+  objectStoreBytes @17 :UInt64;  # arena size
 }
 
 struct RegisterNodeRequest {

@@ -38,6 +38,14 @@ enum Method {
   killActor @26;           # GCS: KillActorRequest -> empty
   getAllActors @27;        # GCS: empty -> GetAllActorsReply
   jobDriverExited @28;     # GCS: JobDriverRequest -> empty (clean driver exit)
+  storeCreate @29;         # node: StoreCreateRequest -> StoreCreateReply (space in the arena)
+  storeSeal @30;           # node: StoreObjectRequest -> empty
+  storeAbort @31;          # node: StoreObjectRequest -> empty
+  storeGet @32;            # node: StoreGetRequest -> StoreGetReply (pinned for the caller)
+  storeRelease @33;        # node: StoreObjectRequest -> empty (drops one pin)
+  storeDelete @34;         # node: StoreDeleteRequest -> empty (the owner freed the objects)
+  storeList @35;           # node: empty -> StoreListReply
+  addObjectLocation @36;   # core worker (owner): AddObjectLocationRequest -> empty
 }
 
 # Server -> client, first frame on a connection.

@@ -1,6 +1,7 @@
 // Reading the cluster's state for the CLI and embedding programs: short-lived clients on a
 // private event loop, run until the answers arrive.
 
+#include <functional>
 #include <memory>
 
 #include "common/node_info.h"
@@ -128,8 +129,13 @@ Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std:
   return jobs;
 }
 
-Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
-                                 Millis timeout) {
+namespace {
+// Calls `method` on every alive node at once (one loop) and hands each answer to `on_reply`;
+// nodes that don't answer are listed in `unreachable`.
+Status CallEveryNode(const std::string& address, const std::string& token, Millis timeout,
+                     proto::Method method,
+                     const std::function<void(const NodeInfo&, capnp::AnyPointer::Reader)>& on_reply,
+                     std::vector<std::string>& unreachable) {
   std::vector<NodeInfo> nodes;
   RAYD_RETURN_IF_ERROR(CallGcs(
       address, token, timeout, proto::Method::GET_ALL_NODES,
@@ -142,8 +148,6 @@ Result<WorkersView> FetchWorkers(const std::string& address, const std::string& 
           if (info.ok()) nodes.push_back(std::move(*info));
         }
       }));
-  // Every node at once, on one loop.
-  WorkersView view;
   EventLoop loop;
   std::vector<std::unique_ptr<rpc::RpcClient>> clients;
   size_t pending = nodes.size();
@@ -152,32 +156,75 @@ Result<WorkersView> FetchWorkers(const std::string& address, const std::string& 
         std::make_unique<rpc::RpcClient>(loop, node.address, rpc::Options{token, "cli"}));
     rpc::RpcClient* client = clients.back().get();
     client->Connect();
-    client->Call(proto::Method::GET_WORKERS, nullptr, timeout,
-                 [&, client, node_id = node.node_id.Hex(), node_address = node.address](
-                     const Status& s, capnp::AnyPointer::Reader r) {
+    client->Call(method, nullptr, timeout,
+                 [&, client, node = node](const Status& s, capnp::AnyPointer::Reader r) {
                    --pending;
                    if (!s.ok()) {
-                     view.unreachable.push_back("node " + node_id + " at " + node_address + ": " +
-                                                Explain(s, *client).message());
+                     unreachable.push_back("node " + node.node_id.Hex() + " at " + node.address +
+                                           ": " + Explain(s, *client).message());
                      return;
                    }
-                   for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
-                     WorkerSummary ws;
-                     ws.worker_id = w.getWorkerId();
-                     ws.job_id = w.getJobId();
-                     ws.node_id = w.getNodeId();
-                     if (ws.node_id.empty()) ws.node_id = node_id;
-                     ws.pid = w.getPid();
-                     ws.address = w.getAddress();
-                     ws.state = w.getState();
-                     ws.actor_id = w.getActorId();
-                     ws.exit_reason = w.getExitReason();
-                     view.workers.push_back(std::move(ws));
-                   }
+                   on_reply(node, r);
                  });
   }
   loop.RunUntil([&] { return pending == 0; }, timeout + Millis(1000));
   clients.clear();
+  return Status::Ok();
+}
+}  // namespace
+
+Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
+                                 Millis timeout) {
+  WorkersView view;
+  auto on_reply = [&](const NodeInfo& node, capnp::AnyPointer::Reader r) {
+    for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
+      WorkerSummary ws;
+      ws.worker_id = w.getWorkerId();
+      ws.job_id = w.getJobId();
+      ws.node_id = w.getNodeId();
+      if (ws.node_id.empty()) ws.node_id = node.node_id.Hex();
+      ws.pid = w.getPid();
+      ws.address = w.getAddress();
+      ws.state = w.getState();
+      ws.actor_id = w.getActorId();
+      ws.exit_reason = w.getExitReason();
+      view.workers.push_back(std::move(ws));
+    }
+  };
+  RAYD_RETURN_IF_ERROR(CallEveryNode(address, token, timeout, proto::Method::GET_WORKERS,
+                                     on_reply, view.unreachable));
+  return view;
+}
+
+Result<ObjectsView> FetchObjects(const std::string& address, const std::string& token,
+                                 Millis timeout) {
+  ObjectsView view;
+  auto on_reply = [&](const NodeInfo& node, capnp::AnyPointer::Reader r) {
+    auto reply = r.getAs<proto::StoreListReply>();
+    NodeStoreSummary store;
+    store.node_id = node.node_id.Hex();
+    store.capacity = reply.getCapacity();
+    store.used = reply.getUsed();
+    store.spilled_bytes = reply.getSpilledBytes();
+    store.total_evicted = reply.getTotalEvicted();
+    store.total_spilled = reply.getTotalSpilled();
+    store.total_restored = reply.getTotalRestored();
+    view.stores.push_back(store);
+    for (auto o : reply.getObjects()) {
+      ObjectSummary os;
+      os.object_id = o.getObjectId();
+      os.node_id = store.node_id;
+      os.size = o.getSize();
+      os.state = o.getState();
+      os.primary = o.getPrimary();
+      os.pins = o.getPins();
+      os.owner = o.getOwner();
+      os.spill_path = o.getSpillPath();
+      view.objects.push_back(std::move(os));
+    }
+  };
+  RAYD_RETURN_IF_ERROR(CallEveryNode(address, token, timeout, proto::Method::STORE_LIST, on_reply,
+                                     view.unreachable));
   return view;
 }
 

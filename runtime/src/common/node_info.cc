@@ -44,6 +44,9 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setDeathReason(info.death_reason);
   out.setPid(info.pid);
   out.setSessionDir(info.session_dir);
+  out.setStoreSocket(info.store_socket);
+  out.setTransferAddress(info.transfer_address);
+  out.setObjectStoreBytes(info.object_store_bytes);
 }
 
 Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
@@ -63,6 +66,9 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.death_reason = in.getDeathReason();
   info.pid = in.getPid();
   info.session_dir = in.getSessionDir();
+  info.store_socket = in.getStoreSocket();
+  info.transfer_address = in.getTransferAddress();
+  info.object_store_bytes = in.getObjectStoreBytes();
   return info;
 }
 
@@ -110,6 +116,9 @@ std::string NodeInfoToJson(const NodeInfo& info) {
       {"death_reason", info.death_reason},
       {"pid", info.pid},
       {"session_dir", info.session_dir},
+      {"store_socket", info.store_socket},
+      {"transfer_address", info.transfer_address},
+      {"object_store_bytes", info.object_store_bytes},
   };
   return j.dump();
 }
@@ -133,6 +142,9 @@ Result<NodeInfo> NodeInfoFromJson(const std::string& text) {
     info.death_reason = j.at("death_reason").get<std::string>();
     info.pid = j.at("pid").get<int>();
     info.session_dir = j.at("session_dir").get<std::string>();
+    info.store_socket = j.value("store_socket", std::string());
+    info.transfer_address = j.value("transfer_address", std::string());
+    info.object_store_bytes = j.value("object_store_bytes", uint64_t{0});
     return info;
   } catch (const nlohmann::json::exception& e) {
     return Status::Internal(std::string("corrupt node record in the GCS store: ") + e.what());

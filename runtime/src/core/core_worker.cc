@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "common/node_info.h"
+#include "rayd/api/errors.h"
 #include "rayd/protocol/core.capnp.h"
 
 namespace rayd::core {
@@ -32,14 +34,22 @@ Status CoreWorker::Connect() {
   address_ = server_->bound_addresses().front();
   objects_ = std::make_unique<ObjectManager>(store_, clients_, address_);
   objects_->RegisterMethods(dispatcher_);
-  executor_ = std::make_unique<Executor>(loop_, *objects_);
+  InstallStoreHooks();
+  executor_ = std::make_unique<Executor>(
+      loop_, *objects_,
+      ExecutorHooks{[this](const ObjectId& id, const std::string& owner) {
+                      return FetchArg(id, owner);
+                    },
+                    [this](const ObjectId& id, ObjectValue v, const std::string& owner) {
+                      return StoreResult(id, std::move(v), owner);
+                    }});
   executor_->RegisterMethods(dispatcher_);
   gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
                                           nullptr, rpc::ReconnectBackoff{Millis(50), Millis(1000)});
   io_thread_ = std::thread([this] { loop_.Run(); });
   loop_.Post([this] { gcs_->Connect(); });
 
-  if (options_.is_driver) RAYD_RETURN_IF_ERROR(ChooseNode());
+  RAYD_RETURN_IF_ERROR(options_.is_driver ? ChooseNode() : LearnNodeId());
   submit_ctx_ = std::unique_ptr<SubmitterContext>(new SubmitterContext{
       loop_, store_, clients_, *objects_, options_.node_address, options_.job_id,
       options_.launch_argv, options_.launch_env});
@@ -108,21 +118,56 @@ Status CoreWorker::ChooseNode() {
 }
 
 Status CoreWorker::LearnNodeId() {
-  auto node_id = std::make_shared<std::string>();
-  Status s = RunOnLoop([this, node_id](auto done) {
+  auto node = std::make_shared<Result<NodeInfo>>(Status::Internal("no answer"));
+  Status s = RunOnLoop([this, node](auto done) {
     clients_.Get(options_.node_address)
         .Call(proto::Method::GET_NODE_INFO, nullptr, Millis(15000),
-              [node_id, done](const Status& st, capnp::AnyPointer::Reader r) {
-                if (st.ok()) *node_id = r.getAs<proto::NodeInfo>().getNodeId();
-                done(st);
+              [node, done](const Status& st, capnp::AnyPointer::Reader r) {
+                if (st.ok()) *node = runtime::NodeInfoFromProto(r.getAs<proto::NodeInfo>());
+                done(st.ok() ? node->status() : st);
               });
   });
   if (!s.ok()) {
     return Status::Unavailable("cannot reach the node daemon at " + options_.node_address + ": " +
                                s.message());
   }
-  node_id_ = *node_id;
+  node_id_ = (*node)->node_id.Hex();
+  ConnectStore(**node);
   return Status::Ok();
+}
+
+void CoreWorker::ConnectStore(const NodeInfo& node) {
+  auto client = StoreClient::Connect(
+      loop_, clients_,
+      StoreClient::NodeStore{node.node_id.Hex(), options_.node_address, node.store_socket,
+                             node.transfer_address});
+  if (!client.ok()) {
+    spdlog::info("no shared-memory object store on this host ({}); large values stay inline",
+                 client.status().message());
+    return;
+  }
+  store_client_ = std::move(client).value();
+}
+
+void CoreWorker::InstallStoreHooks() {
+  store_.SetHooks([this](const ObjectId& id) { ReleaseArgPins(id); },
+                  [this](const ObjectId& id, const ObjectValue& marker) {
+                    // Only the owner frees; a borrower just forgets its marker.
+                    if (store_client_ && objects_->OwnerOf(id) == address_) {
+                      store_client_->Delete(id, marker.locations);
+                    }
+                  });
+  dispatcher_.Register(proto::Method::ADD_OBJECT_LOCATION, [this](const rpc::CallPtr& call) {
+    auto req = call->Params<proto::AddObjectLocationRequest>();
+    auto id = ObjectId::FromHex(req.getObjectId().cStr());
+    if (!id.ok()) return call->Fail(id.status());
+    auto location = FromProto(req.getLocation());
+    if (!store_.AddLocation(*id, location) && store_client_) {
+      // Freed meanwhile: the new copy is not wanted either.
+      store_client_->Delete(*id, {location});
+    }
+    call->Reply();
+  });
 }
 
 Status CoreWorker::RegisterDriver() {
@@ -219,6 +264,11 @@ TaskSpec CoreWorker::NewSpec(const std::string& function_name,
 }
 
 ObjectId CoreWorker::Put(std::string value) {
+  if (store_client_ && value.size() >= internal::kMaxInlineBytes) {
+    return PutSerialized(value.size(), [&](uint8_t* dest) {
+      std::memcpy(dest, value.data(), value.size());
+    });
+  }
   ObjectId id = ObjectId::FromRandom();
   internal::ObjectValue v;
   v.data = std::move(value);
@@ -226,10 +276,118 @@ ObjectId CoreWorker::Put(std::string value) {
   return id;
 }
 
+ObjectId CoreWorker::PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) {
+  if (!store_client_ || size < internal::kMaxInlineBytes) {
+    return internal::Runtime::PutSerialized(size, write);
+  }
+  ObjectId id = ObjectId::FromRandom();
+  auto marker = store_client_->PutInPlace(id, size, address_, write);
+  if (!marker.ok()) {
+    if (marker.status().code() == StatusCode::kResourceExhausted) {
+      throw ObjectStoreFullError("Put: " + marker.status().message());
+    }
+    throw RaydError("Put: " + marker.status().message());
+  }
+  store_.Put(id, std::move(marker).value());
+  return id;
+}
+
+void CoreWorker::PromoteLargeArgs(std::vector<internal::TaskArg>& args) {
+  if (!store_client_) return;
+  for (auto& a : args) {
+    if (a.kind != internal::TaskArg::Kind::kValue || a.value.size() < internal::kMaxInlineBytes) {
+      continue;
+    }
+    a.ref = Put(std::move(a.value));
+    a.value.clear();
+    a.kind = internal::TaskArg::Kind::kRef;
+    a.owner_address = address_;
+  }
+}
+
+void CoreWorker::PinArgs(const TaskSpec& spec) {
+  std::vector<ObjectId> refs;
+  for (const auto& a : spec.args) {
+    if (a.kind != internal::TaskArg::Kind::kValue) refs.push_back(a.ref);
+  }
+  if (refs.empty()) return;
+  for (const auto& id : refs) store_.AddRef(id);
+  std::lock_guard lock(pins_mu_);
+  arg_pins_[spec.return_id] = std::move(refs);
+}
+
+void CoreWorker::ReleaseArgPins(const ObjectId& return_id) {
+  std::vector<ObjectId> refs;
+  {
+    std::lock_guard lock(pins_mu_);
+    auto it = arg_pins_.find(return_id);
+    if (it == arg_pins_.end()) return;
+    refs = std::move(it->second);
+    arg_pins_.erase(it);
+  }
+  for (const auto& id : refs) store_.RemoveRef(id);
+}
+
+internal::ObjectValue CoreWorker::ResolveStored(const ObjectId& id,
+                                                const internal::ObjectValue& marker) {
+  if (!store_client_) {
+    return ErrorValue(ErrorKind::kSystem, "object " + id.Hex() +
+                                              " lives in a node's shared memory, and this "
+                                              "process has no node daemon on its host");
+  }
+  auto bytes = store_client_->Get(id, marker, objects_->OwnerOf(id));
+  if (!bytes.ok()) {
+    const auto code = bytes.status().code();
+    const bool lost = code == StatusCode::kNotFound || code == StatusCode::kUnavailable;
+    return ErrorValue(lost ? ErrorKind::kObjectLost : ErrorKind::kSystem,
+                      lost ? bytes.status().message()
+                           : "object " + id.Hex() + ": " + bytes.status().message());
+  }
+  internal::ObjectValue v;
+  v.shared = std::move(bytes).value();
+  return v;
+}
+
+void CoreWorker::ResolveStored(const std::vector<ObjectId>& ids,
+                               std::vector<internal::ObjectValue>& values) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (values[i].in_store && values[i].error == ErrorKind::kNone) {
+      values[i] = ResolveStored(ids[i], values[i]);
+    }
+  }
+}
+
+internal::ObjectValue CoreWorker::FetchArg(const ObjectId& id, const std::string& owner) {
+  objects_->RegisterBorrowed(id, owner);
+  store_.AddRef(id);
+  internal::ObjectValue v = Get({id}, std::chrono::milliseconds(-1)).front();
+  store_.RemoveRef(id);
+  return v;
+}
+
+internal::ObjectValue CoreWorker::StoreResult(const ObjectId& id, internal::ObjectValue value,
+                                              const std::string& owner) {
+  if (!store_client_ || value.error != ErrorKind::kNone ||
+      value.data.size() < internal::kMaxInlineBytes) {
+    return value;
+  }
+  auto marker = store_client_->PutInPlace(id, value.data.size(), owner, [&](uint8_t* dest) {
+    std::memcpy(dest, value.data.data(), value.data.size());
+  });
+  if (!marker.ok()) {
+    return ErrorValue(ErrorKind::kSystem,
+                      "the task's result could not be stored: " + marker.status().message(),
+                      "ObjectStoreFullError");
+  }
+  return std::move(marker).value();
+}
+
 ObjectId CoreWorker::SubmitTask(const std::string& function_name,
                                 std::vector<internal::TaskArg> args,
                                 const internal::TaskOptions& options) {
+  PromoteLargeArgs(args);
   TaskSpec spec = NewSpec(function_name, std::move(args));
+  PinArgs(spec);
   spec.resources = ToResourceSet(options.resources.empty()
                                      ? std::map<std::string, double>{{"CPU", 1.0}}
                                      : options.resources);
@@ -299,7 +457,9 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
 
 ObjectId CoreWorker::SubmitActorTask(const ActorId& actor, const std::string& method_name,
                                      std::vector<internal::TaskArg> args) {
+  PromoteLargeArgs(args);
   TaskSpec spec = NewSpec(method_name, std::move(args));
+  PinArgs(spec);
   spec.kind = TaskSpec::Kind::ACTOR_TASK;
   spec.actor_id = actor;
   const ObjectId id = spec.return_id;
@@ -340,6 +500,7 @@ std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& 
                                    std::to_string(timeout.count()) + " ms"));
     }
   }
+  ResolveStored(ids, out);
   return out;
 }
 

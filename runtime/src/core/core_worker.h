@@ -18,7 +18,9 @@
 #include "core/executor.h"
 #include "core/memory_store.h"
 #include "core/object_manager.h"
+#include "core/store_client.h"
 #include "core/task_submitter.h"
+#include "rayd/runtime/cluster.h"
 
 namespace rayd::core {
 
@@ -54,6 +56,7 @@ class CoreWorker : public internal::Runtime {
 
   // internal::Runtime
   ObjectId Put(std::string value) override;
+  ObjectId PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) override;
   ObjectId SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,
                       const internal::TaskOptions& options) override;
   Result<ActorId> CreateActor(const std::string& factory_name,
@@ -88,11 +91,30 @@ class CoreWorker : public internal::Runtime {
   // Fetches borrowed objects that are not here yet (their values land in the store).
   void FetchMissing(const std::vector<ObjectId>& ids);
   TaskSpec NewSpec(const std::string& function_name, std::vector<internal::TaskArg> args);
+  // Maps the node's shared-memory store; without one (no node daemon on this host) large
+  // values stay inline.
+  void ConnectStore(const NodeInfo& node);
+  void InstallStoreHooks();
+  // Turns in_store markers into bytes read in place (or the error that stopped that).
+  void ResolveStored(const std::vector<ObjectId>& ids, std::vector<internal::ObjectValue>& values);
+  internal::ObjectValue ResolveStored(const ObjectId& id, const internal::ObjectValue& marker);
+  // Large by-value arguments go to the object store and travel as refs; every ref argument is
+  // kept alive until the task's result arrives.
+  void PromoteLargeArgs(std::vector<internal::TaskArg>& args);
+  void PinArgs(const TaskSpec& spec);
+  void ReleaseArgPins(const ObjectId& return_id);
+  // Executor hooks (task threads).
+  internal::ObjectValue FetchArg(const ObjectId& id, const std::string& owner);
+  internal::ObjectValue StoreResult(const ObjectId& id, internal::ObjectValue value,
+                                    const std::string& owner);
 
   CoreWorkerOptions options_;
   EventLoop loop_;
   MemoryStore store_;
   ClientPool clients_;
+  std::shared_ptr<StoreClient> store_client_;  // co-owned by the SharedBytes it hands out
+  std::mutex pins_mu_;
+  std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id; pins_mu_
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;

@@ -61,7 +61,7 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
   if (!parsed.ok()) return call->Fail(parsed.status());
   auto spec = std::make_shared<TaskSpec>(std::move(parsed).value());
   auto run = [this, call, spec] {
-    ObjectValue value = Execute(*spec);
+    ObjectValue value = hooks_.store_result(spec->return_id, Execute(*spec), spec->caller_address);
     loop_.Post([call, value = std::move(value)] {
       call->Reply([&](capnp::AnyPointer::Builder b) {
         ToProto(value, b.initAs<proto::PushTaskReply>().initValue());
@@ -105,6 +105,12 @@ ObjectValue Executor::Execute(const TaskSpec& spec) {
     internal::InvocationArg arg;
     if (a.kind == internal::TaskArg::Kind::kValue) {
       arg.value = a.value;
+    } else if (a.kind == internal::TaskArg::Kind::kRef) {
+      // A large object the caller left in the object store: read it in place.
+      ObjectValue v = hooks_.fetch_arg(a.ref, a.owner_address);
+      if (v.error != ErrorKind::kNone) return v;
+      arg.shared = std::move(v.shared);
+      arg.value = std::move(v.data);
     } else {
       arg.is_ref = true;
       arg.ref = a.ref;

@@ -35,10 +35,21 @@ class ThreadPool {
   std::vector<std::thread> threads_;
 };
 
+// How the executor reaches the object store; both run on task threads and may block.
+struct ExecutorHooks {
+  // The value of an argument passed as a ref to a by-value parameter (a large object, read in
+  // place), or the error that stops the task.
+  std::function<ObjectValue(const ObjectId& id, const std::string& owner)> fetch_arg;
+  // A result too large to inline, moved into the node's store for `owner`: its marker.
+  std::function<ObjectValue(const ObjectId& id, ObjectValue value, const std::string& owner)>
+      store_result;
+};
+
 class Executor {
  public:
   // `loop` and `objects` must outlive the executor.
-  Executor(EventLoop& loop, ObjectManager& objects) : loop_(loop), objects_(objects) {}
+  Executor(EventLoop& loop, ObjectManager& objects, ExecutorHooks hooks)
+      : loop_(loop), objects_(objects), hooks_(std::move(hooks)) {}
   ~Executor();
 
   void RegisterMethods(rpc::Dispatcher& dispatcher);
@@ -51,6 +62,7 @@ class Executor {
 
   EventLoop& loop_;
   ObjectManager& objects_;
+  ExecutorHooks hooks_;
   std::unique_ptr<ThreadPool> task_pool_;
   std::unique_ptr<ThreadPool> actor_pool_;
   ActorId actor_id_;

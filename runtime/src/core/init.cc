@@ -22,6 +22,8 @@ namespace {
 struct Driver {
   std::unique_ptr<core::EmbeddedCluster> cluster;  // null when joined to a running cluster
   std::unique_ptr<core::CoreWorker> worker;
+  std::string gcs_address;
+  std::string token;
 };
 
 std::mutex g_mu;
@@ -142,6 +144,9 @@ void Init(RaydConfig config, int argc, char** argv) {
     NodeResourceOptions resources;
     if (config.num_cpus >= 0) resources.num_cpus = config.num_cpus;
     if (config.num_gpus >= 0) resources.num_gpus = config.num_gpus;
+    if (config.object_store_memory >= 0) {
+      resources.object_store_memory = config.object_store_memory;
+    }
     for (const auto& [name, amount] : config.resources) {
       resources.custom.Set(name, scheduler::FixedPoint::FromDouble(amount));
     }
@@ -164,6 +169,8 @@ void Init(RaydConfig config, int argc, char** argv) {
   auto worker = core::CoreWorker::Start(options);
   if (!worker.ok()) throw RaydError("rayd::Init: " + worker.status().message());
   driver->worker = std::move(*worker);
+  driver->gcs_address = options.gcs_address;
+  driver->token = options.token;
   internal::SetCurrentRuntime(driver->worker.get());
   g_driver = driver.release();
   static std::once_flag registered;
@@ -185,6 +192,14 @@ void Shutdown() {
   driver->worker.reset();
   driver->cluster.reset();
 }
+
+namespace internal {
+ClusterEndpoint DriverClusterEndpoint() {
+  std::lock_guard lock(g_mu);
+  if (g_driver == nullptr || g_driver->worker == nullptr) return {};
+  return {g_driver->gcs_address, g_driver->token};
+}
+}  // namespace internal
 
 bool IsInitialized() {
   std::lock_guard lock(g_mu);

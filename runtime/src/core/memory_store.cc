@@ -3,13 +3,24 @@
 namespace rayd::core {
 
 void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
+  {
+    std::lock_guard lock(mu_);
+    if (!PutLocked(id, std::move(value))) return;
+  }
+  if (on_put_) on_put_(id);
+}
+
+bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value) {
   std::vector<std::function<void(const ObjectValue&)>> callbacks;
-  std::lock_guard lock(mu_);
   auto& e = entries_[id];
-  if (e.value) return;
+  if (e.value) return false;
   if (e.released && e.waiters.empty()) {
+    // Nobody wants it any more. A stored value must still be freed by whoever owns it.
+    if (value.in_store && on_free_) {
+      loop_.Post([fn = on_free_, id, value = std::move(value)] { fn(id, value); });
+    }
     entries_.erase(id);
-    return;
+    return true;
   }
   e.value = std::move(value);
   callbacks.swap(e.callbacks);
@@ -23,6 +34,7 @@ void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
     if (w->missing > 0 && --w->missing == 0) w->cv.notify_one();
   }
   e.waiters.clear();
+  return true;
 }
 
 std::optional<ObjectValue> MemoryStore::TryGet(const ObjectId& id) const {
@@ -97,10 +109,25 @@ void MemoryStore::RemoveRef(const ObjectId& id) {
   if (it == entries_.end() || --it->second.refs > 0) return;
   if (!it->second.callbacks.empty() || !it->second.waiters.empty()) return;  // still wanted
   if (it->second.value) {
+    if (it->second.value->in_store && on_free_) {
+      loop_.Post([fn = on_free_, id, value = std::move(*it->second.value)] { fn(id, value); });
+    }
     entries_.erase(it);
   } else {
     it->second.released = true;
   }
+}
+
+bool MemoryStore::AddLocation(const ObjectId& id, const internal::ObjectLocation& location) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.value || !it->second.value->in_store) return false;
+  auto& locations = it->second.value->locations;
+  for (const auto& l : locations) {
+    if (l.node_id == location.node_id) return true;
+  }
+  locations.push_back(location);
+  return true;
 }
 
 size_t MemoryStore::size() const {

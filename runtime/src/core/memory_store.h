@@ -1,7 +1,7 @@
 #pragma once
 // MemoryStore: the objects this process holds — values it owns (task results, Puts) and copies
-// of borrowed values fetched from their owners. Small values only for now; the shared-memory
-// store (issue [3/9]) takes the large ones.
+// of borrowed values fetched from their owners. Small values are held here; large ones live in
+// node object stores and are held here as markers (ObjectValue::in_store) with their locations.
 //
 // Threading: safe from any thread. User threads block in Wait(); the loop thread registers
 // callbacks with WhenReady(), which always run on the loop (posted).
@@ -45,6 +45,17 @@ class MemoryStore {
   void RemoveRef(const ObjectId& id);
   size_t size() const;
 
+  // Records another node holding a copy of a stored value; false if there is no such marker.
+  bool AddLocation(const ObjectId& id, const internal::ObjectLocation& location);
+  // Set once, before use. `on_put` runs (on the calling thread, outside the lock) after a value
+  // is stored; `on_free` runs on the loop when a marker of a stored value is dropped because no
+  // reference to it remains here.
+  void SetHooks(std::function<void(const ObjectId&)> on_put,
+                std::function<void(const ObjectId&, const ObjectValue&)> on_free) {
+    on_put_ = std::move(on_put);
+    on_free_ = std::move(on_free);
+  }
+
  private:
   // A thread blocked in Wait: woken once `missing` values have arrived, not on every Put.
   struct Waiter {
@@ -59,7 +70,12 @@ class MemoryStore {
     bool released = false;  // refs went to zero once: the value is not wanted any more
   };
 
+  // Stores the value; false if the entry already had one.
+  bool PutLocked(const ObjectId& id, ObjectValue value);
+
   EventLoop& loop_;
+  std::function<void(const ObjectId&)> on_put_;
+  std::function<void(const ObjectId&, const ObjectValue&)> on_free_;
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, Entry> entries_;  // guarded by mu_
 };

@@ -67,6 +67,8 @@ void ObjectManager::ResolveArgs(
       auto& arg = state->args[i];
       if (v.error != ErrorKind::kNone) {
         if (!state->error) state->error = v;
+      } else if (v.in_store) {
+        // Too large to inline: the executing worker reads it from its node's store.
       } else {
         arg.kind = TaskArg::Kind::kValue;
         arg.value = v.data;

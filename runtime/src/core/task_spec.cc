@@ -78,12 +78,29 @@ Result<TaskSpec> FromProto(proto::TaskSpec::Reader in) {
   return spec;
 }
 
+void ToProto(const internal::ObjectLocation& l, proto::ObjectLocation::Builder out) {
+  out.setNodeId(l.node_id);
+  out.setNodeAddress(l.node_address);
+  out.setTransferAddress(l.transfer_address);
+}
+
+internal::ObjectLocation FromProto(proto::ObjectLocation::Reader in) {
+  return {in.getNodeId(), in.getNodeAddress(), in.getTransferAddress()};
+}
+
 void ToProto(const ObjectValue& value, proto::ObjectValue::Builder out) {
-  out.setData(AsData(value.data));
+  // Values read in place are never sent on: only their store marker travels.
+  if (!value.shared) out.setData(AsData(value.data));
   out.setErrorKind(static_cast<uint8_t>(value.error));
   if (value.error != internal::ErrorKind::kNone) {
     out.setErrorType(value.error_type);
     out.setErrorMessage(value.error_message);
+  }
+  if (value.in_store) {
+    out.setInStore(true);
+    out.setSize(value.size);
+    auto list = out.initLocations(static_cast<unsigned>(value.locations.size()));
+    for (unsigned i = 0; i < value.locations.size(); ++i) ToProto(value.locations[i], list[i]);
   }
 }
 
@@ -93,6 +110,9 @@ ObjectValue FromProto(proto::ObjectValue::Reader in) {
   v.error = static_cast<internal::ErrorKind>(in.getErrorKind());
   v.error_type = in.getErrorType();
   v.error_message = in.getErrorMessage();
+  v.in_store = in.getInStore();
+  v.size = in.getSize();
+  for (auto l : in.getLocations()) v.locations.push_back(FromProto(l));
   return v;
 }
 

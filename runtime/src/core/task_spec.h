@@ -35,6 +35,8 @@ Result<TaskSpec> FromProto(proto::TaskSpec::Reader in);
 
 void ToProto(const ObjectValue& value, proto::ObjectValue::Builder out);
 ObjectValue FromProto(proto::ObjectValue::Reader in);
+void ToProto(const internal::ObjectLocation& location, proto::ObjectLocation::Builder out);
+internal::ObjectLocation FromProto(proto::ObjectLocation::Reader in);
 
 ObjectValue ErrorValue(internal::ErrorKind kind, std::string message, std::string type = "");
 

@@ -56,8 +56,9 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
   pool_.SetOnExit([this](Worker& w, WorkerState previous) { OnWorkerExit(w, previous); });
 }
 
-// The pool's destructor kills and reaps the workers that are still alive.
-NodeDaemon::~NodeDaemon() = default;
+// The pool's destructor kills and reaps the workers that are still alive. The server outlives
+// the object service: it must not report closing connections to it.
+NodeDaemon::~NodeDaemon() { server_.SetOnConnectionClosed(nullptr); }
 
 void NodeDaemon::ListAliveNodes(rpc::RpcClient& gcs,
                                 std::function<void(Result<std::vector<NodeInfo>>)> done) {
@@ -101,10 +102,28 @@ void NodeDaemon::OnWorkerExit(Worker& worker, WorkerState previous) {
 
 void NodeDaemon::Start(std::function<void(Status)> on_joined) {
   on_joined_ = std::move(on_joined);
+  ObjectServiceConfig store;
+  store.capacity = static_cast<size_t>(config_.total.Get(scheduler::kObjectStoreMemory).units() /
+                                       scheduler::FixedPoint::kScale);
+  store.session_dir = config_.session_dir;
+  store.node_ip = config_.node_ip;
+  store.token = config_.token;
+  store.node_id = node_id_;
+  if (store.capacity > 0) {  // a node may have no object store (object_store_memory 0)
+    auto objects = ObjectService::Start(loop_, store);
+    if (!objects.ok()) {
+      return FinishJoin(objects.status().WithContext("starting the object store"));
+    }
+    objects_ = std::move(objects).value();
+    objects_->RegisterMethods(dispatcher_);
+    server_.SetOnConnectionClosed(
+        [this](rpc::Connection& c, const Status&) { objects_->OnConnectionClosed(c); });
+  }
   Status s = server_.Listen(config_.node_ip + ":0");
   if (s.ok()) s = server_.Listen("unix:" + config_.session_dir + "/node.sock");
   if (!s.ok()) return FinishJoin(s);
   address_ = server_.bound_addresses().front();
+  if (objects_) objects_->set_node_address(address_);
   join_timer_.Start(config_.join_timeout, Millis(0), [this] {
     FinishJoin(Status::Unavailable("could not join the cluster at " + config_.gcs_address +
                                    " within " + std::to_string(config_.join_timeout.count()) +
@@ -150,6 +169,11 @@ NodeInfo NodeDaemon::SelfInfo() const {
   info.start_time_ms = start_time_ms_;
   info.pid = getpid();
   info.session_dir = config_.session_dir;
+  if (objects_) {
+    info.store_socket = objects_->store_socket();
+    info.transfer_address = objects_->transfer_address();
+    info.object_store_bytes = objects_->capacity();
+  }
   return info;
 }
 

@@ -2,8 +2,9 @@
 // The node daemon: serves this node's RPC endpoint, joins the cluster through the GCS and
 // heartbeats its available resources. It owns the worker pool and the lease manager (see
 // worker_pool.h, lease_manager.h) and serves their methods; it reports workers that die to the
-// GCS (WORKER_FAILED) and kills every worker on Shutdown and in its destructor. Later issues
-// add the object store here.
+// GCS (WORKER_FAILED) and kills every worker on Shutdown and in its destructor. Its
+// ObjectService holds the node's shared-memory object store (sized by the node's
+// object_store_memory resource).
 //
 // Membership: on every (re)connection to the GCS it registers under its id (idempotent on the
 // GCS side), so a restarted head learns it again. If the GCS answers that this id was declared
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "node/lease_manager.h"
+#include "node/object_service.h"
 #include "node/worker_pool.h"
 #include "rayd/base/rpc.h"
 #include "rayd/runtime/cluster.h"
@@ -74,6 +76,7 @@ class NodeDaemon {
   rpc::RpcClient gcs_;
   WorkerPool pool_;             // refers to node_id_
   LeaseManager lease_manager_;  // refers to pool_, node_id_ and gcs_
+  std::unique_ptr<ObjectService> objects_;  // created by Start
   Timer heartbeat_timer_;
   Timer join_timer_;
   Timer retry_timer_;

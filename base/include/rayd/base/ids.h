@@ -42,9 +42,11 @@ class UniqueId {
 struct NodeIdTag {};
 struct JobIdTag {};
 struct WorkerIdTag {};
+struct ObjectIdTag {};
 using NodeId = UniqueId<NodeIdTag>;
 using JobId = UniqueId<JobIdTag>;
 using WorkerId = UniqueId<WorkerIdTag>;
+using ObjectId = UniqueId<ObjectIdTag>;
 
 namespace internal {
 // Unique, not secret (ids). Thread-safe.

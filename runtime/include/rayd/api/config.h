@@ -2,6 +2,7 @@
 // RaydConfig: what rayd::Init needs to know. Every field has a working default, so
 // `rayd::Init()` alone starts an embedded single-node cluster.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct RaydConfig {
   std::string temp_dir;
   // Custom resources of the embedded cluster's node.
   std::map<std::string, double> resources;
+  // Size of the embedded cluster's shared-memory object store in bytes (-1: 30% of RAM).
+  int64_t object_store_memory = -1;
 };
 
 }  // namespace rayd

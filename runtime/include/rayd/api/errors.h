@@ -45,6 +45,13 @@ class ObjectLostError : public RaydError {
   using RaydError::RaydError;
 };
 
+// A Put (or a large task result) that the node's object store cannot hold: larger than the
+// whole store, or no room freed in time by eviction and spilling.
+class ObjectStoreFullError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
 class TimeoutError : public RaydError {
  public:
   using RaydError::RaydError;

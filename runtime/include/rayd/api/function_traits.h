@@ -152,7 +152,7 @@ Param DecodeArg(const InvocationArg& arg, size_t index, const std::string& funct
       throw ArgumentError(function + ": argument " + std::to_string(index) + " (" +
                           DemangledName(typeid(Param)) + ") got an unresolved ObjectRef");
     }
-    return Deserialize<Param>(arg.value);
+    return Deserialize<Param>(arg.bytes());
   } catch (const ArgumentError&) {
     throw;
   } catch (const std::exception& e) {

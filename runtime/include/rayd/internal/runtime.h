@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rayd/base/ids.h"
@@ -20,14 +22,25 @@
 
 namespace rayd {
 
-struct ObjectIdTag {};
 struct ActorIdTag {};
 struct TaskIdTag {};
-using ObjectId = UniqueId<ObjectIdTag>;
 using ActorId = UniqueId<ActorIdTag>;
 using TaskId = UniqueId<TaskIdTag>;
 
 namespace internal {
+
+// Values of at least this many serialized bytes live in the node's shared-memory object store;
+// smaller ones travel inline in messages.
+inline constexpr size_t kMaxInlineBytes = 100 * 1024;
+
+// Bytes read in place (an object in the node's shared memory), readable while this lives.
+class SharedBytes {
+ public:
+  virtual ~SharedBytes() = default;
+  virtual std::string_view view() const = 0;
+  // True when the bytes lie in the node's shared-memory arena (not a private copy).
+  virtual bool in_shared_memory() const = 0;
+};
 
 // One argument of a task, as submitted.
 struct TaskArg {
@@ -47,7 +60,9 @@ struct TaskArg {
 // One argument as the executing worker sees it.
 struct InvocationArg {
   bool is_ref = false;         // true: only for parameters of type ObjectRef<T>
-  std::string value;           // msgpack bytes (resolved refs included)
+  std::string value;           // msgpack bytes (resolved refs included)...
+  std::shared_ptr<const SharedBytes> shared;  // ...or, for large objects, read in place
+  std::string_view bytes() const { return shared ? shared->view() : std::string_view(value); }
   ObjectId ref;                // is_ref
   std::string owner_address;   // is_ref
 };
@@ -63,12 +78,27 @@ enum class ErrorKind {
   kSystem,       // anything else the runtime could not do (function not found, ...): RaydError
 };
 
+// A node holding a copy of an object in its shared-memory store.
+struct ObjectLocation {
+  std::string node_id;
+  std::string node_address;      // the node daemon's RPC address
+  std::string transfer_address;  // its object transfer channel
+};
+
 // The content of an object: msgpack bytes, or an error.
 struct ObjectValue {
-  std::string data;                     // msgpack bytes when error == kNone
+  std::string data;                     // msgpack bytes when error == kNone...
+  std::shared_ptr<const SharedBytes> shared;  // ...or the bytes read in place (Get of a large one)
   ErrorKind error = ErrorKind::kNone;
   std::string error_type;               // kRemote: the remote exception's type name
   std::string error_message;
+  // Inside the runtime only: the value lives in node object stores, not here (Get resolves it
+  // into `shared` before the API sees it).
+  bool in_store = false;
+  uint64_t size = 0;
+  std::vector<ObjectLocation> locations;  // the first: the primary copy
+
+  std::string_view bytes() const { return shared ? shared->view() : std::string_view(data); }
 };
 
 struct TaskOptions {
@@ -102,6 +132,13 @@ class Runtime {
 
   // Stores `value` (msgpack bytes) owned by this process.
   virtual ObjectId Put(std::string value) = 0;
+  // Stores a value of `size` serialized bytes that `write` produces in place (straight into
+  // shared memory when large). `write` must write exactly `size` bytes.
+  virtual ObjectId PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) {
+    std::string bytes(size, '\0');
+    write(reinterpret_cast<uint8_t*>(bytes.data()));
+    return Put(std::move(bytes));
+  }
   // Submits a call of the registered function `function_name`; returns its result's id.
   virtual ObjectId SubmitTask(const std::string& function_name, std::vector<TaskArg> args,
                               const TaskOptions& options) = 0;
@@ -146,6 +183,14 @@ class Runtime {
   virtual std::vector<int> GetGpuIds() = 0;
   virtual std::string GetNodeId() = 0;
 };
+
+// Where this driver's cluster is (its GCS address and token), for tools that start more
+// daemons into it (benchmarks, tests). Empty when not a driver.
+struct ClusterEndpoint {
+  std::string gcs_address;
+  std::string token;
+};
+ClusterEndpoint DriverClusterEndpoint();
 
 // The process's runtime: set by rayd::Init (driver) or worker start-up; null before Init and
 // after Shutdown.

@@ -34,6 +34,9 @@ struct NodeInfo {
   std::string death_reason;
   int pid = 0;
   std::string session_dir;
+  std::string store_socket;      // hands out the object store arena to local processes
+  std::string transfer_address;  // host:port of the object transfer channel
+  uint64_t object_store_bytes = 0;
 };
 
 struct ClusterView {
@@ -95,6 +98,35 @@ struct WorkersView {
   std::vector<std::string> unreachable;
 };
 
+// One object in one node's shared-memory store (small objects live in their owners' memory
+// and are not listed).
+struct ObjectSummary {
+  std::string object_id;
+  std::string node_id;
+  uint64_t size = 0;
+  std::string state;          // CREATING, SEALED, SPILLED
+  bool primary = false;       // the owner's copy (else a copy pulled by another node)
+  int pins = 0;               // readers holding it in place
+  std::string owner;          // the owner's address
+  std::string spill_path;
+};
+
+struct NodeStoreSummary {
+  std::string node_id;
+  uint64_t capacity = 0;
+  uint64_t used = 0;
+  uint64_t spilled_bytes = 0;
+  uint64_t total_evicted = 0;
+  uint64_t total_spilled = 0;
+  uint64_t total_restored = 0;
+};
+
+struct ObjectsView {
+  std::vector<ObjectSummary> objects;
+  std::vector<NodeStoreSummary> stores;
+  std::vector<std::string> unreachable;
+};
+
 // Read the GCS's actor and job tables.
 Result<std::vector<ActorSummary>> FetchActors(const std::string& address,
                                               const std::string& token,
@@ -103,6 +135,9 @@ Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std:
                                           Millis timeout = Millis(10000));
 // Asks every alive node (found through the GCS at `address`) for its workers.
 Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
+                                 Millis timeout = Millis(10000));
+// Asks every alive node for the objects in its store.
+Result<ObjectsView> FetchObjects(const std::string& address, const std::string& token,
                                  Millis timeout = Millis(10000));
 
 // Resources of the node a daemon runs; unset values are detected.

@@ -1,0 +1,203 @@
+#include "core/store_client.h"
+
+#include <unistd.h>
+
+#include <future>
+
+#include "rayd/object_store/arena_handout.h"
+
+namespace rayd::core {
+
+using internal::SharedBytes;
+
+// An object's bytes in the arena, pinned until destroyed.
+class StoreClient::Bytes : public SharedBytes {
+ public:
+  Bytes(std::weak_ptr<StoreClient> client, std::shared_ptr<object_store::Arena> arena,
+        ObjectId id, size_t offset, size_t size)
+      : client_(std::move(client)), arena_(std::move(arena)), id_(id),
+        view_(reinterpret_cast<const char*>(arena_->base() + offset), size) {}
+  ~Bytes() override {
+    if (auto client = client_.lock()) client->Release(id_);
+  }
+  std::string_view view() const override { return view_; }
+  bool in_shared_memory() const override { return true; }
+
+ private:
+  std::weak_ptr<StoreClient> client_;
+  std::shared_ptr<object_store::Arena> arena_;  // keeps the mapping while the bytes are read
+  ObjectId id_;
+  std::string_view view_;
+};
+
+StoreClient::StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
+                         std::shared_ptr<object_store::Arena> arena)
+    : loop_(loop),
+      clients_(clients),
+      node_(std::move(node)),
+      location_{node_.node_id, node_.node_address, node_.transfer_address},
+      arena_(std::move(arena)) {}
+
+StoreClient::~StoreClient() = default;
+
+Result<std::shared_ptr<StoreClient>> StoreClient::Connect(EventLoop& loop, ClientPool& clients,
+                                                          NodeStore node) {
+  if (node.store_socket.empty() || access(node.store_socket.c_str(), F_OK) != 0) {
+    return Status::Unavailable("no object store socket at '" + node.store_socket + "'");
+  }
+  RAYD_ASSIGN_OR_RETURN(auto received, object_store::ReceiveArena(node.store_socket, Millis(10000)));
+  RAYD_ASSIGN_OR_RETURN(std::unique_ptr<object_store::Arena> arena,
+                        object_store::Arena::Map(received.fd, received.size));
+  return std::shared_ptr<StoreClient>(
+      new StoreClient(loop, clients, std::move(node), std::move(arena)));
+}
+
+Status StoreClient::CallNode(proto::Method method, const rpc::FillFn& fill,
+                             const std::function<void(capnp::AnyPointer::Reader)>& on_result) {
+  std::promise<Status> promise;
+  auto future = promise.get_future();
+  loop_.Post([&] {
+    clients_.Get(node_.node_address)
+        .Call(method, fill, Millis(60000),
+              [&](const Status& s, capnp::AnyPointer::Reader r) {
+                if (s.ok() && on_result) on_result(r);
+                promise.set_value(s);
+              });
+  });
+  return future.get();
+}
+
+Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std::string& owner) {
+  uint64_t offset = 0;
+  Status s = CallNode(
+      proto::Method::STORE_CREATE,
+      [&](capnp::AnyPointer::Builder b) {
+        auto r = b.initAs<proto::StoreCreateRequest>();
+        r.setObjectId(id.Hex());
+        r.setSize(size);
+        r.setOwner(owner);
+      },
+      [&](capnp::AnyPointer::Reader r) { offset = r.getAs<proto::StoreCreateReply>().getOffset(); });
+  if (!s.ok()) return s;
+  if (offset + size > arena_->size()) {
+    return Status::Internal("the node placed an object outside its arena");
+  }
+  arena_->Populate(offset + size);  // first touch through page faults costs ~10 µs a page
+  return arena_->base() + offset;
+}
+
+void StoreClient::Seal(const ObjectId& id) {
+  loop_.Post([this, id] {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
+    };
+    clients_.Get(node_.node_address)
+        .Call(proto::Method::STORE_SEAL, fill, Millis(60000),
+              [](const Status&, capnp::AnyPointer::Reader) {});
+  });
+}
+
+void StoreClient::Abort(const ObjectId& id) {
+  loop_.Post([this, id] {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
+    };
+    clients_.Get(node_.node_address)
+        .Call(proto::Method::STORE_ABORT, fill, Millis(60000),
+              [](const Status&, capnp::AnyPointer::Reader) {});
+  });
+}
+
+Result<ObjectValue> StoreClient::PutInPlace(const ObjectId& id, size_t size,
+                                            const std::string& owner,
+                                            const std::function<void(uint8_t*)>& write) {
+  RAYD_ASSIGN_OR_RETURN(uint8_t * dest, Create(id, size, owner));
+  try {
+    write(dest);
+  } catch (...) {
+    Abort(id);
+    throw;
+  }
+  Seal(id);
+  ObjectValue marker;
+  marker.in_store = true;
+  marker.size = size;
+  marker.locations.push_back(location_);
+  return marker;
+}
+
+namespace {
+void FillGet(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
+             capnp::AnyPointer::Builder b) {
+  auto r = b.initAs<proto::StoreGetRequest>();
+  r.setObjectId(id.Hex());
+  r.setSize(marker.size);
+  r.setOwner(owner);
+  auto list = r.initLocations(static_cast<unsigned>(marker.locations.size()));
+  for (unsigned i = 0; i < marker.locations.size(); ++i) ToProto(marker.locations[i], list[i]);
+}
+}  // namespace
+
+Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
+                                                            const ObjectValue& marker,
+                                                            const std::string& owner) {
+  uint64_t offset = 0, size = 0;
+  Status s = CallNode(
+      proto::Method::STORE_GET,
+      [&](capnp::AnyPointer::Builder b) { FillGet(id, marker, owner, b); },
+      [&](capnp::AnyPointer::Reader r) {
+        auto reply = r.getAs<proto::StoreGetReply>();
+        offset = reply.getOffset();
+        size = reply.getSize();
+      });
+  if (!s.ok()) return s;
+  if (offset + size > arena_->size()) {
+    return Status::Internal("the node placed an object outside its arena");
+  }
+  arena_->Populate(offset + size);
+  return std::shared_ptr<const SharedBytes>(
+      std::make_shared<Bytes>(weak_from_this(), arena_, id, offset, size));
+}
+
+void StoreClient::GetAsync(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
+                           GetCallback done) {
+  auto fill = [&](capnp::AnyPointer::Builder b) { FillGet(id, marker, owner, b); };
+  clients_.Get(node_.node_address)
+      .Call(proto::Method::STORE_GET, fill, Millis(60000),
+            [this, id, done = std::move(done)](const Status& s, capnp::AnyPointer::Reader r) {
+              if (!s.ok()) return done(s);
+              auto reply = r.getAs<proto::StoreGetReply>();
+              if (reply.getOffset() + reply.getSize() > arena_->size()) {
+                return done(Status::Internal("the node placed an object outside its arena"));
+              }
+              done(std::shared_ptr<const SharedBytes>(std::make_shared<Bytes>(
+                  weak_from_this(), arena_, id, reply.getOffset(), reply.getSize())));
+            });
+}
+
+void StoreClient::Release(const ObjectId& id) {
+  loop_.Post([weak = weak_from_this(), id] {
+    auto self = weak.lock();
+    if (!self) return;
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
+    };
+    self->clients_.Get(self->node_.node_address)
+        .Call(proto::Method::STORE_RELEASE, fill, Millis(60000),
+              [](const Status&, capnp::AnyPointer::Reader) {});
+  });
+}
+
+void StoreClient::Delete(const ObjectId& id,
+                         const std::vector<internal::ObjectLocation>& locations) {
+  for (const auto& l : locations) {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::StoreDeleteRequest>().initObjectIds(1).set(0, id.Hex());
+    };
+    clients_.Get(l.node_address)
+        .Call(proto::Method::STORE_DELETE, fill, Millis(10000),
+              [](const Status&, capnp::AnyPointer::Reader) {});
+  }
+}
+
+}  // namespace rayd::core

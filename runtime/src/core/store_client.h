@@ -1,0 +1,82 @@
+#pragma once
+// StoreClient: a core worker's view of its node's shared-memory object store. It maps the
+// node's arena once (the descriptor comes from the node's store socket) and talks to the node
+// daemon over the core worker's RPC connection for everything but the bytes: create, seal, get
+// (pulling from other nodes as needed), release, delete.
+//
+// Large values are written in place by the creating thread and read in place by readers: a
+// Get returns SharedBytes that point into the arena and hold a pin on the object, released
+// (STORE_RELEASE) when the last reference to them goes. The mapping itself is shared with
+// those bytes, so they stay readable even after the client is destroyed.
+//
+// Threading: Create/Seal/Abort/Get are blocking calls for user and task threads (never the
+// loop thread); GetAsync and Delete run on the loop thread; Location() from anywhere.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/client_pool.h"
+#include "core/task_spec.h"
+#include "rayd/object_store/arena.h"
+
+namespace rayd::core {
+
+class StoreClient : public std::enable_shared_from_this<StoreClient> {
+ public:
+  struct NodeStore {
+    std::string node_id;
+    std::string node_address;     // the node daemon's RPC address
+    std::string store_socket;
+    std::string transfer_address;
+  };
+  // Maps the arena handed out on `node.store_socket`. Fails (Unavailable) when that socket is
+  // not reachable, e.g. a driver on a machine without a node daemon. `loop` and `clients`
+  // must outlive the client.
+  static Result<std::shared_ptr<StoreClient>> Connect(EventLoop& loop, ClientPool& clients,
+                                                      NodeStore node);
+  ~StoreClient();
+
+  // This node, as an object location.
+  const internal::ObjectLocation& location() const { return location_; }
+  const object_store::Arena& arena() const { return *arena_; }
+
+  // Reserves `size` bytes for object `id` owned by `owner` and returns where to write them.
+  Result<uint8_t*> Create(const ObjectId& id, size_t size, const std::string& owner);
+  // Makes a created object readable (asynchronous: later calls on this connection see it).
+  void Seal(const ObjectId& id);
+  void Abort(const ObjectId& id);
+  // Creates, writes with `write`, and seals: the store marker of a new primary copy.
+  Result<ObjectValue> PutInPlace(const ObjectId& id, size_t size, const std::string& owner,
+                                 const std::function<void(uint8_t*)>& write);
+
+  // The bytes of the object that `marker` (an in_store value) describes, pinned, pulling them
+  // to this node first if it has no copy. Blocks.
+  Result<std::shared_ptr<const internal::SharedBytes>> Get(const ObjectId& id,
+                                                           const ObjectValue& marker,
+                                                           const std::string& owner);
+  using GetCallback = std::function<void(Result<std::shared_ptr<const internal::SharedBytes>>)>;
+  void GetAsync(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
+                GetCallback done);
+
+  // Frees copies of an object this process owned on each node in `locations` (loop thread).
+  void Delete(const ObjectId& id, const std::vector<internal::ObjectLocation>& locations);
+
+ private:
+  class Bytes;
+  StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
+              std::shared_ptr<object_store::Arena> arena);
+  // Runs a call to the node on the loop and waits for it.
+  Status CallNode(proto::Method method, const rpc::FillFn& fill,
+                  const std::function<void(capnp::AnyPointer::Reader)>& on_result);
+  void Release(const ObjectId& id);
+
+  EventLoop& loop_;
+  ClientPool& clients_;
+  const NodeStore node_;
+  const internal::ObjectLocation location_;
+  std::shared_ptr<object_store::Arena> arena_;  // co-owned by the Bytes handed out
+};
+
+}  // namespace rayd::core

@@ -1,0 +1,93 @@
+#pragma once
+// ObjectService: the node daemon's object store front end. It owns the node's arena and
+// object table (rayd/object_store), hands the arena to local processes (ArenaHandout), serves
+// the STORE_* methods, and moves objects between nodes: a STORE_GET for an object this node
+// doesn't hold pulls it from a node that does (pin there over RPC, fetch the bytes over the
+// transfer channel straight into this arena, seal, tell the owner about the new copy).
+//
+// Pins are per connection: a client that disconnects loses its pins, and objects it was
+// creating are aborted.
+//
+// Loop thread only.
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/client_pool.h"
+#include "rayd/base/rpc.h"
+#include "rayd/object_store/arena_handout.h"
+#include "rayd/object_store/object_store.h"
+#include "rayd/object_store/transfer.h"
+#include "rayd/protocol/core.capnp.h"
+
+namespace rayd::node {
+
+struct ObjectServiceConfig {
+  size_t capacity = 0;
+  std::string session_dir;  // holds store.sock and spill/
+  std::string node_ip;      // the transfer channel listens here
+  std::string token;
+  NodeId node_id;
+};
+
+class ObjectService {
+ public:
+  // Creates the arena and starts listening. `loop` must outlive the service.
+  static Result<std::unique_ptr<ObjectService>> Start(EventLoop& loop, ObjectServiceConfig config);
+  ~ObjectService();
+
+  void RegisterMethods(rpc::Dispatcher& dispatcher);
+  // Wire to RpcServer::SetOnConnectionClosed: drops the connection's pins and creations.
+  void OnConnectionClosed(rpc::Connection& connection);
+  // The node's RPC address, once it listens (objects' locations carry it).
+  void set_node_address(std::string address) { node_address_ = std::move(address); }
+
+  std::string store_socket() const { return config_.session_dir + "/store.sock"; }
+  const std::string& transfer_address() const { return transfer_server_->address(); }
+  size_t capacity() const { return config_.capacity; }
+
+ private:
+  struct Location {
+    std::string node_id;
+    std::string node_address;
+    std::string transfer_address;
+  };
+  // A pull in progress and the STORE_GET calls waiting for it.
+  struct Pull {
+    size_t size = 0;
+    std::string owner;
+    std::vector<Location> candidates;  // tried in order
+    size_t next = 0;
+    std::vector<std::pair<object_store::ClientId, std::function<void(Result<object_store::Slice>)>>>
+        waiters;
+    std::string errors;  // why each candidate failed
+  };
+
+  ObjectService(EventLoop& loop, ObjectServiceConfig config);
+  void HandleCreate(const rpc::CallPtr& call);
+  void HandleGet(const rpc::CallPtr& call);
+  void HandleList(const rpc::CallPtr& call);
+  void Get(const ObjectId& id, object_store::ClientId client, size_t size,
+           std::vector<Location> locations, std::string owner,
+           std::function<void(Result<object_store::Slice>)> done);
+  void TryNextLocation(const ObjectId& id);
+  void FinishPull(const ObjectId& id, const Status& status);
+  void TellOwner(const ObjectId& id, const std::string& owner);
+  static object_store::ClientId ClientOf(const rpc::CallPtr& call);
+
+  EventLoop& loop_;
+  ObjectServiceConfig config_;
+  std::string node_address_;
+  std::unique_ptr<object_store::ObjectStore> store_;
+  std::unique_ptr<object_store::ArenaHandout> handout_;
+  std::unique_ptr<object_store::TransferServer> transfer_server_;
+  std::unique_ptr<object_store::TransferClient> transfer_client_;
+  core::ClientPool peers_;  // other node daemons and owners
+  std::map<ObjectId, Pull> pulls_;
+  std::map<object_store::ClientId, std::set<ObjectId>> creating_;  // unsealed, per client
+};
+
+}  // namespace rayd::node
