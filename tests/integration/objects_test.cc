@@ -112,6 +112,34 @@ rayd::NodeStoreSummary StoreOf(const std::string& node_id = "") {
   return {};
 }
 
+
+// A head and two more nodes (resources at_x, at_y) on this host, and a driver attached to one
+// of them: `far` is a node that is neither the head nor the driver's, `far_resource` its own.
+struct ThreeNodes {
+  explicit ThreeNodes(CliCluster& cluster) {
+    cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+                   "--object-store-memory", "128MiB"});
+    x = cluster.Start({"--address", cluster.address(), "--num-cpus", "1", "--resources",
+                       R"({"at_x":1})", "--object-store-memory", "128MiB"});
+    y = cluster.Start({"--address", cluster.address(), "--num-cpus", "1", "--resources",
+                       R"({"at_y":1})", "--object-store-memory", "128MiB"});
+    cluster.InitDriver();
+    far = rayd::GetNodeId() == x ? y : x;
+    far_resource = far == x ? "at_x" : "at_y";
+  }
+  // SIGKILLs the far node's daemon (its workers follow).
+  void KillFar(CliCluster& cluster) const {
+    pid_t pid = 0;
+    for (const auto& n : cluster.Json({"list", "nodes"})) {
+      if (n.at("node_id") == far) pid = n.at("pid").get<pid_t>();
+    }
+    REQUIRE(pid > 1);
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    REQUIRE(WaitFor([&] { return rayd::testing::ProcessGone(pid); }, 10s));
+  }
+  std::string x, y, far, far_resource;
+};
+
 }  // namespace
 
 TEST_CASE("objects: a large Put is read in place from the arena, here and in a worker",
@@ -270,34 +298,47 @@ TEST_CASE("objects: two node daemons move objects between their stores", "[integ
 TEST_CASE("objects: losing the only node that held an object raises ObjectLostError",
           "[integration]") {
   CliCluster cluster;
-  const std::string head =
-      cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
-                     "--resources", R"({"at_head":1})", "--object-store-memory", "128MiB"});
-  const std::string other =
-      cluster.Start({"--address", cluster.address(), "--num-cpus", "1", "--resources",
-                     R"({"at_other":1})", "--object-store-memory", "128MiB"});
-  cluster.InitDriver();
-  const std::string local = rayd::GetNodeId();
-  REQUIRE((local == head || local == other));
-  // The object lives on the node the driver is not attached to; that node dies.
-  const std::string far = local == head ? other : head;
-  const std::string far_resource = local == head ? "at_other" : "at_head";
-  auto made = rayd::Task(MakePattern).SetResource(far_resource, 1).SetMaxRetries(0).Remote(
+  ThreeNodes nodes(cluster);
+  auto made = rayd::Task(MakePattern).SetResource(nodes.far_resource, 1).SetMaxRetries(0).Remote(
       int64_t{kMiB}, 8);
   REQUIRE(rayd::Wait(std::vector{made}, 1, 60000).ready.size() == 1);
-
-  pid_t pid = 0;
-  for (const auto& n : cluster.Json({"list", "nodes"})) {
-    if (n.at("node_id") == far) pid = n.at("pid").get<pid_t>();
-  }
-  REQUIRE(pid > 1);
-  REQUIRE(::kill(pid, SIGKILL) == 0);
-  REQUIRE(WaitFor([&] { return rayd::testing::ProcessGone(pid); }, 10s));
-
+  nodes.KillFar(cluster);
   try {
     rayd::GetView(made, 60000);
     FAIL("Get of a lost object succeeded");
   } catch (const rayd::ObjectLostError& e) {
     CHECK_THAT(e.what(), Contains(made.ID()));
   }
+}
+
+TEST_CASE("objects: a lost result whose task can run again is reconstructed", "[integration]") {
+  CliCluster cluster;
+  ThreeNodes nodes(cluster);
+  // Retryable (the default), with plain values for arguments: its lineage is kept.
+  auto made = rayd::Task(MakePattern).SetResource(nodes.far_resource, 1).Remote(int64_t{kMiB}, 9);
+  REQUIRE(rayd::Wait(std::vector{made}, 1, 60000).ready.size() == 1);
+  nodes.KillFar(cluster);
+  // Once the cluster knows the node is dead, a replacement with the same resource joins.
+  REQUIRE(WaitFor(
+      [&] {
+        auto list = cluster.TryJson({"list", "nodes"});
+        if (!list) return false;
+        for (const auto& n : *list) {
+          if (n.at("node_id") == nodes.far) return n.at("state") == "DEAD";
+        }
+        return false;
+      },
+      30s));
+  const std::string replacement =
+      cluster.Start({"--address", cluster.address(), "--num-cpus", "1", "--resources",
+                     "{\"" + nodes.far_resource + "\":1}", "--object-store-memory", "128MiB"});
+
+  auto view = rayd::GetView(made, 60000);
+  CHECK(Checksum(view) == Checksum(Pattern(kMiB, 9)));
+  auto stored = StoredObjects();
+  std::set<std::string> primaries;
+  for (const auto& c : stored[made.ID()]) {
+    if (c.primary) primaries.insert(c.node_id);
+  }
+  CHECK(primaries == std::set<std::string>{replacement});
 }

@@ -150,13 +150,18 @@ void CoreWorker::ConnectStore(const NodeInfo& node) {
 }
 
 void CoreWorker::InstallStoreHooks() {
-  store_.SetHooks([this](const ObjectId& id) { ReleaseArgPins(id); },
-                  [this](const ObjectId& id, const ObjectValue& marker) {
-                    // Only the owner frees; a borrower just forgets its marker.
-                    if (store_client_ && objects_->OwnerOf(id) == address_) {
-                      store_client_->Delete(id, marker.locations);
-                    }
-                  });
+  store_.SetHooks(
+      [this](const ObjectId& id, bool in_store) {
+        ReleaseArgPins(id);
+        if (!in_store) ForgetLineage(id);  // only stored results can be lost
+      },
+      [this](const ObjectId& id, const ObjectValue& marker) {
+        ForgetLineage(id);
+        // Only the owner frees; a borrower just forgets its marker.
+        if (store_client_ && objects_->OwnerOf(id) == address_) {
+          store_client_->Delete(id, marker.locations);
+        }
+      });
   dispatcher_.Register(proto::Method::ADD_OBJECT_LOCATION, [this](const rpc::CallPtr& call) {
     auto req = call->Params<proto::AddObjectLocationRequest>();
     auto id = ObjectId::FromHex(req.getObjectId().cStr());
@@ -316,6 +321,39 @@ void CoreWorker::PinArgs(const TaskSpec& spec) {
   arg_pins_[spec.return_id] = std::move(refs);
 }
 
+void CoreWorker::RecordLineage(const TaskSpec& spec) {
+  if (spec.max_retries == 0 || !store_client_) return;
+  for (const auto& a : spec.args) {
+    if (a.kind != internal::TaskArg::Kind::kValue) return;  // refs may be gone by then
+  }
+  std::lock_guard lock(pins_mu_);
+  lineage_[spec.return_id] = Lineage{spec, spec.max_retries < 0 ? INT32_MAX : spec.max_retries};
+}
+
+void CoreWorker::ForgetLineage(const ObjectId& return_id) {
+  std::lock_guard lock(pins_mu_);
+  lineage_.erase(return_id);
+}
+
+bool CoreWorker::Reconstruct(const ObjectId& id) {
+  TaskSpec spec;
+  {
+    std::lock_guard lock(pins_mu_);
+    auto it = lineage_.find(id);
+    if (it == lineage_.end() || it->second.attempts_left <= 0) return false;
+    --it->second.attempts_left;
+    spec = it->second.spec;
+    spec.attempt = ++it->second.spec.attempt;
+  }
+  spdlog::warn("object {} was lost; running its task {} again (attempt {})", id.Hex(),
+               spec.function_name, spec.attempt);
+  store_.Reset(id);
+  loop_.Post([this, spec = std::move(spec)]() mutable {
+    if (tasks_) tasks_->Submit(std::move(spec));
+  });
+  return true;
+}
+
 void CoreWorker::ReleaseArgPins(const ObjectId& return_id) {
   std::vector<ObjectId> refs;
   {
@@ -393,6 +431,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
                                      : options.resources);
   spec.max_retries = options.max_retries;
   spec.name = options.name;
+  RecordLineage(spec);
   const ObjectId id = spec.return_id;
   loop_.Post([this, spec = std::move(spec)]() mutable {
     if (!tasks_) {
@@ -501,6 +540,22 @@ std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& 
     }
   }
   ResolveStored(ids, out);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // A lost result that its task can make again: wait for the new one.
+    while (out[i].error == ErrorKind::kObjectLost && Reconstruct(ids[i])) {
+      auto again = store_.Wait({ids[i]}, 1, deadline);
+      if (!again[0]) {
+        out[i] = ErrorValue(ErrorKind::kTimeout, "object " + ids[i].Hex() +
+                                                     " was being reconstructed when the time ran "
+                                                     "out");
+        break;
+      }
+      out[i] = std::move(*again[0]);
+      if (out[i].in_store && out[i].error == ErrorKind::kNone) {
+        out[i] = ResolveStored(ids[i], out[i]);
+      }
+    }
+  }
   return out;
 }
 

@@ -103,6 +103,11 @@ class CoreWorker : public internal::Runtime {
   void PromoteLargeArgs(std::vector<internal::TaskArg>& args);
   void PinArgs(const TaskSpec& spec);
   void ReleaseArgPins(const ObjectId& return_id);
+  // Lineage: a retryable task whose arguments are all values can be run again to recreate its
+  // result if the only node holding it is lost (Ray's lineage reconstruction).
+  void RecordLineage(const TaskSpec& spec);
+  void ForgetLineage(const ObjectId& return_id);
+  bool Reconstruct(const ObjectId& id);
   // Executor hooks (task threads).
   internal::ObjectValue FetchArg(const ObjectId& id, const std::string& owner);
   internal::ObjectValue StoreResult(const ObjectId& id, internal::ObjectValue value,
@@ -113,8 +118,13 @@ class CoreWorker : public internal::Runtime {
   MemoryStore store_;
   ClientPool clients_;
   std::shared_ptr<StoreClient> store_client_;  // co-owned by the SharedBytes it hands out
+  struct Lineage {
+    TaskSpec spec;
+    int attempts_left = 0;
+  };
   std::mutex pins_mu_;
   std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id; pins_mu_
+  std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id; pins_mu_
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;

@@ -3,11 +3,18 @@
 namespace rayd::core {
 
 void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
+  const bool in_store = value.in_store;
   {
     std::lock_guard lock(mu_);
     if (!PutLocked(id, std::move(value))) return;
   }
-  if (on_put_) on_put_(id);
+  if (on_put_) on_put_(id, in_store);
+}
+
+void MemoryStore::Reset(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) it->second.value.reset();
 }
 
 bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value) {

@@ -47,10 +47,12 @@ class MemoryStore {
 
   // Records another node holding a copy of a stored value; false if there is no such marker.
   bool AddLocation(const ObjectId& id, const internal::ObjectLocation& location);
-  // Set once, before use. `on_put` runs (on the calling thread, outside the lock) after a value
-  // is stored; `on_free` runs on the loop when a marker of a stored value is dropped because no
-  // reference to it remains here.
-  void SetHooks(std::function<void(const ObjectId&)> on_put,
+  // Forgets the value (keeping the references): the object will be produced again.
+  void Reset(const ObjectId& id);
+  // Set once, before use. `on_put(id, in_store)` runs (on the calling thread, outside the lock)
+  // after a value is stored; `on_free` runs on the loop when a marker of a stored value is
+  // dropped because no reference to it remains here.
+  void SetHooks(std::function<void(const ObjectId&, bool in_store)> on_put,
                 std::function<void(const ObjectId&, const ObjectValue&)> on_free) {
     on_put_ = std::move(on_put);
     on_free_ = std::move(on_free);
@@ -74,7 +76,7 @@ class MemoryStore {
   bool PutLocked(const ObjectId& id, ObjectValue value);
 
   EventLoop& loop_;
-  std::function<void(const ObjectId&)> on_put_;
+  std::function<void(const ObjectId&, bool)> on_put_;
   std::function<void(const ObjectId&, const ObjectValue&)> on_free_;
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, Entry> entries_;  // guarded by mu_
