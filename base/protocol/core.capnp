@@ -269,3 +269,10 @@ struct AddObjectLocationRequest {
   objectId @0 :Text;
   location @1 :ObjectLocation;
 }
+
+# Borrower -> owner: this process keeps (or no longer keeps) refs to these objects after the
+# task that gave them to it ended; the owner frees nothing a borrower still holds.
+struct BorrowerRequest {
+  objectIds @0 :List(Text);
+  borrower @1 :Text;             # the borrower's core worker address
+}

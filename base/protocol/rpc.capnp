@@ -46,6 +46,8 @@ enum Method {
   storeDelete @34;         # node: StoreDeleteRequest -> empty (the owner freed the objects)
   storeList @35;           # node: empty -> StoreListReply
   addObjectLocation @36;   # core worker (owner): AddObjectLocationRequest -> empty
+  addBorrower @37;         # core worker (owner): BorrowerRequest -> empty
+  removeBorrower @38;      # core worker (owner): BorrowerRequest -> empty
 }
 
 # Server -> client, first frame on a connection.

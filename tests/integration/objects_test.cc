@@ -88,7 +88,26 @@ std::vector<float> MakePattern(int64_t n, int seed) { return Pattern(static_cast
 
 std::string NodeOfWorker() { return rayd::GetNodeId(); }
 
-RAYD_REMOTE(InspectInWorker, ChecksumOf, MakePattern, NodeOfWorker);
+// Keeps a ref it was given past the call that gave it (a borrower).
+class Keeper {
+ public:
+  static Keeper* Create() { return new Keeper(); }
+  int Keep(rayd::ObjectRef<std::vector<float>> ref) {
+    kept_ = std::move(ref);
+    return 0;
+  }
+  uint64_t ChecksumKept() { return Checksum(rayd::GetView(kept_)); }
+  int Drop() {
+    kept_ = rayd::ObjectRef<std::vector<float>>();
+    return 0;
+  }
+
+ private:
+  rayd::ObjectRef<std::vector<float>> kept_;
+};
+
+RAYD_REMOTE(InspectInWorker, ChecksumOf, MakePattern, NodeOfWorker, Keeper::Create, &Keeper::Keep,
+            &Keeper::ChecksumKept, &Keeper::Drop);
 
 // Objects in the cluster's stores, by object id.
 std::map<std::string, std::vector<rayd::ObjectSummary>> StoredObjects() {
@@ -202,6 +221,27 @@ TEST_CASE("objects: memory is freed once no reference remains", "[integration]")
   // All handles gone: the owner frees it on its node.
   CHECK(WaitFor([&] { return StoredObjects().count(id) == 0; }, 10s));
   CHECK(StoreOf().used < static_cast<uint64_t>(32 * kMiB));
+}
+
+TEST_CASE("objects: a borrower that keeps a ref keeps the object until it lets go",
+          "[integration]") {
+  EmbeddedRayd rayd(256 * kMiB);
+  auto keeper = rayd::Actor(Keeper::Create).Remote();
+  const auto data = Pattern(4 * kMiB, 11);
+  std::string id;
+  {
+    auto ref = rayd::Put(data);
+    id = ref.ID();
+    REQUIRE(*rayd::Get(keeper.Task(&Keeper::Keep).Remote(ref), 60000) == 0);
+  }
+  // The driver's free, if it were sent, goes to the node before this Get does.
+  auto other = rayd::Put(Pattern(kMiB, 12));
+  rayd::GetView(other);
+  CHECK(StoredObjects().count(id) == 1);
+  CHECK(*rayd::Get(keeper.Task(&Keeper::ChecksumKept).Remote(), 60000) == Checksum(data));
+  // Once the borrower lets go, the owner frees it.
+  REQUIRE(*rayd::Get(keeper.Task(&Keeper::Drop).Remote(), 60000) == 0);
+  CHECK(WaitFor([&] { return StoredObjects().count(id) == 0; }, 10s));
 }
 
 TEST_CASE("objects: under memory pressure objects spill to disk and come back intact",

@@ -42,7 +42,8 @@ Status CoreWorker::Connect() {
                     },
                     [this](const ObjectId& id, ObjectValue v, const std::string& owner) {
                       return StoreResult(id, std::move(v), owner);
-                    }});
+                    },
+                    [] { BeginTaskBorrows(); }, [this] { RegisterKeptBorrows(); }});
   executor_->RegisterMethods(dispatcher_);
   gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
                                           nullptr, rpc::ReconnectBackoff{Millis(50), Millis(1000)});
@@ -161,7 +162,9 @@ void CoreWorker::InstallStoreHooks() {
         if (store_client_ && objects_->OwnerOf(id) == address_) {
           store_client_->Delete(id, marker.locations);
         }
-      });
+      },
+      [this](const ObjectId& id) { OnUnreferenced(id); });
+  RegisterBorrowerMethods();
   dispatcher_.Register(proto::Method::ADD_OBJECT_LOCATION, [this](const rpc::CallPtr& call) {
     auto req = call->Params<proto::AddObjectLocationRequest>();
     auto id = ObjectId::FromHex(req.getObjectId().cStr());
@@ -621,8 +624,95 @@ Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
 void CoreWorker::AddLocalRef(const ObjectId& id) { store_.AddRef(id); }
 void CoreWorker::RemoveLocalRef(const ObjectId& id) { store_.RemoveRef(id); }
 std::string CoreWorker::OwnerAddress(const ObjectId& id) { return objects_->OwnerOf(id); }
+namespace {
+// Refs received by the task running on this thread (executor threads, during a task).
+thread_local bool t_in_task = false;
+thread_local std::vector<std::pair<ObjectId, std::string>> t_received_refs;
+}  // namespace
+
+void CoreWorker::BeginTaskBorrows() {
+  t_in_task = true;
+  t_received_refs.clear();
+}
+
 void CoreWorker::RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) {
   objects_->RegisterBorrowed(id, owner_address);
+  if (t_in_task && owner_address != address_) t_received_refs.emplace_back(id, owner_address);
+}
+
+void CoreWorker::RegisterKeptBorrows() {
+  t_in_task = false;
+  std::vector<std::pair<ObjectId, std::string>> received;
+  received.swap(t_received_refs);
+  std::map<std::string, std::vector<ObjectId>> by_owner;
+  {
+    std::lock_guard lock(pins_mu_);
+    for (const auto& [id, owner] : received) {
+      if (owner.empty() || store_.RefCount(id) == 0) continue;  // not kept
+      if (registered_borrows_.emplace(id, owner).second) by_owner[owner].push_back(id);
+    }
+  }
+  for (const auto& [owner, ids] : by_owner) {
+    Status s = RunOnLoop(
+        [this, owner = owner, ids = ids](auto done) {
+          auto fill = [&](capnp::AnyPointer::Builder b) {
+            auto r = b.initAs<proto::BorrowerRequest>();
+            auto list = r.initObjectIds(static_cast<unsigned>(ids.size()));
+            for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i].Hex());
+            r.setBorrower(address_);
+          };
+          clients_.Get(owner).Call(proto::Method::ADD_BORROWER, fill, Millis(10000),
+                                   [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+        },
+        Millis(11000));
+    if (!s.ok()) spdlog::warn("could not register as a borrower with {}: {}", owner, s.message());
+  }
+}
+
+// Loop thread: a ref count here dropped to zero.
+void CoreWorker::OnUnreferenced(const ObjectId& id) {
+  std::string owner;
+  {
+    std::lock_guard lock(pins_mu_);
+    auto it = registered_borrows_.find(id);
+    if (it == registered_borrows_.end() || store_.RefCount(id) > 0) return;
+    owner = it->second;
+    registered_borrows_.erase(it);
+  }
+  auto fill = [&](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::BorrowerRequest>();
+    r.initObjectIds(1).set(0, id.Hex());
+    r.setBorrower(address_);
+  };
+  clients_.Get(owner).Call(proto::Method::REMOVE_BORROWER, fill, Millis(10000),
+                           [](const Status&, capnp::AnyPointer::Reader) {});
+}
+
+void CoreWorker::RegisterBorrowerMethods() {
+  // Each borrower holds one reference on the owner's entry until it is done.
+  dispatcher_.Register(proto::Method::ADD_BORROWER, [this](const rpc::CallPtr& call) {
+    auto req = call->Params<proto::BorrowerRequest>();
+    const std::string borrower = req.getBorrower();
+    for (auto hex : req.getObjectIds()) {
+      auto id = ObjectId::FromHex(hex.cStr());
+      if (!id.ok() || !store_.Known(*id)) continue;
+      if (borrowers_[*id].insert(borrower).second) store_.AddRef(*id);
+    }
+    call->Reply();
+  });
+  dispatcher_.Register(proto::Method::REMOVE_BORROWER, [this](const rpc::CallPtr& call) {
+    auto req = call->Params<proto::BorrowerRequest>();
+    const std::string borrower = req.getBorrower();
+    for (auto hex : req.getObjectIds()) {
+      auto id = ObjectId::FromHex(hex.cStr());
+      if (!id.ok()) continue;
+      auto it = borrowers_.find(*id);
+      if (it == borrowers_.end() || it->second.erase(borrower) == 0) continue;
+      if (it->second.empty()) borrowers_.erase(it);
+      store_.RemoveRef(*id);
+    }
+    call->Reply();
+  });
 }
 
 std::vector<int> CoreWorker::GetGpuIds() {

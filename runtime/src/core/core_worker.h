@@ -10,6 +10,7 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -112,6 +113,13 @@ class CoreWorker : public internal::Runtime {
   internal::ObjectValue FetchArg(const ObjectId& id, const std::string& owner);
   internal::ObjectValue StoreResult(const ObjectId& id, internal::ObjectValue value,
                                     const std::string& owner);
+  // Borrowers: refs that a task received and kept past its end are registered with their
+  // owners (before the task's reply, while the caller still pins them); the owner counts each
+  // borrower as a reference until it says it is done.
+  static void BeginTaskBorrows();
+  void RegisterKeptBorrows();
+  void OnUnreferenced(const ObjectId& id);
+  void RegisterBorrowerMethods();
 
   CoreWorkerOptions options_;
   EventLoop loop_;
@@ -125,6 +133,10 @@ class CoreWorker : public internal::Runtime {
   std::mutex pins_mu_;
   std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id; pins_mu_
   std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id; pins_mu_
+  // Borrower side: refs registered with their owners (id -> owner); pins_mu_.
+  std::unordered_map<ObjectId, std::string> registered_borrows_;
+  // Owner side (loop thread): who borrows each object we own.
+  std::unordered_map<ObjectId, std::set<std::string>> borrowers_;
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;

@@ -61,7 +61,9 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
   if (!parsed.ok()) return call->Fail(parsed.status());
   auto spec = std::make_shared<TaskSpec>(std::move(parsed).value());
   auto run = [this, call, spec] {
+    hooks_.begin_task();
     ObjectValue value = hooks_.store_result(spec->return_id, Execute(*spec), spec->caller_address);
+    hooks_.end_task();
     loop_.Post([call, value = std::move(value)] {
       call->Reply([&](capnp::AnyPointer::Builder b) {
         ToProto(value, b.initAs<proto::PushTaskReply>().initValue());

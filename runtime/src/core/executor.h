@@ -43,6 +43,10 @@ struct ExecutorHooks {
   // A result too large to inline, moved into the node's store for `owner`: its marker.
   std::function<ObjectValue(const ObjectId& id, ObjectValue value, const std::string& owner)>
       store_result;
+  // Run around each task on its thread: refs the task received and kept are registered with
+  // their owners after it, before its reply.
+  std::function<void()> begin_task;
+  std::function<void()> end_task;
 };
 
 class Executor {

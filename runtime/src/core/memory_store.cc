@@ -11,6 +11,17 @@ void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
   if (on_put_) on_put_(id, in_store);
 }
 
+bool MemoryStore::Known(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  return entries_.count(id) > 0;
+}
+
+int MemoryStore::RefCount(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? 0 : it->second.refs;
+}
+
 void MemoryStore::Reset(const ObjectId& id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
@@ -114,6 +125,7 @@ void MemoryStore::RemoveRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end() || --it->second.refs > 0) return;
+  if (on_unreferenced_) loop_.Post([fn = on_unreferenced_, id] { fn(id); });
   if (!it->second.callbacks.empty() || !it->second.waiters.empty()) return;  // still wanted
   if (it->second.value) {
     if (it->second.value->in_store && on_free_) {

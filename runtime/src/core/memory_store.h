@@ -49,13 +49,19 @@ class MemoryStore {
   bool AddLocation(const ObjectId& id, const internal::ObjectLocation& location);
   // Forgets the value (keeping the references): the object will be produced again.
   void Reset(const ObjectId& id);
+  // Whether the store has an entry for the id (a value, or a pending one someone refers to).
+  bool Known(const ObjectId& id) const;
+  int RefCount(const ObjectId& id) const;
   // Set once, before use. `on_put(id, in_store)` runs (on the calling thread, outside the lock)
   // after a value is stored; `on_free` runs on the loop when a marker of a stored value is
-  // dropped because no reference to it remains here.
+  // dropped because no reference to it remains here; `on_unreferenced` runs on the loop
+  // whenever the count of an id drops to zero.
   void SetHooks(std::function<void(const ObjectId&, bool in_store)> on_put,
-                std::function<void(const ObjectId&, const ObjectValue&)> on_free) {
+                std::function<void(const ObjectId&, const ObjectValue&)> on_free,
+                std::function<void(const ObjectId&)> on_unreferenced) {
     on_put_ = std::move(on_put);
     on_free_ = std::move(on_free);
+    on_unreferenced_ = std::move(on_unreferenced);
   }
 
  private:
@@ -78,6 +84,7 @@ class MemoryStore {
   EventLoop& loop_;
   std::function<void(const ObjectId&, bool)> on_put_;
   std::function<void(const ObjectId&, const ObjectValue&)> on_free_;
+  std::function<void(const ObjectId&)> on_unreferenced_;
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, Entry> entries_;  // guarded by mu_
 };

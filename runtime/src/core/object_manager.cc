@@ -10,6 +10,10 @@ void ObjectManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Register(proto::Method::GET_OBJECT, [this](const rpc::CallPtr& call) {
     auto id = ObjectId::FromHex(call->Params<proto::GetObjectRequest>().getObjectId().cStr());
     if (!id.ok()) return call->Fail(id.status());
+    if (!store_.Known(*id)) {
+      return call->Fail(Status::NotFound("object " + id->Hex() +
+                                         " was freed by its owner (no reference to it remained)"));
+    }
     // Not stored yet: it may be a pending task result, so the reply waits for it.
     store_.WhenReady(*id, [call](const ObjectValue& v) {
       call->Reply([&](capnp::AnyPointer::Builder b) {
@@ -35,9 +39,11 @@ void ObjectManager::Resolve(const ObjectId& id, const std::string& owner_address
               ObjectValue value =
                   s.ok() ? FromProto(r.getAs<proto::GetObjectReply>().getValue())
                          : ErrorValue(ErrorKind::kObjectLost,
-                                      "object " + id.Hex() + " is lost: its owner at " +
-                                          owner_address + " is unreachable (" + s.message() +
-                                          ")");
+                                      s.code() == StatusCode::kNotFound
+                                          ? s.message()
+                                          : "object " + id.Hex() + " is lost: its owner at " +
+                                                owner_address + " is unreachable (" +
+                                                s.message() + ")");
               store_.Put(id, value);
               cb(value);
             });
