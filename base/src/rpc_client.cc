@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <random>
 
 #include "rayd/base/logging.h"
@@ -10,6 +11,23 @@
 #include "rpc_internal.h"
 
 namespace rayd::rpc {
+namespace {
+// Connecting to a free port of this machine's ephemeral range can connect the socket to
+// itself (TCP simultaneous open). It then holds the very port a restarting server needs: treat
+// it as refused.
+bool IsSelfConnection(uv_stream_t* stream) {
+  if (stream->type != UV_TCP) return false;
+  sockaddr_storage local{}, peer{};
+  int local_len = sizeof(local), peer_len = sizeof(peer);
+  auto* tcp = reinterpret_cast<uv_tcp_t*>(stream);
+  if (uv_tcp_getsockname(tcp, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return false;
+  }
+  return local_len == peer_len && std::memcmp(&local, &peer, local_len) == 0;
+}
+}  // namespace
+
 
 RpcClient::RpcClient(EventLoop& loop, std::string address, Options options,
                      const Dispatcher* dispatcher, Backoff backoff)
@@ -58,6 +76,7 @@ void RpcClient::StartAttempt() {
       return;
     }
     RpcClient* self = request->client;
+    if (status == 0 && IsSelfConnection(req->handle)) status = UV_ECONNREFUSED;
     if (status != 0) {
       CloseAndFree(req->handle);
       self->OnAttemptFailed(Status::Unavailable("cannot connect to " + self->address_ + ": " +

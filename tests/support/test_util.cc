@@ -132,11 +132,23 @@ bool ChildProcess::running() {
 }
 
 bool ProcessGone(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream in(dir + "/stat");
   std::string line;
   if (!std::getline(in, line)) return true;
   auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+  if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z') {
+    return false;
+  }
+  // A zombie leader's other threads may still be exiting, holding its sockets open (a port a
+  // restarted daemon wants): gone means every thread is.
+  std::error_code ec;
+  size_t threads = 0;
+  for (auto it = std::filesystem::directory_iterator(dir + "/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++threads;
+  }
+  return threads <= 1;
 }
 
 bool IsRaydProcess(pid_t pid) {

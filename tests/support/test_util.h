@@ -60,7 +60,8 @@ class ChildProcess {
   std::string output_path_;
 };
 
-// True when `pid` no longer runs: no such process, or a zombie nobody reaped yet.
+// True when `pid` no longer runs: no such process, or a zombie nobody reaped yet whose threads
+// have all exited (so its sockets and files are closed).
 bool ProcessGone(pid_t pid);
 // True when `pid` runs and its argv[0] names rayd (so cleanup never kills a recycled pid).
 bool IsRaydProcess(pid_t pid);
