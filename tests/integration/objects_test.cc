@@ -101,13 +101,18 @@ class Keeper {
     kept_ = rayd::ObjectRef<std::vector<float>>();
     return 0;
   }
+  // Puts an object of its own (this worker owns it) and keeps it; returns its id.
+  std::string PutOwn(int64_t n) {
+    kept_ = rayd::Put(Pattern(static_cast<size_t>(n), 13));
+    return kept_.ID();
+  }
 
  private:
   rayd::ObjectRef<std::vector<float>> kept_;
 };
 
 RAYD_REMOTE(InspectInWorker, ChecksumOf, MakePattern, NodeOfWorker, Keeper::Create, &Keeper::Keep,
-            &Keeper::ChecksumKept, &Keeper::Drop);
+            &Keeper::ChecksumKept, &Keeper::Drop, &Keeper::PutOwn);
 
 // Objects in the cluster's stores, by object id.
 std::map<std::string, std::vector<rayd::ObjectSummary>> StoredObjects() {
@@ -241,6 +246,16 @@ TEST_CASE("objects: a borrower that keeps a ref keeps the object until it lets g
   CHECK(*rayd::Get(keeper.Task(&Keeper::ChecksumKept).Remote(), 60000) == Checksum(data));
   // Once the borrower lets go, the owner frees it.
   REQUIRE(*rayd::Get(keeper.Task(&Keeper::Drop).Remote(), 60000) == 0);
+  CHECK(WaitFor([&] { return StoredObjects().count(id) == 0; }, 10s));
+}
+
+TEST_CASE("objects: objects owned by a worker are deleted when it exits", "[integration]") {
+  EmbeddedRayd rayd(256 * kMiB);
+  auto keeper = rayd::Actor(Keeper::Create).Remote();
+  const std::string id = *rayd::Get(keeper.Task(&Keeper::PutOwn).Remote(int64_t{4 * kMiB}), 60000);
+  auto stored = StoredObjects();
+  REQUIRE(stored.count(id) == 1);
+  keeper.Kill();
   CHECK(WaitFor([&] { return StoredObjects().count(id) == 0; }, 10s));
 }
 

@@ -253,6 +253,16 @@ void ObjectService::TellOwner(const ObjectId& id, const std::string& owner) {
                          [](const Status&, capnp::AnyPointer::Reader) {});
 }
 
+void ObjectService::DeleteOwnedBy(const std::string& owner) {
+  size_t n = 0;
+  for (const auto& o : store_->List()) {
+    if (o.owner != owner) continue;
+    store_->Delete(o.id);
+    ++n;
+  }
+  if (n > 0) spdlog::info("deleted {} objects of {}, which exited", n, owner);
+}
+
 void ObjectService::HandleList(const rpc::CallPtr& call) {
   auto objects = store_->List();
   auto stats = store_->Stats();

@@ -42,6 +42,8 @@ class ObjectService {
   void RegisterMethods(rpc::Dispatcher& dispatcher);
   // Wire to RpcServer::SetOnConnectionClosed: drops the connection's pins and creations.
   void OnConnectionClosed(rpc::Connection& connection);
+  // The process at `owner` (a core worker address) is gone: its objects here are deleted.
+  void DeleteOwnedBy(const std::string& owner);
   // The node's RPC address, once it listens (objects' locations carry it).
   void set_node_address(std::string address) { node_address_ = std::move(address); }
 
