@@ -274,3 +274,26 @@ TEST_CASE("rayd start --head --port 0 advertises the port it bound", "[e2e][!may
   std::string status_out;
   CHECK(sandbox.Rayd({"status", "--format", "json"}, &status_out) == 0);
 }
+
+TEST_CASE("rayd list objects shows each node's object store, sized by --object-store-memory",
+          "[e2e]") {
+  Sandbox sandbox;
+  const int port = FreeTcpPort();
+  std::string out;
+  REQUIRE(sandbox.Rayd({"start", "--head", "--port", std::to_string(port), "--num-cpus", "1",
+                        "--object-store-memory", "96MiB"},
+                       &out) == 0);
+  REQUIRE(sandbox.Rayd({"list", "objects"}, &out) == 0);
+  INFO(out);
+  CHECK(Contains(out, "OBJECT_ID"));
+  CHECK(Contains(out, "Object stores:"));
+  CHECK(Contains(out, "0B/96.00MiB used"));
+  REQUIRE(sandbox.Rayd({"list", "objects", "--format", "json"}, &out) == 0);
+  CHECK(json::parse(out) == json::array());  // nothing stored yet
+  REQUIRE(sandbox.Rayd({"status", "--format", "json"}, &out) == 0);
+  CHECK(json::parse(out).at("total").at("object_store_memory") == 96.0 * 1024 * 1024);
+
+  Sandbox empty;
+  ExpectOneLineError(empty, {"start", "--head", "--object-store-memory", "lots"}, "start",
+                     {"--object-store-memory", "lots"});
+}
