@@ -17,15 +17,25 @@ void ClosePipe(uv_pipe_t* pipe) {
            [](uv_handle_t* h) { delete reinterpret_cast<uv_pipe_t*>(h); });
 }
 
-// Sends the size as data and the descriptor as ancillary data in one message.
-bool SendFd(int socket, int fd, uint64_t size) {
+// The one message of a handout: the arena's size as data, its descriptor as ancillary data.
+struct FdMessage {
+  explicit FdMessage(uint64_t* size) : iov{size, sizeof(*size)} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+
   char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&size, sizeof(size)};
+  iovec iov;
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+};
+
+bool SendFd(int socket, int fd, uint64_t size) {
+  FdMessage m(&size);
+  msghdr& msg = m.msg;
   cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
@@ -107,15 +117,9 @@ Result<ReceivedArena> ReceiveArena(const std::string& path, Millis timeout) {
     return fail("no answer");
   }
   uint64_t size = 0;
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&size, sizeof(size)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  FdMessage m(&size);
+  ssize_t n = recvmsg(s, &m.msg, MSG_CMSG_CLOEXEC);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg);
   if (n != static_cast<ssize_t>(sizeof(size)) || cmsg == nullptr ||
       cmsg->cmsg_type != SCM_RIGHTS) {
     errno = 0;

@@ -86,25 +86,18 @@ Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std:
   return arena_->base() + offset;
 }
 
-void StoreClient::Seal(const ObjectId& id) {
-  loop_.Post([this, id] {
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
-    };
-    clients_.Get(node_.node_address)
-        .Call(proto::Method::STORE_SEAL, fill, Millis(60000),
-              [](const Status&, capnp::AnyPointer::Reader) {});
-  });
-}
+void StoreClient::Seal(const ObjectId& id) { Tell(proto::Method::STORE_SEAL, id); }
+void StoreClient::Abort(const ObjectId& id) { Tell(proto::Method::STORE_ABORT, id); }
 
-void StoreClient::Abort(const ObjectId& id) {
-  loop_.Post([this, id] {
+void StoreClient::Tell(proto::Method method, const ObjectId& id) {
+  loop_.Post([weak = weak_from_this(), method, id] {
+    auto self = weak.lock();
+    if (!self) return;
     auto fill = [&](capnp::AnyPointer::Builder b) {
       b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
     };
-    clients_.Get(node_.node_address)
-        .Call(proto::Method::STORE_ABORT, fill, Millis(60000),
-              [](const Status&, capnp::AnyPointer::Reader) {});
+    self->clients_.Get(self->node_.node_address)
+        .Call(method, fill, Millis(60000), [](const Status&, capnp::AnyPointer::Reader) {});
   });
 }
 
@@ -175,18 +168,7 @@ void StoreClient::GetAsync(const ObjectId& id, const ObjectValue& marker, const 
             });
 }
 
-void StoreClient::Release(const ObjectId& id) {
-  loop_.Post([weak = weak_from_this(), id] {
-    auto self = weak.lock();
-    if (!self) return;
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
-    };
-    self->clients_.Get(self->node_.node_address)
-        .Call(proto::Method::STORE_RELEASE, fill, Millis(60000),
-              [](const Status&, capnp::AnyPointer::Reader) {});
-  });
-}
+void StoreClient::Release(const ObjectId& id) { Tell(proto::Method::STORE_RELEASE, id); }
 
 void StoreClient::Delete(const ObjectId& id,
                          const std::vector<internal::ObjectLocation>& locations) {

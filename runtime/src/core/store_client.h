@@ -71,6 +71,8 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
   Status CallNode(proto::Method method, const rpc::FillFn& fill,
                   const std::function<void(capnp::AnyPointer::Reader)>& on_result);
   void Release(const ObjectId& id);
+  // Sends a one-way STORE_SEAL/ABORT/RELEASE for `id` to the node (any thread).
+  void Tell(proto::Method method, const ObjectId& id);
 
   EventLoop& loop_;
   ClientPool& clients_;
