@@ -222,6 +222,7 @@ struct StoreCreateRequest {
   objectId @0 :Text;
   size @1 :UInt64;
   owner @2 :Text;                # the owner's core worker address
+  callerIsOwner @3 :Bool;        # a Put: the owner is the process on this connection
 }
 struct StoreCreateReply {
   offset @0 :UInt64;             # where to write `size` bytes in the arena; then seal

@@ -397,3 +397,21 @@ TEST_CASE("objects: a lost result whose task can run again is reconstructed", "[
   }
   CHECK(primaries == std::set<std::string>{replacement});
 }
+
+TEST_CASE("objects: a driver's objects are deleted when it ends", "[integration]") {
+  CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+                 "--object-store-memory", "128MiB"});
+  cluster.InitDriver();
+  auto ref = rayd::Put(Pattern(4 * kMiB, 14));
+  const std::string id = ref.ID();
+  auto listed = [&] {
+    for (const auto& o : cluster.Json({"list", "objects"})) {
+      if (o.at("object_id") == id) return true;
+    }
+    return false;
+  };
+  CHECK(listed());
+  rayd::Shutdown();  // the ref outlives the runtime: nothing frees it but the node
+  CHECK(WaitFor([&] { return !listed(); }, 10s));
+}

@@ -289,7 +289,7 @@ ObjectId CoreWorker::PutSerialized(size_t size, const std::function<void(uint8_t
     return internal::Runtime::PutSerialized(size, write);
   }
   ObjectId id = ObjectId::FromRandom();
-  auto marker = store_client_->PutInPlace(id, size, address_, write);
+  auto marker = store_client_->PutInPlace(id, size, address_, /*caller_is_owner=*/true, write);
   if (!marker.ok()) {
     if (marker.status().code() == StatusCode::kResourceExhausted) {
       throw ObjectStoreFullError("Put: " + marker.status().message());
@@ -412,7 +412,8 @@ internal::ObjectValue CoreWorker::StoreResult(const ObjectId& id, internal::Obje
       value.data.size() < internal::kMaxInlineBytes) {
     return value;
   }
-  auto marker = store_client_->PutInPlace(id, value.data.size(), owner, [&](uint8_t* dest) {
+  auto marker = store_client_->PutInPlace(id, value.data.size(), owner,
+                                          /*caller_is_owner=*/false, [&](uint8_t* dest) {
     std::memcpy(dest, value.data.data(), value.data.size());
   });
   if (!marker.ok()) {

@@ -67,7 +67,8 @@ Status StoreClient::CallNode(proto::Method method, const rpc::FillFn& fill,
   return future.get();
 }
 
-Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std::string& owner) {
+Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std::string& owner,
+                                     bool caller_is_owner) {
   uint64_t offset = 0;
   Status s = CallNode(
       proto::Method::STORE_CREATE,
@@ -76,6 +77,7 @@ Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std:
         r.setObjectId(id.Hex());
         r.setSize(size);
         r.setOwner(owner);
+        r.setCallerIsOwner(caller_is_owner);
       },
       [&](capnp::AnyPointer::Reader r) { offset = r.getAs<proto::StoreCreateReply>().getOffset(); });
   if (!s.ok()) return s;
@@ -102,9 +104,9 @@ void StoreClient::Tell(proto::Method method, const ObjectId& id) {
 }
 
 Result<ObjectValue> StoreClient::PutInPlace(const ObjectId& id, size_t size,
-                                            const std::string& owner,
+                                            const std::string& owner, bool caller_is_owner,
                                             const std::function<void(uint8_t*)>& write) {
-  RAYD_ASSIGN_OR_RETURN(uint8_t * dest, Create(id, size, owner));
+  RAYD_ASSIGN_OR_RETURN(uint8_t * dest, Create(id, size, owner, caller_is_owner));
   try {
     write(dest);
   } catch (...) {

@@ -43,13 +43,15 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
   const object_store::Arena& arena() const { return *arena_; }
 
   // Reserves `size` bytes for object `id` owned by `owner` and returns where to write them.
-  Result<uint8_t*> Create(const ObjectId& id, size_t size, const std::string& owner);
+  // `caller_is_owner`: a Put (this process owns it), as opposed to a task result for its caller.
+  Result<uint8_t*> Create(const ObjectId& id, size_t size, const std::string& owner,
+                          bool caller_is_owner);
   // Makes a created object readable (asynchronous: later calls on this connection see it).
   void Seal(const ObjectId& id);
   void Abort(const ObjectId& id);
   // Creates, writes with `write`, and seals: the store marker of a new primary copy.
   Result<ObjectValue> PutInPlace(const ObjectId& id, size_t size, const std::string& owner,
-                                 const std::function<void(uint8_t*)>& write);
+                                 bool caller_is_owner, const std::function<void(uint8_t*)>& write);
 
   // The bytes of the object that `marker` (an in_store value) describes, pinned, pulling them
   // to this node first if it has no copy. Blocks.

@@ -82,8 +82,6 @@ void NodeDaemon::ListAliveNodes(rpc::RpcClient& gcs,
 
 void NodeDaemon::OnWorkerExit(Worker& worker, WorkerState previous) {
   lease_manager_.OnWorkerExit(worker);
-  // Objects it owned here can never be freed by it now, nor fetched through it.
-  if (objects_ && !worker.address.empty()) objects_->DeleteOwnedBy(worker.address);
   // The GCS hears of workers someone may depend on: leased ones, and registered ones that died
   // on their own (not idle workers this node retired).
   const bool report =

@@ -67,10 +67,14 @@ ClientId ObjectService::ClientOf(const rpc::CallPtr& call) {
 void ObjectService::OnConnectionClosed(rpc::Connection& connection) {
   const auto client = reinterpret_cast<ClientId>(&connection);
   store_->UnpinAll(client);
-  auto it = creating_.find(client);
-  if (it == creating_.end()) return;
-  for (const auto& id : it->second) store_->Abort(id);
-  creating_.erase(it);
+  if (auto it = creating_.find(client); it != creating_.end()) {
+    for (const auto& id : it->second) store_->Abort(id);
+    creating_.erase(it);
+  }
+  if (auto it = owner_of_client_.find(client); it != owner_of_client_.end()) {
+    DeleteOwnedBy(it->second);
+    owner_of_client_.erase(it);
+  }
 }
 
 void ObjectService::RegisterMethods(rpc::Dispatcher& d) {
@@ -111,6 +115,7 @@ void ObjectService::HandleCreate(const rpc::CallPtr& call) {
   if (!id.ok()) return call->Fail(id.status());
   const ClientId client = ClientOf(call);
   creating_[client].insert(*id);
+  if (req.getCallerIsOwner()) owner_of_client_[client] = req.getOwner();
   store_->CreateObject(*id, req.getSize(), /*primary=*/true, req.getOwner(),
                        [this, call, client, id = *id](Result<Slice> r) {
                          if (!r.ok()) {
@@ -260,7 +265,7 @@ void ObjectService::DeleteOwnedBy(const std::string& owner) {
     store_->Delete(o.id);
     ++n;
   }
-  if (n > 0) spdlog::info("deleted {} objects of {}, which exited", n, owner);
+  if (n > 0) spdlog::info("deleted {} objects of {}, which is gone", n, owner);
 }
 
 void ObjectService::HandleList(const rpc::CallPtr& call) {

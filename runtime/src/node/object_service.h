@@ -6,7 +6,8 @@
 // transfer channel straight into this arena, seal, tell the owner about the new copy).
 //
 // Pins are per connection: a client that disconnects loses its pins, and objects it was
-// creating are aborted.
+// creating are aborted. A client that created objects it owns (Puts) is their owner: when its
+// connection closes, every object of that owner here is deleted (it can free them no more).
 //
 // Loop thread only.
 
@@ -90,6 +91,7 @@ class ObjectService {
   core::ClientPool peers_;  // other node daemons and owners
   std::map<ObjectId, Pull> pulls_;
   std::map<object_store::ClientId, std::set<ObjectId>> creating_;  // unsealed, per client
+  std::map<object_store::ClientId, std::string> owner_of_client_;  // learnt from Puts
 };
 
 }  // namespace rayd::node
