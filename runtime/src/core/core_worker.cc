@@ -670,7 +670,7 @@ void CoreWorker::RegisterKeptBorrows() {
   }
 }
 
-// Loop thread: a ref count here dropped to zero.
+// Any thread: a ref count here reached zero. Cheap unless the id is a registered borrow.
 void CoreWorker::OnUnreferenced(const ObjectId& id) {
   std::string owner;
   {
@@ -680,13 +680,15 @@ void CoreWorker::OnUnreferenced(const ObjectId& id) {
     owner = it->second;
     registered_borrows_.erase(it);
   }
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::BorrowerRequest>();
-    r.initObjectIds(1).set(0, id.Hex());
-    r.setBorrower(address_);
-  };
-  clients_.Get(owner).Call(proto::Method::REMOVE_BORROWER, fill, Millis(10000),
-                           [](const Status&, capnp::AnyPointer::Reader) {});
+  loop_.Post([this, id, owner] {
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::BorrowerRequest>();
+      r.initObjectIds(1).set(0, id.Hex());
+      r.setBorrower(address_);
+    };
+    clients_.Get(owner).Call(proto::Method::REMOVE_BORROWER, fill, Millis(10000),
+                             [](const Status&, capnp::AnyPointer::Reader) {});
+  });
 }
 
 void CoreWorker::RegisterBorrowerMethods() {

@@ -122,11 +122,18 @@ void MemoryStore::AddRef(const ObjectId& id) {
 }
 
 void MemoryStore::RemoveRef(const ObjectId& id) {
-  std::lock_guard lock(mu_);
+  bool unreferenced = false;
+  {
+    std::lock_guard lock(mu_);
+    unreferenced = RemoveRefLocked(id);
+  }
+  if (unreferenced && on_unreferenced_) on_unreferenced_(id);
+}
+
+bool MemoryStore::RemoveRefLocked(const ObjectId& id) {
   auto it = entries_.find(id);
-  if (it == entries_.end() || --it->second.refs > 0) return;
-  if (on_unreferenced_) loop_.Post([fn = on_unreferenced_, id] { fn(id); });
-  if (!it->second.callbacks.empty() || !it->second.waiters.empty()) return;  // still wanted
+  if (it == entries_.end() || --it->second.refs > 0) return false;
+  if (!it->second.callbacks.empty() || !it->second.waiters.empty()) return true;  // still wanted
   if (it->second.value) {
     if (it->second.value->in_store && on_free_) {
       loop_.Post([fn = on_free_, id, value = std::move(*it->second.value)] { fn(id, value); });
@@ -135,6 +142,7 @@ void MemoryStore::RemoveRef(const ObjectId& id) {
   } else {
     it->second.released = true;
   }
+  return true;
 }
 
 bool MemoryStore::AddLocation(const ObjectId& id, const internal::ObjectLocation& location) {

@@ -54,8 +54,8 @@ class MemoryStore {
   int RefCount(const ObjectId& id) const;
   // Set once, before use. `on_put(id, in_store)` runs (on the calling thread, outside the lock)
   // after a value is stored; `on_free` runs on the loop when a marker of a stored value is
-  // dropped because no reference to it remains here; `on_unreferenced` runs on the loop
-  // whenever the count of an id drops to zero.
+  // dropped because no reference to it remains here; `on_unreferenced` runs on the thread
+  // that dropped the last reference (outside the lock) whenever the count of an id reaches zero.
   void SetHooks(std::function<void(const ObjectId&, bool in_store)> on_put,
                 std::function<void(const ObjectId&, const ObjectValue&)> on_free,
                 std::function<void(const ObjectId&)> on_unreferenced) {
@@ -80,6 +80,8 @@ class MemoryStore {
 
   // Stores the value; false if the entry already had one.
   bool PutLocked(const ObjectId& id, ObjectValue value);
+  // Drops one reference; true when the count reached zero.
+  bool RemoveRefLocked(const ObjectId& id);
 
   EventLoop& loop_;
   std::function<void(const ObjectId&, bool)> on_put_;
