@@ -25,6 +25,7 @@ struct StartArgs {
   int heartbeat_period_ms = 1000;
   int missed_heartbeats = 5;
   int join_timeout_ms = 15000;
+  int infeasible_timeout_ms = 60000;
 };
 int RunStart(const StartArgs& args);
 

@@ -37,6 +37,10 @@ void AddStart(CLI::App& app, rayd::cli::StartArgs& a) {
   start->add_option("--join-timeout-ms", a.join_timeout_ms,
                     "How long a joining node tries to reach the head")
       ->check(CLI::Range(100, 3600000));
+  start->add_option("--infeasible-timeout-ms", a.infeasible_timeout_ms,
+                    "How long a request no node can satisfy waits for one to join before it "
+                    "fails (0: fail at once)")
+      ->check(CLI::Range(0, 86400000));
   start->callback([&a] { std::exit(rayd::cli::RunStart(a)); });
 }
 

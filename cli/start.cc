@@ -131,6 +131,7 @@ int RunStart(const StartArgs& args) {
     head_options.token = args.token;
     head_options.heartbeat_period = Millis(args.heartbeat_period_ms);
     head_options.missed_heartbeats = args.missed_heartbeats;
+    head_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
     head_options.resources = *resources;
   } else {
     auto ep = rpc::ParseEndpoint(args.address);
@@ -141,6 +142,7 @@ int RunStart(const StartArgs& args) {
     node_options.token = target->token;
     if (!args.node_ip.empty()) node_options.node_ip = args.node_ip;
     node_options.join_timeout = Millis(args.join_timeout_ms);
+    node_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
     node_options.resources = *resources;
   }
 

@@ -12,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"
 
@@ -46,6 +47,16 @@ nlohmann::json Amounts(const ResourceSet& set) {
   return j;
 }
 
+nlohmann::json DemandsJson(const std::vector<ResourceDemand>& demands) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& d : demands) {
+    out.push_back({{"resources", Amounts(d.resources)},
+                   {"count", d.count},
+                   {"waiting_since_ms", d.waiting_since_ms}});
+  }
+  return out;
+}
+
 nlohmann::json NodeJson(const NodeInfo& n) {
   return {{"node_id", n.node_id.Hex()},   {"state", n.alive ? "ALIVE" : "DEAD"},
           {"address", n.address},         {"hostname", n.hostname},
@@ -53,7 +64,7 @@ nlohmann::json NodeJson(const NodeInfo& n) {
           {"total", Amounts(n.total)},    {"available", Amounts(n.available)},
           {"labels", n.labels},           {"start_time_ms", n.start_time_ms},
           {"end_time_ms", n.end_time_ms}, {"death_reason", n.death_reason},
-          {"pid", n.pid}};
+          {"pid", n.pid},                 {"infeasible", DemandsJson(n.infeasible)}};
 }
 
 void PrintStatusTable(const ClusterView& view) {
@@ -97,7 +108,20 @@ void PrintStatusTable(const ClusterView& view) {
     }
     std::cout << "\n";
   }
-  std::cout << "\nDemands:\n (no resource demands)\n";
+  // Like `ray status`: what waits for a node that could ever run it.
+  std::cout << "\nDemands:\n";
+  bool any = false;
+  for (const auto& n : view.nodes) {
+    if (!n.alive) continue;
+    for (const auto& d : n.infeasible) {
+      any = true;
+      const int64_t waited_s = std::max<int64_t>(0, (NowUnixMs() - d.waiting_since_ms) / 1000);
+      std::cout << " " << d.resources.ToString() << ": " << d.count
+                << "+ pending tasks/actors (infeasible: no node can ever satisfy it; waiting "
+                << waited_s << " s at node_" << n.node_id.Short() << ")\n";
+    }
+  }
+  if (!any) std::cout << " (no resource demands)\n";
 }
 
 void PrintNodesTable(const ClusterView& view) {

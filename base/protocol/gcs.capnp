@@ -39,6 +39,13 @@ struct NodeInfo {
   storeSocket @15 :Text;         # Unix socket that hands out the object store arena
   transferAddress @16 :Text;     # host:port of the object transfer channel
   objectStoreBytes @17 :UInt64;  # arena size
+  infeasible @18 :List(ResourceDemand);  # waiting for a node that could ever satisfy them
+}
+
+struct ResourceDemand {
+  resources @0 :List(ResourceAmount);
+  count @1 :UInt32;
+  waitingSinceMs @2 :Int64;
 }
 
 struct RegisterNodeRequest {
@@ -51,6 +58,7 @@ struct RegisterNodeReply {
 struct HeartbeatRequest {
   nodeId @0 :Text;
   available @1 :List(ResourceAmount);
+  infeasible @2 :List(ResourceDemand);
 }
 struct HeartbeatReply {
   # unknown: the GCS has no such node (it lost its state): register again under the same id.

@@ -760,3 +760,48 @@ TEST_CASE("driver exit: std::_Exit without Shutdown ends the non-detached actors
 TEST_CASE("driver exit: a SIGKILLed driver's non-detached actors end", "[integration]") {
   CheckDriverExitCleanup("kill");
 }
+
+// ---- 6. Demands no node can satisfy -----------------------------------------------------------
+
+TEST_CASE("infeasible: a task no node can run is reported and runs once a node that fits joins",
+          "[integration]") {
+  CliCluster cluster;
+  cluster.StartHead(1);
+  cluster.InitDriver();
+  auto ref = rayd::Task(WorkerNodeId).SetResource("accelerator", 1).Remote();
+  // `rayd status` lists it as an infeasible demand while it waits.
+  json last;
+  const bool reported = WaitFor(
+      [&] {
+        auto status = cluster.TryJson({"status"});
+        if (!status) return false;
+        last = *status;
+        for (const auto& n : status->at("nodes")) {
+          for (const auto& d : n.at("infeasible")) {
+            if (d.at("resources").contains("accelerator")) return true;
+          }
+        }
+        return false;
+      },
+      kSettleTimeout);
+  INFO(last.dump(2));
+  REQUIRE(reported);
+  std::string table;
+  cluster.Rayd({"status"}, &table);
+  CHECK_THAT(table, Contains("accelerator") && Contains("infeasible"));
+
+  const std::string fits = cluster.Start(
+      {"--address", cluster.address(), "--num-cpus", "1", "--resources", R"({"accelerator":1})"});
+  CHECK(*rayd::Get(ref, 60000) == fits);
+}
+
+TEST_CASE("infeasible: a task no node can run fails with InfeasibleError after the timeout",
+          "[integration]") {
+  CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+                 "--infeasible-timeout-ms", "1500"});
+  cluster.InitDriver();
+  auto ref = rayd::Task(Plus).SetResource("CPU", 64).Remote(1, 2);
+  const std::string message = ThrownMessage<rayd::InfeasibleError>([&] { rayd::Get(ref, 30000); });
+  CHECK_THAT(message, Contains("CPU: 64") && Contains("largest node"));
+}

@@ -22,6 +22,25 @@ ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list) 
   return set;
 }
 
+void DemandsToProto(const std::vector<ResourceDemand>& demands,
+                    capnp::List<proto::ResourceDemand>::Builder out) {
+  for (unsigned i = 0; i < demands.size(); ++i) {
+    const auto& d = demands[i];
+    FillResources(d.resources, [&](unsigned n) { return out[i].initResources(n); });
+    out[i].setCount(static_cast<uint32_t>(d.count));
+    out[i].setWaitingSinceMs(d.waiting_since_ms);
+  }
+}
+
+std::vector<ResourceDemand> DemandsFromProto(capnp::List<proto::ResourceDemand>::Reader in) {
+  std::vector<ResourceDemand> out;
+  for (auto d : in) {
+    out.push_back({ResourcesFromProto(d.getResources()), static_cast<int>(d.getCount()),
+                   d.getWaitingSinceMs()});
+  }
+  return out;
+}
+
 void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setNodeId(info.node_id.Hex());
   out.setAddress(info.address);
@@ -47,6 +66,8 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setStoreSocket(info.store_socket);
   out.setTransferAddress(info.transfer_address);
   out.setObjectStoreBytes(info.object_store_bytes);
+  DemandsToProto(info.infeasible,
+                 out.initInfeasible(static_cast<unsigned>(info.infeasible.size())));
 }
 
 Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
@@ -69,6 +90,7 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.store_socket = in.getStoreSocket();
   info.transfer_address = in.getTransferAddress();
   info.object_store_bytes = in.getObjectStoreBytes();
+  info.infeasible = DemandsFromProto(in.getInfeasible());
   return info;
 }
 

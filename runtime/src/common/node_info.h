@@ -24,6 +24,10 @@ void FillResources(const scheduler::ResourceSet& set, InitList init) {
 }
 scheduler::ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list);
 
+void DemandsToProto(const std::vector<ResourceDemand>& demands,
+                    capnp::List<proto::ResourceDemand>::Builder out);
+std::vector<ResourceDemand> DemandsFromProto(capnp::List<proto::ResourceDemand>::Reader in);
+
 void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out);
 Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in);
 

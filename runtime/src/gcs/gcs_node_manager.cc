@@ -109,6 +109,7 @@ void GcsNodeManager::HandleHeartbeat(const rpc::CallPtr& call) {
     last_seen_[*id] = Clock::now();
     it->second.last_heartbeat_ms = NowUnixMs();
     it->second.available = runtime::ResourcesFromProto(request.getAvailable());
+    it->second.infeasible = runtime::DemandsFromProto(request.getInfeasible());
   }
   call->Reply([status](capnp::AnyPointer::Builder b) {
     b.initAs<proto::HeartbeatReply>().setStatus(status);

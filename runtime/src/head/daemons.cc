@@ -160,6 +160,7 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   node_config.prestart_workers = node::DefaultPrestartWorkers(node_config.total);
   node_config.labels = options.resources.labels;
   node_config.session_dir = session_dir;
+  node_config.infeasible_timeout = options.infeasible_timeout;
   node::NodeDaemon node(loop, node_config);
   s = Await(loop, [&](auto done) { node.Start(done); }, Millis(30000), "registering the head node");
   if (!s.ok()) return fail(s);
@@ -194,6 +195,7 @@ int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
   config.labels = options.resources.labels;
   config.session_dir = session_dir;
   config.join_timeout = options.join_timeout;
+  config.infeasible_timeout = options.infeasible_timeout;
   node::NodeDaemon node(loop, config);
   Status s = Await(loop, [&](auto done) { node.Start(done); },
                    options.join_timeout + Millis(1000), "joining the cluster");

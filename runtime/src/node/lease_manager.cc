@@ -144,28 +144,84 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
           "this node cannot satisfy " + demand.ToString() +
           " and the GCS could not be asked for other nodes: " + nodes.status().message()));
     }
-    const NodeInfo* fits_total = nullptr;
     const NodeInfo* fits_now = nullptr;
     for (const auto& node : *nodes) {
-      if (!node.alive || node.node_id == node_id_ || !demand.IsSubsetOf(node.total)) continue;
-      if (!fits_total) fits_total = &node;
-      if (!fits_now && demand.IsSubsetOf(node.available)) fits_now = &node;
-    }
-    if (fits_now || fits_total)
-      return ReplySpillback(request->call, fits_now ? *fits_now : *fits_total);
-
-    ResourceSet largest = resources_.total();
-    for (const auto& node : *nodes) {
-      if (!node.alive) continue;
-      const double a = Coverage(node.total, demand), b = Coverage(largest, demand);
-      if (a > b || (a == b && node.total.Get(scheduler::kCPU) > largest.Get(scheduler::kCPU))) {
-        largest = node.total;
+      if (node.alive && node.node_id != node_id_ && demand.IsSubsetOf(node.available)) {
+        fits_now = &node;
+        break;
       }
     }
-    request->call->Fail(Status::ResourceExhausted("infeasible: no node can satisfy " +
-                                                  demand.ToString() +
-                                                  " (largest node: " + largest.ToString() + ")"));
+    if (const NodeInfo* fits = fits_now ? fits_now : NodeThatFits(*nodes, demand)) {
+      return ReplySpillback(request->call, *fits);
+    }
+    if (config_.infeasible_timeout.count() <= 0) {
+      return request->call->Fail(InfeasibleError(*nodes, demand));
+    }
+    spdlog::warn("no node can satisfy {} yet; it waits up to {} ms for one to join",
+                 demand.ToString(), config_.infeasible_timeout.count());
+    infeasible_.push_back({request, Clock::now() + config_.infeasible_timeout, NowUnixMs()});
   });
+}
+
+const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
+                                           const ResourceSet& demand) const {
+  for (const auto& node : nodes) {
+    if (node.alive && node.node_id != node_id_ && demand.IsSubsetOf(node.total)) return &node;
+  }
+  return nullptr;
+}
+
+Status LeaseManager::InfeasibleError(const std::vector<NodeInfo>& nodes,
+                                     const ResourceSet& demand) const {
+  ResourceSet largest = resources_.total();
+  for (const auto& node : nodes) {
+    if (!node.alive) continue;
+    const double a = Coverage(node.total, demand), b = Coverage(largest, demand);
+    if (a > b || (a == b && node.total.Get(scheduler::kCPU) > largest.Get(scheduler::kCPU))) {
+      largest = node.total;
+    }
+  }
+  return Status::ResourceExhausted("infeasible: no node can satisfy " + demand.ToString() +
+                                   " (largest node: " + largest.ToString() + ")");
+}
+
+void LeaseManager::RecheckInfeasible() {
+  if (infeasible_.empty()) return;
+  nodes_.reset();  // a node that fits may have just joined: ask the GCS afresh
+  WithNodes([this](Result<std::vector<NodeInfo>> nodes) {
+    if (!nodes.ok()) return;
+    const auto now = Clock::now();
+    for (auto it = infeasible_.begin(); it != infeasible_.end();) {
+      const RequestPtr& request = it->request;
+      if (CallerGone(request->call)) {
+        it = infeasible_.erase(it);
+      } else if (const NodeInfo* fits = NodeThatFits(*nodes, request->resources)) {
+        ReplySpillback(request->call, *fits);
+        it = infeasible_.erase(it);
+      } else if (now >= it->deadline) {
+        request->call->Fail(InfeasibleError(*nodes, request->resources));
+        it = infeasible_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+}
+
+std::vector<ResourceDemand> LeaseManager::InfeasibleDemands() const {
+  std::vector<ResourceDemand> out;
+  for (const auto& w : infeasible_) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const ResourceDemand& d) {
+      return d.resources == w.request->resources;
+    });
+    if (same == out.end()) {
+      out.push_back({w.request->resources, 1, w.since_ms});
+    } else {
+      ++same->count;
+      same->waiting_since_ms = std::min(same->waiting_since_ms, w.since_ms);
+    }
+  }
+  return out;
 }
 
 void LeaseManager::SpillOrQueue(const RequestPtr& request) {
@@ -296,6 +352,9 @@ void LeaseManager::CancelQueued(const Status& why) {
   auto queue = std::move(queue_);
   queue_.clear();
   for (auto& request : queue) request->call->Fail(why);
+  auto waiting = std::move(infeasible_);
+  infeasible_.clear();
+  for (auto& w : waiting) w.request->call->Fail(why);
 }
 
 void LeaseManager::DispatchQueue() {

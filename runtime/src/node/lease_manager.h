@@ -61,7 +61,11 @@ struct LeaseManagerConfig {
   // Idle workers started ahead of need for a job, the first time it asks for a task lease
   // (they start while the first task runs, so the next leases find them warm).
   int prestart_workers = 0;
+  // How long a request that no node can ever satisfy waits for one that can to join before it
+  // fails (0: fail at once). While it waits it is reported as an infeasible demand.
+  Millis infeasible_timeout{0};
 };
+
 
 class LeaseManager {
  public:
@@ -85,6 +89,11 @@ class LeaseManager {
   void OnWorkerExit(const Worker& worker);
   // Fails every queued request with `why` (the node is shutting down).
   void CancelQueued(const Status& why);
+  // Runs periodically (with the heartbeat): infeasible requests spill to a node that joined and
+  // fits them, or fail once they have waited infeasible_timeout.
+  void RecheckInfeasible();
+  // Requests waiting for a node that could ever satisfy them, grouped by shape.
+  std::vector<ResourceDemand> InfeasibleDemands() const;
 
  private:
   struct Request {
@@ -109,6 +118,11 @@ class LeaseManager {
   void HandleJobFinished(const rpc::CallPtr& call);
 
   void SpillInfeasible(const RequestPtr& request);
+  // A node that could ever satisfy `demand` (alive, not this one), or null.
+  const NodeInfo* NodeThatFits(const std::vector<NodeInfo>& nodes,
+                               const scheduler::ResourceSet& demand) const;
+  Status InfeasibleError(const std::vector<NodeInfo>& nodes,
+                         const scheduler::ResourceSet& demand) const;
   void SpillOrQueue(const RequestPtr& request);
   // Allocates the request's resources and GPU ids; false (and nothing held) if they don't fit.
   bool TryAllocate(const Request& request, std::vector<int>* gpu_ids);
@@ -128,6 +142,12 @@ class LeaseManager {
   std::map<std::string, Lease> leases_;  // by lease id
   std::set<JobId> prestarted_;           // jobs whose workers were prestarted
   std::list<RequestPtr> queue_;          // arrival order
+  struct Waiting {
+    RequestPtr request;
+    Clock::time_point deadline;
+    int64_t since_ms = 0;
+  };
+  std::list<Waiting> infeasible_;        // arrival order
   bool dispatching_ = false;
   bool redispatch_ = false;
 

@@ -40,7 +40,8 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       gcs_(loop, config_.gcs_address, rpc::Options{config_.token, "node"}, nullptr,
            rpc::RpcClient::Backoff{Millis(100), Millis(2000)}),
       pool_(loop, PoolConfig(config_), node_id_),
-      lease_manager_(pool_, node_id_, LeaseManagerConfig{config_.total, Millis(1000), config_.prestart_workers},
+      lease_manager_(pool_, node_id_, LeaseManagerConfig{config_.total, Millis(1000), config_.prestart_workers,
+                                         config_.infeasible_timeout},
                      [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
       heartbeat_timer_(loop),
       join_timer_(loop),
@@ -224,7 +225,11 @@ void NodeDaemon::SendHeartbeat() {
     hb.setNodeId(node_id_.Hex());
     runtime::FillResources(lease_manager_.available(),
                            [&](unsigned n) { return hb.initAvailable(n); });
+    const auto infeasible = lease_manager_.InfeasibleDemands();
+    runtime::DemandsToProto(infeasible,
+                            hb.initInfeasible(static_cast<unsigned>(infeasible.size())));
   };
+  lease_manager_.RecheckInfeasible();
   gcs_.Call(proto::Method::HEARTBEAT, fill, config_.heartbeat_period,
             [this](const Status& s, capnp::AnyPointer::Reader reply) {
               if (!s.ok()) return;

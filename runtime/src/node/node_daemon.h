@@ -35,6 +35,7 @@ struct NodeDaemonConfig {
   Millis worker_start_timeout{30000};  // spawn to REGISTER_WORKER
   Millis worker_idle_timeout{60000};   // idle workers older than this are killed
   int prestart_workers = 0;            // see LeaseManagerConfig::prestart_workers
+  Millis infeasible_timeout{60000};    // see LeaseManagerConfig::infeasible_timeout
 };
 
 // Member declaration order follows the dependency order.

@@ -82,6 +82,7 @@ class Cluster {
             config.session_dir = session_dirs_[i];
             config.worker_start_timeout = specs[i].start_timeout;
             config.worker_idle_timeout = specs[i].idle_timeout;
+            config.infeasible_timeout = Millis(0);  // fail at once (waiting: integration tests)
             state->nodes.push_back(std::make_unique<NodeDaemon>(loop, config));
             state->nodes.back()->Start([](Status) {});
           }

@@ -17,6 +17,13 @@ namespace rayd {
 
 using Millis = std::chrono::milliseconds;
 
+// Requests of one shape waiting on a node.
+struct ResourceDemand {
+  scheduler::ResourceSet resources;
+  int count = 0;
+  int64_t waiting_since_ms = 0;  // the oldest one's arrival, unix ms
+};
+
 // What the cluster knows about one node. A plain value.
 struct NodeInfo {
   NodeId node_id;
@@ -37,6 +44,9 @@ struct NodeInfo {
   std::string store_socket;      // hands out the object store arena to local processes
   std::string transfer_address;  // host:port of the object transfer channel
   uint64_t object_store_bytes = 0;
+  // Requests no node can satisfy yet, waiting here for one that can to join (from heartbeats;
+  // not persisted).
+  std::vector<ResourceDemand> infeasible;
 };
 
 struct ClusterView {
@@ -158,6 +168,7 @@ struct HeadOptions {
   std::string token;          // empty: reuse the one in Redis, else generate
   Millis heartbeat_period{1000};
   int missed_heartbeats = 5;
+  Millis infeasible_timeout{60000};  // a request no node can satisfy waits this long for one
   NodeResourceOptions resources;
 };
 
@@ -166,6 +177,7 @@ struct NodeOptions {
   std::string token;
   std::string node_ip = "127.0.0.1";  // this node's address as other nodes reach it
   Millis join_timeout{15000};         // give up if the first registration takes longer
+  Millis infeasible_timeout{60000};   // a request no node can satisfy waits this long for one
   NodeResourceOptions resources;
 };
 
