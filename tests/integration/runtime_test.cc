@@ -805,3 +805,19 @@ TEST_CASE("infeasible: a task no node can run fails with InfeasibleError after t
   const std::string message = ThrownMessage<rayd::InfeasibleError>([&] { rayd::Get(ref, 30000); });
   CHECK_THAT(message, Contains("CPU: 64") && Contains("largest node"));
 }
+
+TEST_CASE("infeasible: an actor no node can hold waits for one to join", "[integration]") {
+  CliCluster cluster;
+  cluster.StartHead(1);
+  cluster.InitDriver();
+  auto counter = rayd::Actor(Counter::FactoryCreate).SetResource("accelerator", 1).Remote(5);
+  auto added = counter.Task(&Counter::Add).Remote(1);
+  const std::string fits = cluster.Start(
+      {"--address", cluster.address(), "--num-cpus", "1", "--resources", R"({"accelerator":1})"});
+  CHECK(*rayd::Get(added, 60000) == 6);
+  bool placed = false;
+  for (const auto& a : cluster.Json({"list", "actors"})) {
+    if (a.at("actor_id") == counter.ID()) placed = a.at("node_id") == fits;
+  }
+  CHECK(placed);
+}

@@ -48,6 +48,7 @@ struct GcsActorManager::Actor {
   std::string death_cause;
   int pid = 0;
   scheduler::ResourceSet demand;
+  std::optional<Clock::time_point> infeasible_since;  // while no node could ever hold it
   capnp::MallocMessageBuilder request;  // the CreateActorRequest: creation spec and launch
   std::string request_hex;              // `request` serialised, as stored
 
@@ -146,8 +147,9 @@ auto GcsActorManager::Guarded(F fn) {
 }
 
 GcsActorManager::GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
-                                 NodeClientPool& node_clients)
-    : loop_(loop),
+                                 NodeClientPool& node_clients, Millis infeasible_timeout)
+    : infeasible_timeout_(infeasible_timeout),
+      loop_(loop),
       store_(store),
       nodes_(nodes),
       node_clients_(node_clients),
@@ -362,11 +364,27 @@ void GcsActorManager::Schedule(Actor& actor) {
   actor.lease_id.clear();
   actor.address.clear();
   auto [fit, node] = PickNode(actor.id, actor.demand);
+  if (fit != Fit::kNever) actor.infeasible_since.reset();
   switch (fit) {
-    case Fit::kNever:
-      MarkDead(actor, "infeasible: no node can satisfy " + actor.demand.ToString(),
-               /*kill_worker=*/false);
+    case Fit::kNever: {
+      const auto now = Clock::now();
+      if (!actor.infeasible_since) {
+        actor.infeasible_since = now;
+        if (infeasible_timeout_.count() > 0) {
+          spdlog::warn("no node can hold actor {} ({}) yet; it waits up to {} ms for one",
+                       actor.id, actor.demand.ToString(), infeasible_timeout_.count());
+        }
+      }
+      if (now - *actor.infeasible_since >= infeasible_timeout_) {
+        MarkDead(actor, InfeasibleCause(actor.demand), /*kill_worker=*/false);
+        return;
+      }
+      waiting_.insert(actor.id);
+      if (!retry_timer_.active()) {
+        retry_timer_.Start(kRetryPeriod, kRetryPeriod, [this] { RetryWaiting(); });
+      }
       return;
+    }
     case Fit::kLater:
       waiting_.insert(actor.id);
       if (!retry_timer_.active()) {
@@ -377,6 +395,22 @@ void GcsActorManager::Schedule(Actor& actor) {
       RequestLease(actor, node);
       return;
   }
+}
+
+std::string GcsActorManager::InfeasibleCause(const scheduler::ResourceSet& demand) const {
+  std::string largest;
+  int64_t most = -1;
+  for (const runtime::NodeInfo* node : nodes_.AliveNodes()) {
+    int64_t covered = 0;  // how many of the demand's resources this node has any of
+    for (const auto& [name, amount] : demand) covered += node->total.Get(name).units() > 0;
+    const int64_t score = covered * (int64_t{1} << 40) + node->total.Get(scheduler::kCPU).units();
+    if (score > most) {
+      most = score;
+      largest = node->total.ToString();
+    }
+  }
+  return "infeasible: no node can satisfy " + demand.ToString() +
+         (largest.empty() ? std::string(" (no alive node)") : " (largest node: " + largest + ")");
 }
 
 void GcsActorManager::RetryWaiting() {

@@ -59,8 +59,10 @@ class GcsActorManager {
 
   // `loop`, `store`, `nodes` and `node_clients` must outlive the manager. Registers a
   // node-death listener on `nodes`.
+  // An actor no alive node could ever hold waits `infeasible_timeout` for one to join (0: it
+  // is DEAD at once).
   GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
-                  NodeClientPool& node_clients);
+                  NodeClientPool& node_clients, Millis infeasible_timeout = Millis(0));
   ~GcsActorManager();
   GcsActorManager(const GcsActorManager&) = delete;
   GcsActorManager& operator=(const GcsActorManager&) = delete;
@@ -87,6 +89,7 @@ class GcsActorManager {
   // Creation.
   void Schedule(Actor& actor);
   void RetryWaiting();
+  std::string InfeasibleCause(const scheduler::ResourceSet& demand) const;
   void RequestLease(Actor& actor, const NodeId& node);
   void OnLeaseReply(const std::string& actor_id, uint64_t attempt, const NodeId& node,
                     const Status& status, capnp::AnyPointer::Reader reply);
@@ -120,6 +123,7 @@ class GcsActorManager {
   template <typename F>
   auto Guarded(F fn);
 
+  const Millis infeasible_timeout_;
   EventLoop& loop_;
   StoreClient& store_;
   GcsNodeManager& nodes_;

@@ -17,7 +17,7 @@ GcsServer::GcsServer(EventLoop& loop, StoreClient& store, GcsConfig config)
       node_clients_(loop, node_manager_, config_.token),
       job_manager_(store),
       kv_manager_(store),
-      actor_manager_(loop, store, node_manager_, node_clients_) {
+      actor_manager_(loop, store, node_manager_, node_clients_, config_.infeasible_timeout) {
   job_manager_.SetOnJobFinished([this](const std::string& job_id) { OnJobFinished(job_id); });
 }
 

@@ -20,6 +20,8 @@ struct GcsConfig {
   FailureDetectorConfig failure;
   std::string gcs_address;  // as shown to clients, host:port
   std::string token;        // the cluster token, for the GCS's own calls to nodes and workers
+  // How long an actor no node can ever hold waits for one to join (0: it is DEAD at once).
+  Millis infeasible_timeout{0};
 };
 
 class GcsServer {

@@ -135,6 +135,7 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   gcs_config.failure.missed_heartbeats = options.missed_heartbeats;
   gcs_config.gcs_address = gcs_address;
   gcs_config.token = *token;
+  gcs_config.infeasible_timeout = options.infeasible_timeout;
   gcs::GcsServer gcs(loop, **store, gcs_config);
   s = Await(loop, [&](auto done) { gcs.Start(done); }, Millis(30000), "recovering the GCS");
   if (!s.ok()) return fail(s);
