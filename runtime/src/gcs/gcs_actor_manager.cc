@@ -1,5 +1,7 @@
 #include "gcs/gcs_actor_manager.h"
 
+#include "rayd/scheduler/placement.h"
+
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 
@@ -337,25 +339,37 @@ void GcsActorManager::HandleWorkerFailed(const rpc::CallPtr& call) {
 
 // ---- Creation ----------------------------------------------------------------------------------
 
+// The hybrid placement policy (rayd/scheduler/placement.h) over the alive nodes, with what we
+// placed on each node that its last heartbeat may not show yet taken off its availability.
 std::pair<GcsActorManager::Fit, NodeId> GcsActorManager::PickNode(
     const std::string& actor_id, const scheduler::ResourceSet& demand) const {
-  // What we placed on each node that its last heartbeat may not show yet.
   std::map<NodeId, scheduler::ResourceSet> unreported;
   for (const auto& [id, placement] : placements_) {
     const runtime::NodeInfo* node = nodes_.FindAlive(placement.node);
     if (id == actor_id || node == nullptr || placement.since_ms < node->last_heartbeat_ms) continue;
     unreported[placement.node] += placement.resources;
   }
-  bool feasible = false;
+  scheduler::ClusterSnapshot cluster;
+  std::vector<NodeId> ids;
   for (const runtime::NodeInfo* node : nodes_.AliveNodes()) {
-    if (!demand.IsSubsetOf(node->total)) continue;
-    feasible = true;
-    auto it = unreported.find(node->node_id);
-    if ((it == unreported.end() ? demand : demand + it->second).IsSubsetOf(node->available)) {
-      return {Fit::kNow, node->node_id};
-    }
+    scheduler::ResourceSet available = node->available;
+    if (auto it = unreported.find(node->node_id); it != unreported.end()) available -= it->second;
+    cluster.nodes.push_back(
+        {node->node_id.Hex(), scheduler::NodeResources(node->total, available, node->labels)});
+    ids.push_back(node->node_id);
   }
-  return {feasible ? Fit::kLater : Fit::kNever, NodeId()};
+  scheduler::PlacementRequest request;
+  request.demand = demand;
+  const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
+  switch (placement.outcome) {
+    case scheduler::Outcome::kPlaced:
+      return {Fit::kNow, ids[placement.node]};
+    case scheduler::Outcome::kNotNow:
+      return {Fit::kLater, NodeId()};
+    case scheduler::Outcome::kInfeasible:
+      break;
+  }
+  return {Fit::kNever, NodeId()};
 }
 
 void GcsActorManager::Schedule(Actor& actor) {
