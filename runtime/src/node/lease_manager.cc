@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/node_info.h"
+#include "rayd/scheduler/placement.h"
 #include "rayd/protocol/core.capnp.h"
 
 namespace rayd::node {
@@ -144,13 +145,7 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
           "this node cannot satisfy " + demand.ToString() +
           " and the GCS could not be asked for other nodes: " + nodes.status().message()));
     }
-    const NodeInfo* fits_now = nullptr;
-    for (const auto& node : *nodes) {
-      if (node.alive && node.node_id != node_id_ && demand.IsSubsetOf(node.available)) {
-        fits_now = &node;
-        break;
-      }
-    }
+    const NodeInfo* fits_now = PlaceElsewhere(*nodes, demand);
     if (const NodeInfo* fits = fits_now ? fits_now : NodeThatFits(*nodes, demand)) {
       return ReplySpillback(request->call, *fits);
     }
@@ -161,6 +156,22 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
                  demand.ToString(), config_.infeasible_timeout.count());
     infeasible_.push_back({request, Clock::now() + config_.infeasible_timeout, NowUnixMs()});
   });
+}
+
+const NodeInfo* LeaseManager::PlaceElsewhere(const std::vector<NodeInfo>& nodes,
+                                             const ResourceSet& demand) const {
+  scheduler::ClusterSnapshot cluster;
+  std::vector<const NodeInfo*> candidates;
+  for (const auto& node : nodes) {
+    if (!node.alive || node.node_id == node_id_) continue;
+    cluster.nodes.push_back(
+        {node.node_id.Hex(), scheduler::NodeResources(node.total, node.available, node.labels)});
+    candidates.push_back(&node);
+  }
+  scheduler::PlacementRequest request;
+  request.demand = demand;
+  const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
+  return placement.outcome == scheduler::Outcome::kPlaced ? candidates[placement.node] : nullptr;
 }
 
 const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
@@ -230,11 +241,8 @@ void LeaseManager::SpillOrQueue(const RequestPtr& request) {
     std::vector<int> gpu_ids;  // resources may have come back while we asked
     if (TryAllocate(*request, &gpu_ids)) return Grant(request, std::move(gpu_ids));
     if (nodes.ok()) {
-      for (const auto& node : *nodes) {
-        if (node.alive && node.node_id != node_id_ &&
-            request->resources.IsSubsetOf(node.available)) {
-          return ReplySpillback(request->call, node);
-        }
+      if (const NodeInfo* node = PlaceElsewhere(*nodes, request->resources)) {
+        return ReplySpillback(request->call, *node);
       }
     }
     queue_.push_back(request);

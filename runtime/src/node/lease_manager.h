@@ -118,6 +118,10 @@ class LeaseManager {
   void HandleJobFinished(const rpc::CallPtr& call);
 
   void SpillInfeasible(const RequestPtr& request);
+  // Where the hybrid policy (scheduler::PlaceOne) would run `demand` now among the other alive
+  // nodes, or null.
+  const NodeInfo* PlaceElsewhere(const std::vector<NodeInfo>& nodes,
+                                 const scheduler::ResourceSet& demand) const;
   // A node that could ever satisfy `demand` (alive, not this one), or null.
   const NodeInfo* NodeThatFits(const std::vector<NodeInfo>& nodes,
                                const scheduler::ResourceSet& demand) const;
