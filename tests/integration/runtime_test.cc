@@ -185,6 +185,23 @@ class NodeAware {
   std::string node_;
 };
 
+// Where an actor landed and which devices its worker sees.
+struct GpuView {
+  std::string node;
+  std::string visible;  // CUDA_VISIBLE_DEVICES
+  std::vector<int> ids;  // rayd::GetGpuIds()
+  MSGPACK_DEFINE(node, visible, ids);
+};
+class GpuUser {
+ public:
+  static GpuUser* Create() { return new GpuUser(); }
+  GpuView View() {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return GpuView{rayd::GetNodeId(), visible ? visible : "", rayd::GetGpuIds()};
+  }
+};
+RAYD_REMOTE(GpuUser::Create, &GpuUser::View);
+
 RAYD_REMOTE(Counter::FactoryCreate, &Counter::Add, &Counter::Get);
 RAYD_REMOTE(NodeAware::Create, &NodeAware::Node);
 RAYD_REMOTE(Log::Create, &Log::Append, &Log::Values);
@@ -820,4 +837,66 @@ TEST_CASE("infeasible: an actor no node can hold waits for one to join", "[integ
     if (a.at("actor_id") == counter.ID()) placed = a.at("node_id") == fits;
   }
   CHECK(placed);
+}
+
+// ---- 7. GPUs ----------------------------------------------------------------------------------
+
+TEST_CASE("gpus: actors reserving GPUs are spread over three nodes and see only their devices",
+          "[integration]") {
+  CliCluster cluster;
+  std::set<std::string> nodes;
+  nodes.insert(cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus",
+                              "2", "--num-gpus", "2"}));
+  for (int i = 0; i < 2; ++i) {
+    nodes.insert(cluster.Start(
+        {"--address", cluster.address(), "--num-cpus", "2", "--num-gpus", "2"}));
+  }
+  cluster.InitDriver();
+  // Six whole GPUs on three 2-GPU nodes: every device is taken exactly once.
+  std::vector<rayd::ActorHandle<GpuUser>> actors;
+  for (int i = 0; i < 6; ++i) {
+    actors.push_back(rayd::Actor(GpuUser::Create).SetResources({{"GPU", 1}, {"CPU", 0}}).Remote());
+  }
+  std::map<std::string, std::multiset<std::string>> devices_by_node;
+  for (auto& a : actors) {
+    GpuView v = *rayd::Get(a.Task(&GpuUser::View).Remote(), 60000);
+    INFO("node " << v.node << " CUDA_VISIBLE_DEVICES=" << v.visible);
+    REQUIRE(v.ids.size() == 1);
+    CHECK(v.visible == std::to_string(v.ids[0]));
+    CHECK(nodes.count(v.node) == 1);
+    devices_by_node[v.node].insert(v.visible);
+  }
+  CHECK(devices_by_node.size() == 3);
+  for (const auto& [node, devices] : devices_by_node) {
+    CHECK(devices == std::multiset<std::string>{"0", "1"});
+  }
+  // A seventh has to wait: no GPU is free anywhere.
+  auto waiting = rayd::Actor(GpuUser::Create).SetResources({{"GPU", 1}, {"CPU", 0}}).Remote();
+  auto view = waiting.Task(&GpuUser::View).Remote();
+  CHECK(rayd::Wait(std::vector{view}, 1, 1000).ready.empty());
+  // Once one goes, it gets that device.
+  actors.front().Kill();
+  GpuView v = *rayd::Get(view, 60000);
+  CHECK(v.ids.size() == 1);
+}
+
+TEST_CASE("gpus: fractional GPU actors share a device without over-committing it",
+          "[integration]") {
+  CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "4",
+                 "--num-gpus", "1"});
+  cluster.InitDriver();
+  std::vector<rayd::ActorHandle<GpuUser>> quarter;
+  for (int i = 0; i < 4; ++i) {
+    quarter.push_back(
+        rayd::Actor(GpuUser::Create).SetResources({{"GPU", 0.25}, {"CPU", 0}}).Remote());
+  }
+  for (auto& a : quarter) {
+    GpuView v = *rayd::Get(a.Task(&GpuUser::View).Remote(), 60000);
+    CHECK(v.visible == "0");
+    CHECK(v.ids == std::vector<int>{0});
+  }
+  // The device is fully committed: one more quarter waits.
+  auto extra = rayd::Actor(GpuUser::Create).SetResources({{"GPU", 0.25}, {"CPU", 0}}).Remote();
+  CHECK(rayd::Wait(std::vector{extra.Task(&GpuUser::View).Remote()}, 1, 1000).ready.empty());
 }
