@@ -119,9 +119,7 @@ std::optional<double> UtilisationAfter(const NodeResources& node, const Resource
   return worst;
 }
 
-// The candidate to name in an "infeasible" message: the one whose totals cover the most of the
-// resources `demand` names in full; ties go to the larger sum over those resources of
-// min(total / demanded, 1), then to the most total CPU, then to the earlier node.
+// LargestNodeFor among the candidates that match `selector`.
 std::optional<size_t> LargestCandidate(const ClusterSnapshot& cluster, const ResourceSet& demand,
                                        const Labels& selector) {
   std::optional<size_t> best;
@@ -792,6 +790,10 @@ void Unapply(ClusterSnapshot& cluster, const GroupRequest& request,
   auto per_node = PerNodeDemand(cluster, request, placement);
   if (!per_node.ok()) return;
   for (const auto& [node, demand] : *per_node) cluster.nodes[node].resources.Release(demand);
+}
+
+std::optional<size_t> LargestNodeFor(const ClusterSnapshot& cluster, const ResourceSet& demand) {
+  return LargestCandidate(cluster, demand, Labels());
 }
 
 }  // namespace rayd::scheduler

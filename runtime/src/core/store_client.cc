@@ -154,22 +154,6 @@ Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
       std::make_shared<Bytes>(weak_from_this(), arena_, id, offset, size));
 }
 
-void StoreClient::GetAsync(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
-                           GetCallback done) {
-  auto fill = [&](capnp::AnyPointer::Builder b) { FillGet(id, marker, owner, b); };
-  clients_.Get(node_.node_address)
-      .Call(proto::Method::STORE_GET, fill, Millis(60000),
-            [this, id, done = std::move(done)](const Status& s, capnp::AnyPointer::Reader r) {
-              if (!s.ok()) return done(s);
-              auto reply = r.getAs<proto::StoreGetReply>();
-              if (reply.getOffset() + reply.getSize() > arena_->size()) {
-                return done(Status::Internal("the node placed an object outside its arena"));
-              }
-              done(std::shared_ptr<const SharedBytes>(std::make_shared<Bytes>(
-                  weak_from_this(), arena_, id, reply.getOffset(), reply.getSize())));
-            });
-}
-
 void StoreClient::Release(const ObjectId& id) { Tell(proto::Method::STORE_RELEASE, id); }
 
 void StoreClient::Delete(const ObjectId& id,

@@ -9,8 +9,8 @@
 // (STORE_RELEASE) when the last reference to them goes. The mapping itself is shared with
 // those bytes, so they stay readable even after the client is destroyed.
 //
-// Threading: Create/Seal/Abort/Get are blocking calls for user and task threads (never the
-// loop thread); GetAsync and Delete run on the loop thread; Location() from anywhere.
+// Threading: Create/PutInPlace/Get block, for user and task threads (never the loop thread);
+// Seal/Abort/Release may be called from any thread; Delete runs on the loop thread.
 
 #include <functional>
 #include <memory>
@@ -58,9 +58,6 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
   Result<std::shared_ptr<const internal::SharedBytes>> Get(const ObjectId& id,
                                                            const ObjectValue& marker,
                                                            const std::string& owner);
-  using GetCallback = std::function<void(Result<std::shared_ptr<const internal::SharedBytes>>)>;
-  void GetAsync(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
-                GetCallback done);
 
   // Frees copies of an object this process owned on each node in `locations` (loop thread).
   void Delete(const ObjectId& id, const std::vector<internal::ObjectLocation>& locations);

@@ -1,7 +1,5 @@
 #include "gcs/gcs_actor_manager.h"
 
-#include "rayd/scheduler/placement.h"
-
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 
@@ -339,10 +337,10 @@ void GcsActorManager::HandleWorkerFailed(const rpc::CallPtr& call) {
 
 // ---- Creation ----------------------------------------------------------------------------------
 
-// The hybrid placement policy (rayd/scheduler/placement.h) over the alive nodes, with what we
-// placed on each node that its last heartbeat may not show yet taken off its availability.
-std::pair<GcsActorManager::Fit, NodeId> GcsActorManager::PickNode(
-    const std::string& actor_id, const scheduler::ResourceSet& demand) const {
+// The alive nodes as the placement policies see them, with what we placed on each node that
+// its last heartbeat may not show yet taken off its availability; `ids` gets their node ids.
+scheduler::ClusterSnapshot GcsActorManager::Snapshot(const std::string& actor_id,
+                                                     std::vector<NodeId>* ids) const {
   std::map<NodeId, scheduler::ResourceSet> unreported;
   for (const auto& [id, placement] : placements_) {
     const runtime::NodeInfo* node = nodes_.FindAlive(placement.node);
@@ -350,14 +348,21 @@ std::pair<GcsActorManager::Fit, NodeId> GcsActorManager::PickNode(
     unreported[placement.node] += placement.resources;
   }
   scheduler::ClusterSnapshot cluster;
-  std::vector<NodeId> ids;
   for (const runtime::NodeInfo* node : nodes_.AliveNodes()) {
     scheduler::ResourceSet available = node->available;
     if (auto it = unreported.find(node->node_id); it != unreported.end()) available -= it->second;
     cluster.nodes.push_back(
         {node->node_id.Hex(), scheduler::NodeResources(node->total, available, node->labels)});
-    ids.push_back(node->node_id);
+    ids->push_back(node->node_id);
   }
+  return cluster;
+}
+
+// The hybrid placement policy (rayd/scheduler/placement.h).
+std::pair<GcsActorManager::Fit, NodeId> GcsActorManager::PickNode(
+    const std::string& actor_id, const scheduler::ResourceSet& demand) const {
+  std::vector<NodeId> ids;
+  const scheduler::ClusterSnapshot cluster = Snapshot(actor_id, &ids);
   scheduler::PlacementRequest request;
   request.demand = demand;
   const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
@@ -390,7 +395,7 @@ void GcsActorManager::Schedule(Actor& actor) {
         }
       }
       if (now - *actor.infeasible_since >= infeasible_timeout_) {
-        MarkDead(actor, InfeasibleCause(actor.demand), /*kill_worker=*/false);
+        MarkDead(actor, InfeasibleCause(actor), /*kill_worker=*/false);
         return;
       }
       waiting_.insert(actor.id);
@@ -411,20 +416,13 @@ void GcsActorManager::Schedule(Actor& actor) {
   }
 }
 
-std::string GcsActorManager::InfeasibleCause(const scheduler::ResourceSet& demand) const {
-  std::string largest;
-  int64_t most = -1;
-  for (const runtime::NodeInfo* node : nodes_.AliveNodes()) {
-    int64_t covered = 0;  // how many of the demand's resources this node has any of
-    for (const auto& [name, amount] : demand) covered += node->total.Get(name).units() > 0;
-    const int64_t score = covered * (int64_t{1} << 40) + node->total.Get(scheduler::kCPU).units();
-    if (score > most) {
-      most = score;
-      largest = node->total.ToString();
-    }
-  }
-  return "infeasible: no node can satisfy " + demand.ToString() +
-         (largest.empty() ? std::string(" (no alive node)") : " (largest node: " + largest + ")");
+std::string GcsActorManager::InfeasibleCause(const Actor& actor) const {
+  std::vector<NodeId> ids;
+  const scheduler::ClusterSnapshot cluster = Snapshot(actor.id, &ids);
+  const auto largest = scheduler::LargestNodeFor(cluster, actor.demand);
+  return "infeasible: no node can satisfy " + actor.demand.ToString() +
+         (largest ? " (largest node: " + cluster.nodes[*largest].resources.total().ToString() + ")"
+                  : std::string(" (no alive node)"));
 }
 
 void GcsActorManager::RetryWaiting() {

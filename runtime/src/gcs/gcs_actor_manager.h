@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "gcs/gcs_node_manager.h"
+#include "rayd/scheduler/placement.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/store_client.h"
 #include "rayd/base/rpc.h"
@@ -89,7 +90,8 @@ class GcsActorManager {
   // Creation.
   void Schedule(Actor& actor);
   void RetryWaiting();
-  std::string InfeasibleCause(const scheduler::ResourceSet& demand) const;
+  std::string InfeasibleCause(const Actor& actor) const;
+  scheduler::ClusterSnapshot Snapshot(const std::string& actor_id, std::vector<NodeId>* ids) const;
   void RequestLease(Actor& actor, const NodeId& node);
   void OnLeaseReply(const std::string& actor_id, uint64_t attempt, const NodeId& node,
                     const Status& status, capnp::AnyPointer::Reader reply);

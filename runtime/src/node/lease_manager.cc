@@ -33,12 +33,18 @@ void ReplySpillback(const rpc::CallPtr& call, const NodeInfo& node) {
 
 // How much of `demand` a node with `total` covers: the sum over demanded resources of the
 // covered fraction (each at most 1). Picks the "largest node" named in infeasibility errors.
-double Coverage(const ResourceSet& total, const ResourceSet& demand) {
-  double score = 0;
-  for (const auto& [name, want] : demand) {
-    score += std::min(1.0, total.Get(name).ToDouble() / want.ToDouble());
+// The alive nodes as the placement policies see them, without `skip` (nil: keep all), and the
+// NodeInfo behind each.
+scheduler::ClusterSnapshot Snapshot(const std::vector<NodeInfo>& nodes, const NodeId& skip,
+                                    std::vector<const NodeInfo*>* behind) {
+  scheduler::ClusterSnapshot cluster;
+  for (const auto& node : nodes) {
+    if (!node.alive || node.node_id == skip) continue;
+    cluster.nodes.push_back(
+        {node.node_id.Hex(), scheduler::NodeResources(node.total, node.available, node.labels)});
+    behind->push_back(&node);
   }
-  return score;
+  return cluster;
 }
 
 }  // namespace
@@ -160,14 +166,8 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
 
 const NodeInfo* LeaseManager::PlaceElsewhere(const std::vector<NodeInfo>& nodes,
                                              const ResourceSet& demand) const {
-  scheduler::ClusterSnapshot cluster;
   std::vector<const NodeInfo*> candidates;
-  for (const auto& node : nodes) {
-    if (!node.alive || node.node_id == node_id_) continue;
-    cluster.nodes.push_back(
-        {node.node_id.Hex(), scheduler::NodeResources(node.total, node.available, node.labels)});
-    candidates.push_back(&node);
-  }
+  const scheduler::ClusterSnapshot cluster = Snapshot(nodes, node_id_, &candidates);
   scheduler::PlacementRequest request;
   request.demand = demand;
   const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
@@ -184,16 +184,11 @@ const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
 
 Status LeaseManager::InfeasibleError(const std::vector<NodeInfo>& nodes,
                                      const ResourceSet& demand) const {
-  ResourceSet largest = resources_.total();
-  for (const auto& node : nodes) {
-    if (!node.alive) continue;
-    const double a = Coverage(node.total, demand), b = Coverage(largest, demand);
-    if (a > b || (a == b && node.total.Get(scheduler::kCPU) > largest.Get(scheduler::kCPU))) {
-      largest = node.total;
-    }
-  }
+  std::vector<const NodeInfo*> behind;
+  const auto largest = scheduler::LargestNodeFor(Snapshot(nodes, NodeId(), &behind), demand);
+  const ResourceSet& total = largest ? behind[*largest]->total : resources_.total();
   return Status::ResourceExhausted("infeasible: no node can satisfy " + demand.ToString() +
-                                   " (largest node: " + largest.ToString() + ")");
+                                   " (largest node: " + total.ToString() + ")");
 }
 
 void LeaseManager::RecheckInfeasible() {

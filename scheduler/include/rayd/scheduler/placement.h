@@ -95,6 +95,11 @@ struct Placement {
 Placement PlaceOne(const ClusterSnapshot& cluster, const PlacementRequest& request,
                    const HybridOptions& options = {});
 
+// The alive node to name when none can hold `demand`: the one whose totals cover the most of
+// the resources it names in full; ties go to the larger sum of min(total / demanded, 1), then to
+// the most total CPU, then to the earlier node. nullopt when no node is alive.
+std::optional<size_t> LargestNodeFor(const ClusterSnapshot& cluster, const ResourceSet& demand);
+
 enum class GroupStrategy { kPack, kSpread, kStrictPack, kStrictSpread };
 const char* GroupStrategyName(GroupStrategy strategy);  // "PACK", ...
 
