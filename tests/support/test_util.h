@@ -60,6 +60,9 @@ class ChildProcess {
   std::string output_path_;
 };
 
+// A blocking TCP socket connected to 127.0.0.1:`port`, or -1. For tests that speak raw bytes.
+int ConnectLoopback(int port);
+
 // True when `pid` no longer runs: no such process, or a zombie nobody reaped yet whose threads
 // have all exited (so its sockets and files are closed).
 bool ProcessGone(pid_t pid);

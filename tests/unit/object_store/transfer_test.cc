@@ -143,12 +143,8 @@ int PortOf(const std::string& address) { return rpc::ParseEndpoint(address)->por
 class RawSocket {
  public:
   explicit RawSocket(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    fd_ = rayd::testing::ConnectLoopback(port);
+    REQUIRE(fd_ >= 0);
     fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
   }
   ~RawSocket() { close(fd_); }
