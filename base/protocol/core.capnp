@@ -48,11 +48,22 @@ struct TaskSpec {
   actorId @10 :Text;             # actor creation and actor tasks
   maxConcurrency @11 :Int32;     # actor creation
   attempt @12 :Int32;            # 0 for the first try
+  scheduling @13 :SchedulingOptions;
   enum Kind {
     normal @0;
     actorCreation @1;
     actorTask @2;
   }
+}
+
+# Where a task or actor may run, beyond its resources. The default (all empty) lets the
+# scheduler choose any node.
+struct SchedulingOptions {
+  placementGroupId @0 :Text;     # run inside this group's bundles (its resources come from them)
+  bundleIndex @1 :Int32 = -1;    # which bundle; -1: any bundle of the group
+  labelSelector @2 :List(Gcs.Label);  # the node must carry every key=value
+  nodeAffinity @3 :Text;         # a node id: run there...
+  affinitySoft @4 :Bool;         # ...or, when soft, prefer it and fall back to the others
 }
 
 # ---- Core worker service (every driver and worker serves it) ---------------------------------
@@ -86,6 +97,7 @@ struct RequestLeaseRequest {
   launch @2 :WorkerLaunch;
   forActor @3 :Bool;             # an actor's worker: it is never shared after the lease
   grantOrReject @4 :Bool;        # set on a spilled-back request: don't spill again
+  scheduling @5 :SchedulingOptions;  # a placement-group lease is served from the bundle only
 }
 struct RequestLeaseReply {
   union {
@@ -276,4 +288,100 @@ struct AddObjectLocationRequest {
 struct BorrowerRequest {
   objectIds @0 :List(Text);
   borrower @1 :Text;             # the borrower's core worker address
+}
+
+# ---- GCS: placement groups ---------------------------------------------------------------------
+
+enum PlacementStrategy {
+  pack @0;
+  spread @1;
+  strictPack @2;
+  strictSpread @3;
+}
+
+enum PlacementGroupState {
+  pending @0;                    # waiting for room (or for a node that could ever hold it)
+  created @1;                    # every bundle is reserved on its node
+  rescheduling @2;               # a node holding some bundles died; they are being placed again
+  removed @3;                    # removed by its user, or its job ended
+  failed @4;                     # infeasible for longer than the infeasible timeout
+}
+
+struct PlacementBundle {
+  index @0 :UInt32;
+  resources @1 :List(Gcs.ResourceAmount);
+  labelSelector @2 :List(Gcs.Label);
+  nodeId @3 :Text;               # where it is reserved; empty while unplaced
+  nodeAddress @4 :Text;          # that node daemon's RPC address
+}
+
+struct PlacementGroupInfo {
+  placementGroupId @0 :Text;     # 32 hex digits
+  name @1 :Text;
+  namespace @2 :Text;
+  jobId @3 :Text;
+  strategy @4 :PlacementStrategy;
+  state @5 :PlacementGroupState;
+  bundles @6 :List(PlacementBundle);
+  detached @7 :Bool;
+  createTimeMs @8 :Int64;        # unix epoch ms
+  readyTimeMs @9 :Int64;         # when it was (last) created; 0 until then
+  cause @10 :Text;               # why it is pending (the scheduler's reason), removed or failed
+}
+
+struct CreatePlacementGroupRequest {
+  group @0 :PlacementGroupInfo;  # id chosen by the caller; state, nodes and times ignored
+}
+struct CreatePlacementGroupReply {
+  placementGroupId @0 :Text;
+}
+
+struct RemovePlacementGroupRequest {
+  placementGroupId @0 :Text;
+}
+
+struct GetPlacementGroupRequest {
+  placementGroupId @0 :Text;     # or, when empty, by name:
+  name @1 :Text;
+  namespace @2 :Text;
+  waitUntilReady @3 :Bool;       # hold the reply while pending or rescheduling
+}
+struct GetPlacementGroupReply {
+  found @0 :Bool;
+  group @1 :PlacementGroupInfo;
+}
+
+struct GetAllPlacementGroupsReply {
+  groups @0 :List(PlacementGroupInfo);
+}
+
+# ---- Node daemon: bundle reservations (two-phase, driven by the GCS) ---------------------------
+
+struct BundleReservation {
+  index @0 :UInt32;
+  resources @1 :List(Gcs.ResourceAmount);
+}
+
+# Reserves every listed bundle of the group on this node, or none (ResourceExhausted, naming
+# what did not fit). Repeating a prepare of bundles already held here is a no-op success.
+# With commit set the bundles are usable at once (a group that lies on one node needs no
+# second phase).
+struct PrepareBundlesRequest {
+  placementGroupId @0 :Text;
+  bundles @1 :List(BundleReservation);
+  commit @2 :Bool;
+}
+
+# Makes the group's prepared bundles on this node usable by leases.
+struct CommitBundlesRequest {
+  placementGroupId @0 :Text;
+}
+
+# Frees the listed bundles of the group on this node (all of them when `indexes` is empty),
+# prepared or committed: the workers leased from them are killed and queued leases for them
+# fail. Unknown groups and bundles are a no-op success.
+struct CancelBundlesRequest {
+  placementGroupId @0 :Text;
+  indexes @1 :List(UInt32);
+  reason @2 :Text;
 }

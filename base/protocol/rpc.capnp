@@ -48,6 +48,13 @@ enum Method {
   addObjectLocation @36;   # core worker (owner): AddObjectLocationRequest -> empty
   addBorrower @37;         # core worker (owner): BorrowerRequest -> empty
   removeBorrower @38;      # core worker (owner): BorrowerRequest -> empty
+  createPlacementGroup @39;   # GCS: CreatePlacementGroupRequest -> CreatePlacementGroupReply
+  removePlacementGroup @40;   # GCS: RemovePlacementGroupRequest -> empty
+  getPlacementGroup @41;      # GCS: GetPlacementGroupRequest -> GetPlacementGroupReply
+  getAllPlacementGroups @42;  # GCS: empty -> GetAllPlacementGroupsReply
+  prepareBundles @43;         # node: PrepareBundlesRequest -> empty (all reserved, or none)
+  commitBundles @44;          # node: CommitBundlesRequest -> empty
+  cancelBundles @45;          # node: CancelBundlesRequest -> empty (frees, kills their workers)
 }
 
 # Server -> client, first frame on a connection.

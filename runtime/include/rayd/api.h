@@ -33,6 +33,7 @@
 //   rayd/api/objects.h     Put, Get, Wait, WaitResult<T>
 //   rayd/api/task_caller.h Task(f) -> TaskCaller
 //   rayd/api/actor.h       Actor(factory) -> ActorCreator, ActorHandle<T>, GetActor<T>
+//   rayd/api/placement_group.h  CreatePlacementGroup, PlacementGroup, RemovePlacementGroup
 //   rayd/api/remote.h      RAYD_REMOTE
 
 #include <string>
@@ -43,6 +44,7 @@
 #include "rayd/api/errors.h"
 #include "rayd/api/object_ref.h"
 #include "rayd/api/objects.h"
+#include "rayd/api/placement_group.h"
 #include "rayd/api/remote.h"
 #include "rayd/api/task_caller.h"
 #include "rayd/internal/runtime.h"

@@ -17,6 +17,28 @@
 // - RETURN_LEASE releases the resources; the worker is killed (asked to, or it held an actor)
 //   or goes back to the pool's idle list. A worker that exits releases its lease too.
 //
+// - Placement-group bundles (two-phase, driven by the GCS): PREPARE_BUNDLES reserves every
+//   listed bundle of a group on this node (resources and concrete GPU devices taken from the
+//   node's pool), or none (ResourceExhausted naming what did not fit); repeating it for bundles
+//   already held is a no-op success; with commit set they are usable at once. COMMIT_BUNDLES
+//   makes the group's prepared bundles usable. CANCEL_BUNDLES frees the listed bundles (all of
+//   the group's when none are listed), prepared or committed: workers leased from them are
+//   killed, queued requests for them fail Cancelled ("placement group X was removed"), and
+//   their resources return to the node. Unknown groups and bundles: no-op success.
+// - A request whose scheduling names a placement group is served only from that group's
+//   committed bundles here (the given index, or with -1 any committed bundle of the group that
+//   fits), never spilled: a demand larger than the bundle fails ResourceExhausted ("{CPU: 2}
+//   does not fit bundle 0 of placement group X: {CPU: 1}"); a group with no committed bundle of
+//   that index here fails NotFound (the caller asks the head where it is now); a bundle without
+//   room right now queues the request until a lease of that bundle ends. The lease's GPU ids
+//   come from the devices the bundle reserved.
+// - A request with a label selector or a hard node affinity is served here only if this node
+//   carries the labels (and is the affinity node); otherwise it spills to a node that does
+//   (scheduler::PlaceOne with the selector and affinity, among the alive nodes), or when no node
+//   could ever hold it, is infeasible as above. Hard affinity to a dead or unknown node fails
+//   Unavailable. Soft affinity to another node spills there when its last report shows room,
+//   else the request is served here like any other.
+//
 // Invariants: every entry of `leases_` holds its resources (and GPU units) in `resources_`
 // (and `gpus_`), and its worker is LEASED with that lease id; queued requests hold nothing.
 //
@@ -78,7 +100,7 @@ class LeaseManager {
   LeaseManager(const LeaseManager&) = delete;
   LeaseManager& operator=(const LeaseManager&) = delete;
 
-  // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED.
+  // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED, PREPARE_BUNDLES, COMMIT_BUNDLES, CANCEL_BUNDLES.
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
   const scheduler::ResourceSet& available() const { return resources_.available(); }

@@ -22,6 +22,7 @@
 #include "rayd/api/errors.h"
 #include "rayd/api/function_traits.h"
 #include "rayd/api/object_ref.h"
+#include "rayd/api/placement_group.h"
 #include "rayd/api/serializer.h"
 #include "rayd/internal/runtime.h"
 
@@ -140,6 +141,25 @@ class ActorCreator {
   }
   ActorCreator& SetResources(const std::map<std::string, double>& resources) {
     for (const auto& [name, amount] : resources) options_.resources[name] = amount;
+    return *this;
+  }
+  // Creates the actor inside bundle `bundle_index` of `pg` (-1: any of its bundles); its resources
+  // (held for its whole life) come from that bundle's reservation and must fit it.
+  ActorCreator& SetPlacementGroup(const PlacementGroup& pg, int bundle_index = -1) {
+    options_.scheduling.placement_group_id = pg.GetID();
+    options_.scheduling.bundle_index = bundle_index;
+    return *this;
+  }
+  // Only nodes carrying every key=value (`rayd start --labels`) may host the actor.
+  ActorCreator& SetLabelSelector(const std::map<std::string, std::string>& selector) {
+    options_.scheduling.label_selector = selector;
+    return *this;
+  }
+  // Places the actor on the node `node_id` (hex, as rayd::GetNodeId() gives it); when `soft`,
+  // prefers it and falls back to the others when it is gone or cannot fit the actor.
+  ActorCreator& SetNodeAffinity(const std::string& node_id, bool soft = false) {
+    options_.scheduling.node_affinity = node_id;
+    options_.scheduling.affinity_soft = soft;
     return *this;
   }
   // A detached actor outlives its driver until killed.

@@ -15,6 +15,7 @@
 #include "rayd/api/errors.h"
 #include "rayd/api/function_traits.h"
 #include "rayd/api/object_ref.h"
+#include "rayd/api/placement_group.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {
@@ -46,6 +47,25 @@ class TaskCaller {
   // Retries when the executing worker dies (not when the function throws); 0 = none.
   TaskCaller& SetMaxRetries(int max_retries) {
     options_.max_retries = max_retries;
+    return *this;
+  }
+  // Runs the task inside bundle `bundle_index` of `pg` (-1: any of its bundles); its resources
+  // come from that bundle's reservation and must fit it.
+  TaskCaller& SetPlacementGroup(const PlacementGroup& pg, int bundle_index = -1) {
+    options_.scheduling.placement_group_id = pg.GetID();
+    options_.scheduling.bundle_index = bundle_index;
+    return *this;
+  }
+  // Only nodes carrying every key=value (`rayd start --labels`) may run the task.
+  TaskCaller& SetLabelSelector(const std::map<std::string, std::string>& selector) {
+    options_.scheduling.label_selector = selector;
+    return *this;
+  }
+  // Runs the task on the node `node_id` (hex, as rayd::GetNodeId() gives it); when `soft`,
+  // prefers it and falls back to the others when it is gone or cannot fit the task.
+  TaskCaller& SetNodeAffinity(const std::string& node_id, bool soft = false) {
+    options_.scheduling.node_affinity = node_id;
+    options_.scheduling.affinity_soft = soft;
     return *this;
   }
   // A name for logs and `rayd list`.

@@ -101,10 +101,26 @@ struct ObjectValue {
   std::string_view bytes() const { return shared ? shared->view() : std::string_view(data); }
 };
 
+// Where a task or actor may run, beyond its resources (core.capnp SchedulingOptions).
+struct SchedulingOptions {
+  // Run inside this placement group (32 hex digits; empty: none). The task's or actor's
+  // resources are taken from the bundle's reservation, not from the node's free resources.
+  std::string placement_group_id;
+  int bundle_index = -1;  // -1: any bundle of the group
+  std::map<std::string, std::string> label_selector;  // the node must carry every key=value
+  std::string node_affinity;  // a node id (hex): run only there, or prefer it when soft
+  bool affinity_soft = false;
+
+  bool empty() const {
+    return placement_group_id.empty() && label_selector.empty() && node_affinity.empty();
+  }
+};
+
 struct TaskOptions {
   std::map<std::string, double> resources;  // empty: {"CPU": 1}
   int max_retries = 3;                      // retries when the worker dies; 0 = none
   std::string name;                         // for logs and `rayd list`
+  SchedulingOptions scheduling;
 };
 
 struct ActorOptions {
@@ -115,6 +131,31 @@ struct ActorOptions {
   int max_task_retries = 0;                 // -1: unlimited
   int max_concurrency = 1;
   bool detached = false;                    // outlives its driver
+  SchedulingOptions scheduling;
+};
+
+// A placement group as the API creates it (strategy: 0 PACK, 1 SPREAD, 2 STRICT_PACK,
+// 3 STRICT_SPREAD, the order of rayd::PlacementStrategy and of proto::PlacementStrategy).
+struct PlacementGroupOptions {
+  std::string name;            // empty: anonymous; else unique in its namespace while alive
+  std::string ray_namespace;   // empty: the job's namespace
+  std::vector<std::map<std::string, double>> bundles;
+  int strategy = 0;
+  bool detached = false;       // outlives its job until removed
+};
+
+// A placement group as the GCS reports it.
+struct PlacementGroupInfo {
+  std::string id;              // 32 hex digits
+  std::string name;
+  std::string ray_namespace;
+  std::string job_id;
+  int strategy = 0;
+  std::string state;           // PENDING, CREATED, RESCHEDULING, REMOVED, FAILED
+  std::vector<std::map<std::string, double>> bundles;
+  std::vector<std::string> bundle_nodes;  // per bundle: node id hex, "" while unplaced
+  bool detached = false;
+  std::string cause;           // why it is pending, removed or failed
 };
 
 struct WaitOutcome {
@@ -178,6 +219,38 @@ class Runtime {
   // AddLocalRef right after. May come more than once for one id, and for refs this process
   // owns (a ref that went out and came back).
   virtual void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) = 0;
+
+  // Placement groups. Create validates the options (InvalidArgument: no bundles, an empty
+  // bundle, a negative amount; AlreadyExists: a taken name) and returns the group's id once the
+  // GCS has recorded it; the group is reserved in the background.
+  virtual Result<std::string> CreatePlacementGroup(const PlacementGroupOptions& options) {
+    (void)options;
+    return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
+  // Removes the group: its bundles are freed and the tasks and actors running in it are killed.
+  // Removing a removed group is Ok; an unknown id is NotFound.
+  virtual Status RemovePlacementGroup(const std::string& id) {
+    (void)id;
+    return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
+  // Waits until the group is CREATED: true; false when `timeout` runs out first (timeout < 0:
+  // forever). A group that failed as infeasible is ResourceExhausted (the scheduler's reason);
+  // a removed one Cancelled (with why); an unknown one NotFound.
+  virtual Result<bool> WaitPlacementGroupReady(const std::string& id,
+                                               std::chrono::milliseconds timeout) {
+    (void)id, (void)timeout;
+    return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
+  // The group with this id, or (id empty) the one named `name` in `ray_namespace` (empty: the
+  // job's) that is not removed; nullopt when there is none.
+  virtual Result<std::optional<PlacementGroupInfo>> GetPlacementGroup(
+      const std::string& id, const std::string& name, const std::string& ray_namespace) {
+    (void)id, (void)name, (void)ray_namespace;
+    return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
+  virtual Result<std::vector<PlacementGroupInfo>> GetAllPlacementGroups() {
+    return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
 
   // GPU ids assigned to this worker (empty on the driver unless it reserved some).
   virtual std::vector<int> GetGpuIds() = 0;

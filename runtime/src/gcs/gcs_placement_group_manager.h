@@ -1,0 +1,120 @@
+#pragma once
+// The GCS placement-group table: reserves each group's bundles on nodes, all or nothing, keeps
+// them reserved across node deaths, and frees them on removal.
+//
+// How it works
+// - CREATE_PLACEMENT_GROUP validates the group (bundles present, none empty; a name unique in
+//   its namespace among groups not REMOVED), records it PENDING, stores it, answers with its
+//   id, then schedules it.
+// - Scheduling runs scheduler::PlaceGroup on the ledger's snapshot (reported availability less
+//   pending placements). kPlaced: the group's bundles are prepared on their nodes
+//   (PREPARE_BUNDLES); a group that lies on one node is prepared with commit set (one phase:
+//   the node's reservation is already atomic); otherwise, once every node has prepared, each
+//   is told COMMIT_BUNDLES and the group is CREATED when all have answered. A prepare that
+//   fails (the node was fuller than it said, or died) cancels the bundles prepared elsewhere
+//   (CANCEL_BUNDLES) and the group is placed again after kRetryPeriod: no partial hold outlives
+//   an attempt, so competing groups never deadlock. kNotNow: the group waits and is retried
+//   every kRetryPeriod and whenever a group is removed. kInfeasible: it waits for a node that
+//   fits to join, listed with its reason, and is FAILED after `infeasible_timeout` (0: at
+//   once).
+// - Groups are scheduled in creation order, several in flight at once; each in-flight and
+//   created-but-unreported reservation is in the shared ledger, so they do not double-book.
+// - REMOVE_PLACEMENT_GROUP marks the group REMOVED (stored), tells the removal listeners (the
+//   actor manager kills the group's actors), sends CANCEL_BUNDLES to every node holding or
+//   preparing its bundles, and answers without waiting for the nodes. Removing twice is Ok.
+// - A node dying: bundles reserved there become unplaced; a CREATED group goes RESCHEDULING
+//   and only those bundles are placed again (STRICT_SPREAD avoids the nodes its other bundles
+//   use; STRICT_PACK places the whole group again); an attempt preparing there is abandoned
+//   (cancelled elsewhere) and retried.
+// - A job ending removes its groups that are not detached.
+// - GET_PLACEMENT_GROUP with waitUntilReady holds the reply while the group is PENDING or
+//   RESCHEDULING (callers that hang up are dropped).
+// - Start() reloads the table: CREATED groups stay CREATED (node daemons keep their bundles
+//   across a head restart); the others are scheduled again after cancelling whatever their
+//   interrupted attempt may have prepared.
+//
+// Invariants
+// - Every attempt has a number (Group::attempt); replies of an abandoned attempt are stale and
+//   only trigger a CANCEL_BUNDLES of what they reserved.
+// - A bundle has a node only once committed there (or prepared in the current attempt).
+// - names_ holds exactly the named groups that are not REMOVED or FAILED.
+//
+// Threading: the GCS event loop only; no locks.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gcs/gcs_node_manager.h"
+#include "gcs/node_client_pool.h"
+#include "gcs/pending_placements.h"
+#include "gcs/store_client.h"
+#include "rayd/base/rpc.h"
+#include "rayd/protocol/core.capnp.h"
+#include "rayd/scheduler/placement.h"
+
+namespace rayd::gcs {
+
+class GcsPlacementGroupManager {
+ public:
+  static constexpr Millis kRetryPeriod{100};
+
+  // `loop`, `store`, `nodes`, `node_clients` and `ledger` must outlive the manager. Registers a
+  // node-death listener on `nodes`.
+  GcsPlacementGroupManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
+                           NodeClientPool& node_clients, PendingPlacements& ledger,
+                           Millis infeasible_timeout = Millis(0));
+  ~GcsPlacementGroupManager();
+  GcsPlacementGroupManager(const GcsPlacementGroupManager&) = delete;
+  GcsPlacementGroupManager& operator=(const GcsPlacementGroupManager&) = delete;
+
+  // Loads the table from the store (a head restart); then `done`.
+  void Start(std::function<void(Status)> done);
+  // CREATE_PLACEMENT_GROUP, REMOVE_PLACEMENT_GROUP, GET_PLACEMENT_GROUP,
+  // GET_ALL_PLACEMENT_GROUPS.
+  void RegisterMethods(rpc::Dispatcher& dispatcher);
+
+  // Removes the job's groups that are not detached ("its job ended").
+  void OnJobFinished(const std::string& job_id);
+
+  // Where work of group `group_id` that needs `demand` may run: bundle `index`, or with index
+  // -1 the next ready bundle (round robin) whose resources cover `demand`.
+  struct BundleSlot {
+    enum class Kind {
+      kReady,  // `node` holds the bundle (committed)
+      kWait,   // the group (or that bundle) is being reserved: ask again later
+      kGone,   // it never will be: `why` says so (group removed or failed, unknown group, no
+               // such bundle, or `demand` larger than the bundle)
+    };
+    Kind kind = Kind::kWait;
+    NodeId node;
+    uint32_t index = 0;
+    std::string why;
+  };
+  BundleSlot FindBundle(const std::string& group_id, int index,
+                        const scheduler::ResourceSet& demand);
+
+  // Runs `listener(group_id, why)` when a group is removed or fails (after its state says so).
+  using RemovalListener = std::function<void(const std::string&, const std::string&)>;
+  void AddRemovalListener(RemovalListener listener) {
+    removal_listeners_.push_back(std::move(listener));
+  }
+  // Runs `listener(group_id)` each time a group becomes CREATED (also after rescheduling).
+  using ReadyListener = std::function<void(const std::string&)>;
+  void AddReadyListener(ReadyListener listener) { ready_listeners_.push_back(std::move(listener)); }
+
+  size_t num_groups() const { return groups_.size(); }
+
+ private:
+  struct Group;
+  // (private members and helpers: the implementation's choice)
+  std::vector<RemovalListener> removal_listeners_;
+  std::vector<ReadyListener> ready_listeners_;
+  std::map<std::string, std::unique_ptr<Group>> groups_;
+};
+
+}  // namespace rayd::gcs
