@@ -1,20 +1,22 @@
-// `rayd status` and `rayd list nodes|actors|jobs|workers|objects`: the cluster's state, as a table for
-// people or JSON for programs.
+// `rayd status` and `rayd list nodes|actors|placement-groups|jobs|workers|objects`: the cluster's
+// state, as a table for people or JSON for programs.
 
 #include <algorithm>
 #include <ctime>
-#include <map>
-#include <optional>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "common/cluster_view.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"
+#include "rayd/scheduler/placement.h"
 
 namespace rayd::cli {
 namespace {
@@ -67,7 +69,55 @@ nlohmann::json NodeJson(const NodeInfo& n) {
           {"pid", n.pid},                 {"infeasible", DemandsJson(n.infeasible)}};
 }
 
-void PrintStatusTable(const ClusterView& view) {
+using internal::PlacementGroupInfo;
+
+ResourceSet BundleResources(const std::map<std::string, double>& amounts) {
+  ResourceSet set;
+  for (const auto& [name, amount] : amounts) set.Set(name, FixedPoint::FromDouble(amount));
+  return set;
+}
+
+std::string StrategyName(const PlacementGroupInfo& g) {
+  return scheduler::GroupStrategyName(static_cast<scheduler::GroupStrategy>(g.strategy));
+}
+
+// The groups `rayd status` lists among its demands: waiting for room, or for a node that fits.
+std::vector<PlacementGroupInfo> GroupDemands(const std::vector<PlacementGroupInfo>& groups) {
+  std::vector<PlacementGroupInfo> waiting;
+  for (const auto& g : groups) {
+    if (g.state == "PENDING" || g.state == "RESCHEDULING") waiting.push_back(g);
+  }
+  return waiting;
+}
+
+bool IsInfeasible(const PlacementGroupInfo& g) { return g.cause.rfind("infeasible:", 0) == 0; }
+
+nlohmann::json PlacementGroupJson(const PlacementGroupInfo& g) {
+  nlohmann::json bundles = nlohmann::json::array();
+  for (size_t i = 0; i < g.bundles.size(); ++i) {
+    bundles.push_back({{"index", i},
+                       {"resources", Amounts(BundleResources(g.bundles[i]))},
+                       {"node_id", i < g.bundle_nodes.size() ? g.bundle_nodes[i] : ""}});
+  }
+  return {{"placement_group_id", g.id}, {"name", g.name},     {"namespace", g.ray_namespace},
+          {"job_id", g.job_id},         {"state", g.state},   {"strategy", StrategyName(g)},
+          {"detached", g.detached},     {"bundles", bundles}, {"cause", g.cause}};
+}
+
+// "{CPU: 1} x2, {GPU: 1}": a group's bundles, equal neighbours counted.
+std::string BundlesSummary(const PlacementGroupInfo& g) {
+  std::string out;
+  for (size_t i = 0; i < g.bundles.size();) {
+    size_t same = 1;
+    while (i + same < g.bundles.size() && g.bundles[i + same] == g.bundles[i]) ++same;
+    if (!out.empty()) out += ", ";
+    out += BundleResources(g.bundles[i]).ToString() + (same > 1 ? " x" + std::to_string(same) : "");
+    i += same;
+  }
+  return out;
+}
+
+void PrintStatusTable(const ClusterView& view, const std::vector<PlacementGroupInfo>& groups) {
   const std::string rule(64, '-');
   std::cout << "======== Cluster status: " << FormatTime(std::time(nullptr) * 1000LL)
             << " ========\n"
@@ -120,6 +170,12 @@ void PrintStatusTable(const ClusterView& view) {
                 << "+ pending tasks/actors (infeasible: no node can ever satisfy it; waiting "
                 << waited_s << " s at node_" << n.node_id.Short() << ")\n";
     }
+  }
+  for (const auto& g : GroupDemands(groups)) {
+    any = true;
+    std::cout << " " << BundlesSummary(g) << ": placement group " << g.id.substr(0, 8)
+              << (g.name.empty() ? "" : " '" + g.name + "'") << " (" << StrategyName(g) << ", "
+              << g.state << ")" << (g.cause.empty() ? "" : ": " + g.cause) << "\n";
   }
   if (!any) std::cout << " (no resource demands)\n";
 }
@@ -183,6 +239,23 @@ void PrintActorsTable(const std::vector<ActorSummary>& actors) {
   }
   PrintTable({"ACTOR_ID", "CLASS_NAME", "STATE", "NAME", "ADDRESS", "NODE", "JOB", "RESTARTS",
               "DETACHED", "DEATH_CAUSE"},
+             rows);
+}
+
+void PrintPlacementGroupsTable(const std::vector<PlacementGroupInfo>& groups) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& g : groups) {
+    std::string bundles;
+    for (size_t i = 0; i < g.bundles.size(); ++i) {
+      const std::string node = i < g.bundle_nodes.size() ? g.bundle_nodes[i] : "";
+      bundles += (i > 0 ? " " : "") + std::to_string(i) + ":" +
+                 BundleResources(g.bundles[i]).ToString() + "@" + Short(node);
+    }
+    rows.push_back({g.id, OrDash(g.name), g.state, StrategyName(g), Short(g.job_id),
+                    g.detached ? "yes" : "", bundles, OrDash(g.cause)});
+  }
+  PrintTable({"PLACEMENT_GROUP_ID", "NAME", "STATE", "STRATEGY", "JOB", "DETACHED",
+              "BUNDLES (index:resources@node)", "CAUSE"},
              rows);
 }
 
@@ -252,7 +325,7 @@ void PrintObjectsTable(const ObjectsView& view) {
   }
 }
 
-// `rayd list actors|jobs|workers|objects`.
+// `rayd list actors|placement-groups|jobs|workers|objects`.
 int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
   const std::string command = "list " + args.what;
   const bool json = args.format == "json";
@@ -268,6 +341,16 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
       std::cout << out.dump(2) << "\n";
     } else {
       PrintActorsTable(*actors);
+    }
+  } else if (args.what == "placement-groups") {
+    auto groups = FetchPlacementGroups(target.address, target.token, Millis(5000));
+    if (!groups.ok()) return unreachable(groups.status());
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& g : *groups) out.push_back(PlacementGroupJson(g));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      PrintPlacementGroupsTable(*groups);
     }
   } else if (args.what == "jobs") {
     auto jobs = FetchJobs(target.address, target.token, Millis(5000));
@@ -316,14 +399,10 @@ int RunStatus(const StatusArgs& args) {
   if (args.format != "table" && args.format != "json") {
     return Fail(command, "--format must be table or json, not '" + args.format + "'");
   }
-  const bool table_of_runtime = args.what == "actors" || args.what == "jobs" ||
-                                args.what == "workers" || args.what == "objects";
+  const bool table_of_runtime = args.what == "actors" || args.what == "placement-groups" ||
+                                args.what == "jobs" || args.what == "workers" ||
+                                args.what == "objects";
   if (args.what != "status" && args.what != "nodes" && !table_of_runtime) {
-    if (args.what == "placement-groups") {
-      return Fail(command, "'" + args.what +
-                               "' is not listed yet: this build lists nodes, actors, jobs, "
-                               "workers and objects");
-    }
     return Fail(command, "unknown table '" + args.what +
                              "': expected nodes, actors, jobs, workers, placement-groups or "
                              "objects");
@@ -336,13 +415,18 @@ int RunStatus(const StatusArgs& args) {
     return Fail(command, "cannot reach the cluster at " + target->address + ": " +
                              view.status().message());
   }
-  // Actor counts by state for `rayd status`; left out if the head can't say.
+  // Actor counts by state and waiting placement groups for `rayd status`; left out if the head
+  // can't say.
   std::optional<std::map<std::string, int>> actor_counts;
+  std::vector<PlacementGroupInfo> groups;
   if (args.what == "status") {
     auto actors = FetchActors(target->address, target->token, Millis(5000));
     if (actors.ok()) {
       actor_counts.emplace();
       for (const auto& a : *actors) ++(*actor_counts)[a.state];
+    }
+    if (auto all = FetchPlacementGroups(target->address, target->token, Millis(5000)); all.ok()) {
+      groups = std::move(*all);
     }
   }
   if (args.format == "json") {
@@ -361,6 +445,13 @@ int RunStatus(const StatusArgs& args) {
                           {"storage", view->storage},       {"nodes", nodes},
                           {"total", Amounts(total)},        {"available", Amounts(available)}};
       if (actor_counts) j["actors"] = *actor_counts;
+      nlohmann::json demands = nlohmann::json::array();
+      for (const auto& g : GroupDemands(groups)) {
+        nlohmann::json d = PlacementGroupJson(g);
+        d["infeasible"] = IsInfeasible(g);
+        demands.push_back(std::move(d));
+      }
+      j["placement_group_demands"] = std::move(demands);
       std::cout << j.dump(2) << "\n";
     }
     return 0;
@@ -368,7 +459,7 @@ int RunStatus(const StatusArgs& args) {
   if (args.what == "nodes") {
     PrintNodesTable(*view);
   } else {
-    PrintStatusTable(*view);
+    PrintStatusTable(*view, groups);
     if (actor_counts) {
       std::cout << "\nActors:\n";
       if (actor_counts->empty()) std::cout << " (no actors)\n";

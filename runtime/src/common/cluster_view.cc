@@ -1,6 +1,8 @@
 // Reading the cluster's state for the CLI and embedding programs: short-lived clients on a
 // private event loop, run until the answers arrive.
 
+#include "common/cluster_view.h"
+
 #include <functional>
 #include <memory>
 
@@ -127,6 +129,20 @@ Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std:
                                  }
                                }));
   return jobs;
+}
+
+Result<std::vector<internal::PlacementGroupInfo>> FetchPlacementGroups(const std::string& address,
+                                                                       const std::string& token,
+                                                                       Millis timeout) {
+  std::vector<internal::PlacementGroupInfo> groups;
+  RAYD_RETURN_IF_ERROR(CallGcs(address, token, timeout, proto::Method::GET_ALL_PLACEMENT_GROUPS,
+                               nullptr, [&](capnp::AnyPointer::Reader r) {
+                                 for (auto g :
+                                      r.getAs<proto::GetAllPlacementGroupsReply>().getGroups()) {
+                                   groups.push_back(runtime::PlacementGroupFromProto(g));
+                                 }
+                               }));
+  return groups;
 }
 
 namespace {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rayd/scheduler/placement.h"
+
 namespace rayd::runtime {
 
 using scheduler::FixedPoint;
@@ -106,6 +108,48 @@ const char* ActorStateName(proto::ActorState state) {
       return "DEAD";
   }
   return "DEAD";
+}
+
+const char* PlacementGroupStateName(proto::PlacementGroupState state) {
+  switch (state) {
+    case proto::PlacementGroupState::PENDING:
+      return "PENDING";
+    case proto::PlacementGroupState::CREATED:
+      return "CREATED";
+    case proto::PlacementGroupState::RESCHEDULING:
+      return "RESCHEDULING";
+    case proto::PlacementGroupState::REMOVED:
+      return "REMOVED";
+    case proto::PlacementGroupState::FAILED:
+      return "FAILED";
+  }
+  return "FAILED";
+}
+
+const char* PlacementStrategyName(proto::PlacementStrategy strategy) {
+  // The wire enum and the scheduler's share one order.
+  return scheduler::GroupStrategyName(static_cast<scheduler::GroupStrategy>(strategy));
+}
+
+internal::PlacementGroupInfo PlacementGroupFromProto(proto::PlacementGroupInfo::Reader in) {
+  internal::PlacementGroupInfo info;
+  info.id = in.getPlacementGroupId();
+  info.name = in.getName();
+  info.ray_namespace = in.getNamespace();
+  info.job_id = in.getJobId();
+  info.strategy = static_cast<int>(in.getStrategy());
+  info.state = PlacementGroupStateName(in.getState());
+  for (auto bundle : in.getBundles()) {
+    std::map<std::string, double> amounts;
+    for (const auto& [name, amount] : ResourcesFromProto(bundle.getResources())) {
+      amounts[name] = amount.ToDouble();
+    }
+    info.bundles.push_back(std::move(amounts));
+    info.bundle_nodes.push_back(bundle.getNodeId());
+  }
+  info.detached = in.getDetached();
+  info.cause = in.getCause();
+  return info;
 }
 
 namespace {

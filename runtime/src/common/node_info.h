@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rayd/base/ids.h"
+#include "rayd/internal/runtime.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 #include "rayd/runtime/cluster.h"
@@ -33,6 +34,13 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in);
 
 // "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD": how tables and the store name states.
 const char* ActorStateName(proto::ActorState state);
+
+// "PENDING", "CREATED", "RESCHEDULING", "REMOVED", "FAILED".
+const char* PlacementGroupStateName(proto::PlacementGroupState state);
+// "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD" (the scheduler's names).
+const char* PlacementStrategyName(proto::PlacementStrategy strategy);
+// A group as GET_PLACEMENT_GROUP reports it, as a plain value (bundle nodes "" while unplaced).
+internal::PlacementGroupInfo PlacementGroupFromProto(proto::PlacementGroupInfo::Reader in);
 
 std::string NodeInfoToJson(const NodeInfo& info);
 Result<NodeInfo> NodeInfoFromJson(const std::string& text);

@@ -3,7 +3,6 @@
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/node_info.h"
@@ -13,7 +12,6 @@ namespace {
 
 constexpr char kActorTable[] = "actors";
 constexpr Millis kNodeCallTimeout{10000};
-constexpr int64_t kInFlight = std::numeric_limits<int64_t>::max();
 
 const char* StateName(proto::ActorState state) { return runtime::ActorStateName(state); }
 
@@ -48,6 +46,7 @@ struct GcsActorManager::Actor {
   std::string death_cause;
   int pid = 0;
   scheduler::ResourceSet demand;
+  std::string placement_group_id;                     // from its creation spec; empty: none
   std::optional<Clock::time_point> infeasible_since;  // while no node could ever hold it
   capnp::MallocMessageBuilder request;  // the CreateActorRequest: creation spec and launch
   std::string request_hex;              // `request` serialised, as stored
@@ -60,6 +59,12 @@ struct GcsActorManager::Actor {
 
   proto::CreateActorRequest::Reader Request() {
     return request.getRoot<proto::CreateActorRequest>().asReader();
+  }
+  proto::SchedulingOptions::Reader Scheduling() { return Request().getSpec().getScheduling(); }
+  // Sets what derives from `request`.
+  void ReadRequest() {
+    demand = runtime::ResourcesFromProto(Request().getSpec().getResources());
+    placement_group_id = Scheduling().getPlacementGroupId();
   }
 
   void ToProto(proto::ActorInfo::Builder out) const {
@@ -128,7 +133,7 @@ struct GcsActorManager::Actor {
       capnp::FlatArrayMessageReader reader(words);
       actor->request.setRoot(reader.getRoot<proto::CreateActorRequest>());
       actor->request_hex = hex;
-      actor->demand = runtime::ResourcesFromProto(actor->Request().getSpec().getResources());
+      actor->ReadRequest();
     } catch (const std::exception& e) {
       return Status::Internal(e.what());
     } catch (const kj::Exception& e) {
@@ -138,29 +143,31 @@ struct GcsActorManager::Actor {
   }
 };
 
-template <typename F>
-auto GcsActorManager::Guarded(F fn) {
-  return [alive = std::weak_ptr<bool>(alive_), fn = std::move(fn)](auto&&... args) {
-    auto a = alive.lock();
-    if (a && *a) fn(std::forward<decltype(args)>(args)...);
-  };
-}
-
 GcsActorManager::GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
-                                 NodeClientPool& node_clients, Millis infeasible_timeout)
+                                 NodeClientPool& node_clients, PendingPlacements& ledger,
+                                 GcsPlacementGroupManager& placement_groups,
+                                 Millis infeasible_timeout)
     : infeasible_timeout_(infeasible_timeout),
       loop_(loop),
       store_(store),
       nodes_(nodes),
       node_clients_(node_clients),
+      ledger_(ledger),
+      placement_groups_(placement_groups),
       retry_timer_(loop),
       reaper_(loop) {
   nodes_.AddNodeDeathListener(
-      Guarded([this](const runtime::NodeInfo& info) { OnNodeDied(info.node_id); }));
+      guard_([this](const runtime::NodeInfo& info) { OnNodeDied(info.node_id); }));
+  placement_groups_.AddReadyListener(
+      guard_([this](const std::string& group_id) { OnGroupReady(group_id); }));
+  placement_groups_.AddRemovalListener(
+      guard_([this](const std::string& group_id, const std::string& why) {
+        OnGroupRemoved(group_id, why);
+      }));
 }
 
 GcsActorManager::~GcsActorManager() {
-  *alive_ = false;  // callbacks run by the clients destroyed below do nothing
+  guard_.Invalidate();  // callbacks run by the clients destroyed below do nothing
   retry_timer_.Stop();
   reaper_.Stop();
   retired_.clear();
@@ -168,7 +175,7 @@ GcsActorManager::~GcsActorManager() {
 }
 
 void GcsActorManager::Start(std::function<void(Status)> done) {
-  store_.GetAll(kActorTable, Guarded([this, done](Result<std::map<std::string, std::string>> rows) {
+  store_.GetAll(kActorTable, guard_([this, done](Result<std::map<std::string, std::string>> rows) {
                   if (!rows.ok()) return done(rows.status().WithContext("loading the actor table"));
                   for (const auto& [key, text] : *rows) {
                     auto actor = Actor::FromJson(text);
@@ -179,6 +186,9 @@ void GcsActorManager::Start(std::function<void(Status)> done) {
                     Actor& a = **actor;
                     if (a.state != proto::ActorState::DEAD && !a.name.empty()) {
                       names_[{a.ray_namespace, a.name}] = a.id;
+                    }
+                    if (a.state != proto::ActorState::DEAD && !a.placement_group_id.empty()) {
+                      group_actors_[a.placement_group_id].insert(a.id);
                     }
                     actors_[a.id] = std::move(*actor);
                   }
@@ -260,13 +270,14 @@ void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
   actor->class_name = spec.getFunctionName();
   actor->max_restarts = request.getMaxRestarts();
   actor->detached = request.getDetached();
-  actor->demand = runtime::ResourcesFromProto(spec.getResources());
   actor->request.setRoot(request);
+  actor->ReadRequest();
   auto words = capnp::messageToFlatArray(actor->request);
   actor->request_hex = internal::ToHex(words.asBytes().begin(), words.asBytes().size());
   Actor& a = *actor;
   actors_[id] = std::move(actor);
   if (!name.empty()) names_[{ns, name}] = id;
+  if (!a.placement_group_id.empty()) group_actors_[a.placement_group_id].insert(id);
   spdlog::info("creating actor {} ({}{}) of job {} needing {}", id, a.class_name,
                name.empty() ? "" : ", named '" + name + "'", a.job_id, a.demand.ToString());
   Persist(a);
@@ -337,44 +348,21 @@ void GcsActorManager::HandleWorkerFailed(const rpc::CallPtr& call) {
 
 // ---- Creation ----------------------------------------------------------------------------------
 
-// The alive nodes as the placement policies see them, with what we placed on each node that
-// its last heartbeat may not show yet taken off its availability; `ids` gets their node ids.
-scheduler::ClusterSnapshot GcsActorManager::Snapshot(const std::string& actor_id,
-                                                     std::vector<NodeId>* ids) const {
-  std::map<NodeId, scheduler::ResourceSet> unreported;
-  for (const auto& [id, placement] : placements_) {
-    const runtime::NodeInfo* node = nodes_.FindAlive(placement.node);
-    if (id == actor_id || node == nullptr || placement.since_ms < node->last_heartbeat_ms) continue;
-    unreported[placement.node] += placement.resources;
-  }
-  scheduler::ClusterSnapshot cluster;
-  for (const runtime::NodeInfo* node : nodes_.AliveNodes()) {
-    scheduler::ResourceSet available = node->available;
-    if (auto it = unreported.find(node->node_id); it != unreported.end()) available -= it->second;
-    cluster.nodes.push_back(
-        {node->node_id.Hex(), scheduler::NodeResources(node->total, available, node->labels)});
-    ids->push_back(node->node_id);
-  }
-  return cluster;
-}
-
-// The hybrid placement policy (rayd/scheduler/placement.h).
-std::pair<GcsActorManager::Fit, NodeId> GcsActorManager::PickNode(
-    const std::string& actor_id, const scheduler::ResourceSet& demand) const {
-  std::vector<NodeId> ids;
-  const scheduler::ClusterSnapshot cluster = Snapshot(actor_id, &ids);
+// The hybrid placement policy (rayd/scheduler/placement.h) over the ledger's snapshot, with the
+// label selector and node affinity of the actor's creation spec.
+scheduler::Placement GcsActorManager::PickNode(Actor& actor, std::vector<NodeId>* ids) const {
+  const scheduler::ClusterSnapshot cluster = ledger_.Snapshot(ids, actor.id);
+  auto scheduling = actor.Scheduling();
   scheduler::PlacementRequest request;
-  request.demand = demand;
-  const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
-  switch (placement.outcome) {
-    case scheduler::Outcome::kPlaced:
-      return {Fit::kNow, ids[placement.node]};
-    case scheduler::Outcome::kNotNow:
-      return {Fit::kLater, NodeId()};
-    case scheduler::Outcome::kInfeasible:
-      break;
+  request.demand = actor.demand;
+  for (auto label : scheduling.getLabelSelector()) {
+    request.label_selector[label.getKey()] = label.getValue();
   }
-  return {Fit::kNever, NodeId()};
+  if (scheduling.getNodeAffinity().size() > 0) {
+    request.affinity =
+        scheduler::NodeAffinity{scheduling.getNodeAffinity(), scheduling.getAffinitySoft()};
+  }
+  return scheduler::PlaceOne(cluster, request);
 }
 
 void GcsActorManager::Schedule(Actor& actor) {
@@ -382,10 +370,26 @@ void GcsActorManager::Schedule(Actor& actor) {
   actor.worker_id.clear();
   actor.lease_id.clear();
   actor.address.clear();
-  auto [fit, node] = PickNode(actor.id, actor.demand);
-  if (fit != Fit::kNever) actor.infeasible_since.reset();
-  switch (fit) {
-    case Fit::kNever: {
+  if (!actor.placement_group_id.empty()) return ScheduleInGroup(actor);
+  auto scheduling = actor.Scheduling();
+  if (scheduling.getNodeAffinity().size() > 0 && !scheduling.getAffinitySoft()) {
+    const std::string affinity = scheduling.getNodeAffinity();
+    auto node = NodeId::FromHex(affinity);
+    if (!node.ok() || nodes_.FindAlive(*node) == nullptr) {
+      MarkDead(actor, "its node affinity names node " + affinity + ", which is not alive",
+               /*kill_worker=*/false);
+      return;
+    }
+  }
+  std::vector<NodeId> ids;
+  const scheduler::Placement placement = PickNode(actor, &ids);
+  if (placement.outcome != scheduler::Outcome::kInfeasible) actor.infeasible_since.reset();
+  switch (placement.outcome) {
+    case scheduler::Outcome::kPlaced:
+      return RequestLease(actor, ids[placement.node], std::nullopt);
+    case scheduler::Outcome::kNotNow:
+      return Wait(actor);
+    case scheduler::Outcome::kInfeasible: {
       const auto now = Clock::now();
       if (!actor.infeasible_since) {
         actor.infeasible_since = now;
@@ -395,34 +399,33 @@ void GcsActorManager::Schedule(Actor& actor) {
         }
       }
       if (now - *actor.infeasible_since >= infeasible_timeout_) {
-        MarkDead(actor, InfeasibleCause(actor), /*kill_worker=*/false);
+        MarkDead(actor, "infeasible: " + placement.reason, /*kill_worker=*/false);
         return;
       }
-      waiting_.insert(actor.id);
-      if (!retry_timer_.active()) {
-        retry_timer_.Start(kRetryPeriod, kRetryPeriod, [this] { RetryWaiting(); });
-      }
-      return;
+      return Wait(actor);
     }
-    case Fit::kLater:
-      waiting_.insert(actor.id);
-      if (!retry_timer_.active()) {
-        retry_timer_.Start(kRetryPeriod, kRetryPeriod, [this] { RetryWaiting(); });
-      }
-      return;
-    case Fit::kNow:
-      RequestLease(actor, node);
-      return;
   }
 }
 
-std::string GcsActorManager::InfeasibleCause(const Actor& actor) const {
-  std::vector<NodeId> ids;
-  const scheduler::ClusterSnapshot cluster = Snapshot(actor.id, &ids);
-  const auto largest = scheduler::LargestNodeFor(cluster, actor.demand);
-  return "infeasible: no node can satisfy " + actor.demand.ToString() +
-         (largest ? " (largest node: " + cluster.nodes[*largest].resources.total().ToString() + ")"
-                  : std::string(" (no alive node)"));
+void GcsActorManager::ScheduleInGroup(Actor& actor) {
+  using Kind = GcsPlacementGroupManager::BundleSlot::Kind;
+  const auto slot = placement_groups_.FindBundle(actor.placement_group_id,
+                                                 actor.Scheduling().getBundleIndex(), actor.demand);
+  switch (slot.kind) {
+    case Kind::kReady:
+      return RequestLease(actor, slot.node, slot.index);
+    case Kind::kWait:
+      return Wait(actor);
+    case Kind::kGone:
+      return MarkDead(actor, slot.why, /*kill_worker=*/false);
+  }
+}
+
+void GcsActorManager::Wait(Actor& actor) {
+  waiting_.insert(actor.id);
+  if (!retry_timer_.active()) {
+    retry_timer_.Start(kRetryPeriod, kRetryPeriod, [this] { RetryWaiting(); });
+  }
 }
 
 void GcsActorManager::RetryWaiting() {
@@ -435,10 +438,12 @@ void GcsActorManager::RetryWaiting() {
   if (waiting_.empty()) retry_timer_.Stop();
 }
 
-void GcsActorManager::RequestLease(Actor& actor, const NodeId& node) {
+void GcsActorManager::RequestLease(Actor& actor, const NodeId& node,
+                                   std::optional<uint32_t> bundle) {
   const uint64_t attempt = ++actor.attempt;
   actor.node_id = node;
-  placements_[actor.id] = Placement{node, actor.demand, kInFlight};
+  // Work in a bundle uses the bundle's reservation, which the ledger already counted.
+  if (!bundle) ledger_.Add(actor.id, node, actor.demand);
   // Built now: the client may fill the request later (after a reconnect).
   auto message = std::make_shared<capnp::MallocMessageBuilder>();
   auto lease = message->initRoot<proto::RequestLeaseRequest>();
@@ -448,13 +453,15 @@ void GcsActorManager::RequestLease(Actor& actor, const NodeId& node) {
   lease.setLaunch(actor.Request().getLaunch());
   lease.setForActor(true);
   lease.setGrantOrReject(true);
+  lease.setScheduling(spec.getScheduling());
+  if (bundle) lease.getScheduling().setBundleIndex(static_cast<int32_t>(*bundle));
   node_clients_.Call(
       node, proto::Method::REQUEST_LEASE,
       [message](capnp::AnyPointer::Builder b) {
         b.setAs<proto::RequestLeaseRequest>(message->getRoot<proto::RequestLeaseRequest>());
       },
       Millis(0),
-      Guarded([this, id = actor.id, attempt, node](const Status& s, capnp::AnyPointer::Reader r) {
+      guard_([this, id = actor.id, attempt, node](const Status& s, capnp::AnyPointer::Reader r) {
         OnLeaseReply(id, attempt, node, s, r);
       }));
 }
@@ -479,28 +486,27 @@ void GcsActorManager::OnLeaseReply(const std::string& actor_id, uint64_t attempt
     actor->worker_id = lease.getWorkerId();
     actor->lease_id = lease.getLeaseId();
     actor->creating_address = lease.getWorkerAddress();
-    placements_[actor_id].since_ms = NowUnixMs();
+    ledger_.Confirm(actor_id);
     Persist(*actor);  // a head restarted from here knows which worker to end
     PushCreationTask(*actor);
     return;
   }
-  placements_.erase(actor_id);
+  ledger_.Remove(actor_id);
   actor->node_id = NodeId();
-  // The node was fuller than it last said, or it is going away: place the actor again.
+  // The node was fuller than it last said, or it is going away, or its bundle moved or was
+  // cancelled since (asking the group again tells whether it is gone): place the actor again.
   const bool try_again =
       status.ok() /* spillback */ || status.code() == StatusCode::kResourceExhausted ||
       nodes_.FindAlive(node) == nullptr ||
+      (!actor->placement_group_id.empty() &&
+       (status.code() == StatusCode::kNotFound || status.code() == StatusCode::kCancelled)) ||
       (!node_clients_.Connected(node) &&
        (status.code() == StatusCode::kUnavailable ||
         status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kCancelled));
   if (try_again) {
     spdlog::debug("node {} could not take actor {} now ({}); retrying", node.Hex(), actor_id,
                   status.ok() ? "spillback" : status.ToString());
-    waiting_.insert(actor_id);
-    if (!retry_timer_.active()) {
-      retry_timer_.Start(kRetryPeriod, kRetryPeriod, [this] { RetryWaiting(); });
-    }
-    return;
+    return Wait(*actor);
   }
   MarkDead(*actor, "the actor's worker could not be started: " + status.message(),
            /*kill_worker=*/false);
@@ -521,8 +527,8 @@ void GcsActorManager::PushCreationTask(Actor& actor) {
         b.setAs<proto::PushTaskRequest>(message->getRoot<proto::PushTaskRequest>());
       },
       Millis(0),
-      Guarded([this, id = actor.id, attempt = actor.attempt](const Status& s,
-                                                             capnp::AnyPointer::Reader r) {
+      guard_([this, id = actor.id, attempt = actor.attempt](const Status& s,
+                                                            capnp::AnyPointer::Reader r) {
         OnCreationReply(id, attempt, s, r);
       }));
 }
@@ -571,7 +577,7 @@ void GcsActorManager::OnCreationReply(const std::string& actor_id, uint64_t atte
 void GcsActorManager::AbandonAttempt(Actor& actor) {
   ++actor.attempt;
   Retire(std::move(actor.worker_client));
-  placements_.erase(actor.id);
+  ledger_.Remove(actor.id);
   waiting_.erase(actor.id);
 }
 
@@ -605,6 +611,10 @@ void GcsActorManager::MarkDead(Actor& actor, const std::string& cause, bool kill
     auto it = names_.find({actor.ray_namespace, actor.name});
     if (it != names_.end() && it->second == actor.id) names_.erase(it);
   }
+  if (auto it = group_actors_.find(actor.placement_group_id); it != group_actors_.end()) {
+    it->second.erase(actor.id);
+    if (it->second.empty()) group_actors_.erase(it);
+  }
   spdlog::info("actor {} is dead: {}", actor.id, cause);
   if (kill_worker && !actor.worker_id.empty() && !actor.node_id.IsNil()) {
     KillWorker(actor.node_id, actor.worker_id, "its actor is dead: " + cause);
@@ -627,7 +637,7 @@ void GcsActorManager::Settle(Actor& actor) {
 
 void GcsActorManager::Persist(const Actor& actor, std::function<void()> then) {
   store_.Put(kActorTable, actor.id, actor.ToJson(), /*overwrite=*/true,
-             Guarded([id = actor.id, then = std::move(then)](Result<bool> r) {
+             guard_([id = actor.id, then = std::move(then)](Result<bool> r) {
                if (!r.ok())
                  spdlog::error("could not store actor {}: {}", id, r.status().ToString());
                if (then) then();
@@ -657,6 +667,27 @@ void GcsActorManager::OnNodeDied(const NodeId& node) {
     } else {
       OnWorkerDied(actor, "its node " + node.Hex() + " died");
     }
+  }
+}
+
+void GcsActorManager::OnGroupReady(const std::string& group_id) {
+  auto it = group_actors_.find(group_id);
+  if (it == group_actors_.end()) return;
+  // Copied: scheduling may make some of them DEAD, which edits the set.
+  const std::set<std::string> members = it->second;
+  for (const auto& id : members) {
+    Actor* actor = Find(id);
+    if (actor != nullptr && waiting_.erase(id) > 0) Schedule(*actor);
+  }
+}
+
+void GcsActorManager::OnGroupRemoved(const std::string& group_id, const std::string& why) {
+  auto it = group_actors_.find(group_id);
+  if (it == group_actors_.end()) return;
+  const std::set<std::string> members = std::move(it->second);
+  group_actors_.erase(it);
+  for (const auto& id : members) {
+    if (Actor* actor = Find(id)) MarkDead(*actor, "its " + why, /*kill_worker=*/true);
   }
 }
 

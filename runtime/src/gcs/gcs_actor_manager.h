@@ -4,10 +4,18 @@
 //
 // How it works
 // - CREATE_ACTOR records the actor (PENDING_CREATION), stores it, answers with its id, then
-//   schedules it: the first alive node (in id order) whose reported availability, less what
-//   this manager placed there since the node's last heartbeat, fits the actor's resources.
-//   When none fits now but some node's total would, it retries every kRetryPeriod; when no
-//   node's total fits, the actor is DEAD ("infeasible: ...").
+//   schedules it with the hybrid policy (scheduler::PlaceOne) over the shared ledger's snapshot
+//   (reported availability less what the head placed since the node's last heartbeat),
+//   honouring the label selector and node affinity of its creation spec. When no node fits
+//   now but one could, it retries every kRetryPeriod; when none ever could, it waits
+//   `infeasible_timeout` for one to join, then is DEAD ("infeasible: ..."). Hard affinity to a
+//   node that is not alive makes it DEAD at once.
+// - An actor in a placement group is placed on its bundle's node (FindBundle): it waits while
+//   the group is being reserved (retried when the group becomes ready, and every
+//   kRetryPeriod), is DEAD when the group is gone, and its lease request carries the group and
+//   bundle index (its resources come from the bundle, so the ledger does not count it). A
+//   group removed or failed makes its actors DEAD ("its placement group X was removed") and
+//   kills their workers.
 // - Creation asks that node for a worker lease (REQUEST_LEASE, forActor, grantOrReject) and
 //   pushes the creation task to the leased worker (PUSH_TASK, attempt = restarts so far). A
 //   value makes the actor ALIVE at that worker; an error value makes it DEAD (the constructor
@@ -40,17 +48,21 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gcs/gcs_node_manager.h"
-#include "rayd/scheduler/placement.h"
+#include "gcs/gcs_placement_group_manager.h"
+#include "gcs/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
+#include "gcs/pending_placements.h"
 #include "gcs/store_client.h"
 #include "rayd/base/rpc.h"
 #include "rayd/protocol/core.capnp.h"
+#include "rayd/scheduler/placement.h"
 
 namespace rayd::gcs {
 
@@ -58,12 +70,15 @@ class GcsActorManager {
  public:
   static constexpr Millis kRetryPeriod{200};
 
-  // `loop`, `store`, `nodes` and `node_clients` must outlive the manager. Registers a
-  // node-death listener on `nodes`.
+  // `loop`, `store`, `nodes`, `node_clients`, `ledger` and `placement_groups` must outlive the
+  // manager. Registers a node-death listener on `nodes` and ready and removal listeners on
+  // `placement_groups`.
   // An actor no alive node could ever hold waits `infeasible_timeout` for one to join (0: it
   // is DEAD at once).
   GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
-                  NodeClientPool& node_clients, Millis infeasible_timeout = Millis(0));
+                  NodeClientPool& node_clients, PendingPlacements& ledger,
+                  GcsPlacementGroupManager& placement_groups,
+                  Millis infeasible_timeout = Millis(0));
   ~GcsActorManager();
   GcsActorManager(const GcsActorManager&) = delete;
   GcsActorManager& operator=(const GcsActorManager&) = delete;
@@ -89,10 +104,12 @@ class GcsActorManager {
 
   // Creation.
   void Schedule(Actor& actor);
+  // Places an actor that is in a placement group on its bundle.
+  void ScheduleInGroup(Actor& actor);
+  void Wait(Actor& actor);
   void RetryWaiting();
-  std::string InfeasibleCause(const Actor& actor) const;
-  scheduler::ClusterSnapshot Snapshot(const std::string& actor_id, std::vector<NodeId>* ids) const;
-  void RequestLease(Actor& actor, const NodeId& node);
+  // Asks `node` for the actor's worker; `bundle`: the index of its group's bundle there.
+  void RequestLease(Actor& actor, const NodeId& node, std::optional<uint32_t> bundle);
   void OnLeaseReply(const std::string& actor_id, uint64_t attempt, const NodeId& node,
                     const Status& status, capnp::AnyPointer::Reader reply);
   void PushCreationTask(Actor& actor);
@@ -108,47 +125,40 @@ class GcsActorManager {
   // Stores the actor's record (best effort: failures are logged), then runs `then`.
   void Persist(const Actor& actor, std::function<void()> then = nullptr);
   void OnNodeDied(const NodeId& node);
+  void OnGroupReady(const std::string& group_id);
+  void OnGroupRemoved(const std::string& group_id, const std::string& why);
 
   // Calls to nodes.
   void KillWorker(const NodeId& node, const std::string& worker_id, const std::string& reason);
   void ReturnLease(const NodeId& node, const std::string& lease_id, bool kill_worker);
   void Retire(std::unique_ptr<rpc::RpcClient> client);
 
-  // Placement.
-  enum class Fit { kNow, kLater, kNever };
-  std::pair<Fit, NodeId> PickNode(const std::string& actor_id,
-                                  const scheduler::ResourceSet& demand) const;
+  // Placement (the hybrid policy; scheduler::PlaceOne's reason when not kPlaced).
+  scheduler::Placement PickNode(Actor& actor, std::vector<NodeId>* ids) const;
 
   Actor* Find(const std::string& actor_id);
   Actor* FindByName(const std::string& ray_namespace, const std::string& name);
-  // Wraps a callback so that it does nothing once this manager is destroyed.
-  template <typename F>
-  auto Guarded(F fn);
 
   const Millis infeasible_timeout_;
   EventLoop& loop_;
   StoreClient& store_;
   GcsNodeManager& nodes_;
   NodeClientPool& node_clients_;
+  // Shared with the placement-group manager: what the head placed that heartbeats may not show
+  // yet (keyed by actor id here).
+  PendingPlacements& ledger_;
+  GcsPlacementGroupManager& placement_groups_;
   std::map<std::string, std::unique_ptr<Actor>> actors_;              // by actor id
   std::map<std::pair<std::string, std::string>, std::string> names_;  // (namespace, name) -> id
-  std::set<std::string> waiting_;  // actors waiting for a node with room
-  // What this manager placed on each node, by actor: counted against the node's reported
-  // availability until a heartbeat newer than the placement arrives (`since_ms`; in-flight
-  // lease requests count until answered).
-  struct Placement {
-    NodeId node;
-    scheduler::ResourceSet resources;
-    int64_t since_ms;
-  };
-  std::map<std::string, Placement> placements_;
+  std::set<std::string> waiting_;  // actors waiting for a node with room, or for their bundle
+  // Actors that are not DEAD, by the placement group they run in.
+  std::map<std::string, std::set<std::string>> group_actors_;
   // Worker clients of abandoned creation pushes, destroyed on the next loop turn.
   std::vector<std::unique_ptr<rpc::RpcClient>> retired_;
   Timer retry_timer_;
   Timer reaper_;
-  // False once destroyed; callbacks of the store and of RPC clients that outlive this manager
-  // check it first.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Callbacks of the store and of RPC clients that outlive this manager do nothing after it.
+  LifetimeGuard guard_;
 };
 
 }  // namespace rayd::gcs

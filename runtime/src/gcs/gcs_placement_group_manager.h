@@ -42,14 +42,19 @@
 // Threading: the GCS event loop only; no locks.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gcs/gcs_node_manager.h"
+#include "gcs/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
 #include "gcs/store_client.h"
@@ -110,11 +115,75 @@ class GcsPlacementGroupManager {
   size_t num_groups() const { return groups_.size(); }
 
  private:
+  // Implementation notes
+  // - Every state change is written to the store (table "placement_groups", one JSON record per
+  //   group, bundles with their committed nodes), best effort; held GET_PLACEMENT_GROUP replies
+  //   go out once the settled state is written.
+  // - The newest kMaxEndedGroups REMOVED or FAILED groups are kept for lookups and listings;
+  //   older ones are forgotten (memory and store), so that long runs of create/remove cycles
+  //   do not grow the head without bound.
+  // - At most one attempt per group is in flight (Group::in_flight); a group is in waiting_
+  //   only while it has none and is neither REMOVED nor FAILED.
+  // - The ledger holds "<group id>/<node id>" for the nodes of the attempt in flight and of
+  //   committed bundles, of groups that are neither REMOVED nor FAILED.
+  static constexpr size_t kMaxEndedGroups = 10000;
   struct Group;
-  // (private members and helpers: the implementation's choice)
+
+  // A group loaded by Start(): its bundles on nodes that are gone are lost, and what is not
+  // placed is scheduled again.
+  void Resume(Group& group);
+  void HandleCreate(const rpc::CallPtr& call);
+  void HandleRemove(const rpc::CallPtr& call);
+  void HandleGet(const rpc::CallPtr& call);
+  void HandleGetAll(const rpc::CallPtr& call);
+
+  // Scheduling: places the group's unplaced bundles and starts an attempt, or makes it wait.
+  void Schedule(Group& group);
+  void Wait(Group& group);
+  void RetryWaiting();
+  // Sends PREPARE_BUNDLES for the bundles `plan` puts on each node (bundle index -> node).
+  void StartAttempt(Group& group, const std::map<NodeId, std::vector<uint32_t>>& plan);
+  void OnPrepareReply(const std::string& group_id, uint64_t attempt, const NodeId& node,
+                      const std::vector<uint32_t>& indexes, const Status& status);
+  void OnCommitReply(const std::string& group_id, uint64_t attempt, const NodeId& node,
+                     const Status& status);
+  // Gives up the attempt in flight: its bundles are unplaced and cancelled on its nodes.
+  void AbandonAttempt(Group& group, const std::string& why);
+  // Unplaces the group's bundles on `node` (it died, or the head found it gone).
+  void LoseNode(Group& group, const NodeId& node);
+
+  // State changes.
+  void MarkCreated(Group& group);
+  // REMOVED or FAILED with `cause`: frees everything the group holds and tells the listeners.
+  void End(Group& group, proto::PlacementGroupState state, const std::string& cause);
+  void OnNodeDied(const NodeId& node);
+  // Stores the group's record (best effort: failures are logged), then runs `then`.
+  void Persist(const Group& group, std::function<void()> then = nullptr);
+  // Answers the held GET_PLACEMENT_GROUP calls once the group's settled state is stored.
+  void SettleOnceStored(Group& group);
+  // Drops the oldest ended groups past kMaxEndedGroups, from memory and from the store.
+  void ForgetOldEnded();
+
+  void CancelBundles(const NodeId& node, const std::string& group_id,
+                     const std::vector<uint32_t>& indexes, const std::string& reason);
+  void ToProto(const Group& group, proto::PlacementGroupInfo::Builder out) const;
+  Group* Find(const std::string& group_id);
+  static bool BySeq(const Group* a, const Group* b);
+
+  const Millis infeasible_timeout_;
+  StoreClient& store_;
+  GcsNodeManager& nodes_;
+  NodeClientPool& node_clients_;
+  PendingPlacements& ledger_;
   std::vector<RemovalListener> removal_listeners_;
   std::vector<ReadyListener> ready_listeners_;
-  std::map<std::string, std::unique_ptr<Group>> groups_;
+  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;    // by id
+  std::map<std::pair<std::string, std::string>, std::string> names_;  // (namespace, name) -> id
+  std::set<std::pair<uint64_t, std::string>> waiting_;  // (Group::seq, id): creation order
+  std::deque<std::string> ended_;                       // REMOVED and FAILED groups, oldest first
+  uint64_t next_seq_ = 0;
+  Timer retry_timer_;
+  LifetimeGuard guard_;
 };
 
 }  // namespace rayd::gcs

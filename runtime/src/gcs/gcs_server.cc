@@ -17,7 +17,11 @@ GcsServer::GcsServer(EventLoop& loop, StoreClient& store, GcsConfig config)
       node_clients_(loop, node_manager_, config_.token),
       job_manager_(store),
       kv_manager_(store),
-      actor_manager_(loop, store, node_manager_, node_clients_, config_.infeasible_timeout) {
+      ledger_(node_manager_),
+      placement_group_manager_(loop, store, node_manager_, node_clients_, ledger_,
+                               config_.infeasible_timeout),
+      actor_manager_(loop, store, node_manager_, node_clients_, ledger_, placement_group_manager_,
+                     config_.infeasible_timeout) {
   job_manager_.SetOnJobFinished([this](const std::string& job_id) { OnJobFinished(job_id); });
 }
 
@@ -31,7 +35,10 @@ void GcsServer::Start(std::function<void(Status)> done) {
                  cluster_id_ = id->value_or("");
                  node_manager_.Start([this, done](Status s) {
                    if (!s.ok()) return done(s);
-                   actor_manager_.Start(done);
+                   placement_group_manager_.Start([this, done](Status groups) {
+                     if (!groups.ok()) return done(groups);
+                     actor_manager_.Start(done);
+                   });
                  });
                });
              });
@@ -44,6 +51,7 @@ void GcsServer::RegisterMethods(rpc::Dispatcher& dispatcher) {
   node_manager_.RegisterMethods(dispatcher);
   job_manager_.RegisterMethods(dispatcher);
   kv_manager_.RegisterMethods(dispatcher);
+  placement_group_manager_.RegisterMethods(dispatcher);
   actor_manager_.RegisterMethods(dispatcher);
 }
 
@@ -52,7 +60,8 @@ void GcsServer::OnConnectionClosed(const rpc::Connection& connection) {
 }
 
 void GcsServer::OnJobFinished(const std::string& job_id) {
-  spdlog::info("job {} finished; cleaning up its actors and workers", job_id);
+  spdlog::info("job {} finished; cleaning up its placement groups, actors and workers", job_id);
+  placement_group_manager_.OnJobFinished(job_id);
   actor_manager_.OnJobFinished(job_id);
   for (const runtime::NodeInfo* node : node_manager_.AliveNodes()) {
     node_clients_.Call(

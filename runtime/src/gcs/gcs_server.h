@@ -1,5 +1,6 @@
 #pragma once
-// The GCS: the head's cluster tables (nodes, jobs, actors, KV) behind one dispatcher.
+// The GCS: the head's cluster tables (nodes, jobs, placement groups, actors, KV) behind one
+// dispatcher.
 // Member declaration order follows the dependency order.
 //
 // Threading: everything runs on `loop`'s thread.
@@ -10,7 +11,9 @@
 #include "gcs/gcs_job_manager.h"
 #include "gcs/gcs_kv_manager.h"
 #include "gcs/gcs_node_manager.h"
+#include "gcs/gcs_placement_group_manager.h"
 #include "gcs/node_client_pool.h"
+#include "gcs/pending_placements.h"
 #include "gcs/store_client.h"
 #include "rayd/base/rpc.h"
 
@@ -20,7 +23,8 @@ struct GcsConfig {
   FailureDetectorConfig failure;
   std::string gcs_address;  // as shown to clients, host:port
   std::string token;        // the cluster token, for the GCS's own calls to nodes and workers
-  // How long an actor no node can ever hold waits for one to join (0: it is DEAD at once).
+  // How long an actor or placement group no node can ever hold waits for one to join (0: it
+  // is DEAD or FAILED at once).
   Millis infeasible_timeout{0};
 };
 
@@ -43,7 +47,8 @@ class GcsServer {
 
  private:
   void HandleClusterInfo(const rpc::CallPtr& call);
-  // A job ended: its actors die and every alive node ends the job's workers.
+  // A job ended: its placement groups are removed, its actors die and every alive node ends the
+  // job's workers.
   void OnJobFinished(const std::string& job_id);
 
   EventLoop& loop_;
@@ -55,6 +60,8 @@ class GcsServer {
   NodeClientPool node_clients_;
   GcsJobManager job_manager_;
   GcsKvManager kv_manager_;
+  PendingPlacements ledger_;  // shared by the placement-group and actor managers
+  GcsPlacementGroupManager placement_group_manager_;
   GcsActorManager actor_manager_;
 };
 
