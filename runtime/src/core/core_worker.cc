@@ -15,6 +15,16 @@ namespace rayd::core {
 
 using internal::ErrorKind;
 
+namespace {
+
+struct PlacementGroupIdTag {};
+using PlacementGroupId = UniqueId<PlacementGroupIdTag>;
+
+// Placement-group calls other than waiting for one.
+constexpr Millis kGcsCallTimeout{15000};
+
+}  // namespace
+
 CoreWorker::CoreWorker(CoreWorkerOptions options)
     : options_(std::move(options)),
       store_(loop_),
@@ -51,9 +61,9 @@ Status CoreWorker::Connect() {
   loop_.Post([this] { gcs_->Connect(); });
 
   RAYD_RETURN_IF_ERROR(options_.is_driver ? ChooseNode() : LearnNodeId());
-  submit_ctx_ = std::unique_ptr<SubmitterContext>(new SubmitterContext{
-      loop_, store_, clients_, *objects_, options_.node_address, options_.job_id,
-      options_.launch_argv, options_.launch_env});
+  submit_ctx_ = std::unique_ptr<SubmitterContext>(
+      new SubmitterContext{loop_, store_, clients_, *objects_, *gcs_, options_.node_address,
+                           options_.job_id, options_.launch_argv, options_.launch_env});
   RAYD_RETURN_IF_ERROR(RunOnLoop([this](auto done) {
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
     actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
@@ -79,7 +89,9 @@ Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)
       promise->set_value(std::move(s));
     });
   });
-  if (future.wait_for(timeout) != std::future_status::ready) {
+  if (timeout.count() < 0) {
+    future.wait();
+  } else if (future.wait_for(timeout) != std::future_status::ready) {
     return Status::DeadlineExceeded("no answer from the cluster within " +
                                     std::to_string(timeout.count()) + " ms");
   }
@@ -271,6 +283,22 @@ TaskSpec CoreWorker::NewSpec(const std::string& function_name,
   return spec;
 }
 
+Status CoreWorker::CallGcs(proto::Method method, const rpc::FillFn& fill, Millis timeout,
+                           std::function<void(capnp::AnyPointer::Reader)> read) {
+  // The call's own deadline answers first; the wait only guards against a stalled loop.
+  const Millis wait = timeout.count() > 0 ? timeout + Millis(5000) : Millis(-1);
+  return RunOnLoop(
+      [this, method, fill, timeout, read = std::move(read)](auto done) {
+        if (!gcs_) return done(Status::Cancelled("rayd is shutting down"));
+        gcs_->Call(method, fill, timeout,
+                   [read, done](const Status& s, capnp::AnyPointer::Reader reply) {
+                     if (s.ok() && read) read(reply);
+                     done(s);
+                   });
+      },
+      wait);
+}
+
 ObjectId CoreWorker::Put(std::string value) {
   if (store_client_ && value.size() >= internal::kMaxInlineBytes) {
     return PutSerialized(value.size(), [&](uint8_t* dest) {
@@ -435,6 +463,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
                                      : options.resources);
   spec.max_retries = options.max_retries;
   spec.name = options.name;
+  spec.scheduling = options.scheduling;
   RecordLineage(spec);
   const ObjectId id = spec.return_id;
   loop_.Post([this, spec = std::move(spec)]() mutable {
@@ -461,6 +490,7 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
   spec.actor_id = ActorId::FromRandom();
   spec.resources = ToResourceSet(options.resources);
   spec.max_concurrency = std::max(1, options.max_concurrency);
+  spec.scheduling = options.scheduling;  // the GCS places the actor by it
   const ActorId id = spec.actor_id;
   // Shared with the loop: the wait below may give up before the loop is done with them.
   struct Request {
@@ -716,6 +746,93 @@ void CoreWorker::RegisterBorrowerMethods() {
     }
     call->Reply();
   });
+}
+
+// ---- Placement groups --------------------------------------------------------------------------
+// Fills capture by value: a wait that gives up may return before the loop sends the call.
+
+Result<std::string> CoreWorker::CreatePlacementGroup(
+    const internal::PlacementGroupOptions& options) {
+  RAYD_RETURN_IF_ERROR(ValidatePlacementGroup(options));
+  const std::string id = PlacementGroupId::FromRandom().Hex();
+  const std::string ray_namespace =
+      options.ray_namespace.empty() ? options_.ray_namespace : options.ray_namespace;
+  auto fill = [options, id, ray_namespace, job = options_.job_id](capnp::AnyPointer::Builder b) {
+    ToProto(options, id, job, ray_namespace,
+            b.initAs<proto::CreatePlacementGroupRequest>().initGroup());
+  };
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::CREATE_PLACEMENT_GROUP, fill, kGcsCallTimeout));
+  return id;
+}
+
+Status CoreWorker::RemovePlacementGroup(const std::string& id) {
+  auto fill = [id](capnp::AnyPointer::Builder b) {
+    b.initAs<proto::RemovePlacementGroupRequest>().setPlacementGroupId(id);
+  };
+  return CallGcs(proto::Method::REMOVE_PLACEMENT_GROUP, fill, kGcsCallTimeout);
+}
+
+Result<bool> CoreWorker::WaitPlacementGroupReady(const std::string& id,
+                                                 std::chrono::milliseconds timeout) {
+  // A zero timeout only looks: as an RPC timeout, zero would mean no deadline.
+  const bool wait = timeout.count() != 0;
+  auto group = std::make_shared<std::optional<internal::PlacementGroupInfo>>();
+  auto fill = [id, wait](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::GetPlacementGroupRequest>();
+    r.setPlacementGroupId(id);
+    r.setWaitUntilReady(wait);
+  };
+  Status s =
+      CallGcs(proto::Method::GET_PLACEMENT_GROUP, fill, timeout.count() > 0 ? timeout : Millis(0),
+              [group](capnp::AnyPointer::Reader r) {
+                auto reply = r.getAs<proto::GetPlacementGroupReply>();
+                if (reply.getFound()) *group = runtime::PlacementGroupFromProto(reply.getGroup());
+              });
+  if (s.code() == StatusCode::kDeadlineExceeded) return false;
+  if (!s.ok()) return s;
+  if (!group->has_value()) return Status::NotFound("no placement group " + id);
+  const internal::PlacementGroupInfo& info = **group;
+  if (info.state == "CREATED") return true;
+  if (info.state == "REMOVED") {
+    return Status::Cancelled("placement group " + id + " was removed" +
+                             (info.cause.empty() ? "" : ": " + info.cause));
+  }
+  if (info.state == "FAILED") {
+    return Status::ResourceExhausted(info.cause.empty() ? "placement group " + id + " failed"
+                                                        : info.cause);
+  }
+  return false;  // still pending: only when asked not to wait
+}
+
+Result<std::optional<internal::PlacementGroupInfo>> CoreWorker::GetPlacementGroup(
+    const std::string& id, const std::string& name, const std::string& ray_namespace) {
+  const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
+  auto group = std::make_shared<std::optional<internal::PlacementGroupInfo>>();
+  auto fill = [id, name, ns](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::GetPlacementGroupRequest>();
+    r.setPlacementGroupId(id);
+    r.setName(name);
+    r.setNamespace(ns);
+  };
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::GET_PLACEMENT_GROUP, fill, kGcsCallTimeout,
+                               [group](capnp::AnyPointer::Reader r) {
+                                 auto reply = r.getAs<proto::GetPlacementGroupReply>();
+                                 if (reply.getFound())
+                                   *group = runtime::PlacementGroupFromProto(reply.getGroup());
+                               }));
+  return std::move(*group);
+}
+
+Result<std::vector<internal::PlacementGroupInfo>> CoreWorker::GetAllPlacementGroups() {
+  auto groups = std::make_shared<std::vector<internal::PlacementGroupInfo>>();
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::GET_ALL_PLACEMENT_GROUPS, nullptr, kGcsCallTimeout,
+                               [groups](capnp::AnyPointer::Reader r) {
+                                 for (auto g :
+                                      r.getAs<proto::GetAllPlacementGroupsReply>().getGroups()) {
+                                   groups->push_back(runtime::PlacementGroupFromProto(g));
+                                 }
+                               }));
+  return std::move(*groups);
 }
 
 std::vector<int> CoreWorker::GetGpuIds() {

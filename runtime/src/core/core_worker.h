@@ -76,6 +76,13 @@ class CoreWorker : public internal::Runtime {
   void RemoveLocalRef(const ObjectId& id) override;
   std::string OwnerAddress(const ObjectId& id) override;
   void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) override;
+  Result<std::string> CreatePlacementGroup(const internal::PlacementGroupOptions& options) override;
+  Status RemovePlacementGroup(const std::string& id) override;
+  Result<bool> WaitPlacementGroupReady(const std::string& id,
+                                       std::chrono::milliseconds timeout) override;
+  Result<std::optional<internal::PlacementGroupInfo>> GetPlacementGroup(
+      const std::string& id, const std::string& name, const std::string& ray_namespace) override;
+  Result<std::vector<internal::PlacementGroupInfo>> GetAllPlacementGroups() override;
   std::vector<int> GetGpuIds() override;
   std::string GetNodeId() override;
 
@@ -86,9 +93,13 @@ class CoreWorker : public internal::Runtime {
   Status LearnNodeId();
   Status RegisterDriver();
   Status RegisterWorker();
-  // Runs `fn` on the loop and waits for the Status it reports.
+  // Runs `fn` on the loop and waits for the Status it reports (timeout < 0: for as long as it
+  // takes).
   Status RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
                    Millis timeout = Millis(60000));
+  // Calls the GCS from the loop and waits; `read` sees the reply (on the loop) when it is ok.
+  Status CallGcs(proto::Method method, const rpc::FillFn& fill, Millis timeout,
+                 std::function<void(capnp::AnyPointer::Reader)> read = nullptr);
   // Fetches borrowed objects that are not here yet (their values land in the store).
   void FetchMissing(const std::vector<ObjectId>& ids);
   TaskSpec NewSpec(const std::string& function_name, std::vector<internal::TaskArg> args);

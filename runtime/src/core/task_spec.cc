@@ -1,5 +1,8 @@
 #include "core/task_spec.h"
 
+#include <cmath>
+#include <sstream>
+
 #include "common/node_info.h"
 
 namespace rayd::core {
@@ -19,6 +22,12 @@ template <typename Id>
 Result<Id> IdFrom(capnp::Text::Reader text) {
   if (text.size() == 0) return Id::Nil();
   return Id::FromHex(text.cStr());
+}
+
+std::string FormatAmount(double amount) {
+  std::ostringstream out;
+  out << amount;
+  return out.str();
 }
 
 }  // namespace
@@ -47,6 +56,7 @@ void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out) {
   out.setActorId(IdHex(spec.actor_id));
   out.setMaxConcurrency(spec.max_concurrency);
   out.setAttempt(spec.attempt);
+  ToProto(spec.scheduling, out.initScheduling());
 }
 
 Result<TaskSpec> FromProto(proto::TaskSpec::Reader in) {
@@ -75,7 +85,79 @@ Result<TaskSpec> FromProto(proto::TaskSpec::Reader in) {
   RAYD_ASSIGN_OR_RETURN(spec.actor_id, IdFrom<ActorId>(in.getActorId()));
   spec.max_concurrency = in.getMaxConcurrency();
   spec.attempt = in.getAttempt();
+  spec.scheduling = FromProto(in.getScheduling());
   return spec;
+}
+
+void ToProto(const SchedulingOptions& options, proto::SchedulingOptions::Builder out) {
+  out.setPlacementGroupId(options.placement_group_id);
+  out.setBundleIndex(options.bundle_index);
+  auto labels = out.initLabelSelector(static_cast<unsigned>(options.label_selector.size()));
+  unsigned i = 0;
+  for (const auto& [key, value] : options.label_selector) {
+    labels[i].setKey(key);
+    labels[i].setValue(value);
+    ++i;
+  }
+  out.setNodeAffinity(options.node_affinity);
+  out.setAffinitySoft(options.affinity_soft);
+}
+
+SchedulingOptions FromProto(proto::SchedulingOptions::Reader in) {
+  SchedulingOptions options;
+  options.placement_group_id = in.getPlacementGroupId();
+  options.bundle_index = in.getBundleIndex();
+  for (auto label : in.getLabelSelector())
+    options.label_selector[label.getKey()] = label.getValue();
+  options.node_affinity = in.getNodeAffinity();
+  options.affinity_soft = in.getAffinitySoft();
+  return options;
+}
+
+Status ValidatePlacementGroup(const internal::PlacementGroupOptions& options) {
+  if (options.bundles.empty()) {
+    return Status::InvalidArgument("a placement group needs at least one bundle");
+  }
+  if (options.strategy < 0 || options.strategy > 3) {
+    return Status::InvalidArgument("unknown placement strategy " +
+                                   std::to_string(options.strategy) +
+                                   " (0 PACK, 1 SPREAD, 2 STRICT_PACK, 3 STRICT_SPREAD)");
+  }
+  for (size_t b = 0; b < options.bundles.size(); ++b) {
+    const std::string bundle = "bundle " + std::to_string(b);
+    for (const auto& [name, amount] : options.bundles[b]) {
+      if (name.empty()) return Status::InvalidArgument(bundle + " names a resource without a name");
+      if (!std::isfinite(amount)) {
+        return Status::InvalidArgument(bundle + ": " + name + " is not a finite amount (" +
+                                       FormatAmount(amount) + ")");
+      }
+      if (amount < 0) {
+        return Status::InvalidArgument(bundle + ": " + name + " is negative (" +
+                                       FormatAmount(amount) + ")");
+      }
+    }
+    if (ToResourceSet(options.bundles[b]).IsEmpty()) {
+      return Status::InvalidArgument(bundle + " is empty");
+    }
+  }
+  return Status::Ok();
+}
+
+void ToProto(const internal::PlacementGroupOptions& options, const std::string& id,
+             const JobId& job_id, const std::string& ray_namespace,
+             proto::PlacementGroupInfo::Builder out) {
+  out.setPlacementGroupId(id);
+  out.setName(options.name);
+  out.setNamespace(ray_namespace);
+  out.setJobId(job_id.Hex());
+  out.setStrategy(static_cast<proto::PlacementStrategy>(options.strategy));
+  out.setDetached(options.detached);
+  auto bundles = out.initBundles(static_cast<unsigned>(options.bundles.size()));
+  for (unsigned b = 0; b < options.bundles.size(); ++b) {
+    bundles[b].setIndex(b);
+    runtime::FillResources(ToResourceSet(options.bundles[b]),
+                           [&](unsigned n) { return bundles[b].initResources(n); });
+  }
 }
 
 void ToProto(const internal::ObjectLocation& l, proto::ObjectLocation::Builder out) {

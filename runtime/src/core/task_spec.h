@@ -1,5 +1,6 @@
 #pragma once
-// Task specs and object values as plain values, and their one conversion to Cap'n Proto.
+// Task specs (with their scheduling options), object values and placement-group requests as
+// plain values, and their one conversion to Cap'n Proto.
 
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 namespace rayd::core {
 
 using internal::ObjectValue;
+using internal::SchedulingOptions;
 using internal::TaskArg;
 
 struct TaskSpec {
@@ -28,10 +30,24 @@ struct TaskSpec {
   ActorId actor_id;
   int max_concurrency = 1;
   int attempt = 0;
+  SchedulingOptions scheduling;
 };
 
 void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out);
 Result<TaskSpec> FromProto(proto::TaskSpec::Reader in);
+
+void ToProto(const SchedulingOptions& options, proto::SchedulingOptions::Builder out);
+SchedulingOptions FromProto(proto::SchedulingOptions::Reader in);
+
+// Placement groups. The checks CreatePlacementGroup makes before asking the GCS: at least one
+// bundle, none empty (after dropping zero amounts), every amount finite and not negative, a
+// known strategy. InvalidArgument names the bundle and resource.
+Status ValidatePlacementGroup(const internal::PlacementGroupOptions& options);
+// The group as CREATE_PLACEMENT_GROUP carries it (state, nodes and times are the GCS's).
+void ToProto(const internal::PlacementGroupOptions& options, const std::string& id,
+             const JobId& job_id, const std::string& ray_namespace,
+             proto::PlacementGroupInfo::Builder out);
+// Groups the GCS reports are read with runtime::PlacementGroupFromProto (common/node_info.h).
 
 void ToProto(const ObjectValue& value, proto::ObjectValue::Builder out);
 ObjectValue FromProto(proto::ObjectValue::Reader in);

@@ -15,6 +15,32 @@ constexpr int kMaxInFlightPerLease = 16;
 constexpr int kMaxPendingLeaseRequests = 2;
 constexpr Millis kLeaseIdleTimeout{200};
 
+// The shape of a task for lease reuse: its resources and scheduling options, as a cheap string
+// (texts are length-prefixed, so different options never make the same key).
+std::string ShapeKey(const TaskSpec& spec) {
+  std::string key;
+  for (const auto& [name, amount] : spec.resources) {
+    key += name;
+    key += '=';
+    key += std::to_string(amount.units());
+    key += ';';
+  }
+  const SchedulingOptions& s = spec.scheduling;
+  if (s.empty()) return key;
+  auto text = [&key](const std::string& t) { key += std::to_string(t.size()) + ':' + t; };
+  key += "|pg";
+  text(s.placement_group_id);
+  key += std::to_string(s.bundle_index);
+  key += "|labels";
+  for (const auto& [name, value] : s.label_selector) {
+    text(name);
+    text(value);
+  }
+  key += s.affinity_soft ? "|soft" : "|hard";
+  text(s.node_affinity);
+  return key;
+}
+
 }  // namespace
 
 void FillLaunch(const SubmitterContext& ctx, proto::WorkerLaunch::Builder out) {
@@ -35,25 +61,14 @@ TaskSubmitter::TaskSubmitter(SubmitterContext& ctx) : ctx_(ctx), idle_timer_(ctx
 
 TaskSubmitter::~TaskSubmitter() = default;
 
-// The shape of a task for lease reuse: its resources, as a cheap string.
-static std::string ShapeKey(const scheduler::ResourceSet& resources) {
-  std::string key;
-  for (const auto& [name, amount] : resources) {
-    key += name;
-    key += '=';
-    key += std::to_string(amount.units());
-    key += ';';
-  }
-  return key;
-}
-
 void TaskSubmitter::Submit(TaskSpec spec) {
   if (ctx_.stopping) {
     return ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
   }
-  const std::string key = ShapeKey(spec.resources);
+  const std::string key = ShapeKey(spec);
   auto& shape = shapes_[key];
   shape.resources = spec.resources;
+  shape.scheduling = spec.scheduling;
   shape.queue.push_back(std::move(spec));
   Pump(key);
 }
@@ -77,8 +92,111 @@ void TaskSubmitter::Pump(const std::string& key) {
   const size_t capacity = shape.leases.size() * kMaxInFlightPerLease;
   if (!shape.queue.empty() && shape.pending_requests < kMaxPendingLeaseRequests &&
       (shape.leases.empty() || shape.queue.size() > capacity / 4)) {
-    RequestLease(key, ctx_.node_address, false);
+    AskForLease(key);
   }
+}
+
+void TaskSubmitter::AskForLease(const std::string& key) {
+  const Shape& shape = shapes_[key];
+  const std::string& group_id = shape.scheduling.placement_group_id;
+  if (group_id.empty()) return RequestLease(key, ctx_.node_address, false);
+  auto it = groups_.find(group_id);
+  if (it == groups_.end()) return LookUpGroup(group_id);
+  Group& group = it->second;
+  switch (group.state) {
+    case Group::State::kAsking:
+      return;  // the answer pumps the shape
+    case Group::State::kGone:
+      return FailQueue(key, group.error, group.why);
+    case Group::State::kReady:
+      break;
+  }
+  Result<std::string> node = BundleNode(group, shape);
+  if (!node.ok()) return FailQueue(key, ErrorKind::kSystem, node.status().message());
+  RequestLease(key, *node, /*no_spill=*/true);
+}
+
+Result<std::string> TaskSubmitter::BundleNode(Group& group, const Shape& shape) {
+  const int index = shape.scheduling.bundle_index;
+  const std::string& group_id = shape.scheduling.placement_group_id;
+  if (index >= 0) {
+    if (static_cast<size_t>(index) >= group.bundles.size()) {
+      return Status::InvalidArgument("placement group " + group_id + " has no bundle " +
+                                     std::to_string(index) + " (it has " +
+                                     std::to_string(group.bundles.size()) + ")");
+    }
+    return group.bundles[index].node_address;
+  }
+  // Any bundle: the next one that could hold the shape; when none could, any one (its node
+  // says why the shape does not fit).
+  const size_t n = group.bundles.size();
+  if (n == 0) return Status::InvalidArgument("placement group " + group_id + " has no bundles");
+  for (size_t step = 0; step < n; ++step) {
+    const size_t b = (group.next + step) % n;
+    if (shape.resources.IsSubsetOf(group.bundles[b].resources)) {
+      group.next = b + 1;
+      return group.bundles[b].node_address;
+    }
+  }
+  return group.bundles[group.next++ % n].node_address;
+}
+
+void TaskSubmitter::LookUpGroup(const std::string& group_id) {
+  groups_[group_id] = Group{};
+  auto fill = [&](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::GetPlacementGroupRequest>();
+    r.setPlacementGroupId(group_id);
+    r.setWaitUntilReady(true);
+  };
+  ctx_.gcs.Call(proto::Method::GET_PLACEMENT_GROUP, fill, Millis(0),
+                [this, group_id](const Status& s, capnp::AnyPointer::Reader r) {
+                  if (ctx_.stopping) return;
+                  OnGroupAnswer(group_id, s, r);
+                });
+}
+
+void TaskSubmitter::OnGroupAnswer(const std::string& group_id, const Status& status,
+                                  capnp::AnyPointer::Reader reply) {
+  auto pump_group = [&] {
+    for (auto& [key, shape] : shapes_) {
+      if (shape.scheduling.placement_group_id == group_id) Pump(key);
+    }
+  };
+  if (status.code() == StatusCode::kUnavailable) {
+    groups_.erase(group_id);  // the GCS connection broke: ask again (the client reconnects)
+    return pump_group();
+  }
+  Group& group = groups_[group_id];
+  group.state = Group::State::kGone;
+  const std::string name = "placement group " + group_id;
+  if (!status.ok()) {
+    group.why = "cannot look up " + name + ": " + status.message();
+  } else if (auto answer = reply.getAs<proto::GetPlacementGroupReply>(); !answer.getFound()) {
+    group.why = "there is no " + name;
+  } else {
+    auto info = answer.getGroup();
+    switch (info.getState()) {
+      case proto::PlacementGroupState::REMOVED:
+        group.why = name + " was removed";
+        break;
+      case proto::PlacementGroupState::FAILED:
+        group.error = ErrorKind::kInfeasible;
+        group.why =
+            info.getCause().size() > 0 ? std::string(info.getCause().cStr()) : name + " failed";
+        break;
+      default:  // CREATED: waitUntilReady answers nothing else
+        group.state = Group::State::kReady;
+        for (auto bundle : info.getBundles()) {
+          if (bundle.getIndex() >= group.bundles.size())
+            group.bundles.resize(bundle.getIndex() + 1);
+          group.bundles[bundle.getIndex()] = {runtime::ResourcesFromProto(bundle.getResources()),
+                                              bundle.getNodeAddress()};
+        }
+        break;
+    }
+  }
+  pump_group();
+  if (!status.ok()) groups_.erase(group_id);  // failed the tasks waiting now; later ones ask again
 }
 
 void TaskSubmitter::RequestLease(const std::string& key, const std::string& node_address,
@@ -91,6 +209,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
     runtime::FillResources(shape.resources, [&](unsigned n) { return r.initResources(n); });
     FillLaunch(ctx_, r.initLaunch());
     r.setGrantOrReject(no_spill);
+    ToProto(shape.scheduling, r.initScheduling());
   };
   ctx_.clients.Get(node_address)
       .Call(proto::Method::REQUEST_LEASE, fill, Millis(0),
@@ -121,18 +240,32 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
 
 void TaskSubmitter::OnLeaseFailed(const std::string& key, const Status& status) {
   auto& shape = shapes_[key];
+  const std::string& group_id = shape.scheduling.placement_group_id;
+  if (!group_id.empty() &&
+      (status.code() == StatusCode::kNotFound || status.code() == StatusCode::kCancelled)) {
+    // The node no longer holds the bundle: learn where the group is now.
+    if (auto it = groups_.find(group_id);
+        it != groups_.end() && it->second.state == Group::State::kReady) {
+      groups_.erase(it);
+    }
+    Pump(key);
+    return;
+  }
   if (!shape.leases.empty() || shape.pending_requests > 0) {
     Pump(key);  // other leases can still run the queue
     return;
   }
   const bool infeasible = status.code() == StatusCode::kResourceExhausted;
   spdlog::warn("lease for {} failed: {}", shape.resources.ToString(), status.message());
-  auto queue = std::move(shape.queue);
-  shape.queue.clear();
+  FailQueue(key, infeasible ? ErrorKind::kInfeasible : ErrorKind::kSystem, status.message());
+}
+
+void TaskSubmitter::FailQueue(const std::string& key, ErrorKind kind, const std::string& why) {
+  auto queue = std::move(shapes_[key].queue);
+  shapes_[key].queue.clear();
   for (auto& spec : queue) {
     ctx_.store.Put(spec.return_id,
-                   ErrorValue(infeasible ? ErrorKind::kInfeasible : ErrorKind::kSystem,
-                              "cannot run " + spec.function_name + ": " + status.message()));
+                   ErrorValue(kind, "cannot run " + spec.function_name + ": " + why));
   }
 }
 

@@ -1,11 +1,20 @@
 #pragma once
 // TaskSubmitter: runs normal tasks on leased workers.
 //
-// How it works: tasks are grouped by resource shape. For each shape the submitter asks the
-// local node daemon for worker leases (following spillbacks to other nodes), pushes tasks
-// straight to the leased workers (a few in flight per worker), reuses a lease for the next
-// task of the same shape, and returns it after a short idle time. The head is not on this
-// path. A worker that dies fails its in-flight tasks, which are retried up to max_retries.
+// How it works: tasks are grouped by shape (resources and scheduling options). For each shape
+// the submitter asks the local node daemon for worker leases (following spillbacks to other
+// nodes; the node honours label selectors and node affinity), pushes tasks straight to the
+// leased workers (a few in flight per worker), reuses a lease for the next task of the same
+// shape, and returns it after a short idle time. The head is not on this path. A worker that
+// dies fails its in-flight tasks, which are retried up to max_retries.
+//
+// Placement groups: a shape that targets a group asks the GCS once where the group's bundles
+// are (GET_PLACEMENT_GROUP, waiting until it is created; the answer is cached per group) and
+// requests leases straight from the bundle's node, never spilled: bundle index -1 rotates over
+// the group's bundles that could hold the shape. A node that answers NotFound or Cancelled no
+// longer holds the bundle (it moved, or the group is going away): the cache is dropped and the
+// GCS asked again. A removed group fails the shape's tasks ("placement group X was removed"), a
+// failed one fails them as infeasible with the group's cause.
 //
 // Loop thread only.
 
@@ -28,6 +37,7 @@ struct SubmitterContext {
   MemoryStore& store;
   ClientPool& clients;
   ObjectManager& objects;
+  rpc::RpcClient& gcs;       // placement groups are looked up here; valid until `stopping`
   std::string node_address;  // the local node daemon
   JobId job_id;
   // How node daemons start this job's workers (filled into lease requests).
@@ -63,21 +73,46 @@ class TaskSubmitter {
   };
   struct Shape {
     scheduler::ResourceSet resources;
+    SchedulingOptions scheduling;
     std::deque<TaskSpec> queue;
     std::vector<std::shared_ptr<Lease>> leases;
     int pending_requests = 0;
   };
+  // A placement group as the GCS last described it, for the shapes that target it.
+  struct Group {
+    enum class State { kAsking, kReady, kGone };
+    struct Bundle {
+      scheduler::ResourceSet resources;
+      std::string node_address;
+    };
+    State state = State::kAsking;
+    std::vector<Bundle> bundles;  // kReady
+    size_t next = 0;              // kReady: where the rotation for bundle index -1 goes on
+    internal::ErrorKind error = internal::ErrorKind::kSystem;  // kGone: how its tasks fail
+    std::string why;                                           // kGone
+  };
 
   void Pump(const std::string& key);
+  // Asks for one more lease for the shape: from the local node, or from its bundle's node.
+  void AskForLease(const std::string& key);
   void RequestLease(const std::string& key, const std::string& node_address, bool no_spill);
   void OnLeaseFailed(const std::string& key, const Status& status);
+  // Fails every queued task of the shape with `kind` and `why`.
+  void FailQueue(const std::string& key, internal::ErrorKind kind, const std::string& why);
+  // GET_PLACEMENT_GROUP (waiting until it is created), then pumps the group's shapes.
+  void LookUpGroup(const std::string& group_id);
+  void OnGroupAnswer(const std::string& group_id, const Status& status,
+                     capnp::AnyPointer::Reader reply);
+  // The node holding the bundle the shape should use next, or why there is none.
+  Result<std::string> BundleNode(Group& group, const Shape& shape);
   void Push(const std::string& key, const std::shared_ptr<Lease>& lease, TaskSpec spec);
   void OnWorkerLost(const std::string& key, const std::shared_ptr<Lease>& lease);
   void ReturnLease(const std::shared_ptr<Lease>& lease, bool kill);
   void ReturnIdleLeases();
 
   SubmitterContext& ctx_;
-  std::map<std::string, Shape> shapes_;  // by resource-shape key
+  std::map<std::string, Shape> shapes_;  // by shape key
+  std::map<std::string, Group> groups_;  // by placement group id
   Timer idle_timer_;
 };
 

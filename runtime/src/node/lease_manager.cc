@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <ranges>
 
 #include "common/node_info.h"
-#include "rayd/scheduler/placement.h"
+#include "core/task_spec.h"
 #include "rayd/protocol/core.capnp.h"
+#include "rayd/scheduler/placement.h"
 
 namespace rayd::node {
 
@@ -31,8 +34,6 @@ void ReplySpillback(const rpc::CallPtr& call, const NodeInfo& node) {
   });
 }
 
-// How much of `demand` a node with `total` covers: the sum over demanded resources of the
-// covered fraction (each at most 1). Picks the "largest node" named in infeasibility errors.
 // The alive nodes as the placement policies see them, without `skip` (nil: keep all), and the
 // NodeInfo behind each.
 scheduler::ClusterSnapshot Snapshot(const std::vector<NodeInfo>& nodes, const NodeId& skip,
@@ -47,13 +48,45 @@ scheduler::ClusterSnapshot Snapshot(const std::vector<NodeInfo>& nodes, const No
   return cluster;
 }
 
+// Whether a node with `labels` carries every key=value of `selector`.
+bool CarriesLabels(const scheduler::Labels& labels, const scheduler::Labels& selector) {
+  return std::ranges::all_of(selector, [&](const auto& entry) {
+    auto it = labels.find(entry.first);
+    return it != labels.end() && it->second == entry.second;
+  });
+}
+
+bool HasHardAffinity(const internal::SchedulingOptions& s) {
+  return !s.node_affinity.empty() && !s.affinity_soft;
+}
+
+// The bundles of one group in a map keyed by (group id, index), in index order.
+template <typename BundleMap>
+auto GroupRange(BundleMap& bundles, const std::string& group_id) {
+  using Key = typename std::remove_const_t<BundleMap>::key_type;
+  return std::ranges::subrange(bundles.lower_bound(Key{group_id, 0}),
+                               bundles.upper_bound(Key{group_id, UINT32_MAX}));
+}
+
 }  // namespace
 
 // ---- GpuSlots -------------------------------------------------------------------------------
 
 GpuSlots::GpuSlots(FixedPoint total) {
   const int64_t n = (total.units() + FixedPoint::kScale - 1) / FixedPoint::kScale;
-  free_units_.assign(static_cast<size_t>(std::max<int64_t>(0, n)), FixedPoint::kScale);
+  for (int64_t i = 0; i < n; ++i) {
+    devices_.push_back({static_cast<int>(i), FixedPoint::kScale, FixedPoint::kScale});
+  }
+}
+
+GpuSlots::GpuSlots(const std::vector<int>& ids, FixedPoint amount) {
+  const int64_t whole = amount.units() / FixedPoint::kScale;
+  const int64_t fraction = amount.units() % FixedPoint::kScale;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int64_t units = static_cast<int64_t>(k) < whole ? FixedPoint::kScale : fraction;
+    devices_.push_back({ids[k], units, units});
+  }
+  std::ranges::sort(devices_, {}, &Device::id);
 }
 
 std::optional<std::vector<int>> GpuSlots::Acquire(FixedPoint amount) {
@@ -61,24 +94,25 @@ std::optional<std::vector<int>> GpuSlots::Acquire(FixedPoint amount) {
   if (amount.units() <= 0) return ids;
   const int64_t whole = amount.units() / FixedPoint::kScale;
   const int64_t fraction = amount.units() % FixedPoint::kScale;
-  std::vector<int64_t> after = free_units_;
-  for (size_t i = 0; i < after.size() && static_cast<int64_t>(ids.size()) < whole; ++i) {
-    if (after[i] == FixedPoint::kScale) {
-      after[i] = 0;
-      ids.push_back(static_cast<int>(i));
+  std::vector<Device> after = devices_;
+  for (auto& device : after) {
+    if (static_cast<int64_t>(ids.size()) == whole) break;
+    if (device.free == FixedPoint::kScale) {
+      device.free = 0;
+      ids.push_back(device.id);
     }
   }
   if (static_cast<int64_t>(ids.size()) < whole) return std::nullopt;
   if (fraction > 0) {
-    int best = -1;  // the fullest device that still has room: keeps whole devices free
-    for (size_t i = 0; i < after.size(); ++i) {
-      if (after[i] >= fraction && (best < 0 || after[i] < after[best])) best = static_cast<int>(i);
+    Device* best = nullptr;  // the fullest device that still has room: keeps whole devices free
+    for (auto& device : after) {
+      if (device.free >= fraction && (!best || device.free < best->free)) best = &device;
     }
-    if (best < 0) return std::nullopt;
-    after[best] -= fraction;
-    ids.push_back(best);
+    if (!best) return std::nullopt;
+    best->free -= fraction;
+    ids.push_back(best->id);
   }
-  free_units_ = std::move(after);
+  devices_ = std::move(after);
   return ids;
 }
 
@@ -86,14 +120,28 @@ void GpuSlots::Release(const std::vector<int>& ids, FixedPoint amount) {
   const int64_t whole = amount.units() / FixedPoint::kScale;
   const int64_t fraction = amount.units() % FixedPoint::kScale;
   for (size_t k = 0; k < ids.size(); ++k) {
-    const size_t i = static_cast<size_t>(ids[k]);
-    if (i >= free_units_.size()) continue;
+    auto device = std::ranges::find(devices_, ids[k], &Device::id);
+    if (device == devices_.end()) continue;
     const int64_t give = static_cast<int64_t>(k) < whole ? FixedPoint::kScale : fraction;
-    free_units_[i] = std::min(FixedPoint::kScale, free_units_[i] + give);
+    device->free = std::min(device->capacity, device->free + give);
   }
 }
 
-// ---- LeaseManager ---------------------------------------------------------------------------
+// ---- ResourcePool ---------------------------------------------------------------------------
+
+std::optional<std::vector<int>> ResourcePool::TryAllocate(const ResourceSet& demand) {
+  if (!resources.TryAllocate(demand)) return std::nullopt;
+  auto ids = gpus.Acquire(demand.Get(scheduler::kGPU));
+  if (!ids) resources.Release(demand);
+  return ids;
+}
+
+void ResourcePool::Release(const ResourceSet& demand, const std::vector<int>& gpu_ids) {
+  resources.Release(demand);
+  gpus.Release(gpu_ids, demand.Get(scheduler::kGPU));
+}
+
+// ---- LeaseManager: requests -----------------------------------------------------------------
 
 LeaseManager::LeaseManager(WorkerPool& pool, const NodeId& node_id, LeaseManagerConfig config,
                            NodeLister list_nodes)
@@ -101,8 +149,8 @@ LeaseManager::LeaseManager(WorkerPool& pool, const NodeId& node_id, LeaseManager
       node_id_(node_id),
       config_(std::move(config)),
       list_nodes_(std::move(list_nodes)),
-      resources_(config_.total),
-      gpus_(config_.total.Get(scheduler::kGPU)) {}
+      node_{scheduler::NodeResources(config_.total, config_.labels),
+            GpuSlots(config_.total.Get(scheduler::kGPU))} {}
 
 LeaseManager::~LeaseManager() = default;
 
@@ -110,6 +158,9 @@ void LeaseManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Register(proto::Method::REQUEST_LEASE, [this](auto& c) { HandleRequest(c); });
   dispatcher.Register(proto::Method::RETURN_LEASE, [this](auto& c) { HandleReturn(c); });
   dispatcher.Register(proto::Method::JOB_FINISHED, [this](auto& c) { HandleJobFinished(c); });
+  dispatcher.Register(proto::Method::PREPARE_BUNDLES, [this](auto& c) { HandlePrepareBundles(c); });
+  dispatcher.Register(proto::Method::COMMIT_BUNDLES, [this](auto& c) { HandleCommitBundles(c); });
+  dispatcher.Register(proto::Method::CANCEL_BUNDLES, [this](auto& c) { HandleCancelBundles(c); });
 }
 
 void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
@@ -126,20 +177,50 @@ void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
   }
   request->for_actor = params.getForActor();
   request->grant_or_reject = params.getGrantOrReject();
+  request->scheduling = core::FromProto(params.getScheduling());
 
-  if (!resources_.IsFeasible(request->resources)) {
+  if (!request->scheduling.placement_group_id.empty()) return ServeFromBundle(request);
+  if (!AllowsThisNode(*request)) {
+    if (!request->grant_or_reject) return SpillInfeasible(request);
+    return call->Fail(
+        Status::ResourceExhausted("infeasible: node " + node_id_.Hex() +
+                                  " is excluded by the request's label selector or node affinity"));
+  }
+  if (!node_.resources.IsFeasible(request->resources)) {
     if (!request->grant_or_reject) return SpillInfeasible(request);
     return call->Fail(Status::ResourceExhausted(
         "infeasible: node " + node_id_.Hex() + " cannot satisfy " + request->resources.ToString() +
-        " (its total: " + resources_.total().ToString() + ")"));
+        " (its total: " + node_.resources.total().ToString() + ")"));
   }
-  std::vector<int> gpu_ids;
-  if (TryAllocate(*request, &gpu_ids)) return Grant(request, std::move(gpu_ids));
-  if (request->grant_or_reject) {
+  // Soft affinity to another node: that node first, when it has room (SpillOrQueue).
+  const internal::SchedulingOptions& scheduling = request->scheduling;
+  const bool prefers_other = !request->grant_or_reject && !scheduling.node_affinity.empty() &&
+                             scheduling.node_affinity != node_id_.Hex();
+  if (!prefers_other) {
+    if (auto allocation = TryAllocate(*request)) return Grant(request, std::move(*allocation));
+  }
+  if (request->grant_or_reject || HasHardAffinity(scheduling)) {
     queue_.push_back(request);
     return;
   }
   SpillOrQueue(request);
+}
+
+bool LeaseManager::AllowsThisNode(const Request& request) const {
+  const internal::SchedulingOptions& s = request.scheduling;
+  return CarriesLabels(config_.labels, s.label_selector) &&
+         (!HasHardAffinity(s) || s.node_affinity == node_id_.Hex());
+}
+
+scheduler::PlacementRequest LeaseManager::PlacementFor(const Request& request) {
+  scheduler::PlacementRequest placement;
+  placement.demand = request.resources;
+  placement.label_selector = request.scheduling.label_selector;
+  if (!request.scheduling.node_affinity.empty()) {
+    placement.affinity =
+        scheduler::NodeAffinity{request.scheduling.node_affinity, request.scheduling.affinity_soft};
+  }
+  return placement;
 }
 
 void LeaseManager::SpillInfeasible(const RequestPtr& request) {
@@ -148,15 +229,28 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
     const ResourceSet& demand = request->resources;
     if (!nodes.ok()) {
       return request->call->Fail(Status::Unavailable(
-          "this node cannot satisfy " + demand.ToString() +
+          "this node cannot run " + demand.ToString() +
           " and the GCS could not be asked for other nodes: " + nodes.status().message()));
     }
-    const NodeInfo* fits_now = PlaceElsewhere(*nodes, demand);
-    if (const NodeInfo* fits = fits_now ? fits_now : NodeThatFits(*nodes, demand)) {
+    const NodeInfo* fits_now = PlaceElsewhere(*nodes, *request);
+    if (const NodeInfo* fits = fits_now ? fits_now : NodeThatFits(*nodes, *request)) {
       return ReplySpillback(request->call, *fits);
     }
+    const internal::SchedulingOptions& scheduling = request->scheduling;
+    if (HasHardAffinity(scheduling)) {
+      // Only that node may run it and it never will: no other node joining can help.
+      const bool alive = std::ranges::any_of(*nodes, [&](const NodeInfo& node) {
+        return node.alive && node.node_id.Hex() == scheduling.node_affinity;
+      });
+      if (!alive) {
+        return request->call->Fail(Status::Unavailable("hard node affinity to node " +
+                                                       scheduling.node_affinity +
+                                                       ": the node is dead or unknown"));
+      }
+      return request->call->Fail(InfeasibleError(*nodes, *request));
+    }
     if (config_.infeasible_timeout.count() <= 0) {
-      return request->call->Fail(InfeasibleError(*nodes, demand));
+      return request->call->Fail(InfeasibleError(*nodes, *request));
     }
     spdlog::warn("no node can satisfy {} yet; it waits up to {} ms for one to join",
                  demand.ToString(), config_.infeasible_timeout.count());
@@ -165,28 +259,41 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
 }
 
 const NodeInfo* LeaseManager::PlaceElsewhere(const std::vector<NodeInfo>& nodes,
-                                             const ResourceSet& demand) const {
+                                             const Request& request) const {
   std::vector<const NodeInfo*> candidates;
   const scheduler::ClusterSnapshot cluster = Snapshot(nodes, node_id_, &candidates);
-  scheduler::PlacementRequest request;
-  request.demand = demand;
-  const scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
+  const scheduler::Placement placement = scheduler::PlaceOne(cluster, PlacementFor(request));
   return placement.outcome == scheduler::Outcome::kPlaced ? candidates[placement.node] : nullptr;
 }
 
 const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
-                                           const ResourceSet& demand) const {
+                                           const Request& request) const {
+  const internal::SchedulingOptions& s = request.scheduling;
   for (const auto& node : nodes) {
-    if (node.alive && node.node_id != node_id_ && demand.IsSubsetOf(node.total)) return &node;
+    if (node.alive && node.node_id != node_id_ && CarriesLabels(node.labels, s.label_selector) &&
+        (!HasHardAffinity(s) || node.node_id.Hex() == s.node_affinity) &&
+        request.resources.IsSubsetOf(node.total)) {
+      return &node;
+    }
   }
   return nullptr;
 }
 
 Status LeaseManager::InfeasibleError(const std::vector<NodeInfo>& nodes,
-                                     const ResourceSet& demand) const {
+                                     const Request& request) const {
   std::vector<const NodeInfo*> behind;
-  const auto largest = scheduler::LargestNodeFor(Snapshot(nodes, NodeId(), &behind), demand);
-  const ResourceSet& total = largest ? behind[*largest]->total : resources_.total();
+  const scheduler::ClusterSnapshot cluster = Snapshot(nodes, NodeId(), &behind);
+  const ResourceSet& demand = request.resources;
+  const scheduler::PlacementRequest placement = PlacementFor(request);
+  if (!placement.label_selector.empty() || placement.affinity) {
+    // The policy's own reason names the selector or the affinity node.
+    const scheduler::Placement verdict = scheduler::PlaceOne(cluster, placement);
+    if (verdict.outcome != scheduler::Outcome::kPlaced) {
+      return Status::ResourceExhausted("infeasible: " + verdict.reason);
+    }
+  }
+  const auto largest = scheduler::LargestNodeFor(cluster, demand);
+  const ResourceSet& total = largest ? behind[*largest]->total : node_.resources.total();
   return Status::ResourceExhausted("infeasible: no node can satisfy " + demand.ToString() +
                                    " (largest node: " + total.ToString() + ")");
 }
@@ -201,11 +308,11 @@ void LeaseManager::RecheckInfeasible() {
       const RequestPtr& request = it->request;
       if (CallerGone(request->call)) {
         it = infeasible_.erase(it);
-      } else if (const NodeInfo* fits = NodeThatFits(*nodes, request->resources)) {
+      } else if (const NodeInfo* fits = NodeThatFits(*nodes, *request)) {
         ReplySpillback(request->call, *fits);
         it = infeasible_.erase(it);
       } else if (now >= it->deadline) {
-        request->call->Fail(InfeasibleError(*nodes, request->resources));
+        request->call->Fail(InfeasibleError(*nodes, *request));
         it = infeasible_.erase(it);
       } else {
         ++it;
@@ -233,36 +340,49 @@ std::vector<ResourceDemand> LeaseManager::InfeasibleDemands() const {
 void LeaseManager::SpillOrQueue(const RequestPtr& request) {
   WithNodes([this, request](Result<std::vector<NodeInfo>> nodes) {
     if (CallerGone(request->call)) return;
-    std::vector<int> gpu_ids;  // resources may have come back while we asked
-    if (TryAllocate(*request, &gpu_ids)) return Grant(request, std::move(gpu_ids));
-    if (nodes.ok()) {
-      if (const NodeInfo* node = PlaceElsewhere(*nodes, request->resources)) {
-        return ReplySpillback(request->call, *node);
-      }
+    const NodeInfo* elsewhere = nodes.ok() ? PlaceElsewhere(*nodes, *request) : nullptr;
+    if (elsewhere && elsewhere->node_id.Hex() == request->scheduling.node_affinity) {
+      return ReplySpillback(request->call, *elsewhere);  // soft affinity: its node has room
     }
+    // Resources may have come back while we asked.
+    if (auto allocation = TryAllocate(*request)) return Grant(request, std::move(*allocation));
+    if (elsewhere) return ReplySpillback(request->call, *elsewhere);
     queue_.push_back(request);
   });
 }
 
-bool LeaseManager::TryAllocate(const Request& request, std::vector<int>* gpu_ids) {
-  if (!resources_.TryAllocate(request.resources)) return false;
-  auto ids = gpus_.Acquire(request.resources.Get(scheduler::kGPU));
-  if (!ids) {
-    resources_.Release(request.resources);
-    return false;
+std::optional<LeaseManager::Allocation> LeaseManager::TryAllocate(const Request& request) {
+  const internal::SchedulingOptions& s = request.scheduling;
+  if (s.placement_group_id.empty()) {
+    auto ids = node_.TryAllocate(request.resources);
+    if (!ids) return std::nullopt;
+    return Allocation{std::nullopt, 0, std::move(*ids)};
   }
-  *gpu_ids = std::move(*ids);
-  return true;
+  for (auto& [key, bundle] : GroupRange(bundles_, s.placement_group_id)) {
+    if (!Serves(key, bundle, s)) continue;
+    if (auto ids = bundle.pool.TryAllocate(request.resources)) {
+      return Allocation{key, bundle.serial, std::move(*ids)};
+    }
+  }
+  return std::nullopt;
 }
 
-void LeaseManager::Release(const ResourceSet& resources, const std::vector<int>& gpu_ids) {
-  resources_.Release(resources);
-  gpus_.Release(gpu_ids, resources.Get(scheduler::kGPU));
+ResourcePool* LeaseManager::PoolOf(const Allocation& allocation) {
+  if (!allocation.bundle) return &node_;
+  auto it = bundles_.find(*allocation.bundle);
+  return it != bundles_.end() && it->second.serial == allocation.serial ? &it->second.pool
+                                                                        : nullptr;
 }
 
-void LeaseManager::Grant(const RequestPtr& request, std::vector<int> gpu_ids) {
+void LeaseManager::Release(const ResourceSet& resources, const Allocation& allocation) {
+  // A freed bundle took back everything its leases held.
+  if (ResourcePool* pool = PoolOf(allocation)) pool->Release(resources, allocation.gpu_ids);
+}
+
+void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
+  const std::vector<int>& gpu_ids = allocation.gpu_ids;
   if (Worker* idle = pool_.FindIdle(request->job_id, request->launch, gpu_ids)) {
-    return GrantTo(request, *idle, gpu_ids);
+    return GrantTo(request, *idle, allocation);
   }
   if (!request->for_actor && gpu_ids.empty() && config_.prestart_workers > 0 &&
       prestarted_.insert(request->job_id).second) {
@@ -272,26 +392,36 @@ void LeaseManager::Grant(const RequestPtr& request, std::vector<int> gpu_ids) {
   }
   std::weak_ptr<bool> alive = alive_;
   pool_.StartWorker(request->job_id, request->launch, gpu_ids, request->for_actor,
-                    [this, alive, request, gpu_ids](Result<Worker*> worker) {
+                    [this, alive, request, allocation](Result<Worker*> worker) {
                       if (alive.expired()) return;
                       if (!worker.ok() || CallerGone(request->call)) {
                         // A registered worker nobody wants stays idle in the pool.
-                        Release(request->resources, gpu_ids);
+                        Release(request->resources, allocation);
                         if (!worker.ok()) request->call->Fail(worker.status());
                         DispatchQueue();
                         return;
                       }
-                      GrantTo(request, **worker, gpu_ids);
+                      if (!PoolOf(allocation)) {
+                        const BundleKey& bundle = *allocation.bundle;
+                        return request->call->Fail(Status::Cancelled(
+                            "bundle " + std::to_string(bundle.index) + " of placement group " +
+                            bundle.group_id + " was freed while its worker started"));
+                      }
+                      GrantTo(request, **worker, allocation);
                     });
 }
 
 void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
-                           const std::vector<int>& gpu_ids) {
+                           const Allocation& allocation) {
   const std::string lease_id = LeaseId::FromRandom().Hex();
-  leases_[lease_id] = Lease{worker.id, request->resources, gpu_ids, request->for_actor};
+  leases_[lease_id] = Lease{worker.id, request->resources, allocation, request->for_actor};
   pool_.MarkLeased(worker, lease_id, request->for_actor);
-  spdlog::debug("lease {}: worker {} for job {} with {}", lease_id, worker.id.Hex(),
-                request->job_id.Hex(), request->resources.ToString());
+  spdlog::debug("lease {}: worker {} for job {} with {}{}", lease_id, worker.id.Hex(),
+                request->job_id.Hex(), request->resources.ToString(),
+                allocation.bundle ? " from bundle " + std::to_string(allocation.bundle->index) +
+                                        " of placement group " + allocation.bundle->group_id
+                                  : "");
+  const std::vector<int>& gpu_ids = allocation.gpu_ids;
   request->call->Reply([&](capnp::AnyPointer::Builder b) {
     auto granted = b.initAs<proto::RequestLeaseReply>().initGranted();
     granted.setLeaseId(lease_id);
@@ -312,7 +442,7 @@ void LeaseManager::HandleReturn(const rpc::CallPtr& call) {
   }
   Lease lease = std::move(it->second);
   leases_.erase(it);
-  Release(lease.resources, lease.gpu_ids);
+  Release(lease.resources, lease.allocation);
   Worker* worker = pool_.Find(lease.worker_id);
   if (worker && worker->state == WorkerState::kLeased) {
     if (params.getKillWorker()) {
@@ -346,7 +476,7 @@ void LeaseManager::HandleJobFinished(const rpc::CallPtr& call) {
 void LeaseManager::OnWorkerExit(const Worker& worker) {
   auto it = leases_.find(worker.lease_id);
   if (it == leases_.end() || it->second.worker_id != worker.id) return;
-  Release(it->second.resources, it->second.gpu_ids);
+  Release(it->second.resources, it->second.allocation);
   leases_.erase(it);
   DispatchQueue();
 }
@@ -372,12 +502,11 @@ void LeaseManager::DispatchQueue() {
     redispatch_ = false;
     for (auto it = queue_.begin(); it != queue_.end();) {
       RequestPtr request = *it;
-      std::vector<int> gpu_ids;
       if (CallerGone(request->call)) {
         it = queue_.erase(it);
-      } else if (TryAllocate(*request, &gpu_ids)) {
+      } else if (auto allocation = TryAllocate(*request)) {
         it = queue_.erase(it);
-        Grant(request, std::move(gpu_ids));
+        Grant(request, std::move(*allocation));
       } else {
         ++it;
       }
@@ -400,6 +529,145 @@ void LeaseManager::WithNodes(NodesFn fn) {
     node_waiters_.clear();
     for (auto& waiter : waiters) waiter(nodes);
   });
+}
+
+// ---- LeaseManager: placement-group bundles --------------------------------------------------
+
+bool LeaseManager::Serves(const BundleKey& key, const Bundle& bundle,
+                          const internal::SchedulingOptions& scheduling) {
+  return bundle.committed && (scheduling.bundle_index < 0 ||
+                              key.index == static_cast<uint32_t>(scheduling.bundle_index));
+}
+
+void LeaseManager::ServeFromBundle(const RequestPtr& request) {
+  if (Status s = CheckBundleRequest(*request); !s.ok()) return request->call->Fail(s);
+  if (auto allocation = TryAllocate(*request)) return Grant(request, std::move(*allocation));
+  queue_.push_back(request);  // until a lease of its bundle ends
+}
+
+Status LeaseManager::CheckBundleRequest(const Request& request) const {
+  const internal::SchedulingOptions& s = request.scheduling;
+  const std::string group = "placement group " + s.placement_group_id;
+  std::vector<std::pair<uint32_t, const ResourceSet*>> too_small;
+  for (const auto& [key, bundle] : GroupRange(bundles_, s.placement_group_id)) {
+    if (!Serves(key, bundle, s)) continue;
+    if (request.resources.IsSubsetOf(bundle.reservation)) return Status::Ok();
+    too_small.emplace_back(key.index, &bundle.reservation);
+  }
+  const std::string demand = request.resources.ToString();
+  if (too_small.empty()) {
+    const std::string which = s.bundle_index < 0
+                                  ? "committed bundle"
+                                  : "committed bundle " + std::to_string(s.bundle_index);
+    return Status::NotFound(group + " has no " + which + " on node " + node_id_.Hex());
+  }
+  if (s.bundle_index >= 0) {
+    return Status::ResourceExhausted(demand + " does not fit bundle " +
+                                     std::to_string(s.bundle_index) + " of " + group + ": " +
+                                     too_small.front().second->ToString());
+  }
+  std::string sizes;
+  for (const auto& [index, reservation] : too_small) {
+    if (!sizes.empty()) sizes += ", ";
+    sizes += "bundle " + std::to_string(index) + ": " + reservation->ToString();
+  }
+  return Status::ResourceExhausted(demand + " does not fit any bundle of " + group + " on node " +
+                                   node_id_.Hex() + " (" + sizes + ")");
+}
+
+void LeaseManager::HandlePrepareBundles(const rpc::CallPtr& call) {
+  auto params = call->Params<proto::PrepareBundlesRequest>();
+  const std::string group_id = params.getPlacementGroupId();
+  std::vector<BundleKey> listed;
+  std::vector<BundleKey> taken;  // by this request: given back if another does not fit
+  Status failed;
+  for (auto b : params.getBundles()) {
+    BundleKey key{group_id, b.getIndex()};
+    listed.push_back(key);
+    if (bundles_.contains(key)) continue;  // held already: a repeated prepare
+    const ResourceSet demand = runtime::ResourcesFromProto(b.getResources());
+    auto ids = node_.TryAllocate(demand);
+    if (!ids) {
+      failed = Status::ResourceExhausted(
+          "bundle " + std::to_string(key.index) + " of placement group " + group_id + " (" +
+          demand.ToString() + ") does not fit node " + node_id_.Hex() +
+          " now (available: " + node_.resources.available().ToString() + ")");
+      break;
+    }
+    ResourcePool pool{scheduler::NodeResources(demand),
+                      GpuSlots(*ids, demand.Get(scheduler::kGPU))};
+    bundles_.emplace(
+        key, Bundle{next_bundle_serial_++, demand, std::move(*ids), std::move(pool), false});
+    taken.push_back(key);
+  }
+  if (!failed.ok()) {
+    for (const auto& key : taken) FreeBundle(bundles_.find(key), "its prepare failed");
+    return call->Fail(failed);
+  }
+  if (params.getCommit()) {
+    for (const auto& key : listed) bundles_.at(key).committed = true;
+  }
+  spdlog::info("{} {} bundle(s) of placement group {}",
+               params.getCommit() ? "reserved" : "prepared", listed.size(), group_id);
+  call->Reply();
+}
+
+void LeaseManager::HandleCommitBundles(const rpc::CallPtr& call) {
+  const std::string group_id = call->Params<proto::CommitBundlesRequest>().getPlacementGroupId();
+  auto bundles = GroupRange(bundles_, group_id);
+  if (bundles.empty()) {
+    return call->Fail(Status::NotFound("placement group " + group_id +
+                                       " has no prepared bundle on node " + node_id_.Hex()));
+  }
+  for (auto& [key, bundle] : bundles) bundle.committed = true;
+  call->Reply();
+}
+
+void LeaseManager::HandleCancelBundles(const rpc::CallPtr& call) {
+  auto params = call->Params<proto::CancelBundlesRequest>();
+  const std::string group_id = params.getPlacementGroupId();
+  const std::string why = params.getReason().size() > 0
+                              ? std::string(params.getReason().cStr())
+                              : "placement group " + group_id + " was removed";
+  std::set<uint32_t> indexes;
+  for (uint32_t index : params.getIndexes()) indexes.insert(index);
+  auto bundles = GroupRange(bundles_, group_id);
+  for (auto it = bundles.begin(); it != bundles.end();) {
+    auto next = std::next(it);
+    if (indexes.empty() || indexes.contains(it->first.index)) FreeBundle(it, why);
+    it = next;
+  }
+  // Queued requests that no bundle left here can serve fail now.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const Request& request = **it;
+    if (request.scheduling.placement_group_id == group_id && !CheckBundleRequest(request).ok()) {
+      request.call->Fail(Status::Cancelled(why));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  call->Reply();
+  DispatchQueue();
+}
+
+void LeaseManager::FreeBundle(std::map<BundleKey, Bundle>::iterator it, const std::string& why) {
+  const auto& [key, bundle] = *it;
+  for (auto lease = leases_.begin(); lease != leases_.end();) {
+    const Allocation& allocation = lease->second.allocation;
+    if (allocation.bundle != key || allocation.serial != bundle.serial) {
+      ++lease;
+      continue;
+    }
+    Worker* worker = pool_.Find(lease->second.worker_id);
+    if (worker && worker->state == WorkerState::kLeased && worker->lease_id == lease->first) {
+      pool_.Kill(*worker, why);
+    }
+    lease = leases_.erase(lease);
+  }
+  node_.Release(bundle.reservation, bundle.gpu_ids);
+  spdlog::info("freed bundle {} of placement group {}: {}", key.index, key.group_id, why);
+  bundles_.erase(it);
 }
 
 }  // namespace rayd::node

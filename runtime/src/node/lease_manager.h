@@ -21,7 +21,8 @@
 //   listed bundle of a group on this node (resources and concrete GPU devices taken from the
 //   node's pool), or none (ResourceExhausted naming what did not fit); repeating it for bundles
 //   already held is a no-op success; with commit set they are usable at once. COMMIT_BUNDLES
-//   makes the group's prepared bundles usable. CANCEL_BUNDLES frees the listed bundles (all of
+//   makes the group's prepared bundles usable (NotFound when none of them is held here, e.g.
+//   this node restarted since the prepare). CANCEL_BUNDLES frees the listed bundles (all of
 //   the group's when none are listed), prepared or committed: workers leased from them are
 //   killed, queued requests for them fail Cancelled ("placement group X was removed"), and
 //   their resources return to the node. Unknown groups and bundles: no-op success.
@@ -36,37 +37,46 @@
 //   carries the labels (and is the affinity node); otherwise it spills to a node that does
 //   (scheduler::PlaceOne with the selector and affinity, among the alive nodes), or when no node
 //   could ever hold it, is infeasible as above. Hard affinity to a dead or unknown node fails
-//   Unavailable. Soft affinity to another node spills there when its last report shows room,
-//   else the request is served here like any other.
+//   Unavailable, to a node that can never hold the demand ResourceExhausted at once (no node
+//   joining can help). Soft affinity to another node spills there when its last report shows
+//   room, else the request is served here like any other. A grantOrReject request this node's
+//   labels or affinity exclude fails ResourceExhausted.
 //
-// Invariants: every entry of `leases_` holds its resources (and GPU units) in `resources_`
-// (and `gpus_`), and its worker is LEASED with that lease id; queued requests hold nothing.
+// Invariants: every entry of `leases_` holds its resources (and GPU units) in the pool it was
+// drawn from: the node's (`node_`) or its bundle's; its worker is LEASED with that lease id.
+// Every bundle in `bundles_` holds its whole reservation (and the GPU devices its own pool
+// hands out) in the node's pool. Queued requests hold nothing.
 //
 // Threading: the node daemon's loop thread only. `pool` and `node_id` must outlive the manager.
 
 #include <functional>
 #include <list>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "node/worker_pool.h"
 #include "rayd/base/rpc.h"
+#include "rayd/internal/runtime.h"
 #include "rayd/runtime/cluster.h"
+#include "rayd/scheduler/placement.h"
 #include "rayd/scheduler/resources.h"
 
 namespace rayd::node {
 
-// GPU device ids 0..N-1 with how much of each is still free. A whole-GPU demand takes free
-// devices; a fractional part shares one device that has room (the fullest that fits), so
+// GPU devices with how much of each is still free. A whole-GPU demand takes free devices; a
+// fractional part shares one device that has room (the fullest that fits), so
 // CUDA_VISIBLE_DEVICES of fractional leases may name the same device.
 class GpuSlots {
  public:
-  // N = ceil(total): a node with 1.5 GPUs has devices 0 and 1.
+  // The node's devices 0..N-1, N = ceil(total): a node with 1.5 GPUs has devices 0 and 1.
   explicit GpuSlots(scheduler::FixedPoint total);
+  // Exactly what Acquire(amount) returned as `ids` (a bundle's reservation): the whole devices
+  // in full, and the shared one (the last id) with the fractional part of `amount` only.
+  GpuSlots(const std::vector<int>& ids, scheduler::FixedPoint amount);
   // Device ids for `amount` (whole devices in ascending order, then the shared one), or nullopt
   // when the devices are too fragmented right now. Zero amount: no ids.
   std::optional<std::vector<int>> Acquire(scheduler::FixedPoint amount);
@@ -74,11 +84,28 @@ class GpuSlots {
   void Release(const std::vector<int>& ids, scheduler::FixedPoint amount);
 
  private:
-  std::vector<int64_t> free_units_;  // per device, FixedPoint units in [0, kScale]
+  struct Device {
+    int id = 0;
+    int64_t capacity = 0;  // FixedPoint units this set holds of the device, at most kScale
+    int64_t free = 0;      // in [0, capacity]
+  };
+  std::vector<Device> devices_;  // ascending ids
+};
+
+// Resources that leases are drawn from: the node's free resources and devices, or the
+// reservation of one placement-group bundle.
+struct ResourcePool {
+  scheduler::NodeResources resources;
+  GpuSlots gpus;
+
+  // Takes `demand` and its GPU ids, or holds nothing and returns nullopt when they don't fit.
+  std::optional<std::vector<int>> TryAllocate(const scheduler::ResourceSet& demand);
+  void Release(const scheduler::ResourceSet& demand, const std::vector<int>& gpu_ids);
 };
 
 struct LeaseManagerConfig {
   scheduler::ResourceSet total;
+  scheduler::Labels labels;  // this node's, for label selectors
   Millis node_cache_ttl{1000};
   // Idle workers started ahead of need for a job, the first time it asks for a task lease
   // (they start while the first task runs, so the next leases find them warm).
@@ -87,7 +114,6 @@ struct LeaseManagerConfig {
   // fails (0: fail at once). While it waits it is reported as an infeasible demand.
   Millis infeasible_timeout{0};
 };
-
 
 class LeaseManager {
  public:
@@ -103,9 +129,11 @@ class LeaseManager {
   // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED, PREPARE_BUNDLES, COMMIT_BUNDLES, CANCEL_BUNDLES.
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
-  const scheduler::ResourceSet& available() const { return resources_.available(); }
+  // The node's free resources: reserved bundles are not part of them.
+  const scheduler::ResourceSet& available() const { return node_.resources.available(); }
   size_t num_leases() const { return leases_.size(); }
   size_t num_queued() const { return queue_.size(); }
+  size_t num_bundles() const { return bundles_.size(); }
 
   // From the pool's exit hook: frees the lease the worker held, if any.
   void OnWorkerExit(const Worker& worker);
@@ -118,6 +146,24 @@ class LeaseManager {
   std::vector<ResourceDemand> InfeasibleDemands() const;
 
  private:
+  struct BundleKey {
+    std::string group_id;
+    uint32_t index = 0;
+    friend auto operator<=>(const BundleKey&, const BundleKey&) = default;
+  };
+  struct Bundle {
+    uint64_t serial = 0;  // tells a reservation from a later one with the same key
+    scheduler::ResourceSet reservation;
+    std::vector<int> gpu_ids;  // the node's devices it holds
+    ResourcePool pool;         // what its leases draw from
+    bool committed = false;
+  };
+  // Where a lease's resources come from: the node's pool, or one bundle (by key and serial).
+  struct Allocation {
+    std::optional<BundleKey> bundle;
+    uint64_t serial = 0;
+    std::vector<int> gpu_ids;
+  };
   struct Request {
     rpc::CallPtr call;
     JobId job_id;
@@ -125,12 +171,13 @@ class LeaseManager {
     WorkerLaunch launch;
     bool for_actor = false;
     bool grant_or_reject = false;
+    internal::SchedulingOptions scheduling;
   };
   using RequestPtr = std::shared_ptr<Request>;
   struct Lease {
     WorkerId worker_id;
     scheduler::ResourceSet resources;
-    std::vector<int> gpu_ids;
+    Allocation allocation;
     bool for_actor = false;
   };
   using NodesFn = std::function<void(Result<std::vector<NodeInfo>>)>;
@@ -138,24 +185,45 @@ class LeaseManager {
   void HandleRequest(const rpc::CallPtr& call);
   void HandleReturn(const rpc::CallPtr& call);
   void HandleJobFinished(const rpc::CallPtr& call);
+  void HandlePrepareBundles(const rpc::CallPtr& call);
+  void HandleCommitBundles(const rpc::CallPtr& call);
+  void HandleCancelBundles(const rpc::CallPtr& call);
 
+  // Whether `bundle` may serve a request with `scheduling`: committed, and the index it names.
+  static bool Serves(const BundleKey& key, const Bundle& bundle,
+                     const internal::SchedulingOptions& scheduling);
+  // Requests that name a placement group: served from its committed bundles here or failed.
+  void ServeFromBundle(const RequestPtr& request);
+  // Ok if some committed bundle here could ever serve `request`; else NotFound (no committed
+  // bundle of that index here) or ResourceExhausted (the demand is larger than the bundle).
+  Status CheckBundleRequest(const Request& request) const;
+  // Frees one bundle: kills the workers leased from it and returns its reservation to the node.
+  void FreeBundle(std::map<BundleKey, Bundle>::iterator it, const std::string& why);
+
+  // Whether the request's label selector and hard node affinity allow this node.
+  bool AllowsThisNode(const Request& request) const;
+  // The request as the placement policies see it.
+  static scheduler::PlacementRequest PlacementFor(const Request& request);
+  // For a request this node can never run: spills it to a node that can, or fails it as
+  // infeasible (after waiting infeasible_timeout for such a node to join).
   void SpillInfeasible(const RequestPtr& request);
-  // Where the hybrid policy (scheduler::PlaceOne) would run `demand` now among the other alive
-  // nodes, or null.
-  const NodeInfo* PlaceElsewhere(const std::vector<NodeInfo>& nodes,
-                                 const scheduler::ResourceSet& demand) const;
-  // A node that could ever satisfy `demand` (alive, not this one), or null.
-  const NodeInfo* NodeThatFits(const std::vector<NodeInfo>& nodes,
-                               const scheduler::ResourceSet& demand) const;
-  Status InfeasibleError(const std::vector<NodeInfo>& nodes,
-                         const scheduler::ResourceSet& demand) const;
+  // Where the hybrid policy (scheduler::PlaceOne) would run `request` now among the other
+  // alive nodes, or null.
+  const NodeInfo* PlaceElsewhere(const std::vector<NodeInfo>& nodes, const Request& request) const;
+  // A node that could ever run `request` (alive, not this one, allowed by its selector and
+  // affinity, total large enough), or null.
+  const NodeInfo* NodeThatFits(const std::vector<NodeInfo>& nodes, const Request& request) const;
+  Status InfeasibleError(const std::vector<NodeInfo>& nodes, const Request& request) const;
   void SpillOrQueue(const RequestPtr& request);
-  // Allocates the request's resources and GPU ids; false (and nothing held) if they don't fit.
-  bool TryAllocate(const Request& request, std::vector<int>* gpu_ids);
-  void Release(const scheduler::ResourceSet& resources, const std::vector<int>& gpu_ids);
+  // Allocates the request's resources and GPU ids from its pool; nullopt (nothing held) if they
+  // don't fit.
+  std::optional<Allocation> TryAllocate(const Request& request);
+  // The pool `allocation` draws from; null once its bundle is gone.
+  ResourcePool* PoolOf(const Allocation& allocation);
+  void Release(const scheduler::ResourceSet& resources, const Allocation& allocation);
   // With the resources allocated: finds or starts a worker and answers the request.
-  void Grant(const RequestPtr& request, std::vector<int> gpu_ids);
-  void GrantTo(const RequestPtr& request, Worker& worker, const std::vector<int>& gpu_ids);
+  void Grant(const RequestPtr& request, Allocation allocation);
+  void GrantTo(const RequestPtr& request, Worker& worker, const Allocation& allocation);
   void DispatchQueue();
   void WithNodes(NodesFn fn);
 
@@ -163,8 +231,9 @@ class LeaseManager {
   const NodeId& node_id_;
   LeaseManagerConfig config_;
   NodeLister list_nodes_;
-  scheduler::NodeResources resources_;
-  GpuSlots gpus_;
+  ResourcePool node_;
+  std::map<BundleKey, Bundle> bundles_;
+  uint64_t next_bundle_serial_ = 1;
   std::map<std::string, Lease> leases_;  // by lease id
   std::set<JobId> prestarted_;           // jobs whose workers were prestarted
   std::list<RequestPtr> queue_;          // arrival order

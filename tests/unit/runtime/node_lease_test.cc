@@ -1,6 +1,8 @@
 // The node daemon's worker pool and lease manager over real RPC with real worker processes
 // (fake_worker): grants, reuse, queuing, GPU ids, start failures, worker deaths, JobFinished,
-// infeasible requests and spillback, idle reaping, and killing every worker on shutdown.
+// infeasible requests and spillback, idle reaping, killing every worker on shutdown,
+// placement-group bundles (prepare, commit, leases from bundles, cancel), label selectors and
+// node affinity.
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -13,6 +15,7 @@
 #include <type_traits>
 
 #include "common/node_info.h"
+#include "core/task_spec.h"
 #include "gcs/gcs_server.h"
 #include "gcs/store_client.h"
 #include "node/node_daemon.h"
@@ -31,6 +34,7 @@ struct NodeSpec {
   ResourceSet total;
   Millis start_timeout{30000};
   Millis idle_timeout{60000};
+  scheduler::Labels labels;
 };
 
 struct WorkerFailure {
@@ -82,6 +86,7 @@ class Cluster {
             config.session_dir = session_dirs_[i];
             config.worker_start_timeout = specs[i].start_timeout;
             config.worker_idle_timeout = specs[i].idle_timeout;
+            config.labels = specs[i].labels;
             config.infeasible_timeout = Millis(0);  // fail at once (waiting: integration tests)
             state->nodes.push_back(std::make_unique<NodeDaemon>(loop, config));
             state->nodes.back()->Start([](Status) {});
@@ -126,6 +131,9 @@ class Cluster {
   size_t queued(size_t i) {
     return OnLoop([&] { return node(i).lease_manager().num_queued(); });
   }
+  size_t bundles(size_t i) {
+    return OnLoop([&] { return node(i).lease_manager().num_bundles(); });
+  }
   std::vector<WorkerFailure> failures() {
     return OnLoop([&] { return state_->failures; });
   }
@@ -165,7 +173,17 @@ struct LeaseArgs {
   std::vector<std::string> argv = {FAKE_WORKER_BINARY};
   bool for_actor = false;
   bool grant_or_reject = false;
+  internal::SchedulingOptions scheduling;
 };
+
+// A lease of `resources` from bundle `index` (-1: any) of placement group `group`.
+LeaseArgs InBundle(const std::string& group, int index, ResourceSet resources) {
+  LeaseArgs args;
+  args.resources = std::move(resources);
+  args.scheduling.placement_group_id = group;
+  args.scheduling.bundle_index = index;
+  return args;
+}
 
 struct LeaseReply {
   Status status;
@@ -204,6 +222,7 @@ class NodeClient {
       }
       r.setForActor(a.for_actor);
       r.setGrantOrReject(a.grant_or_reject);
+      core::ToProto(a.scheduling, r.initScheduling());
     };
     rpc_.Call(proto::Method::REQUEST_LEASE, fill, Millis(0),
               [slot](const Status& s, capnp::AnyPointer::Reader r) {
@@ -269,6 +288,35 @@ class NodeClient {
       r.setAddress("127.0.0.1:2");
     });
   }
+  // Bundles by index.
+  Status PrepareBundles(const std::string& group, const std::map<uint32_t, ResourceSet>& bundles,
+                        bool commit) {
+    return Call(proto::Method::PREPARE_BUNDLES, [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::PrepareBundlesRequest>();
+      r.setPlacementGroupId(group);
+      auto list = r.initBundles(static_cast<unsigned>(bundles.size()));
+      unsigned i = 0;
+      for (const auto& [index, resources] : bundles) {
+        list[i].setIndex(index);
+        runtime::FillResources(resources, [&](unsigned n) { return list[i].initResources(n); });
+        ++i;
+      }
+      r.setCommit(commit);
+    });
+  }
+  Status CommitBundles(const std::string& group) {
+    return Call(proto::Method::COMMIT_BUNDLES, [&](capnp::AnyPointer::Builder b) {
+      b.initAs<proto::CommitBundlesRequest>().setPlacementGroupId(group);
+    });
+  }
+  Status CancelBundles(const std::string& group, const std::vector<uint32_t>& indexes = {}) {
+    return Call(proto::Method::CANCEL_BUNDLES, [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::CancelBundlesRequest>();
+      r.setPlacementGroupId(group);
+      auto list = r.initIndexes(static_cast<unsigned>(indexes.size()));
+      for (unsigned i = 0; i < indexes.size(); ++i) list.set(i, indexes[i]);
+    });
+  }
   std::map<std::string, WorkerRow> Workers() {
     std::map<std::string, WorkerRow> rows;
     Status s = Call(proto::Method::GET_WORKERS, nullptr, [&](capnp::AnyPointer::Reader r) {
@@ -314,6 +362,16 @@ bool ProcessGone(int pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ES
 
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// The CUDA_VISIBLE_DEVICES the leased worker on node `i` started with ("<unset>" when none).
+std::string VisibleDevices(EventLoop& loop, Cluster& cluster, size_t i, const LeaseReply& lease) {
+  const std::string log = cluster.log_path(i, lease.worker_id);
+  REQUIRE(Poll(loop, [&] { return Contains(testing::ReadFile(log), "registered"); }));
+  const std::string out = testing::ReadFile(log);
+  const auto at = out.find("CUDA_VISIBLE_DEVICES=");
+  REQUIRE(at != std::string::npos);
+  return out.substr(at + 21, out.find('\n', at) - at - 21);
 }
 
 TEST_CASE("a lease starts a worker with the node's environment and reports resources", "[node]") {
@@ -442,14 +500,7 @@ TEST_CASE("GPU leases get device ids and CUDA_VISIBLE_DEVICES", "[node]") {
   Cluster cluster({NodeSpec{ResourceSet{{"CPU", 4}, {"GPU", 2}}}});
   EventLoop loop;
   NodeClient node(loop, cluster.node_address(0));
-  auto visible = [&](const LeaseReply& l) {
-    const std::string log = cluster.log_path(0, l.worker_id);
-    REQUIRE(Poll(loop, [&] { return Contains(testing::ReadFile(log), "registered"); }));
-    const std::string out = testing::ReadFile(log);
-    const auto at = out.find("CUDA_VISIBLE_DEVICES=");
-    REQUIRE(at != std::string::npos);
-    return out.substr(at + 21, out.find('\n', at) - at - 21);
-  };
+  auto visible = [&](const LeaseReply& l) { return VisibleDevices(loop, cluster, 0, l); };
   LeaseArgs gpu;
   gpu.resources = ResourceSet{{"GPU", 1}};
   LeaseReply g0 = node.Lease(gpu);
@@ -711,6 +762,231 @@ TEST_CASE("shutdown and destruction kill every worker", "[node]") {
   cluster.reset();
   CHECK(ProcessGone(pids1[0]));
   CHECK(ProcessGone(pids1[1]));
+}
+
+// ---- Placement-group bundles ----------------------------------------------------------------
+
+TEST_CASE("bundles are reserved all or nothing, and a repeated prepare holds nothing more",
+          "[node][bundles]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 4}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  rpc::RpcClient gcs(loop, cluster.gcs_address(), rpc::Options{testing::kTestToken, "test"});
+  gcs.Connect();
+  const std::string group = JobId::FromRandom().Hex();
+
+  Status too_much = node.PrepareBundles(group, {{0, {{"CPU", 2}}}, {1, {{"CPU", 3}}}}, false);
+  CHECK(too_much.code() == StatusCode::kResourceExhausted);
+  CHECK(Contains(too_much.message(), "bundle 1 of placement group " + group + " ({CPU: 3})"));
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 4}});
+  CHECK(cluster.bundles(0) == 0);
+
+  REQUIRE(node.PrepareBundles(group, {{0, {{"CPU", 2}}}, {1, {{"CPU", 1}}}}, false).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 1}});
+  REQUIRE(node.PrepareBundles(group, {{0, {{"CPU", 2}}}, {1, {{"CPU", 1}}}}, false).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 1}});
+  CHECK(cluster.bundles(0) == 2);
+  // Heartbeats report what is left outside the bundles.
+  CHECK(Poll(loop, [&] {
+    return ReportedAvailable(loop, gcs, cluster.node_id(0)) == ResourceSet{{"CPU", 1}};
+  }));
+
+  CHECK(node.CommitBundles(JobId::FromRandom().Hex()).code() == StatusCode::kNotFound);
+  CHECK(node.CancelBundles(JobId::FromRandom().Hex()).ok());  // unknown: nothing to do
+  REQUIRE(node.CancelBundles(group, {1}).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 2}});
+  REQUIRE(node.CancelBundles(group).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 4}});
+  CHECK(cluster.bundles(0) == 0);
+}
+
+TEST_CASE("leases from a committed bundle draw on the bundle, never on the node",
+          "[node][bundles]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 4}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  const std::string group = JobId::FromRandom().Hex();
+  REQUIRE(node.PrepareBundles(group, {{0, {{"CPU", 2}}}}, false).ok());
+
+  // Prepared is not usable yet; neither is a group this node does not hold.
+  LeaseReply early = node.RequestLease(InBundle(group, 0, {{"CPU", 1}}));
+  CHECK(early.status.code() == StatusCode::kNotFound);
+  CHECK(
+      Contains(early.status.message(), "placement group " + group + " has no committed bundle 0"));
+  LeaseReply unknown = node.RequestLease(InBundle(JobId::FromRandom().Hex(), -1, {{"CPU", 1}}));
+  CHECK(unknown.status.code() == StatusCode::kNotFound);
+
+  REQUIRE(node.CommitBundles(group).ok());
+  LeaseReply first = node.Lease(InBundle(group, 0, {{"CPU", 1}}));
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 2}});
+  LeaseReply too_big = node.RequestLease(InBundle(group, 0, {{"CPU", 3}}));
+  CHECK(too_big.status.code() == StatusCode::kResourceExhausted);
+  CHECK(too_big.status.message() ==
+        "{CPU: 3} does not fit bundle 0 of placement group " + group + ": {CPU: 2}");
+  CHECK(node.RequestLease(InBundle(group, 1, {{"CPU", 1}})).status.code() == StatusCode::kNotFound);
+  LeaseReply any = node.Lease(InBundle(group, -1, {{"CPU", 1}}));
+
+  // The bundle is full: the next one waits for a bundle lease to end, although the node has
+  // CPUs to spare.
+  auto waiting = node.RequestLeaseAsync(InBundle(group, 0, {{"CPU", 1}}));
+  REQUIRE(Poll(loop, [&] { return cluster.queued(0) == 1; }));
+  LeaseArgs outside;
+  outside.resources = ResourceSet{{"CPU", 2}};
+  LeaseReply plain = node.Lease(outside);
+  CHECK(cluster.available(0).IsEmpty());
+  CHECK_FALSE(waiting->has_value());
+  REQUIRE(node.ReturnLease(first.lease_id).ok());
+  REQUIRE(Poll(loop, [&] { return waiting->has_value(); }));
+  CHECK((*waiting)->granted);
+
+  REQUIRE(node.ReturnLease(any.lease_id).ok());
+  REQUIRE(node.ReturnLease((*waiting)->lease_id).ok());
+  REQUIRE(node.ReturnLease(plain.lease_id).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 2}});
+}
+
+TEST_CASE(
+    "cancelling bundles kills their leased workers, fails their queued requests and "
+    "frees their resources",
+    "[node][bundles]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 2}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  const std::string group = JobId::FromRandom().Hex();
+  REQUIRE(node.PrepareBundles(group, {{0, {{"CPU", 1}}}}, /*commit=*/true).ok());
+  LeaseReply leased = node.Lease(InBundle(group, 0, {{"CPU", 1}}));
+  const int pid = node.Workers()[leased.worker_id].pid;
+  auto queued = node.RequestLeaseAsync(InBundle(group, -1, {{"CPU", 1}}));
+  LeaseArgs outside;
+  outside.resources = ResourceSet{{"CPU", 2}};
+  auto waiting = node.RequestLeaseAsync(outside);
+  REQUIRE(Poll(loop, [&] { return cluster.queued(0) == 2; }));
+
+  REQUIRE(node.CancelBundles(group).ok());
+  REQUIRE(Poll(loop, [&] { return queued->has_value() && waiting->has_value(); }));
+  CHECK((*queued)->status.code() == StatusCode::kCancelled);
+  CHECK((*queued)->status.message() == "placement group " + group + " was removed");
+  CHECK((*waiting)->granted);  // the bundle's CPU came back to the node
+  REQUIRE(Poll(loop, [&] { return node.State(leased.worker_id) == "DEAD"; }));
+  CHECK(Contains(node.Workers()[leased.worker_id].exit_reason,
+                 "placement group " + group + " was removed"));
+  CHECK(Poll(loop, [&] { return ProcessGone(pid); }));
+  CHECK(node.ReturnLease(leased.lease_id).code() == StatusCode::kNotFound);
+  CHECK(cluster.bundles(0) == 0);
+  CHECK(node.RequestLease(InBundle(group, 0, {{"CPU", 1}})).status.code() == StatusCode::kNotFound);
+  REQUIRE(node.ReturnLease((*waiting)->lease_id).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 2}});
+}
+
+TEST_CASE("GPU bundles hand out only the devices they reserved, fractions without over-commit",
+          "[node][bundles]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 8}, {"GPU", 3}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  auto visible = [&](const LeaseReply& l) { return VisibleDevices(loop, cluster, 0, l); };
+  LeaseArgs node_gpu;
+  node_gpu.resources = ResourceSet{{"GPU", 1}};
+  CHECK(node.Lease(node_gpu).gpu_ids == std::vector<int>{0});
+
+  // Bundle 0 reserves device 1 whole; bundle 1 half of device 2.
+  const std::string group = JobId::FromRandom().Hex();
+  REQUIRE(node.PrepareBundles(group, {{0, {{"GPU", 1}}}, {1, {{"GPU", 0.5}}}}, true).ok());
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 8}, {"GPU", 0.5}});
+  LeaseReply whole = node.Lease(InBundle(group, 0, {{"GPU", 1}}));
+  CHECK(whole.gpu_ids == std::vector<int>{1});
+  CHECK(visible(whole) == "1");
+  LeaseReply q0 = node.Lease(InBundle(group, 1, {{"GPU", 0.25}}));
+  LeaseReply q1 = node.Lease(InBundle(group, 1, {{"GPU", 0.25}}));
+  CHECK(q0.gpu_ids == std::vector<int>{2});
+  CHECK(q1.gpu_ids == std::vector<int>{2});
+  CHECK(visible(q0) == "2");
+  // The bundle's half is used up: a third quarter waits, though device 2 has room outside it.
+  auto third = node.RequestLeaseAsync(InBundle(group, 1, {{"GPU", 0.25}}));
+  REQUIRE(Poll(loop, [&] { return cluster.queued(0) == 1; }));
+  LeaseArgs node_half;
+  node_half.resources = ResourceSet{{"GPU", 0.5}};
+  CHECK(node.Lease(node_half).gpu_ids == std::vector<int>{2});
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 8}});
+  CHECK_FALSE(third->has_value());
+  REQUIRE(node.ReturnLease(q0.lease_id).ok());
+  REQUIRE(Poll(loop, [&] { return third->has_value(); }));
+  CHECK((*third)->gpu_ids == std::vector<int>{2});
+
+  // Freed, the bundles give their devices back to the node.
+  REQUIRE(node.CancelBundles(group).ok());
+  LeaseArgs node_whole = node_gpu;
+  CHECK(node.Lease(node_whole).gpu_ids == std::vector<int>{1});
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 8}, {"GPU", 0.5}});
+}
+
+// ---- Label selectors and node affinity ------------------------------------------------------
+
+TEST_CASE("label selectors and node affinity spill to the node they allow", "[node][labels]") {
+  Cluster cluster(
+      {NodeSpec{ResourceSet{{"CPU", 1}}},
+       NodeSpec{ResourceSet{{"CPU", 1}}, Millis(30000), Millis(60000), {{"zone", "b"}}}});
+  EventLoop loop;
+  NodeClient a(loop, cluster.node_address(0));
+  NodeClient b(loop, cluster.node_address(1));
+  const std::string a_id = cluster.node_id(0);
+  const std::string b_id = cluster.node_id(1);
+  LeaseArgs zoned;
+  zoned.resources = ResourceSet{{"CPU", 1}};
+  zoned.scheduling.label_selector = {{"zone", "b"}};
+
+  LeaseReply spilled = a.RequestLease(zoned);
+  REQUIRE(spilled.status.ok());
+  CHECK_FALSE(spilled.granted);
+  CHECK(spilled.spill_node_id == b_id);
+  LeaseArgs rejected = zoned;
+  rejected.grant_or_reject = true;
+  CHECK(a.RequestLease(rejected).status.code() == StatusCode::kResourceExhausted);
+  LeaseReply on_b = b.Lease(rejected);  // b carries the label: served there
+  CHECK(on_b.node_id == b_id);
+
+  // Soft affinity: b when it has room (its last report), else here.
+  LeaseArgs soft;
+  soft.resources = ResourceSet{{"CPU", 1}};
+  soft.scheduling.node_affinity = JobId::FromRandom().Hex();
+  soft.scheduling.affinity_soft = true;
+  LeaseReply soft_here = a.Lease(soft);
+  CHECK(soft_here.node_id == a_id);
+  REQUIRE(a.ReturnLease(soft_here.lease_id).ok());
+
+  // Hard affinity: to b even while b is busy; to an unknown node, a clear failure.
+  LeaseArgs hard;
+  hard.resources = ResourceSet{{"CPU", 1}};
+  hard.scheduling.node_affinity = b_id;
+  LeaseReply to_b = a.RequestLease(hard);
+  REQUIRE(to_b.status.ok());
+  CHECK(to_b.spill_node_id == b_id);
+  const std::string nowhere(32, 'f');
+  hard.scheduling.node_affinity = nowhere;
+  LeaseReply dead = a.RequestLease(hard);
+  CHECK(dead.status.code() == StatusCode::kUnavailable);
+  CHECK(Contains(dead.status.message(), "hard node affinity to node " + nowhere));
+  // Hard affinity to this node with more than it has: infeasible at once.
+  hard.scheduling.node_affinity = a_id;
+  hard.resources = ResourceSet{{"CPU", 2}};
+  LeaseReply never = a.RequestLease(hard);
+  CHECK(never.status.code() == StatusCode::kResourceExhausted);
+  CHECK(Contains(never.status.message(), "hard node affinity to node " + a_id));
+
+  LeaseArgs no_zone = zoned;
+  no_zone.scheduling.label_selector = {{"zone", "c"}};
+  LeaseReply infeasible = a.RequestLease(no_zone);
+  CHECK(infeasible.status.code() == StatusCode::kResourceExhausted);
+  CHECK(infeasible.status.message() ==
+        "infeasible: no alive node matches label selector {zone=c} (needed for {CPU: 1})");
+
+  REQUIRE(b.ReturnLease(on_b.lease_id).ok());
+  LeaseArgs soft_b = soft;
+  soft_b.scheduling.node_affinity = b_id;
+  REQUIRE(Poll(loop, [&] {
+    LeaseReply r = a.RequestLease(soft_b);
+    if (r.granted) REQUIRE(a.ReturnLease(r.lease_id).ok());
+    return !r.granted && r.spill_node_id == b_id;  // once a's view of b shows its free CPU
+  }));
 }
 
 }  // namespace
