@@ -67,6 +67,18 @@ class EmbeddedRayd {
   TempDir dir_;
 };
 
+// What an exception of type E thrown by f says; fails the test if f throws nothing.
+template <typename E, typename F>
+std::string ThrownMessage(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("nothing was thrown");
+  return "";
+}
+
 using rayd::testing::StartedNodeId;
 
 // One test's CLI-started cluster: owns its temp root and port, runs `rayd` commands in it, and

@@ -58,6 +58,7 @@ using rayd_runtime_test::kCommandTimeout;
 using rayd_runtime_test::kSettleTimeout;
 using rayd_runtime_test::Runs;
 using rayd_runtime_test::SelfExe;
+using rayd_runtime_test::ThrownMessage;
 
 // ---- Remote functions -------------------------------------------------------------------------
 
@@ -222,18 +223,6 @@ pid_t KillWorkerFromPidFile(const std::string& pid_file) {
   REQUIRE(Runs(pid, SelfExe()));
   REQUIRE(::kill(pid, SIGKILL) == 0);
   return pid;
-}
-
-// What an exception of type E thrown by f says; fails the test if f throws nothing.
-template <typename E, typename F>
-std::string ThrownMessage(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("nothing was thrown");
-  return "";
 }
 
 // Gets the result of a task that uses the rayd API inside the worker (a fresh worker must have
