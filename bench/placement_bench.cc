@@ -7,7 +7,7 @@
 //   actors_placed        1,000 actors (1 CPU each) created at once until every one is ALIVE
 //   pg_create_removal    groups created, waited for and removed one after another (Ray's
 //                        placement_group_create/removal loop, sequential)
-//   pg_pipelined         1,000 groups of 4 bundles (SPREAD, 0.1 CPU each) created at once
+//   pg_pipelined         1,000 groups of 4 bundles (SPREAD, 0.01 CPU each) created at once
 //                        until all are CREATED
 //
 //   placement_bench [nodes=100] [actors=1000] [groups=1000]
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     driver.Call(
         proto::Method::CREATE_PLACEMENT_GROUP,
         [&](capnp::AnyPointer::Builder b) {
-          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, 4, 0.1,
+          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, 4, 0.01,
                     proto::PlacementStrategy::SPREAD);
         },
         30000ms, [](const Status&, capnp::AnyPointer::Reader) {});

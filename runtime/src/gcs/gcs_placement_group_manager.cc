@@ -467,16 +467,32 @@ GcsPlacementGroupManager::BundleSlot GcsPlacementGroupManager::FindBundle(
 
 // ---- Scheduling --------------------------------------------------------------------------------
 
-void GcsPlacementGroupManager::Schedule(Group& group) {
+GcsPlacementGroupManager::Pass GcsPlacementGroupManager::NewPass() const {
+  Pass pass;
+  pass.cluster = ledger_.Snapshot(&pass.ids);
+  return pass;
+}
+
+void GcsPlacementGroupManager::Schedule(Group& group, Pass* pass) {
   const std::vector<uint32_t> unplaced = group.Unplaced();
   if (unplaced.empty()) return MarkCreated(group);
-  std::vector<NodeId> ids;
-  scheduler::ClusterSnapshot cluster = ledger_.Snapshot(&ids);
+  Pass fresh;
+  if (pass == nullptr) {
+    fresh = NewPass();
+    pass = &fresh;
+  }
+  scheduler::ClusterSnapshot& cluster = pass->cluster;
+  const std::vector<NodeId>& ids = pass->ids;
+  // The bundles placed again by STRICT_SPREAD must avoid the nodes the group's other bundles
+  // hold: hidden for this group only.
+  std::vector<size_t> hidden;
   if (group.strategy == proto::PlacementStrategy::STRICT_SPREAD) {
-    // The bundles placed again must avoid the nodes the group's other bundles hold.
     for (size_t n = 0; n < ids.size(); ++n) {
-      for (const Group::Bundle& bundle : group.bundles) {
-        if (bundle.node == ids[n]) cluster.nodes[n].alive = false;
+      const bool used = std::any_of(group.bundles.begin(), group.bundles.end(),
+                                    [&](const Group::Bundle& b) { return b.node == ids[n]; });
+      if (used && cluster.nodes[n].alive) {
+        cluster.nodes[n].alive = false;
+        hidden.push_back(n);
       }
     }
   }
@@ -486,8 +502,14 @@ void GcsPlacementGroupManager::Schedule(Group& group) {
     request.bundles.push_back({group.bundles[i].resources, group.bundles[i].label_selector});
   }
   const scheduler::GroupPlacement placement = scheduler::PlaceGroup(cluster, request);
+  for (size_t n : hidden) cluster.nodes[n].alive = true;
   switch (placement.outcome) {
     case scheduler::Outcome::kPlaced: {
+      // The rest of the pass sees these bundles taken.
+      if (Status applied = scheduler::Apply(cluster, request, placement); !applied.ok()) {
+        spdlog::error("placement group {}: its own plan does not apply: {}", group.id,
+                      applied.ToString());
+      }
       group.infeasible_since.reset();
       group.cause.clear();
       std::map<NodeId, std::vector<uint32_t>> plan;
@@ -528,9 +550,12 @@ void GcsPlacementGroupManager::Wait(Group& group) {
 void GcsPlacementGroupManager::RetryWaiting() {
   auto waiting = std::move(waiting_);
   waiting_.clear();
+  Pass pass = NewPass();
   for (const auto& [seq, id] : waiting) {
     Group* group = Find(id);
-    if (group != nullptr && !Ended(group->state) && group->in_flight.empty()) Schedule(*group);
+    if (group != nullptr && !Ended(group->state) && group->in_flight.empty()) {
+      Schedule(*group, &pass);
+    }
   }
   if (waiting_.empty()) retry_timer_.Stop();
 }

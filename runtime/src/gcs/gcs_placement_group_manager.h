@@ -137,8 +137,16 @@ class GcsPlacementGroupManager {
   void HandleGet(const rpc::CallPtr& call);
   void HandleGetAll(const rpc::CallPtr& call);
 
+  // The cluster as one scheduling pass sees it: each group the pass places is applied to it, so
+  // the next group sees what is left, and a pass over many waiting groups builds one snapshot.
+  struct Pass {
+    scheduler::ClusterSnapshot cluster;
+    std::vector<NodeId> ids;  // per snapshot node
+  };
+  Pass NewPass() const;
   // Scheduling: places the group's unplaced bundles and starts an attempt, or makes it wait.
-  void Schedule(Group& group);
+  // `pass`: the snapshot to place on (and update); null: a fresh one.
+  void Schedule(Group& group, Pass* pass = nullptr);
   void Wait(Group& group);
   void RetryWaiting();
   // Sends PREPARE_BUNDLES for the bundles `plan` puts on each node (bundle index -> node).

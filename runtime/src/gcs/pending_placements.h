@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ class PendingPlacements {
   // The alive nodes (in the node manager's order) as the placement policies see them: their
   // reported availability less what is placed there and not yet reported, except the placement
   // `skip` (a placement being redone must not count against itself). `ids` gets the node id of
-  // each snapshot entry.
+  // each snapshot entry. Drops the placements that heartbeats now show (or whose node is gone),
+  // so the ledger holds only the last heartbeat period's work.
+  // Costs O(alive nodes + placements retired), however many placements are outstanding.
   scheduler::ClusterSnapshot Snapshot(std::vector<NodeId>* ids, const std::string& skip = "") const;
 
  private:
@@ -46,8 +49,21 @@ class PendingPlacements {
     scheduler::ResourceSet resources;
     int64_t since_ms;  // in flight: INT64_MAX; confirmed: when
   };
+  // One node's share: the sum of its entries, and its confirmed entries by confirmation time,
+  // so that a heartbeat retires the ones it covers without a scan of the whole ledger.
+  struct PerNode {
+    scheduler::ResourceSet unreported;
+    std::set<std::string> keys;
+    std::multimap<int64_t, std::string> confirmed;  // since_ms -> key
+  };
+  void Erase(std::map<std::string, Entry>::iterator it) const;
+  // Forgets the placements on nodes that are gone and those that heartbeats now show.
+  void Prune() const;
+
   const GcsNodeManager& nodes_;
-  std::map<std::string, Entry> entries_;
+  // Pruned by Snapshot (a lookup that forgets what heartbeats now show; hence mutable).
+  mutable std::map<std::string, Entry> entries_;
+  mutable std::map<NodeId, PerNode> per_node_;
 };
 
 }  // namespace rayd::gcs
