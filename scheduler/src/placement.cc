@@ -71,14 +71,6 @@ bool FitsIn(const ResourceSet& demand, const ResourceSet& set) {
   return true;
 }
 
-bool MatchesLabels(const Labels& node_labels, const Labels& selector) {
-  for (const auto& [key, value] : selector) {
-    auto it = node_labels.find(key);
-    if (it == node_labels.end() || it->second != value) return false;
-  }
-  return true;
-}
-
 bool IsCandidate(const NodeState& node, const Labels& selector) {
   return node.alive && (selector.empty() || MatchesLabels(node.resources.labels(), selector));
 }
@@ -732,6 +724,15 @@ Result<std::vector<std::pair<size_t, ResourceSet>>> PerNodeDemand(const ClusterS
 }
 
 }  // namespace
+
+bool MatchesLabels(const Labels& node_labels, const Labels& selector) {
+  for (const auto& [key, value] : selector) {
+    auto it = node_labels.find(key);
+    if (it == node_labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 
 std::optional<size_t> ClusterSnapshot::Find(const std::string& id) const {
   for (size_t i = 0; i < nodes.size(); ++i) {

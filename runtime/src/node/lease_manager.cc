@@ -49,13 +49,6 @@ scheduler::ClusterSnapshot Snapshot(const std::vector<NodeInfo>& nodes, const No
 }
 
 // Whether a node with `labels` carries every key=value of `selector`.
-bool CarriesLabels(const scheduler::Labels& labels, const scheduler::Labels& selector) {
-  return std::ranges::all_of(selector, [&](const auto& entry) {
-    auto it = labels.find(entry.first);
-    return it != labels.end() && it->second == entry.second;
-  });
-}
-
 bool HasHardAffinity(const internal::SchedulingOptions& s) {
   return !s.node_affinity.empty() && !s.affinity_soft;
 }
@@ -208,7 +201,7 @@ void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
 
 bool LeaseManager::AllowsThisNode(const Request& request) const {
   const internal::SchedulingOptions& s = request.scheduling;
-  return CarriesLabels(config_.labels, s.label_selector) &&
+  return scheduler::MatchesLabels(config_.labels, s.label_selector) &&
          (!HasHardAffinity(s) || s.node_affinity == node_id_.Hex());
 }
 
@@ -270,7 +263,7 @@ const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
                                            const Request& request) const {
   const internal::SchedulingOptions& s = request.scheduling;
   for (const auto& node : nodes) {
-    if (node.alive && node.node_id != node_id_ && CarriesLabels(node.labels, s.label_selector) &&
+    if (node.alive && node.node_id != node_id_ && scheduler::MatchesLabels(node.labels, s.label_selector) &&
         (!HasHardAffinity(s) || node.node_id.Hex() == s.node_affinity) &&
         request.resources.IsSubsetOf(node.total)) {
       return &node;

@@ -92,6 +92,9 @@ struct Placement {
                        // and the largest candidate node
 };
 
+// True when `node_labels` carry every key=value of `selector` (an empty selector matches all).
+bool MatchesLabels(const Labels& node_labels, const Labels& selector);
+
 Placement PlaceOne(const ClusterSnapshot& cluster, const PlacementRequest& request,
                    const HybridOptions& options = {});
 
