@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -255,17 +256,17 @@ int main(int argc, char** argv) {
   std::printf("actors_placed: %d of %d ALIVE in %.3f s = %.0f actors/s\n", alive, num_actors,
               actor_s, alive / actor_s);
 
-  // ---- Groups one after another: create, wait until CREATED, remove.
-  auto one_group = [&](int bundles, proto::PlacementStrategy strategy, bool* ok) {
+  // Creates a group and asks to hear once it is settled: `created(true)` when CREATED.
+  auto create_and_await = [&](int bundles, double cpus, proto::PlacementStrategy strategy,
+                              std::function<void(bool)> created) {
     const std::string id = RandomHex();
-    int steps = 0;
     driver.Call(
         proto::Method::CREATE_PLACEMENT_GROUP,
         [&](capnp::AnyPointer::Builder b) {
-          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, bundles, 1,
-                    strategy);
+          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, bundles,
+                    cpus, strategy);
         },
-        30000ms, [&](const Status& s, capnp::AnyPointer::Reader) { *ok &= s.ok(), ++steps; });
+        30000ms, [](const Status&, capnp::AnyPointer::Reader) {});
     driver.Call(
         proto::Method::GET_PLACEMENT_GROUP,
         [&](capnp::AnyPointer::Builder b) {
@@ -273,19 +274,28 @@ int main(int argc, char** argv) {
           r.setPlacementGroupId(id);
           r.setWaitUntilReady(true);
         },
-        30000ms, [&](const Status& s, capnp::AnyPointer::Reader r) {
-          *ok &= s.ok() && r.getAs<proto::GetPlacementGroupReply>().getGroup().getState() ==
-                               proto::PlacementGroupState::CREATED;
-          ++steps;
+        120000ms, [created](const Status& st, capnp::AnyPointer::Reader r) {
+          created(st.ok() && r.getAs<proto::GetPlacementGroupReply>().getGroup().getState() ==
+                                 proto::PlacementGroupState::CREATED);
         });
-    loop.RunUntil([&] { return steps == 2; }, 30000ms);
+    return id;
+  };
+
+  // ---- Groups one after another: create, wait until CREATED, remove.
+  auto one_group = [&](int bundles, proto::PlacementStrategy strategy, bool* ok) {
+    int steps = 0;
+    const std::string id = create_and_await(bundles, 1, strategy, [&](bool created) {
+      *ok &= created;
+      ++steps;
+    });
+    loop.RunUntil([&] { return steps == 1; }, 30000ms);
     driver.Call(
         proto::Method::REMOVE_PLACEMENT_GROUP,
         [&](capnp::AnyPointer::Builder b) {
           b.initAs<proto::RemovePlacementGroupRequest>().setPlacementGroupId(id);
         },
         30000ms, [&](const Status& s, capnp::AnyPointer::Reader) { *ok &= s.ok(), ++steps; });
-    loop.RunUntil([&] { return steps == 3; }, 30000ms);
+    loop.RunUntil([&] { return steps == 2; }, 30000ms);
   };
   bool ok = true;
   t0 = Clock::now();
@@ -307,26 +317,10 @@ int main(int argc, char** argv) {
   int ready = 0, answered = 0;
   t0 = Clock::now();
   for (int i = 0; i < num_groups; ++i) {
-    const std::string id = RandomHex();
-    driver.Call(
-        proto::Method::CREATE_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, 4, 0.01,
-                    proto::PlacementStrategy::SPREAD);
-        },
-        30000ms, [](const Status&, capnp::AnyPointer::Reader) {});
-    driver.Call(
-        proto::Method::GET_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::GetPlacementGroupRequest>();
-          r.setPlacementGroupId(id);
-          r.setWaitUntilReady(true);
-        },
-        120000ms, [&](const Status& st, capnp::AnyPointer::Reader r) {
-          ++answered;
-          ready += st.ok() && r.getAs<proto::GetPlacementGroupReply>().getGroup().getState() ==
-                                  proto::PlacementGroupState::CREATED;
-        });
+    create_and_await(4, 0.01, proto::PlacementStrategy::SPREAD, [&](bool created) {
+      ++answered;
+      ready += created;
+    });
   }
   loop.RunUntil([&] { return answered == num_groups; }, 120000ms);
   s = Seconds(t0);
