@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rayd builds, tests and runs with. Only what is missing is
 # installed; run as root (or with sudo available).
+#
+#   scripts/install-deps.sh           what rayd needs
+#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch)
 set -euo pipefail
 
 packages=(
@@ -9,6 +12,9 @@ packages=(
   libyaml-cpp-dev catch2 libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
 )
+if [ "${1:-}" = "--peers" ]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
