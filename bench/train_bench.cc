@@ -1,0 +1,256 @@
+// Data-parallel training figures for rayd::train on this machine, with every rank a real
+// process on 127.0.0.1 (the bench re-runs itself as the ranks), one intra-op thread each:
+//
+//   samples/s   the MLP 784-512-256-10, batch 64 per rank, SGD, through DistributedDataParallel,
+//               for 1 and 2 ranks (and, for 1, plain LibTorch without DDP)
+//   all-reduce  25 MiB of float gradients between 2 ranks: a raw c10d Gloo allreduce of one
+//               tensor, next to a step through our bucketed path (backward of a 25 MiB
+//               parameter + FinishBackward), next to that backward alone
+//
+//   train_bench [--steps 400] [--iters 20]
+//
+// Prints figures only; asserts nothing.
+
+#include <rayd/train/ddp.h>
+#include <rayd/train/process_group.h>
+#include <rayd/train/sampler.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace rayd;
+using namespace rayd::train;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kBatch = 64;
+constexpr int64_t kDatasetSize = kBatch * 64;
+constexpr int64_t kAllReduceFloats = 25 * 1024 * 1024 / sizeof(float);
+
+struct Flags {
+  std::string mode;  // "" for the driver; "train", "plain" or "allreduce" for a rank
+  int rank = 0;
+  int world_size = 1;
+  std::string port_file;
+  int64_t steps = 400;
+  int iters = 20;
+};
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Result<std::unique_ptr<ProcessGroup>> FormGroup(const Flags& flags) {
+  std::unique_ptr<Rendezvous> rendezvous;
+  if (flags.rank == 0) {
+    RAYD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::Host("127.0.0.1", 0));
+    const std::string partial = flags.port_file + ".partial";
+    std::ofstream(partial) << rendezvous->port() << "\n";
+    std::rename(partial.c_str(), flags.port_file.c_str());
+  } else {
+    const auto deadline = Clock::now() + kDefaultCollectiveTimeout;
+    int port = 0;
+    while (!(std::ifstream(flags.port_file) >> port)) {
+      if (Clock::now() > deadline) return Status::DeadlineExceeded("no rendezvous port");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    RAYD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::Join("127.0.0.1", static_cast<uint16_t>(port)));
+  }
+  return ProcessGroup::Connect(
+      std::move(rendezvous),
+      ProcessGroupOptions{.rank = flags.rank, .world_size = flags.world_size});
+}
+
+torch::nn::Sequential MakeMlp() {
+  torch::manual_seed(0);
+  return torch::nn::Sequential(torch::nn::Linear(784, 512), torch::nn::ReLU(),
+                               torch::nn::Linear(512, 256), torch::nn::ReLU(),
+                               torch::nn::Linear(256, 10));
+}
+
+// Trains the MLP for flags.steps (after a warm-up), through DDP unless `plain`; rank 0 prints
+// the samples/s of the whole group.
+Status RunTrain(const Flags& flags, bool plain) {
+  std::unique_ptr<ProcessGroup> group;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  torch::nn::Sequential model = MakeMlp();
+  if (!plain) {
+    RAYD_ASSIGN_OR_RETURN(group, FormGroup(flags));
+    RAYD_ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(*model, *group));
+  }
+  torch::manual_seed(1);
+  const torch::Tensor inputs = torch::randn({kDatasetSize, 784});
+  const torch::Tensor labels = torch::randint(10, {kDatasetSize});
+  DistributedSampler sampler(kDatasetSize, flags.world_size, flags.rank);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+
+  const int64_t warmup = 20;
+  std::vector<int64_t> order;
+  Clock::time_point start;
+  for (int64_t step = 0; step < warmup + flags.steps; ++step) {
+    if (step == warmup) {
+      if (group) RAYD_RETURN_IF_ERROR(group->Barrier());
+      start = Clock::now();
+    }
+    const int64_t per_epoch = sampler.size() / kBatch;
+    if (step % per_epoch == 0) {
+      sampler.SetEpoch(step / per_epoch);
+      order = sampler.Indices();
+    }
+    const int64_t first = (step % per_epoch) * kBatch;
+    torch::Tensor rows = torch::tensor(
+        std::vector<int64_t>(order.begin() + first, order.begin() + first + kBatch), torch::kLong);
+    optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(inputs.index_select(0, rows)),
+                                         labels.index_select(0, rows))
+        .backward();
+    if (ddp) RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
+    optimizer.step();
+  }
+  if (group) RAYD_RETURN_IF_ERROR(group->Barrier());
+  const double seconds = Seconds(Clock::now() - start);
+  if (flags.rank == 0) {
+    std::printf(
+        "%-34s %9.0f samples/s  (%lld steps of %lld per rank)\n",
+        plain ? "mlp 1 rank, plain LibTorch"
+              : ("mlp " + std::to_string(flags.world_size) + " rank(s), DDP over Gloo").c_str(),
+        static_cast<double>(flags.steps * kBatch * flags.world_size) / seconds,
+        static_cast<long long>(flags.steps), static_cast<long long>(kBatch));
+  }
+  return Status::Ok();
+}
+
+// A module with one 25 MiB parameter: its gradient fills exactly one default bucket.
+struct Blob : torch::nn::Module {
+  Blob() { weight = register_parameter("weight", torch::randn({kAllReduceFloats})); }
+  torch::Tensor weight;
+};
+
+Status RunAllReduce(const Flags& flags) {
+  RAYD_ASSIGN_OR_RETURN(auto group, FormGroup(flags));
+  torch::Tensor tensor = torch::randn({kAllReduceFloats});
+  auto blob = std::make_shared<Blob>();
+  RAYD_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*blob, *group));
+  const torch::Tensor upstream = torch::randn({kAllReduceFloats});
+
+  std::vector<double> raw, bucketed, backward_only;
+  for (int i = 0; i < flags.iters + 2; ++i) {  // two warm-up rounds, dropped
+    RAYD_RETURN_IF_ERROR(group->Barrier());
+    auto t0 = Clock::now();
+    std::vector<torch::Tensor> tensors{tensor};
+    RAYD_RETURN_IF_ERROR(WaitWork(*group->c10d().allreduce(tensors), group->timeout(), "raw"));
+    auto t1 = Clock::now();
+
+    RAYD_RETURN_IF_ERROR(group->Barrier());
+    blob->zero_grad();
+    auto t2 = Clock::now();
+    (blob->weight * upstream).sum().backward();
+    RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
+    auto t3 = Clock::now();
+    if (i >= 2) {
+      raw.push_back(Seconds(t1 - t0));
+      bucketed.push_back(Seconds(t3 - t2));
+    }
+  }
+  // The same backward without DDP: what the bucketed figure spends outside communication.
+  ddp.reset();
+  for (int i = 0; i < flags.iters; ++i) {
+    blob->zero_grad();
+    auto t0 = Clock::now();
+    (blob->weight * upstream).sum().backward();
+    backward_only.push_back(Seconds(Clock::now() - t0));
+  }
+  if (flags.rank == 0) {
+    const double mib = 25.0;
+    std::printf("allreduce 25 MiB, 2 ranks, raw c10d Gloo   %7.2f ms  %5.2f GB/s\n",
+                1e3 * Median(raw), mib * 1.048576e-3 / Median(raw));
+    std::printf(
+        "allreduce 25 MiB, 2 ranks, DDP bucketed    %7.2f ms  (backward + FinishBackward)\n",
+        1e3 * Median(bucketed));
+    std::printf("  of which backward alone (no DDP)         %7.2f ms\n",
+                1e3 * Median(backward_only));
+  }
+  return Status::Ok();
+}
+
+// Runs `world_size` copies of this program as the ranks of `mode` and waits for them.
+bool RunRanks(const std::string& self, const Flags& flags, const std::string& mode,
+              int world_size) {
+  const std::string port_file =
+      "/tmp/train_bench." + std::to_string(getpid()) + "." + mode + std::to_string(world_size);
+  std::remove(port_file.c_str());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::vector<std::string> args = {self,
+                                     "--mode",
+                                     mode,
+                                     "--rank",
+                                     std::to_string(rank),
+                                     "--world-size",
+                                     std::to_string(world_size),
+                                     "--port-file",
+                                     port_file,
+                                     "--steps",
+                                     std::to_string(flags.steps),
+                                     "--iters",
+                                     std::to_string(flags.iters)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ok = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ok;
+  }
+  std::remove(port_file.c_str());
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);  // one intra-op/BLAS thread per rank process (DEPENDENCIES.md)
+  Flags flags;
+  CLI::App app("rayd::train data-parallel figures");
+  app.add_option("--mode", flags.mode, "internal: run as one rank of train|plain|allreduce");
+  app.add_option("--rank", flags.rank);
+  app.add_option("--world-size", flags.world_size);
+  app.add_option("--port-file", flags.port_file);
+  app.add_option("--steps", flags.steps, "measured training steps per run");
+  app.add_option("--iters", flags.iters, "measured all-reduces");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!flags.mode.empty()) {
+    Status status =
+        flags.mode == "allreduce" ? RunAllReduce(flags) : RunTrain(flags, flags.mode == "plain");
+    if (!status.ok()) {
+      std::fprintf(stderr, "train_bench rank %d: %s\n", flags.rank, status.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
+  bool ok = RunRanks(self, flags, "plain", 1) && RunRanks(self, flags, "train", 1) &&
+            RunRanks(self, flags, "train", 2) && RunRanks(self, flags, "allreduce", 2);
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,134 @@
+// One rank of a data-parallel training run, as ddp_test starts it (two of these, as real
+// processes): forms a Gloo group on 127.0.0.1, wraps the test MLP in DistributedDataParallel,
+// trains it on this rank's shard of the synthetic dataset, and writes its final parameters.
+//
+// Rank 0 hosts the rendezvous on a port it picks and publishes it in --port-file (written
+// whole, by rename); the other ranks poll for that file. Rank 1 deliberately starts from a
+// different initialisation, so equal results show that the construction broadcast works.
+//
+// Exit codes: 0 trained and wrote --out; 2 a rayd::Status error, printed to stderr.
+
+#include <rayd/train/ddp.h>
+#include <rayd/train/process_group.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "mlp_fixture.h"
+
+namespace {
+
+using namespace rayd;
+using namespace rayd::train;
+using Clock = std::chrono::steady_clock;
+
+Result<uint16_t> AwaitPort(const std::string& port_file, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port) return static_cast<uint16_t>(port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return Status::DeadlineExceeded("rank 0 did not publish its rendezvous port in " + port_file);
+}
+
+Status PublishPort(const std::string& port_file, uint16_t port) {
+  const std::string partial = port_file + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return Status::Internal("cannot write " + partial);
+  }
+  if (std::rename(partial.c_str(), port_file.c_str()) != 0) {
+    return Status::Internal("cannot rename " + partial);
+  }
+  return Status::Ok();
+}
+
+struct Flags {
+  int rank = 0;
+  int world_size = 2;
+  std::string port_file;
+  std::string out;
+  int64_t timeout_ms = 60'000;
+  int64_t bucket_cap_bytes = 0;  // 0: DDP's defaults; else the cap of every bucket
+  int64_t exit_at_step = -1;
+};
+
+Status Run(const Flags& flags) {
+  const std::chrono::milliseconds timeout(flags.timeout_ms);
+  std::unique_ptr<Rendezvous> rendezvous;
+  if (flags.rank == 0) {
+    RAYD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::Host("127.0.0.1", 0, timeout));
+    RAYD_RETURN_IF_ERROR(PublishPort(flags.port_file, rendezvous->port()));
+  } else {
+    RAYD_ASSIGN_OR_RETURN(uint16_t port, AwaitPort(flags.port_file, timeout));
+    RAYD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::Join("127.0.0.1", port, timeout));
+  }
+  RAYD_ASSIGN_OR_RETURN(
+      auto group, ProcessGroup::Connect(
+                      std::move(rendezvous),
+                      ProcessGroupOptions{
+                          .rank = flags.rank, .world_size = flags.world_size, .timeout = timeout}));
+
+  const testing::MlpRun run;
+  const testing::Dataset data = testing::MakeDataset(run);
+  torch::nn::Sequential model = testing::MakeMlp(run.widths, run.model_seed + flags.rank);
+  DistributedDataParallelOptions ddp_options;
+  if (flags.bucket_cap_bytes > 0) {
+    ddp_options.bucket_cap_bytes = flags.bucket_cap_bytes;
+    ddp_options.first_bucket_cap_bytes = flags.bucket_cap_bytes;
+  }
+  RAYD_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *group, ddp_options));
+  std::cout << "buckets=" << ddp->bucket_count() << std::endl;
+  torch::optim::SGD optimizer = testing::MakeOptimizer(model, run);
+
+  int64_t global_step = 0;
+  for (int epoch = 0; epoch < run.epochs; ++epoch) {
+    for (int64_t step = 0; step < testing::StepsPerEpoch(run, flags.world_size); ++step) {
+      if (global_step++ == flags.exit_at_step) _exit(3);
+      optimizer.zero_grad();
+      testing::Loss(model, data, testing::RankBatch(run, flags.world_size, flags.rank, epoch, step))
+          .backward();
+      if (global_step == 1) {
+        std::cout << "launched_in_backward=" << ddp->launched_bucket_count() << std::endl;
+      }
+      RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
+      optimizer.step();
+    }
+  }
+  if (!testing::WriteFloats(flags.out, testing::FlatParameters(*model))) {
+    return Status::Internal("cannot write " + flags.out);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);  // one intra-op thread per rank process (DEPENDENCIES.md)
+  Flags flags;
+  CLI::App app("one rank of ddp_test's data-parallel run");
+  app.add_option("--rank", flags.rank)->required();
+  app.add_option("--world-size", flags.world_size);
+  app.add_option("--port-file", flags.port_file)->required();
+  app.add_option("--out", flags.out);
+  app.add_option("--timeout-ms", flags.timeout_ms);
+  app.add_option("--bucket-cap-bytes", flags.bucket_cap_bytes, "the cap of every bucket");
+  app.add_option("--exit-at-step", flags.exit_at_step, "exit abruptly before this step");
+  CLI11_PARSE(app, argc, argv);
+
+  const rayd::Status status = Run(flags);
+  if (!status.ok()) {
+    std::cerr << "ddp_rank " << flags.rank << ": " << status.ToString() << std::endl;
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,228 @@
+// DistributedDataParallel over Gloo. In this process, with a one-rank group: how parameters
+// are bucketed and how .grad lives in the buckets. With two real rank processes (ddp_rank) on
+// 127.0.0.1: after training, both ranks hold bitwise-identical parameters that match
+// single-process training on the concatenated batches; a rank whose peer never comes, or dies
+// mid-run, fails with a clear error within the configured collective timeout.
+
+#include <rayd/train/ddp.h>
+#include <rayd/train/process_group.h>
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlp_fixture.h"
+#include "test_util.h"
+
+namespace rayd::train {
+namespace {
+
+using namespace std::chrono_literals;
+using rayd::testing::ChildProcess;
+using rayd::testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kRunDeadline = 120s;
+
+std::unique_ptr<ChildProcess> StartRank(const TempDir& dir, int rank,
+                                        std::vector<std::string> extra_args) {
+  std::vector<std::string> argv = {
+      DDP_RANK_BINARY,      "--rank", std::to_string(rank),
+      "--world-size",       "2",      "--port-file",
+      dir.path() + "/port", "--out",  dir.path() + "/params." + std::to_string(rank)};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  return std::make_unique<ChildProcess>(argv);
+}
+
+void RequireExit(ChildProcess& rank, std::chrono::milliseconds deadline, int code) {
+  INFO("rank output:\n" << rank.output());
+  REQUIRE(rank.WaitExit(deadline));
+  REQUIRE(rank.exit_code() == code);
+}
+
+// Trains the same MLP from rank 0's initialisation in this process, each step on rank 0's
+// batch followed by rank 1's: what the two ranks' averaged gradients must reproduce.
+std::vector<float> SingleProcessReference(const testing::MlpRun& run) {
+  at::set_num_threads(1);
+  const testing::Dataset data = testing::MakeDataset(run);
+  torch::nn::Sequential model = testing::MakeMlp(run.widths, run.model_seed);
+  torch::optim::SGD optimizer = testing::MakeOptimizer(model, run);
+  for (int epoch = 0; epoch < run.epochs; ++epoch) {
+    for (int64_t step = 0; step < testing::StepsPerEpoch(run, 2); ++step) {
+      std::vector<int64_t> rows = testing::RankBatch(run, 2, 0, epoch, step);
+      const std::vector<int64_t> rows1 = testing::RankBatch(run, 2, 1, epoch, step);
+      rows.insert(rows.end(), rows1.begin(), rows1.end());
+      optimizer.zero_grad();
+      testing::Loss(model, data, rows).backward();
+      optimizer.step();
+    }
+  }
+  return testing::FlatParameters(*model);
+}
+
+// A group of one rank in this process: enough for the bucketing, which needs no peer.
+std::unique_ptr<ProcessGroup> OneRankGroup() {
+  auto rendezvous = Rendezvous::Host("127.0.0.1", 0, 10s);
+  REQUIRE(rendezvous.ok());
+  auto group = ProcessGroup::Connect(std::move(rendezvous).value(),
+                                     {.rank = 0, .world_size = 1, .timeout = 10s});
+  INFO(group.status().ToString());
+  REQUIRE(group.ok());
+  return std::move(group).value();
+}
+
+size_t BucketCount(ProcessGroup& group, DistributedDataParallelOptions options) {
+  torch::nn::Sequential model = testing::MakeMlp({784, 512, 256, 10}, 0);
+  auto ddp = DistributedDataParallel::Create(*model, group, options);
+  REQUIRE(ddp.ok());
+  return (*ddp)->bucket_count();
+}
+
+TEST_CASE("DDP buckets parameters from the last layer back, the first bucket small",
+          "[train][ddp]") {
+  at::set_num_threads(1);
+  auto group = OneRankGroup();
+  constexpr int64_t kMiB = 1024 * 1024;
+  // 784-512-256-10 from the back: the last two layers and the first bias (0.5 MiB) fit the
+  // 1 MiB first bucket; the first weight (1.5 MiB) opens the second.
+  CHECK(BucketCount(*group, {}) == 2);
+  CHECK(BucketCount(*group, {.first_bucket_cap_bytes = 25 * kMiB}) == 1);
+  // A parameter larger than the cap gets a bucket of its own: here, one per parameter.
+  CHECK(BucketCount(*group, {.bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1}) == 6);
+  CHECK(!DistributedDataParallel::Create(*testing::MakeMlp({2, 2}, 0), *group,
+                                         {.bucket_cap_bytes = 0})
+             .ok());
+}
+
+TEST_CASE("DDP keeps gradients in its buckets and accumulates into them", "[train][ddp]") {
+  at::set_num_threads(1);
+  auto group = OneRankGroup();
+  const testing::MlpRun run;
+  const testing::Dataset data = testing::MakeDataset(run);
+  torch::nn::Sequential model = testing::MakeMlp(run.widths, run.model_seed);
+  auto created = DistributedDataParallel::Create(*model, *group);
+  REQUIRE(created.ok());
+  DistributedDataParallel& ddp = **created;
+  torch::optim::SGD optimizer = testing::MakeOptimizer(model, run);
+  const std::vector<int64_t> rows = testing::RankBatch(run, 1, 0, 0, 0);
+
+  auto grads = [&] {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.grad());
+    return out;
+  };
+  auto backward = [&] {
+    testing::Loss(model, data, rows).backward();
+    std::vector<torch::Tensor> before;  // a world of one averages nothing away
+    for (const auto& g : grads()) before.push_back(g.clone());
+    REQUIRE(ddp.FinishBackward().ok());
+    for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(grads()[i], before[i]));
+  };
+
+  backward();  // the first step's gradients are autograd's own tensors, copied in
+  std::vector<void*> in_buckets;
+  for (const auto& g : grads()) in_buckets.push_back(g.data_ptr());
+
+  SECTION("zeroed in place, the next backward accumulates straight into the buckets") {
+    optimizer.zero_grad();
+    backward();
+    model->zero_grad();
+    backward();
+    for (size_t i = 0; i < in_buckets.size(); ++i) CHECK(grads()[i].data_ptr() == in_buckets[i]);
+  }
+  SECTION("gradients set to none come back as bucket views") {
+    model->zero_grad(/*set_to_none=*/true);
+    backward();
+    for (size_t i = 0; i < in_buckets.size(); ++i) CHECK(grads()[i].data_ptr() == in_buckets[i]);
+  }
+  SECTION("a second backward before FinishBackward is an error") {
+    optimizer.zero_grad();
+    testing::Loss(model, data, rows).backward();
+    testing::Loss(model, data, rows).backward();
+    const Status status = ddp.FinishBackward();
+    CHECK(status.code() == StatusCode::kInvalidArgument);
+    CHECK(status.message().find("second gradient") != std::string::npos);
+  }
+}
+
+TEST_CASE("two DDP ranks stay identical and match single-process training", "[train][ddp]") {
+  // Every bucket fills during backward, so all of them are in flight before FinishBackward.
+  const auto [bucket_cap, buckets, launched] =
+      GENERATE(table<std::string, std::string, std::string>({
+          {"1024", "buckets=4", "launched_in_backward=4"},  // the test MLP in four buckets
+          {"0", "buckets=1", "launched_in_backward=1"},     // the defaults: one bucket
+      }));
+  TempDir dir;
+  auto rank0 = StartRank(dir, 0, {"--bucket-cap-bytes", bucket_cap});
+  auto rank1 = StartRank(dir, 1, {"--bucket-cap-bytes", bucket_cap});
+  RequireExit(*rank0, kRunDeadline, 0);
+  RequireExit(*rank1, kRunDeadline, 0);
+  CHECK(rank0->output().find(buckets) != std::string::npos);
+  CHECK(rank0->output().find(launched) != std::string::npos);
+
+  const std::vector<float> params0 = testing::ReadFloats(dir.path() + "/params.0");
+  const std::vector<float> params1 = testing::ReadFloats(dir.path() + "/params.1");
+  const std::vector<float> reference = SingleProcessReference(testing::MlpRun{});
+  REQUIRE(params0.size() == reference.size());
+  REQUIRE(params1.size() == reference.size());
+  CHECK(std::memcmp(params0.data(), params1.data(), params0.size() * sizeof(float)) == 0);
+
+  // Training moved the parameters away from rank 0's initialisation...
+  const std::vector<float> initial = testing::FlatParameters(
+      *testing::MakeMlp(testing::MlpRun{}.widths, testing::MlpRun{}.model_seed));
+  float moved = 0, max_diff = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    moved = std::max(moved, std::abs(reference[i] - initial[i]));
+    max_diff = std::max(max_diff, std::abs(params0[i] - reference[i]));
+  }
+  CHECK(moved > 0.01f);
+  // ...and the ranks moved them as one process would have, up to summation order.
+  CHECK(max_diff < 1e-5f);
+}
+
+TEST_CASE("a rank whose peer never comes fails with a timeout", "[train][ddp]") {
+  TempDir dir;
+  const auto timeout = 1500ms;
+  SECTION("rank 0 waits for rank 1 to join the group") {
+    const auto start = Clock::now();
+    auto rank0 = StartRank(dir, 0, {"--timeout-ms", std::to_string(timeout.count())});
+    RequireExit(*rank0, timeout + 30s, 2);
+    const auto took = Clock::now() - start;
+    INFO(rank0->output());
+    CHECK(rank0->output().find("DeadlineExceeded") != std::string::npos);
+    CHECK(rank0->output().find("forming a Gloo group") != std::string::npos);
+    CHECK(took >= timeout);
+  }
+  SECTION("rank 1 waits for rank 0's store") {
+    {
+      std::ofstream port(dir.path() + "/port");
+      port << rayd::testing::FreeTcpPort() << "\n";
+    }
+    auto rank1 = StartRank(dir, 1, {"--timeout-ms", std::to_string(timeout.count())});
+    RequireExit(*rank1, timeout + 30s, 2);
+    INFO(rank1->output());
+    CHECK(rank1->output().find("DeadlineExceeded") != std::string::npos);
+    CHECK(rank1->output().find("joining the rendezvous") != std::string::npos);
+  }
+}
+
+TEST_CASE("a rank whose peer dies mid-training fails instead of hanging", "[train][ddp]") {
+  TempDir dir;
+  auto rank0 = StartRank(dir, 0, {"--timeout-ms", "5000", "--bucket-cap-bytes", "1024"});
+  auto rank1 = StartRank(
+      dir, 1, {"--timeout-ms", "5000", "--bucket-cap-bytes", "1024", "--exit-at-step", "3"});
+  RequireExit(*rank1, kRunDeadline, 3);
+  RequireExit(*rank0, 5s + 30s, 2);
+  INFO(rank0->output());
+  CHECK(rank0->output().find("ddp_rank 0: Unavailable: all-reducing gradient bucket") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace rayd::train

@@ -1,0 +1,123 @@
+#pragma once
+// DistributedDataParallel for a LibTorch module: what Python's torch DDP does, which LibTorch's
+// C++ API lacks. Every rank wraps the same model; after each backward, the ranks' gradients are
+// averaged, so every rank takes the same optimizer step from the same parameters.
+//
+// How it works:
+// - Construction broadcasts rank 0's parameters and buffers to every rank (one broadcast per
+//   dtype, over the parameters flattened into one tensor), so all ranks start identical.
+// - The trainable parameters are packed into buckets of at most `bucket_cap_bytes` (one dtype
+//   per bucket; the first one smaller), in reverse registration order: backward produces the
+//   last layers' gradients first, so the first bucket fills first. Each bucket is one flat
+//   tensor.
+// - A post-hook on each parameter's gradient accumulator (it runs once .grad holds this
+//   backward's gradient) puts the gradient in its bucket (from the second step on it is
+//   already there, see below). When a bucket's last gradient
+//   arrives the bucket is divided by the world size and an asynchronous all-reduce (sum) is
+//   launched for it, while backward goes on computing the earlier layers.
+// - Buckets are launched strictly in index order (a ready bucket waits for the ones before it):
+//   Gloo pairs collectives by issue order, so every rank must issue the same sequence.
+// - FinishBackward() launches what is left (a parameter that got no gradient this step counts
+//   as zero, on this rank) and waits for every bucket. Call it after loss.backward() and before
+//   optimizer.step().
+// - Gradients live in the buckets (torch DDP's gradient_as_bucket_view): after the first
+//   FinishBackward each parameter's .grad is a view of its slice of a bucket, so the next
+//   backward accumulates straight into the bucket and the all-reduce leaves the averaged
+//   gradient in .grad, with no copies. Zero gradients in place (Optimizer::zero_grad(), or
+//   Module::zero_grad() without set_to_none) to keep it so; a .grad replaced by another tensor
+//   is copied into the bucket and replaced by the view again.
+//
+// Invariants, between FinishBackward calls: buckets [0, next_bucket_) have been launched;
+// a bucket's `pending` counts its parameters whose gradient has not arrived; a parameter's
+// gradient arrives at most once (a second backward before FinishBackward is an error, since
+// its gradient would miss the bucket already sent).
+//
+// Because the all-reduce leaves the same bytes on every rank and every rank applies them to
+// identical parameters, parameters stay bitwise identical across ranks after every step.
+//
+// Threading: the module, this object and the process group belong to the train loop's thread.
+// The gradient hooks run on the thread that runs backward (for CPU tensors, the one calling
+// backward()); Gloo runs the all-reduces on its own threads.
+
+#include <rayd/base/status.h>
+#include <rayd/train/process_group.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace rayd::train {
+
+struct DistributedDataParallelOptions {
+  // Upper bound on a bucket's size (a parameter larger than this gets a bucket of its own).
+  // Smaller buckets start communication earlier; larger ones pay less per-collective latency.
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  // The first bucket (the last layers' gradients, ready first) is kept smaller, as torch DDP
+  // does, so the first all-reduce starts while most of backward is still to run.
+  int64_t first_bucket_cap_bytes = 1024 * 1024;
+};
+
+class DistributedDataParallel {
+ public:
+  // Broadcasts rank 0's parameters and buffers of `module` and installs the gradient hooks.
+  // `module` and `group` must outlive the returned object. Fails if the broadcast fails (a
+  // peer gone or timed out) or a parameter is not a dense CPU tensor.
+  static Result<std::unique_ptr<DistributedDataParallel>> Create(
+      torch::nn::Module& module, ProcessGroup& group, DistributedDataParallelOptions options = {});
+  // Removes the gradient hooks from the module. Not during a backward pass.
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Completes this step's gradient averaging (see above). Returns DeadlineExceeded when a
+  // peer did not take part within the group's timeout, Unavailable when a peer's connection
+  // broke (it died); after any error the group is no longer usable and the caller should tear
+  // it down.
+  Status FinishBackward();
+
+  torch::nn::Module& module() { return module_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  // How many buckets' all-reduces this step has launched so far: after backward and before
+  // FinishBackward, the ones that overlapped with backward (for tests and metrics).
+  size_t launched_bucket_count() const { return next_bucket_; }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;                   // the bucket's gradients, back to back
+    std::vector<size_t> params;           // indices into params_, in order of their slices
+    size_t pending = 0;                   // parameters whose gradient has not arrived this step
+    c10::intrusive_ptr<c10d::Work> work;  // the all-reduce in flight, once launched
+  };
+  struct Slot {
+    size_t bucket = 0;
+    int64_t offset = 0;  // in elements, within the bucket's flat tensor
+    torch::Tensor view;  // the parameter's slice of the bucket, shaped like it
+    bool ready = false;  // this step's gradient is in the bucket
+  };
+
+  DistributedDataParallel(torch::nn::Module& module, ProcessGroup& group);
+
+  Status BroadcastFromRankZero();
+  void BuildBuckets(int64_t first_bucket_cap_bytes, int64_t bucket_cap_bytes);
+  void InstallHooks();
+  // Hook body: parameter `param` has its gradient for this step.
+  void OnGradientReady(size_t param);
+  void MarkReady(size_t param, const torch::Tensor& grad);
+  void LaunchReadyBuckets();
+  void ResetStep();
+
+  torch::nn::Module& module_;
+  ProcessGroup& group_;
+  std::vector<torch::Tensor> params_;  // the trainable parameters, in registration order
+  std::vector<Slot> slots_;            // per parameter
+  std::vector<Bucket> buckets_;
+  // Keep the accumulators alive: the autograd graph only holds them weakly between
+  // iterations, and a new one would not carry our hook.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;  // per accumulator, for removing the hooks
+  size_t next_bucket_ = 0;            // the next bucket to launch this step
+  Status error_;                      // the first failure inside a hook this step
+};
+
+}  // namespace rayd::train

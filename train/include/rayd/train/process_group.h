@@ -1,0 +1,110 @@
+#pragma once
+// A c10d process group for one rank of a data-parallel job, and the rendezvous that forms it.
+//
+// How it works: rank 0 hosts a c10d TCPStore (the rendezvous) on a port it picks; every other
+// rank connects to that host:port. Rank 0 must publish the bound port before the others can
+// join (the Trainer will publish it through the GCS KV; tests write it to a file), which is why
+// forming a group takes two steps: Host/Join a Rendezvous, then ProcessGroup::Connect on it.
+// Connect runs Gloo's full-mesh handshake through the store and blocks until every rank has
+// arrived or `timeout` passes.
+//
+// The same `timeout` bounds every later collective: a peer that dies or hangs makes the others
+// fail with DeadlineExceeded after it (default 60 s), not after Ray's 30 minutes.
+//
+// Errors: c10d reports failures by throwing c10::Error / std::exception; they are caught here,
+// at the one place that calls c10d to form the group, and returned as rayd::Status with
+// c10d's message kept.
+//
+// Threading: a ProcessGroup is used by one thread at a time (the rank's train loop, or the
+// autograd thread running its gradient hooks during backward). Gloo runs the collectives on
+// its own threads; the c10d Work handles they return may be waited on from any thread.
+
+#include <rayd/base/status.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
+
+namespace rayd::train {
+
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{60'000};
+
+// The c10d store every rank of one group meets at. Rank 0 owns the server; the store lives as
+// long as the ProcessGroup made from it (Gloo keeps using it while the group lives).
+class Rendezvous {
+ public:
+  // Rank 0: serves the store on `host`:`port` (port 0 picks a free one; see port()). Returns
+  // at once; joiners may connect any time within `timeout`.
+  static Result<std::unique_ptr<Rendezvous>> Host(
+      const std::string& host, uint16_t port,
+      std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+  // Ranks 1..n-1: connects to rank 0's store, retrying until `timeout` if it is not up yet.
+  static Result<std::unique_ptr<Rendezvous>> Join(
+      const std::string& host, uint16_t port,
+      std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+
+  const std::string& host() const { return host_; }
+  // The port the store listens on (the bound one when Host was given 0).
+  uint16_t port() const { return port_; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+ private:
+  Rendezvous(std::string host, uint16_t port, c10::intrusive_ptr<c10d::Store> store)
+      : host_(std::move(host)), port_(port), store_(std::move(store)) {}
+
+  std::string host_;
+  uint16_t port_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+struct ProcessGroupOptions {
+  int rank = 0;
+  int world_size = 1;
+  // The address this rank's Gloo device binds and advertises to its peers: loopback for a
+  // single machine, the node's address when ranks span nodes.
+  std::string local_address = "127.0.0.1";
+  // Bounds forming the group and every collective on it.
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+};
+
+// One rank's membership in a Gloo process group (CPU tensors).
+class ProcessGroup {
+ public:
+  // Forms the group: blocks until all `options.world_size` ranks have connected through
+  // `rendezvous`, or fails with DeadlineExceeded after `options.timeout`.
+  static Result<std::unique_ptr<ProcessGroup>> Connect(std::unique_ptr<Rendezvous> rendezvous,
+                                                       const ProcessGroupOptions& options);
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  // The c10d group, for collectives of its own (DistributedDataParallel uses it).
+  c10d::ProcessGroup& c10d() { return *group_; }
+
+  // Blocks until every rank has reached the barrier (or the timeout passes).
+  Status Barrier();
+
+ private:
+  ProcessGroup(std::unique_ptr<Rendezvous> rendezvous, c10::intrusive_ptr<c10d::ProcessGroup> group,
+               ProcessGroupOptions options)
+      : rendezvous_(std::move(rendezvous)),
+        group_(std::move(group)),
+        options_(std::move(options)) {}
+
+  // Declared in dependency order: the group talks through the rendezvous's store.
+  std::unique_ptr<Rendezvous> rendezvous_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  ProcessGroupOptions options_;
+};
+
+// Waits for a c10d Work to finish within `timeout`, turning c10d's exceptions into a Status
+// ("<what>: <c10d's message>"): DeadlineExceeded when it timed out, Unavailable when a peer's
+// connection broke, Internal otherwise.
+Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string_view what);
+
+}  // namespace rayd::train

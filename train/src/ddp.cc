@@ -1,0 +1,216 @@
+#include "rayd/train/ddp.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+
+#include <map>
+#include <string>
+#include <unordered_set>
+
+#include "c10d_error.h"
+
+namespace rayd::train {
+
+Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+    torch::nn::Module& module, ProcessGroup& group, DistributedDataParallelOptions options) {
+  if (options.bucket_cap_bytes <= 0 || options.first_bucket_cap_bytes <= 0) {
+    return Status::InvalidArgument("bucket caps must be positive");
+  }
+  for (const auto& tensor : module.parameters()) {
+    if (!tensor.device().is_cpu() || tensor.is_sparse()) {
+      return Status::InvalidArgument(
+          "DistributedDataParallel over Gloo needs dense CPU "
+          "parameters, got a " +
+          tensor.toString());
+    }
+  }
+  std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel(module, group));
+  RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero());
+  ddp->BuildBuckets(options.first_bucket_cap_bytes, options.bucket_cap_bytes);
+  ddp->InstallHooks();
+  return ddp;
+}
+
+DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, ProcessGroup& group)
+    : module_(module), group_(group) {
+  // A parameter shared by two submodules appears twice in parameters(); it gets one slot.
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (auto& param : module_.parameters()) {
+    if (param.requires_grad() && seen.insert(param.unsafeGetTensorImpl()).second) {
+      params_.push_back(param);
+    }
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+Status DistributedDataParallel::BroadcastFromRankZero() {
+  // Every parameter and buffer, trainable or not, grouped by dtype so each group travels as
+  // one flat tensor. std::map keeps the dtype order the same on every rank.
+  std::map<int, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& t : module_.parameters())
+    by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+  for (const auto& t : module_.buffers()) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+
+  torch::NoGradGuard no_grad;
+  for (auto& [dtype, tensors] : by_dtype) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& t : tensors) pieces.push_back(t.detach().reshape(-1));
+    std::vector<torch::Tensor> flat{torch::cat(pieces)};
+    try {
+      c10d::BroadcastOptions options;
+      options.rootRank = 0;
+      auto work = group_.c10d().broadcast(flat, options);
+      RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), "broadcasting rank 0's parameters"));
+    } catch (...) {
+      return StatusFromC10dException(std::current_exception(), "broadcasting rank 0's parameters");
+    }
+    if (group_.rank() == 0) continue;
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+  return Status::Ok();
+}
+
+void DistributedDataParallel::BuildBuckets(int64_t first_bucket_cap_bytes,
+                                           int64_t bucket_cap_bytes) {
+  slots_.resize(params_.size());
+  int64_t bucket_bytes = 0;
+  int64_t bucket_elements = 0;
+  auto close_bucket = [&] {
+    if (buckets_.empty() || buckets_.back().flat.defined()) return;
+    const auto dtype = params_[buckets_.back().params.front()].scalar_type();
+    buckets_.back().flat = torch::zeros({bucket_elements}, torch::TensorOptions().dtype(dtype));
+  };
+  for (size_t i = params_.size(); i-- > 0;) {
+    const torch::Tensor& param = params_[i];
+    const int64_t bytes = param.numel() * static_cast<int64_t>(param.element_size());
+    const bool fits =
+        !buckets_.empty() && !buckets_.back().flat.defined() &&
+        params_[buckets_.back().params.front()].scalar_type() == param.scalar_type() &&
+        bucket_bytes + bytes <= (buckets_.size() == 1 ? first_bucket_cap_bytes : bucket_cap_bytes);
+    if (!fits) {
+      close_bucket();
+      buckets_.emplace_back();
+      bucket_bytes = 0;
+      bucket_elements = 0;
+    }
+    slots_[i].bucket = buckets_.size() - 1;
+    slots_[i].offset = bucket_elements;
+    buckets_.back().params.push_back(i);
+    bucket_bytes += bytes;
+    bucket_elements += param.numel();
+  }
+  close_bucket();
+  // Each view shares its bucket's storage without being an autograd view of it, so
+  // zero_grad()'s in-place detach_() accepts it as a .grad, and it keeps the storage alive.
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& flat = buckets_[slots_[i].bucket].flat;
+    slots_[i].view = torch::empty({0}, flat.options());
+    slots_[i].view.set_(flat.storage(), slots_[i].offset, params_[i].sizes());
+  }
+  ResetStep();
+}
+
+void DistributedDataParallel::InstallHooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              OnGradientReady(i);
+              return outputs;
+            })));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void DistributedDataParallel::OnGradientReady(size_t param) {
+  if (!error_.ok()) return;
+  if (slots_[param].ready) {
+    error_ = Status::InvalidArgument(
+        "a parameter received a second gradient before FinishBackward(): call "
+        "FinishBackward() after every backward pass");
+    return;
+  }
+  const torch::Tensor& grad = params_[param].grad();
+  if (grad.defined() && grad.layout() != torch::kStrided) {
+    error_ = Status::Unimplemented("sparse gradients are not supported");
+    return;
+  }
+  MarkReady(param, grad);
+  LaunchReadyBuckets();
+}
+
+void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& view = slots_[param].view;
+  if (!grad.defined()) {
+    view.zero_();
+  } else if (grad.data_ptr() != view.data_ptr()) {
+    // .grad is not (or no longer) our bucket view: zero_grad(set_to_none), or the first step.
+    view.copy_(grad);
+  }
+  slots_[param].ready = true;
+  --buckets_[slots_[param].bucket].pending;
+}
+
+void DistributedDataParallel::LaunchReadyBuckets() {
+  const int world = group_.world_size();
+  while (error_.ok() && next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_++];
+    try {
+      // Divide before summing, as torch DDP does: the sum of averages cannot overflow where
+      // the sum of gradients might. (A pass over the bucket: skipped when there is no one to
+      // average with.)
+      if (world > 1) bucket.flat.div_(world);
+      std::vector<torch::Tensor> tensors{bucket.flat};
+      bucket.work = group_.c10d().allreduce(tensors);
+    } catch (...) {
+      error_ = StatusFromC10dException(std::current_exception(), "launching a gradient all-reduce");
+    }
+  }
+}
+
+Status DistributedDataParallel::FinishBackward() {
+  // Parameters that got no gradient this step (unused in forward) contribute zeros, so every
+  // rank still launches every bucket, in the same order.
+  for (size_t i = 0; i < params_.size() && error_.ok(); ++i) {
+    if (!slots_[i].ready) MarkReady(i, torch::Tensor());
+  }
+  LaunchReadyBuckets();
+  Status status = error_;
+  for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
+    status = WaitWork(*buckets_[b].work, group_.timeout(),
+                      "all-reducing gradient bucket " + std::to_string(b) + " of " +
+                          std::to_string(buckets_.size()));
+  }
+  if (status.ok()) {
+    // From now on .grad is the parameter's slice of its bucket: the next backward accumulates
+    // straight into it, and the averaged result is already there.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& grad = params_[i].mutable_grad();
+      if (!grad.defined() || grad.data_ptr() != slots_[i].view.data_ptr()) grad = slots_[i].view;
+    }
+  }
+  ResetStep();
+  return status;
+}
+
+void DistributedDataParallel::ResetStep() {
+  for (auto& slot : slots_) slot.ready = false;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.params.size();
+    bucket.work.reset();
+  }
+  next_bucket_ = 0;
+  error_ = Status::Ok();
+}
+
+}  // namespace rayd::train

@@ -1,0 +1,89 @@
+#include "rayd/train/process_group.h"
+
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "c10d_error.h"
+
+namespace rayd::train {
+
+Result<std::unique_ptr<Rendezvous>> Rendezvous::Host(const std::string& host, uint16_t port,
+                                                     std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = true;
+  // Return as soon as the server is bound, so the caller can publish the port; the group's
+  // handshake in ProcessGroup::Connect is what waits for the other ranks.
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    const uint16_t bound = store->getPort();
+    return std::unique_ptr<Rendezvous>(new Rendezvous(host, bound, std::move(store)));
+  } catch (...) {
+    return StatusFromC10dException(
+        std::current_exception(), "hosting the rendezvous on " + host + ":" + std::to_string(port));
+  }
+}
+
+Result<std::unique_ptr<Rendezvous>> Rendezvous::Join(const std::string& host, uint16_t port,
+                                                     std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = false;
+  options.timeout = timeout;
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    return std::unique_ptr<Rendezvous>(new Rendezvous(host, port, std::move(store)));
+  } catch (...) {
+    return StatusFromC10dException(
+        std::current_exception(), "joining the rendezvous at " + host + ":" + std::to_string(port));
+  }
+}
+
+Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rendezvous> rendezvous,
+                                                            const ProcessGroupOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(options.rank) +
+                                   " is outside a world of size " +
+                                   std::to_string(options.world_size));
+  }
+  const std::string where = "rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.world_size) + " forming a Gloo group at " +
+                            rendezvous->host() + ":" + std::to_string(rendezvous->port()) +
+                            " (timeout " + std::to_string(options.timeout.count()) + " ms)";
+  try {
+    // The store's timeout bounds the handshake's waits for the peers' addresses.
+    rendezvous->store()->setTimeout(options.timeout);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
+    c10::intrusive_ptr<c10d::ProcessGroup> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        rendezvous->store(), options.rank, options.world_size, gloo_options);
+    return std::unique_ptr<ProcessGroup>(
+        new ProcessGroup(std::move(rendezvous), std::move(group), options));
+  } catch (...) {
+    return StatusFromC10dException(std::current_exception(), where);
+  }
+}
+
+Status ProcessGroup::Barrier() {
+  try {
+    auto work = group_->barrier();
+    return WaitWork(*work, options_.timeout, "barrier");
+  } catch (...) {
+    return StatusFromC10dException(std::current_exception(), "barrier");
+  }
+}
+
+Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string_view what) {
+  try {
+    work.wait(timeout);
+    return Status::Ok();
+  } catch (...) {
+    return StatusFromC10dException(std::current_exception(), what);
+  }
+}
+
+}  // namespace rayd::train
