@@ -1,6 +1,6 @@
-// The programming model in one file: remote functions, actors, objects, errors. Runs on an
-// embedded local cluster, or on a running one when RAYD_ADDRESS is set. The same executable is
-// re-run by node daemons as a worker, so a single-file program just works.
+// The programming model in one file: remote functions, actors, objects, placement groups,
+// errors. Runs on an embedded local cluster, or on a running one when RAYD_ADDRESS is set. The
+// same executable is re-run by node daemons as a worker, so a single-file program just works.
 
 #include <rayd/api.h>
 
@@ -76,6 +76,17 @@ int main(int argc, char** argv) {
   auto same = rayd::GetActor<Counter>("c");
   std::cout << "GetActor(\"c\").Get() = " << *rayd::Get(same->Task(&Counter::Get).Remote())
             << "\n";
+
+  // A gang: two bundles reserved together (every one or none), then a task inside bundle 1,
+  // running on what that bundle reserved.
+  rayd::PlacementGroup pg = rayd::CreatePlacementGroup(
+      {.name = "gang", .bundles = {{{"CPU", 0.5}}, {{"CPU", 0.5}}},
+       .strategy = rayd::PlacementStrategy::PACK});
+  const bool reserved = pg.Wait(/*timeout_seconds=*/30);
+  auto in_bundle = rayd::Task(Plus).SetPlacementGroup(pg, 1).SetResource("CPU", 0.5).Remote(2, 3);
+  std::cout << "placement group reserved: " << (reserved ? "yes" : "no")
+            << ", Plus(2, 3) in bundle 1 = " << *rayd::Get(in_bundle) << "\n";
+  rayd::RemovePlacementGroup(pg.GetID());
 
   try {
     rayd::Get(rayd::Task(Fail).Remote(7));

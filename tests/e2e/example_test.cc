@@ -20,6 +20,7 @@ void CheckQuickstartOutput(const std::string& out) {
                            "SumOfRef(Put([1,2,3,4])) = 10\n", "Scale(...)[0] = 2\n",
                            "Scale(64 MiB)[last] = 1 (read in place: yes)\n",
                            "Counter.Add(5) = 5 (ready: 1)\n", "GetActor(\"c\").Get() = 5\n",
+                           "placement group reserved: yes, Plus(2, 3) in bundle 1 = 5\n",
                            "Fail(7) raised std::out_of_range: x must not be positive, got 7\n"}) {
     INFO(out);
     CHECK(out.find(line) != std::string::npos);
