@@ -1,0 +1,272 @@
+// The Trainer on an embedded 2-CPU cluster: two Gloo ranks training the MLP of mlp_fixture,
+// checkpoints and num_to_keep, a rank killed mid-run and the restart from the latest
+// checkpoint, a second Fit resuming a run, and a gang that cannot fit.
+
+#include <rayd/train/trainer.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mlp_fixture.h"
+#include "runtime_harness.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace rt = rayd::train;
+using nlohmann::json;
+using rayd_runtime_test::EmbeddedRayd;
+using rayd_runtime_test::TempDir;
+
+int ReadInt(const std::string& path) {
+  std::ifstream in(path);
+  int value = -1;
+  in >> value;
+  return value;
+}
+
+// Every rank: trains mlp_fixture's MLP for config["epochs"] epochs from the latest checkpoint
+// (model, optimizer, epoch), reports each epoch's mean loss with a checkpoint from rank 0, and
+// at the end writes its parameters to out_dir/params_rank<r>.bin. Rank 1 SIGKILLs its own
+// process at the start of epoch config["crash_epoch"] unless config["crash_marker"] exists
+// (it creates the marker first, so only the first attempt crashes).
+void MlpLoop(const json& config) {
+  const rt::TrainContext& context = rt::GetContext();
+  rt::testing::MlpRun run;
+  run.epochs = config.at("epochs").get<int>();
+  const std::string out_dir = config.at("out_dir");
+  rt::testing::Dataset data = rt::testing::MakeDataset(run);
+  torch::nn::Sequential model = rt::testing::MakeMlp(run.widths, run.model_seed);
+  torch::optim::SGD optimizer = rt::testing::MakeOptimizer(model, run);
+  int start_epoch = 0;
+  if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
+    torch::load(model, *checkpoint + "/model.pt");
+    torch::load(optimizer, *checkpoint + "/optimizer.pt");
+    start_epoch = ReadInt(*checkpoint + "/epoch") + 1;
+  }
+  rt::PreparedModel& ddp = rt::PrepareModel(*model);
+  const int64_t steps = rt::testing::StepsPerEpoch(run, context.world_size);
+  for (int epoch = start_epoch; epoch < run.epochs; ++epoch) {
+    if (context.world_rank == 1 && epoch == config.value("crash_epoch", -1) &&
+        !fs::exists(config.at("crash_marker").get<std::string>())) {
+      std::ofstream(config.at("crash_marker").get<std::string>()) << "crashed";
+      ::raise(SIGKILL);
+    }
+    double total = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      optimizer.zero_grad();
+      torch::Tensor loss = rt::testing::Loss(
+          model, data,
+          rt::testing::RankBatch(run, context.world_size, context.world_rank, epoch, step));
+      loss.backward();
+      ddp.FinishBackward();
+      optimizer.step();
+      total += loss.item<double>();
+    }
+    std::map<std::string, double> metrics = {
+        {"epoch", epoch}, {"loss", total / steps}, {"start_epoch", start_epoch}};
+    if (context.world_rank != 0) {
+      rt::Report(metrics);
+      continue;
+    }
+    const std::string staging = out_dir + "/staging";
+    fs::create_directories(staging);
+    torch::save(model, staging + "/model.pt");
+    torch::save(optimizer, staging + "/optimizer.pt");
+    std::ofstream(staging + "/epoch") << epoch;
+    rt::Report(metrics, staging);
+    fs::remove_all(staging);
+  }
+  rt::testing::WriteFloats(out_dir + "/params_rank" + std::to_string(context.world_rank) + ".bin",
+                           rt::testing::FlatParameters(*model));
+}
+RAYD_TRAIN_LOOP(MlpLoop);
+
+std::vector<json> ResultLines(const std::string& run_dir) {
+  std::vector<json> lines;
+  std::ifstream in(run_dir + "/result.json");
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+std::vector<std::string> CheckpointNames(const std::string& run_dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("checkpoint_", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Trains the same MLP for `epochs` in this process, each step on rank 0's batch followed by
+// rank 1's: what two ranks' averaged gradients must reproduce.
+std::vector<float> SingleProcessReference(int epochs) {
+  at::set_num_threads(1);
+  rt::testing::MlpRun run;
+  run.epochs = epochs;
+  const rt::testing::Dataset data = rt::testing::MakeDataset(run);
+  torch::nn::Sequential model = rt::testing::MakeMlp(run.widths, run.model_seed);
+  torch::optim::SGD optimizer = rt::testing::MakeOptimizer(model, run);
+  for (int epoch = 0; epoch < run.epochs; ++epoch) {
+    for (int64_t step = 0; step < rt::testing::StepsPerEpoch(run, 2); ++step) {
+      std::vector<int64_t> rows = rt::testing::RankBatch(run, 2, 0, epoch, step);
+      const std::vector<int64_t> rows1 = rt::testing::RankBatch(run, 2, 1, epoch, step);
+      rows.insert(rows.end(), rows1.begin(), rows1.end());
+      optimizer.zero_grad();
+      rt::testing::Loss(model, data, rows).backward();
+      optimizer.step();
+    }
+  }
+  return rt::testing::FlatParameters(*model);
+}
+
+json LoopConfig(const TempDir& out, int epochs) {
+  return {{"epochs", epochs}, {"out_dir", out.path()}};
+}
+
+}  // namespace
+
+TEST_CASE("two Gloo ranks train an MLP like one process: loss falls, checkpoints kept",
+          "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rt::RunConfig run{.name = "mlp", .storage_path = storage.path()};
+  run.checkpoint.num_to_keep = 2;
+  rt::TrainResult result =
+      rt::Trainer("MlpLoop", LoopConfig(out, 4), {.num_workers = 2}, run).Fit();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  CHECK(result.restarts == 0);
+  CHECK(result.metrics.at("epoch") == 3);
+
+  const std::string run_dir = storage.path() + "/mlp";
+  std::vector<json> lines = ResultLines(run_dir);
+  REQUIRE(lines.size() == 4);  // rank 0's reports only
+  CHECK(lines.front().at("loss").get<double>() > lines.back().at("loss").get<double>() * 1.2);
+  CHECK(CheckpointNames(run_dir) ==
+        std::vector<std::string>{"checkpoint_000002", "checkpoint_000003"});
+  REQUIRE(result.checkpoint.has_value());
+  CHECK(*result.checkpoint == run_dir + "/checkpoint_000003");
+  CHECK(ReadInt(*result.checkpoint + "/epoch") == 3);
+  CHECK(fs::exists(*result.checkpoint + "/model.pt"));
+
+  std::vector<float> rank0 = rt::testing::ReadFloats(out.path() + "/params_rank0.bin");
+  std::vector<float> rank1 = rt::testing::ReadFloats(out.path() + "/params_rank1.bin");
+  REQUIRE(!rank0.empty());
+  CHECK(rank0 == rank1);
+  std::vector<float> reference = SingleProcessReference(4);
+  REQUIRE(reference.size() == rank0.size());
+  float max_diff = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(reference[i] - rank0[i]));
+  }
+  CHECK(max_diff < 1e-5f);
+}
+
+TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint", "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  json config = LoopConfig(out, 6);
+  config["crash_epoch"] = 3;
+  config["crash_marker"] = out.path() + "/crashed";
+  rt::RunConfig run{.name = "crash", .storage_path = storage.path()};
+  run.failure.max_failures = 1;
+  rt::TrainResult result = rt::Trainer("MlpLoop", config, {.num_workers = 2}, run).Fit();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  CHECK(fs::exists(out.path() + "/crashed"));
+  CHECK(result.restarts == 1);
+  CHECK(result.metrics.at("epoch") == 5);
+  // Rank 1 died at the start of epoch 3, after rank 0 had reported epoch 1 (and maybe 2) with
+  // a checkpoint; rank 0 hands its queued reports over before it is killed, so the restart
+  // resumed after epoch 1 or 2 rather than from scratch.
+  CHECK(result.metrics.at("start_epoch") >= 2);
+  std::vector<json> lines = ResultLines(storage.path() + "/crash");
+  REQUIRE(lines.size() == 6);
+  for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i].at("epoch") == static_cast<int>(i));
+  CHECK(rt::testing::ReadFloats(out.path() + "/params_rank0.bin") ==
+        rt::testing::ReadFloats(out.path() + "/params_rank1.bin"));
+}
+
+TEST_CASE("without max_failures a killed rank fails the run", "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  json config = LoopConfig(out, 3);
+  config["crash_epoch"] = 1;
+  config["crash_marker"] = out.path() + "/crashed";
+  rt::TrainResult result = rt::Trainer("MlpLoop", config, {.num_workers = 2},
+                                       {.name = "fail", .storage_path = storage.path()})
+                               .Fit();
+  CHECK_FALSE(result.ok());
+  CHECK(result.restarts == 0);
+  CHECK_THAT(result.error, Catch::Contains("rank"));
+}
+
+TEST_CASE("a second Fit on the same run name resumes from its latest checkpoint", "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rt::RunConfig run{.name = "resume", .storage_path = storage.path()};
+  rt::TrainResult first = rt::Trainer("MlpLoop", LoopConfig(out, 2), {.num_workers = 2}, run).Fit();
+  INFO(first.error);
+  REQUIRE(first.ok());
+  CHECK(first.metrics.at("epoch") == 1);
+
+  rt::TrainResult second =
+      rt::Trainer("MlpLoop", LoopConfig(out, 4), {.num_workers = 2}, run).Fit();
+  INFO(second.error);
+  REQUIRE(second.ok());
+  CHECK(second.metrics.at("start_epoch") == 2);
+  CHECK(second.metrics.at("epoch") == 3);
+  CHECK(ResultLines(storage.path() + "/resume").size() == 4);
+  CHECK(CheckpointNames(storage.path() + "/resume").size() == 4);
+}
+
+TEST_CASE("num_to_keep keeps the best checkpoints by score_attribute, and the latest",
+          "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rt::RunConfig run{.name = "best", .storage_path = storage.path()};
+  run.checkpoint = {.num_to_keep = 2, .score_attribute = "epoch", .score_order = "min"};
+  rt::TrainResult result =
+      rt::Trainer("MlpLoop", LoopConfig(out, 4), {.num_workers = 2}, run).Fit();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  // Epoch 0 scores best under "min"; the latest stays whatever its score.
+  CHECK(CheckpointNames(storage.path() + "/best") ==
+        std::vector<std::string>{"checkpoint_000000", "checkpoint_000003"});
+  CHECK(*result.checkpoint == storage.path() + "/best/checkpoint_000003");
+}
+
+// On a CLI-started head (an embedded cluster does not answer `rayd list`), so the test can
+// list the cluster's actors afterwards.
+TEST_CASE("a gang that cannot fit fails whole and starts no rank", "[trainer]") {
+  rayd_runtime_test::CliCluster cluster;
+  cluster.StartHead(2);
+  cluster.InitDriver();
+  TempDir out;
+  TempDir storage;
+  rt::ScalingConfig scaling{.num_workers = 3, .placement_timeout_s = 2};
+  rt::TrainResult result = rt::Trainer("MlpLoop", LoopConfig(out, 1), scaling,
+                                       {.name = "gang", .storage_path = storage.path()})
+                               .Fit();
+  CHECK_FALSE(result.ok());
+  CHECK_THAT(result.error, Catch::Contains("placement group of 3 bundles {CPU: 1}"));
+  CHECK(result.restarts == 0);
+  // No rank actor was ever created (a killed one would still be listed, DEAD).
+  CHECK(cluster.Json({"list", "actors"}).empty());
+  // And the group was removed again.
+  for (const rayd::PlacementGroup& group : rayd::GetAllPlacementGroups()) {
+    CHECK(group.GetState() == rayd::PlacementGroupState::REMOVED);
+  }
+}

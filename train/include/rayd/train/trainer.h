@@ -1,0 +1,157 @@
+#pragma once
+// The Trainer: runs a registered train loop on N rank actors of a rayd cluster, as one
+// data-parallel job over a c10d Gloo group, and keeps its reports and checkpoints.
+//
+//   void TrainMlp(const nlohmann::json& config) {        // runs on every rank
+//     auto model = MakeModel();
+//     if (auto dir = rayd::train::GetCheckpoint()) LoadFrom(*dir);
+//     rayd::train::PreparedModel& ddp = rayd::train::PrepareModel(*model);
+//     for (...) { loss.backward(); ddp.FinishBackward(); optimizer.step(); }
+//     rayd::train::Report({{"loss", l}}, checkpoint_dir);
+//   }
+//   RAYD_TRAIN_LOOP(TrainMlp);
+//
+//   rayd::train::TrainResult r = rayd::train::Trainer("TrainMlp", config,
+//       {.num_workers = 2}, {.name = "mlp", .storage_path = "/data/runs"}).Fit();
+//
+// How Fit works:
+// - One placement group holds a bundle per worker; it is reserved whole or not at all. If it
+//   is not reserved within ScalingConfig::placement_timeout_s (or is infeasible), Fit fails
+//   naming the group, and no rank actor was created.
+// - One TrainWorker actor per bundle (max concurrency 2: the blocking Run beside Poll). Rank 0
+//   hosts the c10d store on its node's address (RAYD_NODE_IP, which node daemons give their
+//   workers; loopback when unset) and the driver passes host:port to the others' Run.
+// - The driver polls rank 0 for its reports. A report's checkpoint directory is read on rank 0
+//   and its files travel as bytes through the actor call (no shared filesystem), so the driver
+//   writes them to storage_path/name/checkpoint_NNNNNN/, appends the metrics to
+//   storage_path/name/result.json (JSON lines) and keeps CheckpointConfig::num_to_keep.
+// - A rank that dies or a loop that throws ends the attempt: every rank actor is killed and the
+//   group removed; while the failures so far are <= FailureConfig::max_failures, a new attempt
+//   starts from the latest checkpoint (its files sent to every rank and unpacked on its node,
+//   where GetCheckpoint() finds them). A Fit on a run name that already has checkpoints
+//   resumes from its latest one.
+//
+// Only the driver thread that built a Trainer may call Fit; rayd must be initialised. The
+// in-loop functions (GetContext, PrepareModel, Report, GetCheckpoint) may be called only from
+// the thread running the loop, inside a rank actor; elsewhere they throw rayd::RaydError.
+
+#include <rayd/api/placement_group.h>
+#include <rayd/api/remote.h>
+#include <rayd/train/ddp.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace rayd::train {
+
+struct ScalingConfig {
+  int num_workers = 1;
+  // Asks each bundle for a GPU too (NCCL is not built here: the CPU LibTorch has no CUDA, so
+  // the group stays Gloo).
+  bool use_gpu = false;
+  // Resources of one worker's bundle; empty means {"CPU": 1}.
+  std::map<std::string, double> resources_per_worker;
+  rayd::PlacementStrategy placement_strategy = rayd::PlacementStrategy::PACK;
+  // How long Fit waits for the group to be reserved before failing.
+  int placement_timeout_s = 60;
+  // Bounds forming the process group and each collective, so a hung peer fails fast.
+  int collective_timeout_s = 60;
+};
+
+struct FailureConfig {
+  // Restarts allowed after a failed attempt; -1: unlimited.
+  int max_failures = 0;
+};
+
+struct CheckpointConfig {
+  int num_to_keep = 0;  // 0: keep every checkpoint
+  // The metric that ranks checkpoints for num_to_keep; empty: keep the newest. The latest
+  // checkpoint is always kept, since restarts resume from it.
+  std::string score_attribute;
+  std::string score_order = "max";  // "max" or "min": which scores are best
+};
+
+struct RunConfig {
+  std::string name;          // the run's directory under storage_path; resumed when it exists
+  std::string storage_path;  // a directory on the driver's machine
+  FailureConfig failure;
+  CheckpointConfig checkpoint;
+};
+
+// What Fit ended with.
+struct TrainResult {
+  std::map<std::string, double> metrics;  // rank 0's last report (kept across restarts)
+  std::optional<std::string> checkpoint;  // the latest persisted checkpoint directory
+  std::string error;                      // empty when the run finished
+  int restarts = 0;                       // attempts started after a failure
+  bool ok() const { return error.empty(); }
+};
+
+// Runs `train_loop_name` (registered with RAYD_TRAIN_LOOP in the driver's binary, which
+// workers re-run) with `config` on every rank.
+class Trainer {
+ public:
+  Trainer(std::string train_loop_name, nlohmann::json config, ScalingConfig scaling, RunConfig run);
+
+  // Blocks until the run finishes or fails for good; failures come back in TrainResult::error
+  // rather than as exceptions. Throws RaydError for an invalid configuration or when rayd is
+  // not initialised.
+  TrainResult Fit();
+
+ private:
+  std::string train_loop_name_;
+  nlohmann::json config_;
+  ScalingConfig scaling_;
+  RunConfig run_;
+};
+
+// Where this rank sits in the job.
+struct TrainContext {
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // among the ranks on this node
+  int local_world_size = 1;  // ranks on this node
+  int node_rank = 0;         // nodes numbered in order of their lowest rank
+  std::string run_name;
+};
+
+// A model wrapped for data-parallel training on this rank's group. Owned by the rank's
+// session; lives until the loop returns.
+class PreparedModel {
+ public:
+  explicit PreparedModel(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
+  // Completes this step's gradient all-reduce (call after backward, before optimizer.step()).
+  // Throws rayd::RaydError when a peer died or timed out, which ends the loop and the attempt.
+  void FinishBackward();
+  DistributedDataParallel& ddp() { return *ddp_; }
+
+ private:
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+const TrainContext& GetContext();
+// Broadcasts rank 0's parameters of `module` and installs the gradient all-reduce. `module`
+// must stay alive while the loop uses the returned model. Call once per module. Throws RaydError
+// when the broadcast fails.
+PreparedModel& PrepareModel(torch::nn::Module& module);
+// Records metrics (and a checkpoint directory, whose files are copied before this returns, so
+// the loop may delete it afterwards). Only rank 0's reports are kept; the others' are dropped.
+void Report(const std::map<std::string, double>& metrics,
+            const std::optional<std::string>& checkpoint_dir = std::nullopt);
+// The directory of the checkpoint this attempt resumes from (on this node), if any.
+std::optional<std::string> GetCheckpoint();
+
+using TrainLoop = void (*)(const nlohmann::json& config);
+// Registers `loop` under `name`; the Trainer looks it up there on every rank. Returns true.
+bool RegisterTrainLoop(const std::string& name, TrainLoop loop);
+
+}  // namespace rayd::train
+
+// Registers a `void fn(const nlohmann::json&)` under its own name, at static initialisation.
+#define RAYD_TRAIN_LOOP(fn)                                                                  \
+  [[maybe_unused]] static const bool RAYD_CONCAT(rayd_train_loop_registered_, __COUNTER__) = \
+      ::rayd::train::RegisterTrainLoop(#fn, fn)

@@ -1,0 +1,134 @@
+#include "checkpoint_store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace rayd::train::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kResultFile = "result.json";
+constexpr const char* kCheckpointKey = "checkpoint_dir_name";
+constexpr const char* kPrefix = "checkpoint_";
+
+std::string NameOf(int index) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%06d", kPrefix, index);
+  return name;
+}
+
+// The index of a directory named checkpoint_NNNNNN, or -1.
+int IndexOf(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoi(digits);
+}
+
+}  // namespace
+
+Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointConfig config) {
+  if (config.score_order != "max" && config.score_order != "min") {
+    return Status::InvalidArgument("score_order must be \"max\" or \"min\", got " +
+                                   config.score_order);
+  }
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return Status::Internal("cannot create " + run_dir + ": " + ec.message());
+  CheckpointStore store(std::move(run_dir), std::move(config));
+
+  std::map<int, std::optional<double>> scores;
+  std::ifstream results(fs::path(store.run_dir_) / kResultFile);
+  for (std::string line; std::getline(results, line);) {
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_object()) continue;  // a line cut short by a crash
+    store.last_metrics_.clear();
+    for (const auto& [key, value] : row.items()) {
+      if (value.is_number()) store.last_metrics_[key] = value.get<double>();
+    }
+    if (row.contains(kCheckpointKey) && row[kCheckpointKey].is_string()) {
+      std::optional<double> score;
+      const std::string& attribute = store.config_.score_attribute;
+      if (!attribute.empty() && row.contains(attribute) && row[attribute].is_number()) {
+        score = row[attribute].get<double>();
+      }
+      scores[IndexOf(row[kCheckpointKey].get<std::string>())] = score;
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(store.run_dir_, ec)) {
+    int index = IndexOf(entry.path().filename().string());
+    if (index < 0 || !entry.is_directory()) continue;
+    auto score = scores.find(index);
+    store.kept_.push_back({index, score == scores.end() ? std::nullopt : score->second});
+    store.next_index_ = std::max(store.next_index_, index + 1);
+  }
+  std::sort(store.kept_.begin(), store.kept_.end(),
+            [](const Kept& a, const Kept& b) { return a.index < b.index; });
+  return store;
+}
+
+std::string CheckpointStore::DirOf(int index) const {
+  return (fs::path(run_dir_) / NameOf(index)).string();
+}
+
+std::optional<std::string> CheckpointStore::Latest() const {
+  if (kept_.empty()) return std::nullopt;
+  return DirOf(kept_.back().index);
+}
+
+Status CheckpointStore::Persist(const ReportMessage& report) {
+  nlohmann::json row(report.metrics);
+  if (report.has_checkpoint) {
+    int index = next_index_++;
+    // Written beside its final name and renamed, so a crash never leaves a partial checkpoint
+    // under a name a resume would pick.
+    std::string staging = DirOf(index) + ".tmp";
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    RAYD_RETURN_IF_ERROR(WriteCheckpointDir(staging, report.checkpoint));
+    fs::rename(staging, DirOf(index), ec);
+    if (ec) return Status::Internal("cannot rename " + staging + ": " + ec.message());
+    std::optional<double> score;
+    auto found = report.metrics.find(config_.score_attribute);
+    if (found != report.metrics.end()) score = found->second;
+    kept_.push_back({index, score});
+    row[kCheckpointKey] = NameOf(index);
+  }
+  std::ofstream results(fs::path(run_dir_) / kResultFile, std::ios::app);
+  results << row.dump() << '\n';
+  if (!results) return Status::Internal("cannot append to " + run_dir_ + "/" + kResultFile);
+  last_metrics_ = report.metrics;
+  return Prune();
+}
+
+Status CheckpointStore::Prune() {
+  if (config_.num_to_keep <= 0) return Status::Ok();
+  while (kept_.size() > static_cast<size_t>(config_.num_to_keep)) {
+    // Never the latest (restarts resume from it). Among the others: with a score attribute,
+    // the worst score goes first (unscored ones before any scored); else the oldest.
+    auto victim = kept_.begin();
+    if (!config_.score_attribute.empty()) {
+      bool higher_is_better = config_.score_order == "max";
+      auto worse = [&](const Kept& a, const Kept& b) {  // a is worse than b
+        if (!a.score || !b.score) return !a.score && b.score;
+        return higher_is_better ? *a.score < *b.score : *a.score > *b.score;
+      };
+      for (auto it = kept_.begin(); it + 1 != kept_.end(); ++it) {
+        if (worse(*it, *victim)) victim = it;
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(DirOf(victim->index), ec);
+    if (ec) return Status::Internal("cannot remove " + DirOf(victim->index) + ": " + ec.message());
+    kept_.erase(victim);
+  }
+  return Status::Ok();
+}
+
+}  // namespace rayd::train::internal

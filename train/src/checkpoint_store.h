@@ -1,0 +1,54 @@
+#pragma once
+// A run's directory on the driver: storage_path/name/ with checkpoint_NNNNNN/ directories and
+// result.json (one JSON object per report: rank 0's metrics, plus "checkpoint_dir_name" when
+// the report carried a checkpoint).
+//
+// Opening a run directory that exists picks up where it ended: checkpoint numbering goes on
+// after the highest one there, their scores come from result.json, and the last line's metrics
+// are the run's latest. Used by the Fit thread only.
+
+#include <rayd/base/status.h>
+#include <rayd/train/trainer.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train_worker.h"
+
+namespace rayd::train::internal {
+
+class CheckpointStore {
+ public:
+  // Creates `run_dir` if needed and loads what an earlier Fit left there.
+  static Result<CheckpointStore> Open(std::string run_dir, CheckpointConfig config);
+
+  // Appends the report to result.json and, when it has a checkpoint, writes it as the next
+  // checkpoint_NNNNNN and deletes the ones num_to_keep no longer keeps.
+  Status Persist(const ReportMessage& report);
+
+  // The newest checkpoint's directory, if any.
+  std::optional<std::string> Latest() const;
+  // The metrics of the last report persisted (empty when none).
+  const std::map<std::string, double>& last_metrics() const { return last_metrics_; }
+
+ private:
+  struct Kept {
+    int index = 0;
+    std::optional<double> score;
+  };
+  CheckpointStore(std::string run_dir, CheckpointConfig config)
+      : run_dir_(std::move(run_dir)), config_(std::move(config)) {}
+
+  std::string DirOf(int index) const;
+  Status Prune();
+
+  std::string run_dir_;
+  CheckpointConfig config_;
+  std::vector<Kept> kept_;  // in index order
+  int next_index_ = 0;
+  std::map<std::string, double> last_metrics_;
+};
+
+}  // namespace rayd::train::internal

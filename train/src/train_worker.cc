@@ -1,0 +1,227 @@
+// The rank side of the Trainer: the TrainWorker actor, the per-process session a running loop
+// sees through GetContext/PrepareModel/Report/GetCheckpoint, and the loop registry.
+
+#include "train_worker.h"
+
+#include <rayd/train/trainer.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+namespace rayd::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, TrainLoop>& Loops() {
+  static std::map<std::string, TrainLoop> loops;
+  return loops;
+}
+
+// The state of the loop running in this process (one rank actor per worker process). Owned
+// by TrainWorker::Run's stack frame; `current` points at it while the loop runs.
+struct Session {
+  TrainContext context;
+  internal::TrainWorker* worker = nullptr;
+  std::unique_ptr<ProcessGroup> group;
+  std::vector<std::unique_ptr<PreparedModel>> models;
+  std::optional<std::string> checkpoint;
+};
+thread_local Session* current = nullptr;
+
+Session& RequireSession(const char* what) {
+  if (current == nullptr) {
+    throw RaydError(std::string(what) + " called outside a train loop run by a Trainer");
+  }
+  return *current;
+}
+
+// Removes a directory tree when it goes out of scope.
+class ScopedDir {
+ public:
+  explicit ScopedDir(std::string path) : path_(std::move(path)) {}
+  ~ScopedDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScopedDir(const ScopedDir&) = delete;
+  ScopedDir& operator=(const ScopedDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string NodeAddress() {
+  const char* ip = std::getenv("RAYD_NODE_IP");
+  return ip != nullptr && *ip != '\0' ? ip : "127.0.0.1";
+}
+
+}  // namespace
+
+bool RegisterTrainLoop(const std::string& name, TrainLoop loop) {
+  Loops()[name] = loop;
+  return true;
+}
+
+void PreparedModel::FinishBackward() {
+  Status status = ddp_->FinishBackward();
+  if (!status.ok()) throw RaydError("FinishBackward: " + status.message());
+}
+
+const TrainContext& GetContext() { return RequireSession("GetContext").context; }
+
+PreparedModel& PrepareModel(torch::nn::Module& module) {
+  Session& session = RequireSession("PrepareModel");
+  Result<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Create(module, *session.group);
+  if (!ddp.ok()) throw RaydError("PrepareModel: " + ddp.status().message());
+  session.models.push_back(std::make_unique<PreparedModel>(std::move(ddp).value()));
+  return *session.models.back();
+}
+
+void Report(const std::map<std::string, double>& metrics,
+            const std::optional<std::string>& checkpoint_dir) {
+  Session& session = RequireSession("Report");
+  if (session.context.world_rank != 0) return;
+  internal::ReportMessage report;
+  report.metrics = metrics;
+  if (checkpoint_dir) {
+    Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*checkpoint_dir);
+    if (!files.ok()) throw RaydError("Report: " + files.status().message());
+    report.has_checkpoint = true;
+    report.checkpoint = std::move(files).value();
+  }
+  session.worker->Enqueue(std::move(report));
+}
+
+std::optional<std::string> GetCheckpoint() { return RequireSession("GetCheckpoint").checkpoint; }
+
+namespace internal {
+
+Result<CheckpointFiles> ReadCheckpointDir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::InvalidArgument("no checkpoint directory " + dir);
+  CheckpointFiles files;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    std::ifstream in(it->path(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    if (!in) return Status::Internal("cannot read " + it->path().string());
+    files[fs::relative(it->path(), dir).string()] = std::move(bytes).str();
+  }
+  if (ec) return Status::Internal("cannot list " + dir + ": " + ec.message());
+  return files;
+}
+
+Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
+  for (const auto& [name, bytes] : files) {
+    fs::path path = fs::path(dir) / name;
+    fs::create_directories(path.parent_path(), ec);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return Status::Internal("cannot write " + path.string());
+  }
+  return Status::Ok();
+}
+
+std::string TrainWorker::NodeId() { return rayd::GetNodeId(); }
+
+std::string TrainWorker::Host(int collective_timeout_s) {
+  Result<std::unique_ptr<Rendezvous>> hosted =
+      Rendezvous::Host(NodeAddress(), 0, std::chrono::seconds(collective_timeout_s));
+  if (!hosted.ok()) {
+    throw RaydError("rank 0 cannot host the rendezvous: " + hosted.status().message());
+  }
+  hosted_ = std::move(hosted).value();
+  return hosted_->host() + ":" + std::to_string(hosted_->port());
+}
+
+bool TrainWorker::Run(RunSpec spec) {
+  at::set_num_threads(1);  // one intra-op thread per rank: ranks share the node's cores
+  auto loop = Loops().find(spec.loop);
+  if (loop == Loops().end()) {
+    throw RaydError("rank " + std::to_string(rank_) + ": no train loop registered as '" +
+                    spec.loop + "' (RAYD_TRAIN_LOOP)");
+  }
+  std::chrono::milliseconds timeout = std::chrono::seconds(spec.collective_timeout_s);
+  std::unique_ptr<Rendezvous> rendezvous;
+  if (spec.world_rank == 0) {
+    if (!hosted_) throw RaydError("rank 0 was not asked to host the rendezvous");
+    rendezvous = std::move(hosted_);
+  } else {
+    Result<std::unique_ptr<Rendezvous>> joined =
+        Rendezvous::Join(spec.store_host, static_cast<uint16_t>(spec.store_port), timeout);
+    if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
+    rendezvous = std::move(joined).value();
+  }
+  ProcessGroupOptions options;
+  options.rank = spec.world_rank;
+  options.world_size = spec.world_size;
+  options.local_address = NodeAddress();
+  options.timeout = timeout;
+  Result<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Connect(std::move(rendezvous), options);
+  if (!group.ok()) throw RaydError("forming the process group: " + group.status().message());
+
+  Session session;
+  session.context = {.world_rank = spec.world_rank,
+                     .world_size = spec.world_size,
+                     .local_rank = spec.local_rank,
+                     .local_world_size = spec.local_world_size,
+                     .node_rank = spec.node_rank,
+                     .run_name = spec.run_name};
+  session.worker = this;
+  session.group = std::move(group).value();
+  // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.
+  ScopedDir unpacked((fs::temp_directory_path() / ("rayd-train-" + std::to_string(::getpid()) +
+                                                   "-rank" + std::to_string(spec.world_rank)))
+                         .string());
+  if (spec.has_checkpoint) {
+    Status written = WriteCheckpointDir(unpacked.path(), spec.checkpoint);
+    if (!written.ok()) throw RaydError("unpacking the checkpoint: " + written.message());
+    session.checkpoint = unpacked.path();
+  }
+  nlohmann::json config = nlohmann::json::parse(spec.config_json);
+  current = &session;
+  try {
+    loop->second(config);
+  } catch (...) {
+    current = nullptr;
+    throw;
+  }
+  current = nullptr;
+  return true;
+}
+
+std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
+  std::unique_lock lock(mu_);
+  reported_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return !reports_.empty(); });
+  std::vector<ReportMessage> out(std::make_move_iterator(reports_.begin()),
+                                 std::make_move_iterator(reports_.end()));
+  reports_.clear();
+  return out;
+}
+
+void TrainWorker::Enqueue(ReportMessage report) {
+  {
+    std::lock_guard lock(mu_);
+    reports_.push_back(std::move(report));
+  }
+  reported_.notify_all();
+}
+
+RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host, &TrainWorker::Run,
+            &TrainWorker::Poll);
+
+}  // namespace internal
+}  // namespace rayd::train

@@ -1,0 +1,86 @@
+#pragma once
+// The rank actor the Trainer creates in each bundle, and the values the driver and the ranks
+// exchange through actor calls (msgpack).
+//
+// Threading: the actor runs with max concurrency 2. Run (which blocks for the whole loop) runs
+// on one actor thread; Host, NodeId and Poll on the other. Run and Poll share only the report
+// queue, under a mutex; everything else belongs to Run's thread.
+
+#include <rayd/api.h>
+#include <rayd/train/process_group.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rayd::train::internal {
+
+// A checkpoint directory in transit: relative path -> file contents.
+using CheckpointFiles = std::map<std::string, std::string>;
+
+// One report of rank 0, as the driver receives it.
+struct ReportMessage {
+  std::map<std::string, double> metrics;
+  bool has_checkpoint = false;
+  CheckpointFiles checkpoint;
+  MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint);
+};
+
+// What a rank needs to run its part of one attempt.
+struct RunSpec {
+  std::string loop;
+  std::string config_json;
+  std::string store_host;  // rank 0's c10d store
+  int store_port = 0;
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string run_name;
+  int collective_timeout_s = 60;
+  bool has_checkpoint = false;
+  CheckpointFiles checkpoint;
+  MSGPACK_DEFINE(loop, config_json, store_host, store_port, world_rank, world_size, local_rank,
+                 local_world_size, node_rank, run_name, collective_timeout_s, has_checkpoint,
+                 checkpoint);
+};
+
+class TrainWorker {
+ public:
+  static TrainWorker* FactoryCreate(int rank) { return new TrainWorker(rank); }
+
+  // This worker's node, for local and node ranks.
+  std::string NodeId();
+  // Rank 0 only: serves the c10d store on this node's address; returns "host:port".
+  std::string Host(int collective_timeout_s);
+  // Forms the group, runs the loop, returns true when it returned. Throws what the loop threw
+  // (the driver sees a RemoteError).
+  bool Run(RunSpec spec);
+  // Rank 0's reports since the last call, waiting up to `wait_ms` for the first one.
+  std::vector<ReportMessage> Poll(int wait_ms);
+
+  // Called by Report on the loop's thread.
+  void Enqueue(ReportMessage report);
+
+ private:
+  explicit TrainWorker(int rank) : rank_(rank) {}
+
+  int rank_;
+  std::unique_ptr<Rendezvous> hosted_;  // rank 0, between Host and Run
+
+  std::mutex mu_;
+  std::condition_variable reported_;
+  std::deque<ReportMessage> reports_;  // guarded by mu_
+};
+
+// Reads every regular file under `dir` (recursively) into memory.
+Result<CheckpointFiles> ReadCheckpointDir(const std::string& dir);
+// Writes `files` under `dir` (created, with parent directories).
+Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files);
+
+}  // namespace rayd::train::internal

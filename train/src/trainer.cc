@@ -1,0 +1,251 @@
+// The driver side of the Trainer: attempts, each one a placement group and its rank actors,
+// restarted from the latest checkpoint within max_failures. See trainer.h for the protocol.
+
+#include <rayd/train/trainer.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "checkpoint_store.h"
+#include "train_worker.h"
+
+namespace rayd::train {
+namespace {
+
+using internal::CheckpointStore;
+using internal::ReportMessage;
+using internal::TrainWorker;
+
+constexpr int kStartTimeoutMs = 60'000;  // a rank actor starts (a worker process spawns)
+constexpr int kPollWaitMs = 200;         // how long one Poll waits on rank 0 for a report
+constexpr int kPollTimeoutMs = 30'000;   // a Poll call is answered (rank 0 is not wedged)
+constexpr int kDrainTimeoutMs = 5'000;   // rank 0 hands over its last reports after a failure
+
+// How an attempt ended.
+struct Attempt {
+  enum class End { kFinished, kFailed, kNoGroup } end = End::kFinished;
+  std::string error;
+};
+
+// The attempt's placement group and rank actors; tears both down when destroyed (killing the
+// actors first, so none is left running in a removed bundle).
+class Gang {
+ public:
+  explicit Gang(rayd::PlacementGroup group) : group_(std::move(group)) {}
+  ~Gang() {
+    for (const auto& actor : actors_) {
+      try {
+        actor.Kill();
+      } catch (const RaydError&) {
+        // Already gone.
+      }
+    }
+    try {
+      rayd::RemovePlacementGroup(group_.GetID());
+    } catch (const RaydError&) {
+      // Already removed.
+    }
+  }
+  Gang(const Gang&) = delete;
+  Gang& operator=(const Gang&) = delete;
+
+  const rayd::PlacementGroup& group() const { return group_; }
+  std::vector<ActorHandle<TrainWorker>>& actors() { return actors_; }
+
+ private:
+  rayd::PlacementGroup group_;
+  std::vector<ActorHandle<TrainWorker>> actors_;
+};
+
+std::string Describe(const std::map<std::string, double>& resources) {
+  std::ostringstream out;
+  out << "{";
+  for (const auto& [name, amount] : resources) {
+    if (name != resources.begin()->first) out << ", ";
+    out << name << ": " << amount;
+  }
+  out << "}";
+  return out.str();
+}
+
+// Drains rank 0's reports into `store`; returns false with `error` set when rank 0 is gone.
+bool Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms, CheckpointStore& store,
+             std::string* error) {
+  try {
+    auto reports = rayd::Get(rank0.Task(&TrainWorker::Poll).Remote(wait_ms), timeout_ms);
+    for (const ReportMessage& report : *reports) {
+      Status persisted = store.Persist(report);
+      if (!persisted.ok()) {
+        *error = "persisting a report: " + persisted.message();
+        return false;
+      }
+    }
+    return true;
+  } catch (const RaydError& e) {
+    *error = std::string("polling rank 0: ") + e.what();
+    return false;
+  }
+}
+
+// Creates a rank actor per bundle of the reserved group, waits until each runs and asks rank 0
+// to host the rendezvous. Fills `nodes` (per rank) and `host` ("host:port").
+std::optional<Attempt> StartRanks(Gang& gang, const ScalingConfig& scaling,
+                                  const std::map<std::string, double>& bundle,
+                                  std::vector<std::string>* nodes, std::string* host) {
+  auto& actors = gang.actors();
+  try {
+    for (int rank = 0; rank < scaling.num_workers; ++rank) {
+      actors.push_back(rayd::Actor(TrainWorker::FactoryCreate)
+                           .SetResources(bundle)
+                           .SetPlacementGroup(gang.group(), rank)
+                           .SetMaxConcurrency(2)
+                           .Remote(rank));
+    }
+    for (auto& actor : actors) {
+      nodes->push_back(*rayd::Get(actor.Task(&TrainWorker::NodeId).Remote(), kStartTimeoutMs));
+    }
+    *host = *rayd::Get(actors[0].Task(&TrainWorker::Host).Remote(scaling.collective_timeout_s),
+                       kStartTimeoutMs);
+  } catch (const RaydError& e) {
+    return Attempt{Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()};
+  }
+  return std::nullopt;
+}
+
+// Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
+// within a node.
+std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
+                                        const std::vector<std::string>& nodes) {
+  std::map<std::string, int> node_rank;
+  std::map<std::string, int> on_node;
+  for (const auto& node : nodes) {
+    node_rank.emplace(node, static_cast<int>(node_rank.size()));
+    ++on_node[node];
+  }
+  std::map<std::string, int> seen;
+  std::vector<internal::RunSpec> specs;
+  for (size_t rank = 0; rank < nodes.size(); ++rank) {
+    internal::RunSpec spec = common;
+    spec.world_rank = static_cast<int>(rank);
+    spec.world_size = static_cast<int>(nodes.size());
+    spec.local_rank = seen[nodes[rank]]++;
+    spec.local_world_size = on_node[nodes[rank]];
+    spec.node_rank = node_rank[nodes[rank]];
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// Persists rank 0's reports until every Run has returned, or one failed.
+Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs,
+                  CheckpointStore& store) {
+  std::string error;
+  while (true) {
+    if (!Collect(rank0, kPollWaitMs, kPollTimeoutMs, store, &error)) {
+      return {Attempt::End::kFailed, error};
+    }
+    auto done = rayd::Wait(runs, static_cast<int>(runs.size()), 0);
+    for (auto& run : done.ready) {
+      try {
+        rayd::Get(run);
+      } catch (const RaydError& e) {
+        size_t rank = 0;
+        while (rank < runs.size() && !(runs[rank].id() == run.id())) ++rank;
+        // Keep what rank 0 reported before the failure (it may still answer).
+        std::string ignored;
+        Collect(rank0, 0, kDrainTimeoutMs, store, &ignored);
+        return {Attempt::End::kFailed, "rank " + std::to_string(rank) + ": " + e.what()};
+      }
+    }
+    if (done.unready.empty()) break;
+  }
+  if (!Collect(rank0, 0, kPollTimeoutMs, store, &error)) return {Attempt::End::kFailed, error};
+  return {};
+}
+
+// One attempt: reserve the gang, start its ranks from the latest checkpoint, supervise them.
+// The gang is torn down on every way out.
+Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
+                   const ScalingConfig& scaling, const std::string& run_name,
+                   CheckpointStore& store) {
+  std::map<std::string, double> bundle = scaling.resources_per_worker;
+  if (bundle.empty()) bundle = {{"CPU", 1}};
+  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
+  std::string what =
+      "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
+  Gang gang(rayd::CreatePlacementGroup(
+      {.bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
+       .strategy = scaling.placement_strategy}));
+  try {
+    if (!gang.group().Wait(scaling.placement_timeout_s)) {
+      return {Attempt::End::kNoGroup, what + " could not be reserved within " +
+                                          std::to_string(scaling.placement_timeout_s) +
+                                          " s (the cluster lacks the resources)"};
+    }
+  } catch (const RaydError& e) {
+    return {Attempt::End::kNoGroup, what + " is infeasible: " + e.what()};
+  }
+
+  std::vector<std::string> nodes;
+  std::string host;
+  if (auto failed = StartRanks(gang, scaling, bundle, &nodes, &host)) return *failed;
+
+  internal::RunSpec common;
+  common.loop = loop;
+  common.config_json = config.dump();
+  size_t colon = host.rfind(':');
+  common.store_host = host.substr(0, colon);
+  common.store_port = std::stoi(host.substr(colon + 1));
+  common.run_name = run_name;
+  common.collective_timeout_s = scaling.collective_timeout_s;
+  if (std::optional<std::string> resume_from = store.Latest()) {
+    Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*resume_from);
+    if (!files.ok()) return {Attempt::End::kFailed, files.status().message()};
+    common.has_checkpoint = true;
+    common.checkpoint = std::move(files).value();
+  }
+  std::vector<ObjectRef<bool>> runs;
+  for (internal::RunSpec& spec : RunSpecs(common, nodes)) {
+    runs.push_back(gang.actors()[spec.world_rank].Task(&TrainWorker::Run).Remote(std::move(spec)));
+  }
+  return Supervise(gang.actors()[0], runs, store);
+}
+
+}  // namespace
+
+Trainer::Trainer(std::string train_loop_name, nlohmann::json config, ScalingConfig scaling,
+                 RunConfig run)
+    : train_loop_name_(std::move(train_loop_name)),
+      config_(std::move(config)),
+      scaling_(std::move(scaling)),
+      run_(std::move(run)) {}
+
+TrainResult Trainer::Fit() {
+  if (scaling_.num_workers < 1) throw RaydError("ScalingConfig.num_workers must be at least 1");
+  if (run_.name.empty() || run_.storage_path.empty()) {
+    throw RaydError("RunConfig needs a name and a storage_path");
+  }
+  Result<CheckpointStore> store = CheckpointStore::Open(
+      (std::filesystem::path(run_.storage_path) / run_.name).string(), run_.checkpoint);
+  if (!store.ok()) throw RaydError(store.status().message());
+
+  TrainResult result;
+  while (true) {
+    Attempt attempt = RunAttempt(train_loop_name_, config_, scaling_, run_.name, *store);
+    result.error = attempt.error;
+    if (attempt.end != Attempt::End::kFailed) break;
+    int max_failures = run_.failure.max_failures;
+    if (max_failures >= 0 && result.restarts >= max_failures) break;
+    ++result.restarts;
+  }
+  result.metrics = store->last_metrics();
+  result.checkpoint = store->Latest();
+  return result;
+}
+
+}  // namespace rayd::train
