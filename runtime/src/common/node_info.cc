@@ -18,6 +18,22 @@ void ResourcesToProto(const ResourceSet& set, capnp::List<proto::ResourceAmount>
   }
 }
 
+void LabelsToProto(const std::map<std::string, std::string>& labels,
+                   capnp::List<proto::Label>::Builder list) {
+  unsigned i = 0;
+  for (const auto& [key, value] : labels) {
+    list[i].setKey(key);
+    list[i].setValue(value);
+    ++i;
+  }
+}
+
+scheduler::Labels LabelsFromProto(capnp::List<proto::Label>::Reader list) {
+  scheduler::Labels labels;
+  for (auto label : list) labels[label.getKey()] = label.getValue();
+  return labels;
+}
+
 ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list) {
   ResourceSet set;
   for (auto r : list) set.Set(r.getName().cStr(), FixedPoint::FromUnits(r.getUnits()));
@@ -52,13 +68,7 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setState(info.alive ? proto::NodeState::ALIVE : proto::NodeState::DEAD);
   FillResources(info.total, [&](unsigned n) { return out.initTotal(n); });
   FillResources(info.available, [&](unsigned n) { return out.initAvailable(n); });
-  auto labels = out.initLabels(static_cast<unsigned>(info.labels.size()));
-  unsigned i = 0;
-  for (const auto& [k, v] : info.labels) {
-    labels[i].setKey(k);
-    labels[i].setValue(v);
-    ++i;
-  }
+  FillLabels(info.labels, [&](unsigned n) { return out.initLabels(n); });
   out.setStartTimeMs(info.start_time_ms);
   out.setEndTimeMs(info.end_time_ms);
   out.setLastHeartbeatMs(info.last_heartbeat_ms);
@@ -82,7 +92,7 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.alive = in.getState() == proto::NodeState::ALIVE;
   info.total = ResourcesFromProto(in.getTotal());
   info.available = ResourcesFromProto(in.getAvailable());
-  for (auto l : in.getLabels()) info.labels[l.getKey()] = l.getValue();
+  info.labels = LabelsFromProto(in.getLabels());
   info.start_time_ms = in.getStartTimeMs();
   info.end_time_ms = in.getEndTimeMs();
   info.last_heartbeat_ms = in.getLastHeartbeatMs();

@@ -3,6 +3,7 @@
 // for the wire and to JSON for the GCS store, here and nowhere else.
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "rayd/base/ids.h"
@@ -24,6 +25,16 @@ void FillResources(const scheduler::ResourceSet& set, InitList init) {
   ResourcesToProto(set, init(static_cast<unsigned>(set.size())));
 }
 scheduler::ResourceSet ResourcesFromProto(capnp::List<proto::ResourceAmount>::Reader list);
+
+// A {key: value} map (node labels, a label selector, an environment) as a list of Label, and
+// back. FillLabels calls `init(n)` for the list builder, like FillResources.
+void LabelsToProto(const std::map<std::string, std::string>& labels,
+                   capnp::List<proto::Label>::Builder list);
+template <typename InitList>
+void FillLabels(const std::map<std::string, std::string>& labels, InitList init) {
+  LabelsToProto(labels, init(static_cast<unsigned>(labels.size())));
+}
+scheduler::Labels LabelsFromProto(capnp::List<proto::Label>::Reader list);
 
 void DemandsToProto(const std::vector<ResourceDemand>& demands,
                     capnp::List<proto::ResourceDemand>::Builder out);

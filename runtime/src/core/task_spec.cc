@@ -92,13 +92,7 @@ Result<TaskSpec> FromProto(proto::TaskSpec::Reader in) {
 void ToProto(const SchedulingOptions& options, proto::SchedulingOptions::Builder out) {
   out.setPlacementGroupId(options.placement_group_id);
   out.setBundleIndex(options.bundle_index);
-  auto labels = out.initLabelSelector(static_cast<unsigned>(options.label_selector.size()));
-  unsigned i = 0;
-  for (const auto& [key, value] : options.label_selector) {
-    labels[i].setKey(key);
-    labels[i].setValue(value);
-    ++i;
-  }
+  runtime::FillLabels(options.label_selector, [&](unsigned n) { return out.initLabelSelector(n); });
   out.setNodeAffinity(options.node_affinity);
   out.setAffinitySoft(options.affinity_soft);
 }
@@ -107,8 +101,7 @@ SchedulingOptions FromProto(proto::SchedulingOptions::Reader in) {
   SchedulingOptions options;
   options.placement_group_id = in.getPlacementGroupId();
   options.bundle_index = in.getBundleIndex();
-  for (auto label : in.getLabelSelector())
-    options.label_selector[label.getKey()] = label.getValue();
+  options.label_selector = runtime::LabelsFromProto(in.getLabelSelector());
   options.node_affinity = in.getNodeAffinity();
   options.affinity_soft = in.getAffinitySoft();
   return options;

@@ -46,13 +46,7 @@ std::string ShapeKey(const TaskSpec& spec) {
 void FillLaunch(const SubmitterContext& ctx, proto::WorkerLaunch::Builder out) {
   auto argv = out.initArgv(static_cast<unsigned>(ctx.launch_argv.size()));
   for (unsigned i = 0; i < ctx.launch_argv.size(); ++i) argv.set(i, ctx.launch_argv[i]);
-  auto env = out.initEnv(static_cast<unsigned>(ctx.launch_env.size()));
-  unsigned i = 0;
-  for (const auto& [k, v] : ctx.launch_env) {
-    env[i].setKey(k);
-    env[i].setValue(v);
-    ++i;
-  }
+  runtime::FillLabels(ctx.launch_env, [&](unsigned n) { return out.initEnv(n); });
 }
 
 TaskSubmitter::TaskSubmitter(SubmitterContext& ctx) : ctx_(ctx), idle_timer_(ctx.loop) {

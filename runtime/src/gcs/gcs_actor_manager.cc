@@ -355,9 +355,7 @@ scheduler::Placement GcsActorManager::PickNode(Actor& actor, std::vector<NodeId>
   auto scheduling = actor.Scheduling();
   scheduler::PlacementRequest request;
   request.demand = actor.demand;
-  for (auto label : scheduling.getLabelSelector()) {
-    request.label_selector[label.getKey()] = label.getValue();
-  }
+  request.label_selector = runtime::LabelsFromProto(scheduling.getLabelSelector());
   if (scheduling.getNodeAffinity().size() > 0) {
     request.affinity =
         scheduler::NodeAffinity{scheduling.getNodeAffinity(), scheduling.getAffinitySoft()};

@@ -141,9 +141,7 @@ struct GcsPlacementGroupManager::Group {
         return Status::InvalidArgument(
             which + " is empty: every bundle needs a positive amount of some resource");
       }
-      for (auto label : b.getLabelSelector()) {
-        bundle.label_selector[label.getKey()] = label.getValue();
-      }
+      bundle.label_selector = runtime::LabelsFromProto(b.getLabelSelector());
       out.push_back(std::move(bundle));
     }
     return out;
@@ -408,13 +406,7 @@ void GcsPlacementGroupManager::ToProto(const Group& group,
     auto b = bundles[i];
     b.setIndex(i);
     runtime::FillResources(bundle.resources, [&](unsigned n) { return b.initResources(n); });
-    auto labels = b.initLabelSelector(static_cast<unsigned>(bundle.label_selector.size()));
-    unsigned l = 0;
-    for (const auto& [key, value] : bundle.label_selector) {
-      labels[l].setKey(key);
-      labels[l].setValue(value);
-      ++l;
-    }
+    runtime::FillLabels(bundle.label_selector, [&](unsigned n) { return b.initLabelSelector(n); });
     if (!bundle.committed) continue;
     b.setNodeId(bundle.node.Hex());
     if (auto node = nodes_.nodes().find(bundle.node); node != nodes_.nodes().end()) {
