@@ -10,6 +10,7 @@ find_package(nlohmann_json REQUIRED)
 # msgpack-cxx (header-only) for user values in the public API; its config is named `msgpack`.
 find_package(msgpack REQUIRED)
 find_package(OpenSSL REQUIRED)
+find_package(yaml-cpp REQUIRED)
 find_package(Threads REQUIRED)
 
 # CUDA: AUTO uses the toolkit when present; ON requires it; OFF never looks.

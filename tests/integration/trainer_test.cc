@@ -2,7 +2,7 @@
 // checkpoints and num_to_keep, a rank killed mid-run and the restart from the latest
 // checkpoint, a second Fit resuming a run, and a gang that cannot fit.
 
-#include <rayd/train/trainer.h>
+#include <rayd/train/session.h>
 #include <signal.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 
 #include "train_worker.h"
 
-#include <rayd/train/trainer.h>
+#include <rayd/train/session.h>
 #include <unistd.h>
 
 #include <chrono>

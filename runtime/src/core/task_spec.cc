@@ -116,6 +116,12 @@ Status ValidatePlacementGroup(const internal::PlacementGroupOptions& options) {
                                    std::to_string(options.strategy) +
                                    " (0 PACK, 1 SPREAD, 2 STRICT_PACK, 3 STRICT_SPREAD)");
   }
+  if (!options.bundle_label_selector.empty() &&
+      options.bundle_label_selector.size() != options.bundles.size()) {
+    return Status::InvalidArgument(
+        "bundle_label_selector has " + std::to_string(options.bundle_label_selector.size()) +
+        " entries for " + std::to_string(options.bundles.size()) + " bundles");
+  }
   for (size_t b = 0; b < options.bundles.size(); ++b) {
     const std::string bundle = "bundle " + std::to_string(b);
     for (const auto& [name, amount] : options.bundles[b]) {
@@ -150,6 +156,10 @@ void ToProto(const internal::PlacementGroupOptions& options, const std::string& 
     bundles[b].setIndex(b);
     runtime::FillResources(ToResourceSet(options.bundles[b]),
                            [&](unsigned n) { return bundles[b].initResources(n); });
+    if (b < options.bundle_label_selector.size()) {
+      runtime::FillLabels(options.bundle_label_selector[b],
+                          [&](unsigned n) { return bundles[b].initLabelSelector(n); });
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/node_info.h"
+#include "rayd/api/placement_group.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 
@@ -29,6 +30,12 @@ WorkerPoolConfig PoolConfig(const NodeDaemonConfig& config) {
   pool.idle_timeout = config.worker_idle_timeout;
   return pool;
 }
+// A node's labels: those it was started with plus its own id under kNodeIdLabel, so that
+// bundles and work can be pinned to it by label.
+scheduler::Labels WithNodeIdLabel(scheduler::Labels labels, const NodeId& id) {
+  labels[kNodeIdLabel] = id.Hex();
+  return labels;
+}
 }  // namespace
 
 NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
@@ -42,7 +49,7 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       pool_(loop, PoolConfig(config_), node_id_),
       lease_manager_(pool_, node_id_,
                      LeaseManagerConfig{.total = config_.total,
-                                        .labels = config_.labels,
+                                        .labels = WithNodeIdLabel(config_.labels, node_id_),
                                         .prestart_workers = config_.prestart_workers,
                                         .infeasible_timeout = config_.infeasible_timeout},
                      [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
@@ -169,7 +176,7 @@ NodeInfo NodeDaemon::SelfInfo() const {
   info.is_head = config_.is_head;
   info.total = config_.total;
   info.available = lease_manager_.available();
-  info.labels = config_.labels;
+  info.labels = WithNodeIdLabel(config_.labels, node_id_);
   info.start_time_ms = start_time_ms_;
   info.pid = getpid();
   info.session_dir = config_.session_dir;

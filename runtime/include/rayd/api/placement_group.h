@@ -39,11 +39,17 @@
 
 namespace rayd {
 
+// The label every node carries with its own node id (32 hex digits) as the value.
+inline constexpr char kNodeIdLabel[] = "rayd.io/node-id";
+
 enum class PlacementStrategy { PACK = 0, SPREAD = 1, STRICT_PACK = 2, STRICT_SPREAD = 3 };
 
 struct PlacementGroupCreationOptions {
   std::string name;  // empty: anonymous; else unique in its namespace until removed
   std::vector<std::map<std::string, double>> bundles;  // each {resource: amount}, not empty
+  // Per bundle (empty, or one per bundle): labels its node must carry. Every node carries
+  // kNodeIdLabel = its node id, so {{kNodeIdLabel, rayd::GetNodeId()}} pins a bundle to this node.
+  std::vector<std::map<std::string, std::string>> bundle_label_selector;
   PlacementStrategy strategy = PlacementStrategy::PACK;
   bool detached = false;      // outlives its job until removed
   std::string ray_namespace;  // empty: the job's namespace
@@ -107,6 +113,7 @@ inline PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions& 
   o.name = options.name;
   o.ray_namespace = options.ray_namespace;
   o.bundles = options.bundles;
+  o.bundle_label_selector = options.bundle_label_selector;
   o.strategy = static_cast<int>(options.strategy);
   o.detached = options.detached;
   Result<std::string> id = internal::RequireRuntime().CreatePlacementGroup(o);

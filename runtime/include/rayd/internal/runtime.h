@@ -140,6 +140,7 @@ struct PlacementGroupOptions {
   std::string name;            // empty: anonymous; else unique in its namespace while alive
   std::string ray_namespace;   // empty: the job's namespace
   std::vector<std::map<std::string, double>> bundles;
+  std::vector<std::map<std::string, std::string>> bundle_label_selector;  // empty or per bundle
   int strategy = 0;
   bool detached = false;       // outlives its job until removed
 };

@@ -37,11 +37,9 @@
 
 #include <rayd/api/placement_group.h>
 #include <rayd/api/remote.h>
-#include <rayd/train/ddp.h>
-#include <torch/torch.h>
 
+#include <functional>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -108,42 +106,6 @@ class Trainer {
   ScalingConfig scaling_;
   RunConfig run_;
 };
-
-// Where this rank sits in the job.
-struct TrainContext {
-  int world_rank = 0;
-  int world_size = 1;
-  int local_rank = 0;        // among the ranks on this node
-  int local_world_size = 1;  // ranks on this node
-  int node_rank = 0;         // nodes numbered in order of their lowest rank
-  std::string run_name;
-};
-
-// A model wrapped for data-parallel training on this rank's group. Owned by the rank's
-// session; lives until the loop returns.
-class PreparedModel {
- public:
-  explicit PreparedModel(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
-  // Completes this step's gradient all-reduce (call after backward, before optimizer.step()).
-  // Throws rayd::RaydError when a peer died or timed out, which ends the loop and the attempt.
-  void FinishBackward();
-  DistributedDataParallel& ddp() { return *ddp_; }
-
- private:
-  std::unique_ptr<DistributedDataParallel> ddp_;
-};
-
-const TrainContext& GetContext();
-// Broadcasts rank 0's parameters of `module` and installs the gradient all-reduce. `module`
-// must stay alive while the loop uses the returned model. Call once per module. Throws RaydError
-// when the broadcast fails.
-PreparedModel& PrepareModel(torch::nn::Module& module);
-// Records metrics (and a checkpoint directory, whose files are copied before this returns, so
-// the loop may delete it afterwards). Only rank 0's reports are kept; the others' are dropped.
-void Report(const std::map<std::string, double>& metrics,
-            const std::optional<std::string>& checkpoint_dir = std::nullopt);
-// The directory of the checkpoint this attempt resumes from (on this node), if any.
-std::optional<std::string> GetCheckpoint();
 
 using TrainLoop = void (*)(const nlohmann::json& config);
 // Registers `loop` under `name`; the Trainer looks it up there on every rank. Returns true.

@@ -1,0 +1,127 @@
+#pragma once
+// Trial schedulers: pure decision makers the Tuner consults on every result. They do no I/O
+// except PBT's lineage logs. Names, options and defaults follow Ray Tune.
+//
+// The Tuner calls, on its controller thread only:
+//   OnTrialAdd      once per trial, before it first runs
+//   OnTrialResult   per reported result of a running trial -> what to do with the trial
+//   OnTrialComplete when a trial's loop returned (finished) or it was stopped by a decision
+//   OnTrialError    when a trial failed for good
+//   ChooseTrialToResume  whenever a slot frees up: a paused trial to resume before starting a
+//                   pending one (ASHA's promotion form, HyperBand); nullopt = start a new one
+//
+// Results are flat maps of numbers: the trial's metrics plus "training_iteration",
+// "time_total_s" and "time_this_iter_s", so time_attr may name any of them.
+
+#include <rayd/tune/search_space.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace rayd::tune {
+
+using Metrics = std::map<std::string, double>;
+
+struct SchedulerResult {
+  Metrics metrics;
+  // The trial's config when it reported (PBT perturbs and clones it).
+  nlohmann::json config;
+  // Whether the trial has a checkpoint now (this result's or an earlier one's). PBT never
+  // clones a trial without one.
+  bool has_checkpoint = false;
+};
+
+struct Decision {
+  enum class Action {
+    kContinue,
+    kPause,    // stop it for now, keep its checkpoint; ChooseTrialToResume may bring it back
+    kStop,     // done: early-stopped, or reached its last rung
+    kExploit,  // PBT: restart this trial from `donor`'s latest checkpoint with `config`
+  };
+  Action action = Action::kContinue;
+  std::string donor;      // kExploit
+  nlohmann::json config;  // kExploit: the perturbed config to continue with
+  static Decision Continue() { return {}; }
+  static Decision Pause() { return {Action::kPause, {}, {}}; }
+  static Decision Stop() { return {Action::kStop, {}, {}}; }
+};
+
+const char* ToString(Decision::Action action);
+
+class TrialScheduler {
+ public:
+  virtual ~TrialScheduler() = default;
+  virtual const char* name() const = 0;
+  virtual void OnTrialAdd(const std::string& trial_id, const nlohmann::json& config) {}
+  virtual Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) = 0;
+  virtual void OnTrialComplete(const std::string& trial_id) {}
+  virtual void OnTrialError(const std::string& trial_id) {}
+  virtual std::optional<std::string> ChooseTrialToResume() { return std::nullopt; }
+  // A line or two for the console table's header ("ASHA: 3 rungs, 5 stopped early").
+  virtual std::string Summary() const { return name(); }
+};
+
+// Options, as tune.yaml spells them (scheduler: {type: asha, ...}).
+struct FifoConfig {};
+
+struct AshaConfig {
+  std::string time_attr = "training_iteration";
+  double max_t = 100;
+  double grace_period = 1;
+  double reduction_factor = 4;
+  int brackets = 1;
+  // Ray's form (false): a trial below the rung's cut-off is stopped, the rest continue.
+  // The paper's promotion form (true): a trial pauses at each rung and is resumed (from its
+  // checkpoint) only when it ranks in the top 1/reduction_factor of that rung; when nothing can
+  // be promoted, a new trial starts.
+  bool promotion = false;
+  // Ray's stop_last_trials: stop trials at max_t.
+  bool stop_last_trials = true;
+};
+
+struct HyperBandConfig {
+  std::string time_attr = "training_iteration";
+  double max_t = 81;
+  double reduction_factor = 3;
+  bool stop_last_trials = true;
+};
+
+struct MedianStoppingConfig {
+  std::string time_attr = "time_total_s";
+  double grace_period = 60;
+  int min_samples_required = 3;
+  // Ray's hard_stop: stop a trial below the median (false: pause it instead).
+  bool hard_stop = true;
+};
+
+struct PbtConfig {
+  std::string time_attr = "time_total_s";
+  double perturbation_interval = 60;
+  double burn_in_period = 0;
+  // What explore may resample or perturb; a key's path is the config path.
+  ParamSpace hyperparam_mutations;
+  double quantile_fraction = 0.25;
+  double resample_probability = 0.25;
+  std::vector<double> perturbation_factors = {1.2, 0.8};
+  // Directory for pbt_global.txt and pbt_policy_<trial>.txt (the experiment's); empty: none.
+  std::string log_dir;
+};
+
+using SchedulerConfig =
+    std::variant<FifoConfig, AshaConfig, HyperBandConfig, MedianStoppingConfig, PbtConfig>;
+
+// "fifo", "asha", "hyperband", "median_stopping", "pbt".
+const char* SchedulerType(const SchedulerConfig& config);
+
+// metric/mode ("min" or "max") rank results. Throws std::invalid_argument for a bad config
+// (grace_period > max_t, reduction_factor <= 1, quantile_fraction outside (0, 0.5], an empty
+// hyperparam_mutations for PBT, ...), naming the option.
+std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std::string metric,
+                                              std::string mode, uint64_t seed);
+
+}  // namespace rayd::tune

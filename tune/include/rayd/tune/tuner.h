@@ -1,0 +1,118 @@
+#pragma once
+// The Tuner: runs a sweep of trials over a rayd cluster, each trial a Trainer (its own gang of
+// `scaling.num_workers` rank actors in one placement group) running a registered train loop
+// with the trial's config, as many at once as fit, under a trial scheduler.
+//
+//   rayd::tune::Tuner tuner({.train_loop = "mlp_classifier",
+//                            .scaling = rayd::train::ScalingConfig{.num_workers = 2}},
+//                           {{{"lr"}, rayd::tune::Domain::LogUniform(1e-4, 1e-1)}},
+//                           {.metric = "loss", .mode = "min", .num_samples = 8,
+//                            .scheduler = rayd::tune::AshaConfig{.max_t = 20}},
+//                           {.name = "mlp-asha", .storage_path = "./rayd_results"});
+//   rayd::tune::ResultGrid grid = tuner.Fit();
+//   const rayd::tune::TrialResult& best = grid.GetBestResult();
+//
+// On disk (Ray Tune's layout), under storage_path/name/:
+//   experiment_state.json        every trial's id, config, status, last result, error
+//   <trial dir>/params.json      the trial's config (rewritten when PBT changes it)
+//   <trial dir>/result.json      one JSON object per result (the Trainer's lines)
+//   <trial dir>/progress.csv     the same as CSV
+//   <trial dir>/checkpoint_NNNNNN/
+//   <trial dir>/error.txt        why the trial failed
+//   pbt_global.txt, pbt_policy_<trial>.txt (PBT)
+// The state is written after every change, so a Tuner on the same storage_path/name with
+// resume = true continues unfinished trials from their checkpoints and keeps finished ones.
+
+#include <rayd/train/trainer.h>
+#include <rayd/tune/schedulers.h>
+#include <rayd/tune/search_space.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayd::tune {
+
+// What a trial runs.
+struct Trainable {
+  std::string train_loop;  // registered with RAYD_TRAIN_LOOP
+  // A Trainer with these workers per trial. Default: one worker with {"CPU": 1} (a plain
+  // function trainable that does not need PrepareModel).
+  rayd::train::ScalingConfig scaling;
+};
+
+struct TuneConfig {
+  std::string metric;  // what schedulers and GetBestResult rank by
+  std::string mode = "min";
+  int num_samples = 1;
+  // Trials running at once; 0: as many gangs as the cluster's resources hold at the start.
+  int max_concurrent_trials = 0;
+  std::optional<uint64_t> seed;  // unset: random
+  // A trial stops when a reported metric reaches its value here (>=), e.g.
+  // {"training_iteration": 20}.
+  std::map<std::string, double> stop;
+  SchedulerConfig scheduler = FifoConfig{};
+  // Seconds between console table refreshes on stdout; 0: no table.
+  double progress_interval_s = 0;
+  // Continue the experiment at storage_path/name from its experiment_state.json.
+  bool resume = false;
+};
+
+struct TrialResult {
+  std::string trial_id;
+  std::string path;        // the trial's directory
+  nlohmann::json config;   // its final config
+  std::string status;      // "TERMINATED", "ERROR", "PAUSED", "PENDING", "RUNNING"
+  Metrics metrics;         // the last result
+  std::vector<Metrics> history;  // every result, in order
+  std::optional<std::string> checkpoint;  // latest checkpoint directory
+  std::string error;       // empty unless it failed
+  int num_failures = 0;
+};
+
+class ResultGrid {
+ public:
+  ResultGrid() = default;
+  ResultGrid(std::string experiment_path, std::vector<TrialResult> trials, std::string metric,
+             std::string mode)
+      : experiment_path_(std::move(experiment_path)),
+        trials_(std::move(trials)),
+        metric_(std::move(metric)),
+        mode_(std::move(mode)) {}
+
+  size_t size() const { return trials_.size(); }
+  const TrialResult& operator[](size_t i) const { return trials_[i]; }
+  const std::vector<TrialResult>& trials() const { return trials_; }
+  const std::string& experiment_path() const { return experiment_path_; }
+  int num_errors() const;
+  int num_terminated() const;
+  // The trial whose last result is best by `metric`/`mode` (default: the TuneConfig's);
+  // scope "last" as Ray's default. Throws rayd::RaydError when no trial reported the metric.
+  const TrialResult& GetBestResult(const std::string& metric = "",
+                                   const std::string& mode = "") const;
+
+ private:
+  std::string experiment_path_;
+  std::vector<TrialResult> trials_;
+  std::string metric_;
+  std::string mode_;
+};
+
+class Tuner {
+ public:
+  Tuner(Trainable trainable, ParamSpace param_space, TuneConfig tune, rayd::train::RunConfig run);
+
+  // Runs the sweep to the end on the current rayd cluster (rayd::Init first). Trial failures
+  // land in the grid; throws RaydError for a bad configuration (unknown train loop, invalid
+  // scheduler options, a gang larger than the cluster) before any trial starts.
+  ResultGrid Fit();
+
+ private:
+  Trainable trainable_;
+  ParamSpace param_space_;
+  TuneConfig tune_;
+  rayd::train::RunConfig run_;
+};
+
+}  // namespace rayd::tune

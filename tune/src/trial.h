@@ -1,0 +1,88 @@
+#pragma once
+// A trial as the Tuner's controller tracks it, and the files it keeps for it. Used on the
+// controller thread only.
+
+#include <rayd/base/status.h>
+#include <rayd/tune/tuner.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayd::tune::internal {
+
+enum class TrialStatus { kPending, kRunning, kPaused, kTerminated, kError };
+// "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR" (Ray's spelling).
+const char* ToString(TrialStatus status);
+std::optional<TrialStatus> TrialStatusFromString(const std::string& s);
+
+struct Trial {
+  std::string id;          // "<5 hex of the experiment>_<index, 5 digits>", e.g. "3fa2c_00004"
+  int index = 0;
+  std::string dir_name;    // "<train_loop>_<id>", under the experiment directory
+  nlohmann::json config;   // current (PBT changes it)
+  TrialStatus status = TrialStatus::kPending;
+  Metrics last_result;
+  std::vector<Metrics> history;
+  std::optional<std::string> checkpoint;  // latest checkpoint directory (absolute)
+  std::string error;
+  int num_failures = 0;
+  double time_total_s = 0;  // wall seconds the trial has run, over all its runs
+
+  TrialResult ToResult(const std::string& experiment_dir) const;
+};
+
+// experiment_state.json: {"name", "trainable", "metric", "mode", "timestamp", "trials": [{id,
+// index, dir_name, config, status, last_result, error, num_failures, checkpoint,
+// time_total_s}]}. Histories are not stored: they come back from each trial's result.json.
+// Written to a temporary file and renamed, so a crash leaves the previous state whole.
+struct ExperimentState {
+  std::string name;
+  std::string trainable;
+  std::string metric;
+  std::string mode;
+  std::vector<Trial> trials;
+};
+Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state);
+// NotFound when the directory has no experiment_state.json; InvalidArgument naming the problem
+// when it cannot be read. Fills each trial's history from its result.json (numeric fields).
+Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir);
+
+// A trial's own files other than result.json (the Trainer's) and checkpoints.
+class TrialFiles {
+ public:
+  explicit TrialFiles(std::string trial_dir) : dir_(std::move(trial_dir)) {}
+  const std::string& dir() const { return dir_; }
+  // params.json (pretty, rewritten).
+  Status WriteParams(const nlohmann::json& config) const;
+  // progress.csv: one row per result. Columns are the first result's keys in order (metrics
+  // sorted, then config/<path> columns flattened from `config`); a later result with new keys
+  // rewrites the file with the union of columns. Values missing in a row are empty.
+  Status AppendProgress(const Metrics& result, const nlohmann::json& config);
+  // error.txt (appended, one failure per block, with the time).
+  Status AppendError(const std::string& error) const;
+
+ private:
+  std::string dir_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::string>> rows_;  // kept to rewrite the file when columns grow
+};
+
+// The console table, Ray's layout:
+//   == Status ==
+//   Current time: 2026-11-22 22:40:01. Total running time: 12.3 s
+//   ASHA: ... (scheduler summary)
+//   Resources requested: 4/8 CPUs (2 trials x 2 workers)
+//   Trials: 2 RUNNING | 3 TERMINATED | 1 ERROR | 2 PENDING
+//   +-------------+------------+--------+-------+--------+------+---------+
+//   | Trial name  | status     | lr     | hidden| iter   | loss | total s |
+//   ...
+// Config columns are the flattened config paths that differ between trials (at most 6);
+// metric columns: training_iteration, the TuneConfig metric, then up to 2 other metrics; numbers
+// with 4-5 significant digits. At most `max_rows` rows (the rest summarised in one line).
+std::string RenderTable(const std::vector<Trial>& trials, const std::string& metric,
+                        const std::string& scheduler_summary, const std::string& resources_line,
+                        double elapsed_s, int max_rows = 20);
+
+}  // namespace rayd::tune::internal
