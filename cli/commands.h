@@ -59,3 +59,22 @@ struct MicrobenchmarkArgs {
 int RunMicrobenchmark(const MicrobenchmarkArgs& args);
 
 }  // namespace rayd::cli
+
+namespace rayd::cli {
+
+struct TuneArgs {
+  std::string file;
+  std::string address;  // empty: RAYD_ADDRESS, else an embedded cluster
+  bool resume = false;
+  bool overwrite = false;
+  double progress_interval_s = 5;
+};
+int RunTune(const TuneArgs& args);
+
+struct TrainArgs {
+  std::string file;
+  std::string address;
+};
+int RunTrain(const TrainArgs& args);
+
+}  // namespace rayd::cli

@@ -84,6 +84,30 @@ void AddMicrobenchmark(CLI::App& app, rayd::cli::MicrobenchmarkArgs& a) {
   bench->callback([&a] { std::exit(rayd::cli::RunMicrobenchmark(a)); });
 }
 
+void AddTune(CLI::App& app, rayd::cli::TuneArgs& a) {
+  auto* tune = app.add_subcommand("tune", "Run a hyperparameter sweep from a tune.yaml");
+  tune->add_option("file", a.file, "The sweep's YAML file")->required();
+  tune->add_option("--address", a.address,
+                   "HOST:PORT of a running head (default: RAYD_ADDRESS, else an embedded cluster)");
+  tune->add_flag("--resume", a.resume,
+                 "Continue the experiment the file names: unfinished trials from their checkpoints");
+  tune->add_flag("--overwrite", a.overwrite,
+                 "Delete an earlier experiment of the same name and storage_path first");
+  tune->add_option("--progress-interval", a.progress_interval_s,
+                   "Seconds between trial table refreshes (default 5; the file's "
+                   "tune.progress_interval_s wins)")
+      ->check(CLI::Range(0.1, 3600.0));
+  tune->callback([&a] { std::exit(rayd::cli::RunTune(a)); });
+}
+
+void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
+  auto* train = app.add_subcommand("train", "Run a data-parallel training job from a train.yaml");
+  train->add_option("file", a.file, "The run's YAML file")->required();
+  train->add_option("--address", a.address,
+                    "HOST:PORT of a running head (default: RAYD_ADDRESS, else an embedded cluster)");
+  train->callback([&a] { std::exit(rayd::cli::RunTrain(a)); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +124,10 @@ int main(int argc, char** argv) {
   AddStatus(app, status);
   rayd::cli::MicrobenchmarkArgs microbenchmark;
   AddMicrobenchmark(app, microbenchmark);
+  rayd::cli::TuneArgs tune;
+  AddTune(app, tune);
+  rayd::cli::TrainArgs train;
+  AddTrain(app, train);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -16,6 +16,10 @@ namespace fs = std::filesystem;
 constexpr const char* kResultFile = "result.json";
 constexpr const char* kCheckpointKey = "checkpoint_dir_name";
 constexpr const char* kPrefix = "checkpoint_";
+constexpr const char* kIteration = "training_iteration";
+constexpr const char* kTimeThisIter = "time_this_iter_s";
+constexpr const char* kTimeTotal = "time_total_s";
+constexpr const char* kTimestamp = "timestamp";
 
 std::string NameOf(int index) {
   char name[32];
@@ -52,6 +56,8 @@ Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointCon
     for (const auto& [key, value] : row.items()) {
       if (value.is_number()) store.last_metrics_[key] = value.get<double>();
     }
+    ++store.iterations_;
+    store.time_total_s_ = row.value(kTimeTotal, store.time_total_s_);
     if (row.contains(kCheckpointKey) && row[kCheckpointKey].is_string()) {
       std::optional<double> score;
       const std::string& attribute = store.config_.score_attribute;
@@ -82,8 +88,21 @@ std::optional<std::string> CheckpointStore::Latest() const {
   return DirOf(kept_.back().index);
 }
 
-Status CheckpointStore::Persist(const ReportMessage& report) {
-  nlohmann::json row(report.metrics);
+void CheckpointStore::StartAttempt() { last_report_ = std::chrono::steady_clock::now(); }
+
+Result<ReportedResult> CheckpointStore::Persist(const ReportMessage& report,
+                                                const nlohmann::json& extra) {
+  auto now = std::chrono::steady_clock::now();
+  double this_iter = std::chrono::duration<double>(now - last_report_).count();
+  last_report_ = now;
+  ReportedResult persisted{report.metrics, std::nullopt};
+  persisted.metrics[kIteration] = ++iterations_;
+  persisted.metrics[kTimeThisIter] = this_iter;
+  persisted.metrics[kTimeTotal] = time_total_s_ += this_iter;
+  persisted.metrics[kTimestamp] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  nlohmann::json row(persisted.metrics);
+  for (const auto& [key, value] : extra.items()) row[key] = value;
   if (report.has_checkpoint) {
     int index = next_index_++;
     // Written beside its final name and renamed, so a crash never leaves a partial checkpoint
@@ -99,12 +118,14 @@ Status CheckpointStore::Persist(const ReportMessage& report) {
     if (found != report.metrics.end()) score = found->second;
     kept_.push_back({index, score});
     row[kCheckpointKey] = NameOf(index);
+    persisted.checkpoint = DirOf(index);
   }
   std::ofstream results(fs::path(run_dir_) / kResultFile, std::ios::app);
   results << row.dump() << '\n';
   if (!results) return Status::Internal("cannot append to " + run_dir_ + "/" + kResultFile);
-  last_metrics_ = report.metrics;
-  return Prune();
+  last_metrics_ = persisted.metrics;
+  RAYD_RETURN_IF_ERROR(Prune());
+  return persisted;
 }
 
 Status CheckpointStore::Prune() {

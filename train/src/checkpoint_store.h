@@ -10,7 +10,9 @@
 #include <rayd/base/status.h>
 #include <rayd/train/trainer.h>
 
+#include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,9 +26,14 @@ class CheckpointStore {
   // Creates `run_dir` if needed and loads what an earlier Fit left there.
   static Result<CheckpointStore> Open(std::string run_dir, CheckpointConfig config);
 
-  // Appends the report to result.json and, when it has a checkpoint, writes it as the next
-  // checkpoint_NNNNNN and deletes the ones num_to_keep no longer keeps.
-  Status Persist(const ReportMessage& report);
+  // Starts the clock of an attempt: time_this_iter_s of its first report counts from here.
+  void StartAttempt();
+  // Adds the auto-filled metrics (training_iteration, time_this_iter_s, time_total_s,
+  // timestamp) to the report's, appends them with `extra` fields to result.json and, when it
+  // has a checkpoint, writes it as the next checkpoint_NNNNNN and deletes the ones num_to_keep
+  // no longer keeps. Returns what was persisted.
+  Result<ReportedResult> Persist(const ReportMessage& report,
+                                 const nlohmann::json& extra = nlohmann::json::object());
 
   // The newest checkpoint's directory, if any.
   std::optional<std::string> Latest() const;
@@ -49,6 +56,9 @@ class CheckpointStore {
   std::vector<Kept> kept_;  // in index order
   int next_index_ = 0;
   std::map<std::string, double> last_metrics_;
+  int iterations_ = 0;        // reports persisted, this Fit and earlier ones
+  double time_total_s_ = 0;   // training seconds up to the last report
+  std::chrono::steady_clock::time_point last_report_;
 };
 
 }  // namespace rayd::train::internal

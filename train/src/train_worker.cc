@@ -69,6 +69,12 @@ bool RegisterTrainLoop(const std::string& name, TrainLoop loop) {
   return true;
 }
 
+std::vector<std::string> RegisteredTrainLoops() {
+  std::vector<std::string> names;
+  for (const auto& [name, loop] : Loops()) names.push_back(name);
+  return names;
+}
+
 void PreparedModel::FinishBackward() {
   Status status = ddp_->FinishBackward();
   if (!status.ok()) throw RaydError("FinishBackward: " + status.message());

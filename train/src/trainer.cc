@@ -3,7 +3,9 @@
 
 #include <rayd/train/trainer.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -28,9 +30,12 @@ constexpr int kDrainTimeoutMs = 5'000;   // rank 0 hands over its last reports a
 
 // How an attempt ended.
 struct Attempt {
-  enum class End { kFinished, kFailed, kNoGroup } end = End::kFinished;
+  enum class End { kFinished, kFailed, kNoGroup, kStopped } end = End::kFinished;
   std::string error;
 };
+
+// What Collect found.
+enum class Polled { kOk, kGone, kStopped };
 
 // The attempt's placement group and rank actors; tears both down when destroyed (killing the
 // actors first, so none is left running in a removed bundle).
@@ -62,6 +67,39 @@ class Gang {
   std::vector<ActorHandle<TrainWorker>> actors_;
 };
 
+// One worker's bundle: resources_per_worker ({"CPU": 1} when empty), plus a GPU with use_gpu.
+std::map<std::string, double> BundleOf(const ScalingConfig& scaling) {
+  std::map<std::string, double> bundle = scaling.resources_per_worker;
+  if (bundle.empty()) bundle = {{"CPU", 1}};
+  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
+  return bundle;
+}
+
+// num_workers = -1: as many ranks as the cluster's GPUs hold bundles.
+int ResolveNumWorkers(const ScalingConfig& scaling) {
+  if (scaling.num_workers >= 1) return scaling.num_workers;
+  if (scaling.num_workers != -1) {
+    throw RaydError("ScalingConfig.num_workers must be at least 1, or -1 for one per GPU");
+  }
+  if (!scaling.use_gpu) throw RaydError("ScalingConfig.num_workers = -1 needs use_gpu");
+  double gpus = rayd::ClusterResources()["GPU"];
+  int workers = static_cast<int>(gpus / BundleOf(scaling).at("GPU") + 1e-9);
+  if (workers < 1) throw RaydError("ScalingConfig.num_workers = -1: the cluster has no GPU");
+  return workers;
+}
+
+// params.json: what the run was asked to do, as MLflow-style params.
+Status WriteParams(const std::string& run_dir, const nlohmann::json& config, int num_workers) {
+  nlohmann::json params = {{"config", config}, {"num_workers", num_workers}};
+  if (config.is_object() && config.contains("batch_size") && config["batch_size"].is_number()) {
+    params["effective_batch_size"] = config["batch_size"].get<double>() * num_workers;
+  }
+  std::ofstream out(std::filesystem::path(run_dir) / "params.json");
+  out << params.dump(2) << '\n';
+  if (!out) return Status::Internal("cannot write " + run_dir + "/params.json");
+  return Status::Ok();
+}
+
 std::string Describe(const std::map<std::string, double>& resources) {
   std::ostringstream out;
   out << "{";
@@ -73,22 +111,24 @@ std::string Describe(const std::map<std::string, double>& resources) {
   return out.str();
 }
 
-// Drains rank 0's reports into `store`; returns false with `error` set when rank 0 is gone.
-bool Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms, CheckpointStore& store,
-             std::string* error) {
+// Drains rank 0's reports into `store`, handing each to the caller's on_report. kGone with
+// `error` set when rank 0 is gone or a report cannot be persisted.
+Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
+               CheckpointStore& store, const FitOptions& options, std::string* error) {
   try {
     auto reports = rayd::Get(rank0.Task(&TrainWorker::Poll).Remote(wait_ms), timeout_ms);
     for (const ReportMessage& report : *reports) {
-      Status persisted = store.Persist(report);
+      Result<ReportedResult> persisted = store.Persist(report, options.result_fields);
       if (!persisted.ok()) {
-        *error = "persisting a report: " + persisted.message();
-        return false;
+        *error = "persisting a report: " + persisted.status().message();
+        return Polled::kGone;
       }
+      if (options.on_report && !options.on_report(*persisted)) return Polled::kStopped;
     }
-    return true;
+    return Polled::kOk;
   } catch (const RaydError& e) {
     *error = std::string("polling rank 0: ") + e.what();
-    return false;
+    return Polled::kGone;
   }
 }
 
@@ -141,14 +181,21 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
   return specs;
 }
 
-// Persists rank 0's reports until every Run has returned, or one failed.
+// Persists rank 0's reports until every Run has returned, or one failed, or the caller stopped
+// the run.
 Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs,
-                  CheckpointStore& store) {
+                  CheckpointStore& store, const FitOptions& options) {
   std::string error;
-  while (true) {
-    if (!Collect(rank0, kPollWaitMs, kPollTimeoutMs, store, &error)) {
-      return {Attempt::End::kFailed, error};
+  auto collect = [&](int wait_ms, int timeout_ms) -> std::optional<Attempt> {
+    switch (Collect(rank0, wait_ms, timeout_ms, store, options, &error)) {
+      case Polled::kOk: return std::nullopt;
+      case Polled::kStopped: return Attempt{Attempt::End::kStopped, ""};
+      case Polled::kGone: break;
     }
+    return Attempt{Attempt::End::kFailed, error};
+  };
+  while (true) {
+    if (auto ended = collect(kPollWaitMs, kPollTimeoutMs)) return *ended;
     auto done = rayd::Wait(runs, static_cast<int>(runs.size()), 0);
     for (auto& run : done.ready) {
       try {
@@ -157,14 +204,15 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
         size_t rank = 0;
         while (rank < runs.size() && !(runs[rank].id() == run.id())) ++rank;
         // Keep what rank 0 reported before the failure (it may still answer).
-        std::string ignored;
-        Collect(rank0, 0, kDrainTimeoutMs, store, &ignored);
+        if (auto ended = collect(0, kDrainTimeoutMs); ended && ended->end == Attempt::End::kStopped) {
+          return *ended;
+        }
         return {Attempt::End::kFailed, "rank " + std::to_string(rank) + ": " + e.what()};
       }
     }
     if (done.unready.empty()) break;
   }
-  if (!Collect(rank0, 0, kPollTimeoutMs, store, &error)) return {Attempt::End::kFailed, error};
+  if (auto ended = collect(0, kPollTimeoutMs)) return *ended;
   return {};
 }
 
@@ -172,15 +220,19 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
 // The gang is torn down on every way out.
 Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
                    const ScalingConfig& scaling, const std::string& run_name,
-                   CheckpointStore& store) {
-  std::map<std::string, double> bundle = scaling.resources_per_worker;
-  if (bundle.empty()) bundle = {{"CPU", 1}};
-  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
+                   CheckpointStore& store, const FitOptions& options) {
+  std::map<std::string, double> bundle = BundleOf(scaling);
   std::string what =
       "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
-  Gang gang(rayd::CreatePlacementGroup(
-      {.bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
-       .strategy = scaling.placement_strategy}));
+  rayd::PlacementGroupCreationOptions group{
+      .bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
+      .strategy = scaling.placement_strategy};
+  if (scaling.local_mode) {
+    group.bundle_label_selector.assign(group.bundles.size(),
+                                       {{rayd::kNodeIdLabel, rayd::GetNodeId()}});
+    what += " on the driver's node";
+  }
+  Gang gang(rayd::CreatePlacementGroup(group));
   try {
     if (!gang.group().Wait(scaling.placement_timeout_s)) {
       return {Attempt::End::kNoGroup, what + " could not be reserved within " +
@@ -210,10 +262,11 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
     common.checkpoint = std::move(files).value();
   }
   std::vector<ObjectRef<bool>> runs;
+  store.StartAttempt();
   for (internal::RunSpec& spec : RunSpecs(common, nodes)) {
     runs.push_back(gang.actors()[spec.world_rank].Task(&TrainWorker::Run).Remote(std::move(spec)));
   }
-  return Supervise(gang.actors()[0], runs, store);
+  return Supervise(gang.actors()[0], runs, store, options);
 }
 
 }  // namespace
@@ -225,19 +278,34 @@ Trainer::Trainer(std::string train_loop_name, nlohmann::json config, ScalingConf
       scaling_(std::move(scaling)),
       run_(std::move(run)) {}
 
-TrainResult Trainer::Fit() {
-  if (scaling_.num_workers < 1) throw RaydError("ScalingConfig.num_workers must be at least 1");
+TrainResult Trainer::Fit() { return Fit(FitOptions{}); }
+
+TrainResult Trainer::Fit(const FitOptions& options) {
   if (run_.name.empty() || run_.storage_path.empty()) {
     throw RaydError("RunConfig needs a name and a storage_path");
   }
-  Result<CheckpointStore> store = CheckpointStore::Open(
-      (std::filesystem::path(run_.storage_path) / run_.name).string(), run_.checkpoint);
+  std::vector<std::string> loops = RegisteredTrainLoops();
+  if (std::find(loops.begin(), loops.end(), train_loop_name_) == loops.end()) {
+    std::string known;
+    for (const auto& name : loops) known += (known.empty() ? "" : ", ") + name;
+    throw RaydError("unknown train loop '" + train_loop_name_ + "' (registered: " +
+                    (known.empty() ? "none" : known) + ")");
+  }
+  ScalingConfig scaling = scaling_;
+  scaling.num_workers = ResolveNumWorkers(scaling_);
+  std::string run_dir = (std::filesystem::path(run_.storage_path) / run_.name).string();
+  Result<CheckpointStore> store = CheckpointStore::Open(run_dir, run_.checkpoint);
   if (!store.ok()) throw RaydError(store.status().message());
+  if (options.write_params) {
+    Status written = WriteParams(run_dir, config_, scaling.num_workers);
+    if (!written.ok()) throw RaydError(written.message());
+  }
 
   TrainResult result;
   while (true) {
-    Attempt attempt = RunAttempt(train_loop_name_, config_, scaling_, run_.name, *store);
+    Attempt attempt = RunAttempt(train_loop_name_, config_, scaling, run_.name, *store, options);
     result.error = attempt.error;
+    result.stopped = attempt.end == Attempt::End::kStopped;
     if (attempt.end != Attempt::End::kFailed) break;
     int max_failures = run_.failure.max_failures;
     if (max_failures >= 0 && result.restarts >= max_failures) break;

@@ -36,6 +36,7 @@
 //   rayd/api/placement_group.h  CreatePlacementGroup, PlacementGroup, RemovePlacementGroup
 //   rayd/api/remote.h      RAYD_REMOTE
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,5 +71,12 @@ inline std::vector<int> GetGpuIds() { return internal::RequireRuntime().GetGpuId
 
 // The id of the node this process runs on, as hex. Throws RaydError when not initialised.
 inline std::string GetNodeId() { return internal::RequireRuntime().GetNodeId(); }
+
+// The resources of the cluster's alive nodes, summed ({"CPU": 8, "GPU": 2, ...}), as
+// ray.cluster_resources() gives them; AvailableResources: what is not reserved right now (as
+// of the nodes' last heartbeats). Driver only; throws RaydError when not initialised or the
+// head cannot be reached.
+std::map<std::string, double> ClusterResources();
+std::map<std::string, double> AvailableResources();
 
 }  // namespace rayd

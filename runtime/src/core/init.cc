@@ -8,12 +8,15 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include "core/core_worker.h"
 #include "core/embedded_cluster.h"
 #include "rayd/api.h"
 #include "rayd/base/logging.h"
+#include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"
 
 namespace rayd {
@@ -204,6 +207,32 @@ ClusterEndpoint DriverClusterEndpoint() {
 bool IsInitialized() {
   std::lock_guard lock(g_mu);
   return g_driver != nullptr;
+}
+
+namespace {
+// Sums `pick(node)` over the alive nodes of the driver's cluster.
+std::map<std::string, double> SumOverNodes(
+    const std::function<const scheduler::ResourceSet&(const NodeInfo&)>& pick) {
+  internal::ClusterEndpoint endpoint = internal::DriverClusterEndpoint();
+  if (endpoint.gcs_address.empty()) throw RaydError("rayd is not initialised as a driver");
+  Result<ClusterView> view = FetchClusterView(endpoint.gcs_address, endpoint.token);
+  if (!view.ok()) throw RaydError("reading the cluster's resources: " + view.status().message());
+  std::map<std::string, double> sum;
+  for (const NodeInfo& node : view->nodes) {
+    if (!node.alive) continue;
+    for (const auto& [name, amount] : pick(node)) sum[name] += amount.ToDouble();
+  }
+  return sum;
+}
+}  // namespace
+
+std::map<std::string, double> ClusterResources() {
+  return SumOverNodes([](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.total; });
+}
+
+std::map<std::string, double> AvailableResources() {
+  return SumOverNodes(
+      [](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.available; });
 }
 
 }  // namespace rayd

@@ -43,10 +43,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rayd::train {
 
 struct ScalingConfig {
+  // Ranks of the job. -1 (TorchDistributor's num_processes=-1): one per GPU in the cluster,
+  // counted when Fit starts (needs use_gpu).
   int num_workers = 1;
   // Asks each bundle for a GPU too (NCCL is not built here: the CPU LibTorch has no CUDA, so
   // the group stays Gloo).
@@ -54,6 +57,9 @@ struct ScalingConfig {
   // Resources of one worker's bundle; empty means {"CPU": 1}.
   std::map<std::string, double> resources_per_worker;
   rayd::PlacementStrategy placement_strategy = rayd::PlacementStrategy::PACK;
+  // Every rank on the driver's node (HorovodRunner/TorchDistributor local_mode): each bundle
+  // is pinned there by its node-id label, whatever placement_strategy says.
+  bool local_mode = false;
   // How long Fit waits for the group to be reserved before failing.
   int placement_timeout_s = 60;
   // Bounds forming the process group and each collective, so a hung peer fails fast.
@@ -80,12 +86,34 @@ struct RunConfig {
   CheckpointConfig checkpoint;
 };
 
+// A report of rank 0 as Fit persisted it.
+struct ReportedResult {
+  // The loop's metrics plus what Fit adds (Ray's auto-filled fields): training_iteration
+  // (reports so far in this run, across restarts and resumes), time_this_iter_s, time_total_s
+  // (seconds the run has been training, over all its attempts) and timestamp (unix seconds).
+  std::map<std::string, double> metrics;
+  std::optional<std::string> checkpoint;  // the persisted checkpoint directory, if it had one
+};
+
+// Hooks for a caller that drives many runs (the Tuner).
+struct FitOptions {
+  // Called on Fit's thread after each report is persisted; returning false stops the run at
+  // once (its ranks are killed and its group removed; not a failure: TrainResult::stopped).
+  std::function<bool(const ReportedResult&)> on_report;
+  // Fields added to every result.json line (e.g. trial_id, config).
+  nlohmann::json result_fields = nlohmann::json::object();
+  // Whether Fit writes params.json in the run directory: the config, num_workers and, when
+  // the config has batch_size (per worker), effective_batch_size = batch_size * num_workers.
+  bool write_params = true;
+};
+
 // What Fit ended with.
 struct TrainResult {
   std::map<std::string, double> metrics;  // rank 0's last report (kept across restarts)
   std::optional<std::string> checkpoint;  // the latest persisted checkpoint directory
   std::string error;                      // empty when the run finished
   int restarts = 0;                       // attempts started after a failure
+  bool stopped = false;                   // FitOptions::on_report asked to stop
   bool ok() const { return error.empty(); }
 };
 
@@ -99,6 +127,7 @@ class Trainer {
   // rather than as exceptions. Throws RaydError for an invalid configuration or when rayd is
   // not initialised.
   TrainResult Fit();
+  TrainResult Fit(const FitOptions& options);
 
  private:
   std::string train_loop_name_;
@@ -107,9 +136,31 @@ class Trainer {
   RunConfig run_;
 };
 
+// Where this rank sits in the job.
+struct TrainContext {
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // among the ranks on this node
+  int local_world_size = 1;  // ranks on this node
+  int node_rank = 0;         // nodes numbered in order of their lowest rank
+  std::string run_name;
+};
+
+// Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw
+// rayd::RaydError):
+const TrainContext& GetContext();
+// Records metrics (and a checkpoint directory, whose files are copied before this returns, so
+// the loop may delete it afterwards). Only rank 0's reports are kept; the others' are dropped.
+void Report(const std::map<std::string, double>& metrics,
+            const std::optional<std::string>& checkpoint_dir = std::nullopt);
+// The directory of the checkpoint this attempt resumes from (on this node), if any.
+std::optional<std::string> GetCheckpoint();
+
 using TrainLoop = void (*)(const nlohmann::json& config);
 // Registers `loop` under `name`; the Trainer looks it up there on every rank. Returns true.
 bool RegisterTrainLoop(const std::string& name, TrainLoop loop);
+// The names registered in this process so far (sorted).
+std::vector<std::string> RegisteredTrainLoops();
 
 }  // namespace rayd::train
 

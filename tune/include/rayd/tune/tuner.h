@@ -115,4 +115,8 @@ class Tuner {
   rayd::train::RunConfig run_;
 };
 
+// Asks the Fit in progress to stop (Ctrl-C): running trials stop at their next result and stay
+// resumable with TuneConfig::resume; Fit then returns what it has. Async-signal-safe.
+void RequestStop();
+
 }  // namespace rayd::tune

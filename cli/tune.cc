@@ -1,0 +1,212 @@
+// `rayd tune FILE.yaml` and `rayd train FILE.yaml`: a sweep or one training run from a YAML
+// file, on an embedded cluster or (with --address / RAYD_ADDRESS) a running one.
+//
+// The file is checked before anything starts. The train loops come from the example trainables
+// shipped with rayd (found beside this binary, in the build tree or the install prefix) and the
+// file's `libraries:`; the driver loads them here, and workers (this binary re-run in worker
+// mode) load the same list from the job's code search path.
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "rayd/api.h"
+#include "rayd/train/trainer.h"
+#include "rayd/tune/config_file.h"
+#include "rayd/tune/tuner.h"
+
+namespace rayd::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The example trainables library, if this rayd has one: build/cli/rayd finds
+// build/examples/libexample_trainables.so, <prefix>/bin/rayd finds <prefix>/lib/rayd/.
+std::optional<std::string> ExampleTrainables() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  for (const fs::path& candidate :
+       {exe.parent_path().parent_path() / "examples" / "libexample_trainables.so",
+        exe.parent_path().parent_path() / "lib" / "rayd" / "libexample_trainables.so"}) {
+    if (fs::exists(candidate, ec)) return fs::canonical(candidate, ec).string();
+  }
+  return std::nullopt;
+}
+
+// Loads the example trainables and `libraries` into this process; returns the list workers
+// load, or an error line.
+Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& libraries) {
+  std::vector<std::string> loaded;
+  if (std::optional<std::string> examples = ExampleTrainables()) loaded.push_back(*examples);
+  for (const auto& library : libraries) loaded.push_back(library);
+  for (const auto& library : loaded) {
+    if (dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      return Status::InvalidArgument("libraries: cannot load " + library + ": " + dlerror());
+    }
+  }
+  return loaded;
+}
+
+// Fails with the registered names when `loop` is not among them.
+Status CheckRegistered(const std::string& file, const std::string& key, const std::string& loop) {
+  std::vector<std::string> loops = train::RegisteredTrainLoops();
+  if (std::find(loops.begin(), loops.end(), loop) != loops.end()) return Status::Ok();
+  std::string known;
+  for (const auto& name : loops) known += (known.empty() ? "" : ", ") + name;
+  return Status::NotFound(file + ": " + key + ": unknown train loop '" + loop +
+                          "' (registered: " + (known.empty() ? "none" : known) +
+                          "; add the library that registers it under libraries:)");
+}
+
+std::string FormatMetrics(const std::map<std::string, double>& metrics) {
+  std::ostringstream out;
+  out << std::setprecision(5);
+  bool first = true;
+  for (const auto& [name, value] : metrics) {
+    if (name == "timestamp" || name == "time_this_iter_s") continue;
+    out << (first ? "" : " ") << name << "=" << value;
+    first = false;
+  }
+  return out.str();
+}
+
+void OnInterrupt(int) {
+  tune::RequestStop();
+  // A second Ctrl-C ends the process the usual way.
+  std::signal(SIGINT, SIG_DFL);
+}
+
+RaydConfig DriverConfig(const std::string& address, const std::vector<std::string>& libraries) {
+  RaydConfig config;
+  config.address = address;
+  config.code_search_path = libraries;
+  return config;
+}
+
+}  // namespace
+
+int RunTune(const TuneArgs& args) {
+  tune::TuneFile file;
+  try {
+    file = tune::LoadTuneFile(args.file);
+  } catch (const tune::ConfigFileError& e) {
+    std::cerr << "rayd tune: " << e.what() << "\n";
+    return 2;
+  }
+  Result<std::vector<std::string>> libraries = LoadLibraries(file.libraries);
+  if (!libraries.ok()) {
+    std::cerr << "rayd tune: " << args.file << ": " << libraries.status().message() << "\n";
+    return 2;
+  }
+  if (Status known = CheckRegistered(args.file, "trainable", file.trainable.train_loop);
+      !known.ok()) {
+    std::cerr << "rayd tune: " << known.message() << "\n";
+    return 2;
+  }
+  file.tune.resume = args.resume;
+  if (file.tune.progress_interval_s <= 0) file.tune.progress_interval_s = args.progress_interval_s;
+  fs::path experiment = fs::path(file.run.storage_path) / file.run.name;
+  if (args.overwrite && !args.resume) {
+    std::error_code ec;
+    fs::remove_all(experiment, ec);
+  }
+  try {
+    Init(DriverConfig(args.address, *libraries));
+    std::signal(SIGINT, OnInterrupt);
+    tune::Tuner tuner(file.trainable, file.param_space, file.tune, file.run);
+    tune::ResultGrid grid = tuner.Fit();
+    std::signal(SIGINT, SIG_DFL);
+    int unfinished = 0;
+    for (const auto& trial : grid.trials()) {
+      if (trial.status != "TERMINATED" && trial.status != "ERROR") ++unfinished;
+    }
+    std::cout << "\n" << grid.size() << " trials: " << grid.num_terminated() << " terminated, "
+              << grid.num_errors() << " errors";
+    if (unfinished > 0) std::cout << ", " << unfinished << " unfinished";
+    std::cout << ". Results in " << fs::absolute(grid.experiment_path()).string() << "\n";
+    for (const auto& trial : grid.trials()) {
+      if (!trial.error.empty()) {
+        std::cout << "  " << trial.trial_id << " failed: " << trial.error << "\n";
+      }
+    }
+    if (unfinished > 0) {
+      std::cout << "Interrupted: continue with `rayd tune " << args.file << " --resume`\n";
+      Shutdown();
+      return 130;
+    }
+    try {
+      const tune::TrialResult& best = grid.GetBestResult();
+      std::cout << "Best trial " << best.trial_id << " (" << file.tune.metric << " "
+                << file.tune.mode << "): " << FormatMetrics(best.metrics) << "\n"
+                << "  config: " << best.config.dump() << "\n"
+                << "  checkpoint: " << best.checkpoint.value_or("(none)") << "\n";
+    } catch (const RaydError& e) {
+      std::cout << "No best trial: " << e.what() << "\n";
+    }
+    Shutdown();
+    return grid.num_terminated() > 0 ? 0 : 1;
+  } catch (const RaydError& e) {
+    std::cerr << "rayd tune: " << e.what() << "\n";
+    Shutdown();
+    return 1;
+  }
+}
+
+int RunTrain(const TrainArgs& args) {
+  tune::TrainFile file;
+  try {
+    file = tune::LoadTrainFile(args.file);
+  } catch (const tune::ConfigFileError& e) {
+    std::cerr << "rayd train: " << e.what() << "\n";
+    return 2;
+  }
+  Result<std::vector<std::string>> libraries = LoadLibraries(file.libraries);
+  if (!libraries.ok()) {
+    std::cerr << "rayd train: " << args.file << ": " << libraries.status().message() << "\n";
+    return 2;
+  }
+  if (Status known = CheckRegistered(args.file, "train_loop", file.train_loop); !known.ok()) {
+    std::cerr << "rayd train: " << known.message() << "\n";
+    return 2;
+  }
+  try {
+    Init(DriverConfig(args.address, *libraries));
+    train::Trainer trainer(file.train_loop, file.config, file.scaling, file.run);
+    train::FitOptions options;
+    options.on_report = [](const train::ReportedResult& result) {
+      auto iteration = result.metrics.find("training_iteration");
+      std::cout << "[iteration "
+                << (iteration == result.metrics.end() ? 0 : static_cast<int>(iteration->second))
+                << "] " << FormatMetrics(result.metrics)
+                << (result.checkpoint ? "  (checkpoint)" : "") << std::endl;
+      return true;
+    };
+    train::TrainResult result = trainer.Fit(options);
+    fs::path run_dir = fs::absolute(fs::path(file.run.storage_path) / file.run.name);
+    if (!result.ok()) {
+      std::cerr << "rayd train: " << file.run.name << " failed after " << result.restarts
+                << " restarts: " << result.error << "\n";
+      Shutdown();
+      return 1;
+    }
+    std::cout << "Finished " << file.run.name << " (" << result.restarts << " restarts): "
+              << FormatMetrics(result.metrics) << "\n"
+              << "  results: " << run_dir.string() << "\n"
+              << "  checkpoint: " << result.checkpoint.value_or("(none)") << "\n";
+    Shutdown();
+    return 0;
+  } catch (const RaydError& e) {
+    std::cerr << "rayd train: " << e.what() << "\n";
+    Shutdown();
+    return 1;
+  }
+}
+
+}  // namespace rayd::cli
