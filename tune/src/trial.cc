@@ -1,0 +1,447 @@
+#include "trial.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+namespace rayd::tune::internal {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kStateFile = "experiment_state.json";
+constexpr const char* kResultFile = "result.json";
+constexpr const char* kParamsFile = "params.json";
+constexpr const char* kProgressFile = "progress.csv";
+constexpr const char* kErrorFile = "error.txt";
+
+// Writes `contents` to `path` through a temporary file beside it and a rename, so a reader (or
+// a crash) sees either the old file or the new one, never a part.
+Status WriteFileAtomically(const fs::path& path, const std::string& contents) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec)
+    return Status::Internal("cannot create " + path.parent_path().string() + ": " + ec.message());
+  fs::path temp = path.parent_path() / ("." + path.filename().string() + ".tmp");
+  std::FILE* file = std::fopen(temp.c_str(), "wb");
+  if (file == nullptr) return Status::Internal("cannot write " + temp.string());
+  bool ok = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
+  ok = std::fflush(file) == 0 && ok;
+  ok = ::fsync(::fileno(file)) == 0 && ok;
+  ok = std::fclose(file) == 0 && ok;
+  if (ok) fs::rename(temp, path, ec);
+  if (!ok || ec) {
+    fs::remove(temp, ec);
+    return Status::Internal("cannot write " + path.string());
+  }
+  return Status::Ok();
+}
+
+Status AppendToFile(const fs::path& path, const std::string& contents) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  out << contents;
+  out.flush();
+  if (!out) return Status::Internal("cannot append to " + path.string());
+  return Status::Ok();
+}
+
+// ---- experiment_state.json ----
+
+json MetricsToJson(const Metrics& metrics) {
+  // nlohmann writes a non-finite double as null; LoadMetrics reads null back as NaN.
+  json out = json::object();
+  for (const auto& [key, value] : metrics) out[key] = value;
+  return out;
+}
+
+json TrialToJson(const Trial& trial) {
+  return json{{"id", trial.id},
+              {"index", trial.index},
+              {"dir_name", trial.dir_name},
+              {"config", trial.config},
+              {"status", ToString(trial.status)},
+              {"last_result", MetricsToJson(trial.last_result)},
+              {"error", trial.error},
+              {"num_failures", trial.num_failures},
+              {"checkpoint", trial.checkpoint ? json(*trial.checkpoint) : json(nullptr)},
+              {"time_total_s", trial.time_total_s}};
+}
+
+// Reads a field of `object` into `out` when present. `what` names the object in errors.
+Status ReadString(const json& object, const char* key, const std::string& what, std::string* out,
+                  bool required) {
+  auto it = object.find(key);
+  if (it == object.end()) {
+    if (required) return Status::InvalidArgument(what + " has no \"" + key + "\"");
+    return Status::Ok();
+  }
+  if (!it->is_string()) {
+    return Status::InvalidArgument(what + ": \"" + key + "\" is not a string: " + it->dump());
+  }
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+Status ReadInt(const json& object, const char* key, const std::string& what, int* out,
+               bool required) {
+  auto it = object.find(key);
+  if (it == object.end()) {
+    if (required) return Status::InvalidArgument(what + " has no \"" + key + "\"");
+    return Status::Ok();
+  }
+  if (!it->is_number_integer()) {
+    return Status::InvalidArgument(what + ": \"" + key + "\" is not an integer: " + it->dump());
+  }
+  *out = it->get<int>();
+  return Status::Ok();
+}
+
+Result<Trial> TrialFromJson(const json& entry, size_t position) {
+  std::string what = std::string(kStateFile) + ": trials[" + std::to_string(position) + "]";
+  if (!entry.is_object()) return Status::InvalidArgument(what + " is not an object");
+  Trial trial;
+  RAYD_RETURN_IF_ERROR(ReadString(entry, "id", what, &trial.id, true));
+  what += " (" + trial.id + ")";
+  RAYD_RETURN_IF_ERROR(ReadInt(entry, "index", what, &trial.index, true));
+  RAYD_RETURN_IF_ERROR(ReadString(entry, "dir_name", what, &trial.dir_name, true));
+  if (!entry.contains("config")) return Status::InvalidArgument(what + " has no \"config\"");
+  trial.config = entry["config"];
+  std::string status;
+  RAYD_RETURN_IF_ERROR(ReadString(entry, "status", what, &status, true));
+  std::optional<TrialStatus> parsed = TrialStatusFromString(status);
+  if (!parsed) return Status::InvalidArgument(what + ": unknown status \"" + status + "\"");
+  trial.status = *parsed;
+  if (auto it = entry.find("last_result"); it != entry.end()) {
+    if (!it->is_object()) {
+      return Status::InvalidArgument(what + ": \"last_result\" is not an object");
+    }
+    for (const auto& [key, value] : it->items()) {
+      if (value.is_null()) {
+        trial.last_result[key] = std::numeric_limits<double>::quiet_NaN();
+      } else if (value.is_number()) {
+        trial.last_result[key] = value.get<double>();
+      } else {
+        return Status::InvalidArgument(what + ": last_result \"" + key +
+                                       "\" is not a number: " + value.dump());
+      }
+    }
+  }
+  RAYD_RETURN_IF_ERROR(ReadString(entry, "error", what, &trial.error, false));
+  RAYD_RETURN_IF_ERROR(ReadInt(entry, "num_failures", what, &trial.num_failures, false));
+  if (auto it = entry.find("checkpoint"); it != entry.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return Status::InvalidArgument(what + ": \"checkpoint\" is not a string or null");
+    }
+    trial.checkpoint = it->get<std::string>();
+  }
+  if (auto it = entry.find("time_total_s"); it != entry.end()) {
+    if (!it->is_number()) {
+      return Status::InvalidArgument(what + ": \"time_total_s\" is not a number");
+    }
+    trial.time_total_s = it->get<double>();
+  }
+  return trial;
+}
+
+// The numeric fields of each parsable line of a trial's result.json; a missing file is an
+// empty history. Lines that do not parse (a crash can cut the last one) are skipped.
+std::vector<Metrics> ReadHistory(const fs::path& result_file) {
+  std::vector<Metrics> history;
+  std::ifstream in(result_file);
+  for (std::string line; std::getline(in, line);) {
+    json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!row.is_object()) continue;
+    Metrics metrics;
+    for (const auto& [key, value] : row.items()) {
+      if (value.is_number()) metrics[key] = value.get<double>();
+    }
+    history.push_back(std::move(metrics));
+  }
+  return history;
+}
+
+// ---- progress.csv ----
+
+// Appends the leaves of `config` as ("config/a/b", value); objects are walked, everything else
+// (arrays included) is a leaf, as Ray's flatten_dict.
+void FlattenConfig(const json& config, const std::string& prefix,
+                   std::vector<std::pair<std::string, const json*>>* out) {
+  if (!config.is_object()) {
+    out->emplace_back(prefix, &config);
+    return;
+  }
+  for (const auto& [key, value] : config.items()) FlattenConfig(value, prefix + "/" + key, out);
+}
+
+// Shortest text that reads back as the same double; integral values without a fraction.
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, end);
+}
+
+std::string FormatConfigValue(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "";
+    case json::value_t::string:
+      return value.get<std::string>();
+    case json::value_t::boolean:
+      return value.get<bool>() ? "True" : "False";  // as Python's
+    case json::value_t::number_integer:
+      return std::to_string(value.get<int64_t>());
+    case json::value_t::number_unsigned:
+      return std::to_string(value.get<uint64_t>());
+    case json::value_t::number_float:
+      return FormatDouble(value.get<double>());
+    default:
+      return value.dump();
+  }
+}
+
+std::string CsvField(const std::string& value) {
+  if (value.find_first_of(",\"\r\n") == std::string::npos) return value;
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CsvLine(const std::vector<std::string>& fields) {
+  std::string line;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) line += ',';
+    line += CsvField(fields[i]);
+  }
+  return line + "\n";
+}
+
+// Splits CSV text into records of fields (RFC 4180 quoting; fields may span lines).
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> record;
+  std::string field;
+  bool quoted = false;
+  bool any = false;  // the current record has content
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+      any = true;
+    } else if (c == ',') {
+      record.push_back(std::move(field));
+      field.clear();
+      any = true;
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      if (any || !field.empty()) {
+        record.push_back(std::move(field));
+        records.push_back(std::move(record));
+      }
+      field.clear();
+      record.clear();
+      any = false;
+    } else {
+      field += c;
+      any = true;
+    }
+  }
+  if (any || !field.empty()) {
+    record.push_back(std::move(field));
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+std::string IsoTimeNow() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer;
+}
+
+}  // namespace
+
+const char* ToString(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::kPending:
+      return "PENDING";
+    case TrialStatus::kRunning:
+      return "RUNNING";
+    case TrialStatus::kPaused:
+      return "PAUSED";
+    case TrialStatus::kTerminated:
+      return "TERMINATED";
+    case TrialStatus::kError:
+      return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<TrialStatus> TrialStatusFromString(const std::string& s) {
+  for (TrialStatus status : {TrialStatus::kPending, TrialStatus::kRunning, TrialStatus::kPaused,
+                             TrialStatus::kTerminated, TrialStatus::kError}) {
+    if (s == ToString(status)) return status;
+  }
+  return std::nullopt;
+}
+
+TrialResult Trial::ToResult(const std::string& experiment_dir) const {
+  TrialResult result;
+  result.trial_id = id;
+  result.path = (fs::path(experiment_dir) / dir_name).string();
+  result.config = config;
+  result.status = ToString(status);
+  result.metrics = last_result;
+  result.history = history;
+  result.checkpoint = checkpoint;
+  result.error = error;
+  result.num_failures = num_failures;
+  return result;
+}
+
+Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state) {
+  json trials = json::array();
+  for (const Trial& trial : state.trials) trials.push_back(TrialToJson(trial));
+  double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  json doc{{"name", state.name},     {"trainable", state.trainable},
+           {"metric", state.metric}, {"mode", state.mode},
+           {"timestamp", now},       {"trials", std::move(trials)}};
+  return WriteFileAtomically(fs::path(experiment_dir) / kStateFile, doc.dump(2) + "\n");
+}
+
+Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
+  fs::path path = fs::path(experiment_dir) / kStateFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    return Status::NotFound("no " + std::string(kStateFile) + " in " + experiment_dir);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return Status::InvalidArgument("cannot read " + path.string());
+  json doc;
+  try {
+    doc = json::parse(text.str());
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(path.string() + " is not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) return Status::InvalidArgument(path.string() + " is not a JSON object");
+
+  ExperimentState state;
+  const std::string what = kStateFile;
+  RAYD_RETURN_IF_ERROR(ReadString(doc, "name", what, &state.name, false));
+  RAYD_RETURN_IF_ERROR(ReadString(doc, "trainable", what, &state.trainable, false));
+  RAYD_RETURN_IF_ERROR(ReadString(doc, "metric", what, &state.metric, false));
+  RAYD_RETURN_IF_ERROR(ReadString(doc, "mode", what, &state.mode, false));
+  auto trials = doc.find("trials");
+  if (trials == doc.end() || !trials->is_array()) {
+    return Status::InvalidArgument(what + ": \"trials\" is missing or not an array");
+  }
+  for (size_t i = 0; i < trials->size(); ++i) {
+    RAYD_ASSIGN_OR_RETURN(Trial trial, TrialFromJson((*trials)[i], i));
+    trial.history = ReadHistory(fs::path(experiment_dir) / trial.dir_name / kResultFile);
+    state.trials.push_back(std::move(trial));
+  }
+  return state;
+}
+
+Status TrialFiles::WriteParams(const nlohmann::json& config) const {
+  return WriteFileAtomically(fs::path(dir_) / kParamsFile, config.dump(2) + "\n");
+}
+
+Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& config) {
+  fs::path path = fs::path(dir_) / kProgressFile;
+  if (columns_.empty()) {
+    // A resumed trial: carry on with the rows an earlier run wrote.
+    std::ifstream in(path, std::ios::binary);
+    if (in) {
+      std::stringstream text;
+      text << in.rdbuf();
+      std::vector<std::vector<std::string>> records = ParseCsv(text.str());
+      if (!records.empty()) {
+        columns_ = std::move(records[0]);
+        rows_.assign(std::make_move_iterator(records.begin() + 1),
+                     std::make_move_iterator(records.end()));
+        for (auto& row : rows_) row.resize(columns_.size());
+      }
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto& [key, value] : result) values.emplace_back(key, FormatDouble(value));
+  std::vector<std::pair<std::string, const json*>> leaves;
+  if (!config.is_null()) FlattenConfig(config, "config", &leaves);
+  for (const auto& [key, value] : leaves) values.emplace_back(key, FormatConfigValue(*value));
+
+  bool grew = columns_.empty();
+  std::vector<std::string> row(columns_.size());
+  for (auto& [key, value] : values) {
+    size_t column = 0;
+    while (column < columns_.size() && columns_[column] != key) ++column;
+    if (column == columns_.size()) {
+      columns_.push_back(key);
+      row.emplace_back();
+      grew = true;
+    }
+    row[column] = std::move(value);
+  }
+  rows_.push_back(row);
+
+  if (!grew) return AppendToFile(path, CsvLine(row));
+  std::string text = CsvLine(columns_);
+  for (auto& old : rows_) {
+    old.resize(columns_.size());
+    text += CsvLine(old);
+  }
+  return WriteFileAtomically(path, text);
+}
+
+Status TrialFiles::AppendError(const std::string& error) const {
+  fs::path path = fs::path(dir_) / kErrorFile;
+  int failures = 0;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("Failure # ", 0) == 0) ++failures;
+    }
+  }
+  std::string block =
+      "Failure # " + std::to_string(failures + 1) + " (occurred at " + IsoTimeNow() + ")\n" + error;
+  if (block.empty() || block.back() != '\n') block += '\n';
+  return AppendToFile(path, block + "\n");
+}
+
+}  // namespace rayd::tune::internal
