@@ -1,0 +1,488 @@
+// tune.yaml and train.yaml: the ARCHITECTURE.md example and every scheduler parse into the
+// expected structs; each kind of mistake fails with the file, the line and the key path.
+
+#include <rayd/tune/config_file.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <variant>
+
+#include "test_util.h"
+
+namespace rayd::tune {
+namespace {
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::Equals;
+using nlohmann::json;
+using rayd::testing::TempDir;
+
+// ARCHITECTURE.md §10's example, verbatim but for the library path.
+constexpr char kArchitectureExample[] = R"(# tune.yaml
+name: mlp-asha
+trainable: mlp_classifier          # a registered train loop
+libraries: [build/examples/libexample_trainables.so]   # optional
+scaling: {num_workers: 2, use_gpu: false, resources_per_worker: {CPU: 1}}
+param_space:
+  lr: {loguniform: [1.0e-4, 1.0e-1]}
+  hidden: {grid_search: [64, 128]}
+  batch_size: {choice: [32, 64]}
+  momentum: 0.9                    # a plain value is a constant
+tune:
+  metric: loss
+  mode: min
+  num_samples: 8                   # grid_search values are each repeated num_samples times
+  max_concurrent_trials: 4         # optional: derived from the cluster when absent
+  seed: 42                         # optional: reproducible sampling and perturbation
+  stop: {training_iteration: 20}   # optional: stop a trial when any reported metric reaches this
+  scheduler: {type: asha, time_attr: training_iteration, max_t: 20, grace_period: 1, reduction_factor: 3}
+  # or {type: pbt, time_attr: training_iteration, perturbation_interval: 2, quantile_fraction: 0.25,
+  #     resample_probability: 0.25, hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}}
+  # or {type: fifo} | {type: hyperband, ...} | {type: median_stopping, ...}
+run:
+  storage_path: ./rayd_results
+  failure: {max_failures: 2}
+  checkpoint: {num_to_keep: 2}
+)";
+
+// The message ParseTuneFile throws for `text` ("" when it parses).
+std::string TuneError(const std::string& text) {
+  try {
+    ParseTuneFile(text, "tune.yaml");
+  } catch (const ConfigFileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string TrainError(const std::string& text) {
+  try {
+    ParseTrainFile(text, "train.yaml");
+  } catch (const ConfigFileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A minimal valid tune.yaml followed by `rest`; the header is lines 1-2.
+std::string Tune(const std::string& rest) { return "name: t\ntrainable: loop\n" + rest; }
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+TEST_CASE("The ARCHITECTURE tune.yaml example loads into the expected structs", "[tune]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/tune.yaml";
+  WriteFile(path, kArchitectureExample);
+  TuneFile f = LoadTuneFile(path);
+
+  CHECK(f.path == path);
+  CHECK(f.name == "mlp-asha");
+  CHECK(f.run.name == "mlp-asha");
+  CHECK(f.trainable.train_loop == "mlp_classifier");
+  REQUIRE(f.libraries.size() == 1);
+  CHECK(f.libraries[0] == dir.path() + "/build/examples/libexample_trainables.so");
+
+  const rayd::train::ScalingConfig& s = f.trainable.scaling;
+  CHECK(s.num_workers == 2);
+  CHECK_FALSE(s.use_gpu);
+  CHECK(s.resources_per_worker == std::map<std::string, double>{{"CPU", 1.0}});
+  CHECK(s.placement_strategy == rayd::PlacementStrategy::PACK);
+
+  REQUIRE(f.param_space.size() == 4);
+  CHECK(f.param_space[0].path == std::vector<std::string>{"lr"});
+  const auto& lr = std::get<Domain>(f.param_space[0].value);
+  CHECK(lr.kind() == Domain::Kind::kLogUniform);
+  CHECK(lr.lower() == 1e-4);
+  CHECK(lr.upper() == 1e-1);
+  const auto& hidden = std::get<Domain>(f.param_space[1].value);
+  CHECK(hidden.kind() == Domain::Kind::kGridSearch);
+  CHECK(hidden.values() == std::vector<json>{64, 128});
+  CHECK(hidden.values()[0].is_number_integer());
+  const auto& batch = std::get<Domain>(f.param_space[2].value);
+  CHECK(batch.kind() == Domain::Kind::kChoice);
+  CHECK(batch.values() == std::vector<json>{32, 64});
+  CHECK(f.param_space[3].path == std::vector<std::string>{"momentum"});
+  CHECK(std::get<json>(f.param_space[3].value) == 0.9);
+
+  CHECK(f.tune.metric == "loss");
+  CHECK(f.tune.mode == "min");
+  CHECK(f.tune.num_samples == 8);
+  CHECK(f.tune.max_concurrent_trials == 4);
+  CHECK(f.tune.seed == std::optional<uint64_t>(42));
+  CHECK(f.tune.stop == std::map<std::string, double>{{"training_iteration", 20.0}});
+  REQUIRE(std::holds_alternative<AshaConfig>(f.tune.scheduler));
+  const auto& asha = std::get<AshaConfig>(f.tune.scheduler);
+  CHECK(asha.time_attr == "training_iteration");
+  CHECK(asha.max_t == 20);
+  CHECK(asha.grace_period == 1);
+  CHECK(asha.reduction_factor == 3);
+  CHECK(asha.brackets == 1);
+  CHECK_FALSE(asha.promotion);
+
+  CHECK(f.run.storage_path == "./rayd_results");
+  CHECK(f.run.failure.max_failures == 2);
+  CHECK(f.run.checkpoint.num_to_keep == 2);
+
+  // 8 samples x 2 hidden values.
+  CHECK(GenerateVariants(f.param_space, f.tune.num_samples, *f.tune.seed).size() == 16);
+}
+
+TEST_CASE("A minimal tune.yaml gets the defaults", "[tune]") {
+  TuneFile f = ParseTuneFile("name: n\ntrainable: loop\n", "dir/tune.yaml");
+  CHECK(f.trainable.scaling.num_workers == 1);
+  CHECK(f.trainable.scaling.resources_per_worker.empty());
+  CHECK(f.param_space.empty());
+  CHECK(std::holds_alternative<FifoConfig>(f.tune.scheduler));
+  CHECK(f.tune.num_samples == 1);
+  CHECK_FALSE(f.tune.seed.has_value());
+  CHECK(f.run.storage_path == "./rayd_results");
+  CHECK(f.run.name == "n");
+  CHECK(f.libraries.empty());
+}
+
+TEST_CASE("Libraries resolve against the file's directory", "[tune]") {
+  TuneFile f = ParseTuneFile(Tune("libraries: [lib/a.so, /opt/b.so, ../c.so]\n"),
+                             "/etc/rayd/sweeps/tune.yaml");
+  CHECK(f.libraries ==
+        std::vector<std::string>{"/etc/rayd/sweeps/lib/a.so", "/opt/b.so", "/etc/rayd/c.so"});
+  TuneFile here = ParseTuneFile(Tune("libraries: [a.so]\n"), "tune.yaml");
+  CHECK(here.libraries[0] == (std::filesystem::current_path() / "a.so").string());
+}
+
+TEST_CASE("Param spaces nest and take every domain form", "[tune]") {
+  TuneFile f = ParseTuneFile(Tune(R"(param_space:
+  optim:
+    lr: {uniform: [0, 1]}
+    name: sgd
+    betas: [0.9, 0.99]
+  q: {quniform: [0, 10, 0.5]}
+  ql: {qloguniform: [1.0e-4, 1.0e-1, 5.0e-5]}
+  ri: {randint: [1, 10]}
+  qri: {qrandint: [0, 12, 4]}
+  n1: {randn: []}
+  n2: {randn: [3, 0.5]}
+  g: {grid_search: [true, "64", 1.5, null, {a: 1}, [1, 2], plain]}
+  empty: {}
+)"),
+                             "tune.yaml");
+  REQUIRE(f.param_space.size() == 11);
+  CHECK(f.param_space[0].path == std::vector<std::string>{"optim", "lr"});
+  CHECK(std::get<Domain>(f.param_space[0].value).kind() == Domain::Kind::kUniform);
+  CHECK(std::get<json>(f.param_space[1].value) == "sgd");
+  CHECK(std::get<json>(f.param_space[2].value) == json::parse("[0.9, 0.99]"));
+  CHECK(std::get<Domain>(f.param_space[3].value).ToJson() ==
+        json::parse(R"({"quniform": [0.0, 10.0, 0.5]})"));
+  CHECK(std::get<Domain>(f.param_space[4].value).kind() == Domain::Kind::kQLogUniform);
+  CHECK(std::get<Domain>(f.param_space[5].value).ToJson() ==
+        json::parse(R"({"randint": [1, 10]})"));
+  CHECK(std::get<Domain>(f.param_space[6].value).ToJson() ==
+        json::parse(R"({"qrandint": [0, 12, 4]})"));
+  CHECK(std::get<Domain>(f.param_space[7].value).ToJson() ==
+        json::parse(R"({"randn": [0.0, 1.0]})"));
+  CHECK(std::get<Domain>(f.param_space[8].value).ToJson() ==
+        json::parse(R"({"randn": [3.0, 0.5]})"));
+  const auto& g = std::get<Domain>(f.param_space[9].value).values();
+  REQUIRE(g.size() == 7);
+  CHECK(g[0] == true);
+  CHECK(g[1] == "64");  // quoted: a string
+  CHECK(g[2].is_number_float());
+  CHECK(g[3].is_null());
+  CHECK(g[4] == json{{"a", 1}});
+  CHECK(g[5] == json::parse("[1, 2]"));
+  CHECK(g[6] == "plain");
+  CHECK(std::get<json>(f.param_space[10].value) == json::object());
+
+  std::vector<json> configs = GenerateVariants(f.param_space, 1, 0);
+  REQUIRE(configs.size() == 7);
+  CHECK(configs[0]["optim"]["name"] == "sgd");
+  CHECK(configs[0]["ri"].is_number_integer());
+}
+
+TEST_CASE("Every scheduler type parses with its options", "[tune]") {
+  auto scheduler = [](const std::string& yaml) {
+    return ParseTuneFile(Tune("tune:\n  metric: loss\n  scheduler: " + yaml + "\n"), "tune.yaml")
+        .tune.scheduler;
+  };
+  CHECK(std::holds_alternative<FifoConfig>(scheduler("{type: fifo}")));
+  CHECK(std::holds_alternative<FifoConfig>(scheduler("fifo")));
+  CHECK(std::get<AshaConfig>(scheduler("asha")).max_t == 100);
+
+  auto asha = std::get<AshaConfig>(scheduler(
+      "{type: asha, max_t: 50, grace_period: 5, reduction_factor: 2, brackets: 3, promotion: true,"
+      " stop_last_trials: false, time_attr: time_total_s}"));
+  CHECK(asha.max_t == 50);
+  CHECK(asha.grace_period == 5);
+  CHECK(asha.reduction_factor == 2);
+  CHECK(asha.brackets == 3);
+  CHECK(asha.promotion);
+  CHECK_FALSE(asha.stop_last_trials);
+  CHECK(asha.time_attr == "time_total_s");
+
+  auto hb = std::get<HyperBandConfig>(
+      scheduler("{type: hyperband, max_t: 27, reduction_factor: 3, stop_last_trials: false}"));
+  CHECK(hb.max_t == 27);
+  CHECK_FALSE(hb.stop_last_trials);
+
+  auto median = std::get<MedianStoppingConfig>(
+      scheduler("{type: median_stopping, time_attr: training_iteration, grace_period: 2,"
+                " min_samples_required: 4, hard_stop: false}"));
+  CHECK(median.time_attr == "training_iteration");
+  CHECK(median.grace_period == 2);
+  CHECK(median.min_samples_required == 4);
+  CHECK_FALSE(median.hard_stop);
+
+  auto pbt = std::get<PbtConfig>(scheduler(
+      "{type: pbt, time_attr: training_iteration, perturbation_interval: 2, burn_in_period: 1,"
+      " quantile_fraction: 0.25, resample_probability: 0.5, perturbation_factors: [1.5, 0.5],"
+      " hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}, batch_size: [16, 32],"
+      " optim: {momentum: {uniform: [0.8, 0.99]}}}}"));
+  CHECK(pbt.perturbation_interval == 2);
+  CHECK(pbt.burn_in_period == 1);
+  CHECK(pbt.resample_probability == 0.5);
+  CHECK(pbt.perturbation_factors == std::vector<double>{1.5, 0.5});
+  REQUIRE(pbt.hyperparam_mutations.size() == 3);
+  const auto& batch = std::get<Domain>(pbt.hyperparam_mutations[1].value);
+  CHECK(batch.kind() == Domain::Kind::kChoice);  // a plain list
+  CHECK(batch.values() == std::vector<json>{16, 32});
+  CHECK(pbt.hyperparam_mutations[2].path == std::vector<std::string>{"optim", "momentum"});
+}
+
+TEST_CASE("Scaling and run sections parse every key", "[tune]") {
+  TuneFile f = ParseTuneFile(Tune(R"(scaling:
+  num_processes: -1
+  use_gpu: true
+  resources_per_worker: {CPU: 2, GPU: 1, custom: 0.5}
+  placement_strategy: STRICT_SPREAD
+  local_mode: true
+  placement_timeout_s: 5
+  collective_timeout_s: 30
+run:
+  storage_path: /data/runs
+  failure: {max_failures: -1}
+  checkpoint: {num_to_keep: 3, score_attribute: loss, score_order: min}
+tune: {progress_interval_s: 2.5, mode: max}
+)"),
+                             "tune.yaml");
+  const auto& s = f.trainable.scaling;
+  CHECK(s.num_workers == -1);
+  CHECK(s.use_gpu);
+  CHECK(s.resources_per_worker ==
+        std::map<std::string, double>{{"CPU", 2}, {"GPU", 1}, {"custom", 0.5}});
+  CHECK(s.placement_strategy == rayd::PlacementStrategy::STRICT_SPREAD);
+  CHECK(s.local_mode);
+  CHECK(s.placement_timeout_s == 5);
+  CHECK(s.collective_timeout_s == 30);
+  CHECK(f.run.storage_path == "/data/runs");
+  CHECK(f.run.failure.max_failures == -1);
+  CHECK(f.run.checkpoint.num_to_keep == 3);
+  CHECK(f.run.checkpoint.score_attribute == "loss");
+  CHECK(f.run.checkpoint.score_order == "min");
+  CHECK(f.tune.progress_interval_s == 2.5);
+  CHECK(f.tune.mode == "max");
+}
+
+TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {
+  std::string text = kArchitectureExample;
+  text.replace(text.find("type: asha"), 10, "type: ashaa");
+  // The scheduler sits on line 18 of the example.
+  CHECK_THAT(TuneError(text),
+             Equals("tune.yaml:18: tune.scheduler.type: unknown scheduler 'ashaa' (one of fifo, "
+                    "asha, hyperband, median_stopping, pbt)"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler:\n    max_t: 3\n")),
+             Contains("tune.yaml:5: tune.scheduler.type: required"));
+}
+
+TEST_CASE("Unknown keys fail at every level with a suggestion", "[tune]") {
+  CHECK_THAT(TuneError(Tune("param_spaces: {}\n")),
+             Contains("tune.yaml:3: param_spaces: unknown key 'param_spaces'; did you mean "
+                      "'param_space'?") &&
+                 Contains("allowed: name, trainable, libraries, scaling, param_space, tune, run"));
+  CHECK_THAT(TuneError(Tune("scaling:\n  use_gpu: false\n  num_worker: 2\n")),
+             Contains("tune.yaml:5: scaling.num_worker: unknown key") &&
+                 Contains("did you mean 'num_workers'?"));
+  CHECK_THAT(TuneError(Tune("tune:\n  num_sample: 2\n")),
+             Contains("tune.yaml:4: tune.num_sample: unknown key"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: asha, max_t: 9, "
+                            "perturbation_interval: 2}\n")),
+             Contains("tune.yaml:5: tune.scheduler.perturbation_interval: unknown option for the "
+                      "asha scheduler"));
+  CHECK_THAT(TuneError(Tune("run:\n  failure: {max_failure: 1}\n")),
+             Contains("tune.yaml:4: run.failure.max_failure: unknown key"));
+  CHECK_THAT(TuneError(Tune("run:\n  checkpoint:\n    keep: 1\n")),
+             Contains("tune.yaml:5: run.checkpoint.keep: unknown key"));
+}
+
+TEST_CASE("Values of the wrong type fail with the expected type", "[tune]") {
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  num_samples: eight\n")),
+             Contains("tune.yaml:5: tune.num_samples: expected an integer, got 'eight'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  num_samples: \"8\"\n")),
+             Contains("tune.yaml:4: tune.num_samples: expected an integer, got \"8\""));
+  CHECK_THAT(TuneError(Tune("tune:\n  num_samples: 2.5\n")), Contains("expected an integer"));
+  CHECK_THAT(TuneError(Tune("tune:\n  num_samples: 0\n")),
+             Contains("tune.num_samples: expected an integer >= 1, got 0"));
+  CHECK_THAT(TuneError(Tune("scaling: {use_gpu: maybe}\n")),
+             Contains("tune.yaml:3: scaling.use_gpu: expected true or false, got 'maybe'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  stop: {loss: low}\n")),
+             Contains("tune.yaml:4: tune.stop.loss: expected a number, got 'low'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n")),
+             Contains("tune.yaml:4: tune.metric: expected a string, got a list"));
+  CHECK_THAT(TuneError(Tune("tune: 3\n")), Contains("tune.yaml:3: tune: expected a map"));
+  CHECK_THAT(TuneError(Tune("libraries: libfoo.so\n")),
+             Contains("tune.yaml:3: libraries: expected a list"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: asha, max_t: abc}\n")),
+             Contains("tune.yaml:5: tune.scheduler.max_t: expected a number, got 'abc'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  seed: -1\n")),
+             Contains("tune.seed: expected a non-negative integer"));
+  CHECK_THAT(TuneError(Tune("scaling: {placement_strategy: CLUSTERED}\n")),
+             Contains("scaling.placement_strategy: expected one of PACK, SPREAD, STRICT_PACK, "
+                      "STRICT_SPREAD, got 'CLUSTERED'"));
+  CHECK_THAT(TuneError(Tune("run:\n  checkpoint: {score_order: best}\n")),
+             Contains("run.checkpoint.score_order: expected one of min, max"));
+  CHECK_THAT(TuneError(Tune("scaling:\n  resources_per_worker: {CPU: -1}\n")),
+             Contains("tune.yaml:4: scaling.resources_per_worker.CPU: must not be negative"));
+}
+
+TEST_CASE("Bad domains fail with the parameter's path and line", "[tune]") {
+  CHECK_THAT(TuneError(Tune("param_space:\n  hidden: {grid_search: []}\n")),
+             Contains("tune.yaml:4: param_space.hidden: grid_search: needs at least one value"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  b:\n    choice: []\n")),
+             Contains("tune.yaml:5: param_space.b: choice: needs at least one value"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  lr: {loguniform: [0.1, 1.0e-4]}\n")),
+             Contains("tune.yaml:4: param_space.lr: loguniform: lower bound 0.1 must be below "
+                      "upper bound 0.0001"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  lr: {loguniform: [0, 1]}\n")),
+             Contains("param_space.lr: loguniform: bounds must be positive"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {quniform: [0, 1, 0]}\n")),
+             Contains("param_space.x: quniform: q must be positive"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {randn: [0, -1]}\n")),
+             Contains("param_space.x: randn: sd must be positive"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {uniform: [0, .inf]}\n")),
+             Contains("param_space.x: uniform: bounds must be finite"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  model:\n    x: {uniform: [0, 1, 2]}\n")),
+             Contains("tune.yaml:5: param_space.model.x: uniform takes [lower, upper], got 3"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {randint: [0, 2.5]}\n")),
+             Contains("param_space.x[1]: expected an integer, got '2.5'"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {randn: 3}\n")),
+             Contains("param_space.x: randn takes [mean, sd] or [], got '3'"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {qrandint: [1]}\n")),
+             Contains("qrandint takes [lower, upper, q] or [lower, upper], got 1 values"));
+  CHECK(TuneError(Tune("param_space:\n  x: {qrandint: [1, 5]}\n")).empty());
+  CHECK(TuneError(Tune("param_space:\n  x: {randn: [2]}\n")).empty());
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {choice: sgd}\n")),
+             Contains("param_space.x: choice: expected a list of values"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x:\n    uniform: [0, 1]\n    q: 2\n")),
+             Contains("tune.yaml:5: param_space.x: a domain map has exactly one key: 'uniform' "
+                      "beside 'q'"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  x: {a: 1, a: 2}\n")),
+             Contains("tune.yaml:4: param_space.x.a: duplicate key"));
+}
+
+TEST_CASE("Missing required keys and scheduler requirements fail", "[tune]") {
+  CHECK_THAT(TuneError("trainable: loop\nscaling: {num_workers: 1}\n"),
+             Contains("tune.yaml:1: name: required"));
+  CHECK_THAT(TuneError("name: x\n"), Contains("tune.yaml:1: trainable: required"));
+  CHECK_THAT(TuneError("name: \"\"\ntrainable: loop\n"), Contains("name: must not be empty"));
+  CHECK_THAT(TuneError(Tune("tune:\n  mode: min\n  scheduler: {type: asha}\n")),
+             Contains("tune.yaml:5: tune.metric: required by the asha scheduler"));
+  CHECK(TuneError(Tune("tune:\n  scheduler: {type: fifo}\n")).empty());
+  CHECK_THAT(TuneError(Tune("tune:\n  mode: median\n")),
+             Contains("tune.yaml:4: tune.mode: expected one of min, max, got 'median'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: pbt}\n")),
+             Contains("tune.yaml:5: tune.scheduler.hyperparam_mutations: required"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler:\n    type: pbt\n"
+                            "    hyperparam_mutations: {lr: 0.1}\n")),
+             Contains("tune.yaml:7: tune.scheduler.hyperparam_mutations.lr: expected a domain "
+                      "or a list of values"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler:\n    type: pbt\n"
+                            "    hyperparam_mutations: {lr: [0.1]}\n"
+                            "    quantile_fraction: 0.75\n")),
+             Contains("tune.yaml:8: tune.scheduler.quantile_fraction: must be in (0, 0.5]"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: asha, max_t: 5, "
+                            "grace_period: 10}\n")),
+             Contains("tune.scheduler.grace_period: grace_period 10 exceeds max_t 5"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: hyperband, "
+                            "reduction_factor: 1}\n")),
+             Contains("tune.scheduler.reduction_factor: must be greater than 1"));
+}
+
+TEST_CASE("num_workers -1 needs use_gpu and the alias is exclusive", "[tune]") {
+  CHECK_THAT(TuneError(Tune("scaling:\n  num_processes: -1\n")),
+             Contains("tune.yaml:4: scaling.num_processes: -1 (one worker per GPU) needs "
+                      "use_gpu: true"));
+  CHECK(TuneError(Tune("scaling: {num_workers: -1, use_gpu: true}\n")).empty());
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 0}\n")),
+             Contains("scaling.num_workers: expected at least 1 worker"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: -2}\n")),
+             Contains("expected an integer >= -1"));
+  CHECK_THAT(TuneError(Tune("scaling:\n  num_workers: 2\n  num_processes: 2\n")),
+             Contains("tune.yaml:5: scaling.num_processes: an alias of num_workers"));
+  CHECK(ParseTuneFile(Tune("scaling: {num_processes: 3}\n"), "t.yaml")
+            .trainable.scaling.num_workers == 3);
+}
+
+TEST_CASE("YAML syntax errors and unreadable files become ConfigFileError", "[tune]") {
+  CHECK_THAT(TuneError("name: x\ntrainable: y\ntune: {metric: [a, b\nrun: {}\n"),
+             Contains("tune.yaml:") && Contains("YAML syntax error"));
+  CHECK_THAT(TuneError("name: x\ntrainable: y\n  bad: indent\n"),
+             Contains("tune.yaml:3: YAML syntax error"));
+  CHECK_THAT(TuneError(""), Contains("tune.yaml:1: the file is empty"));
+  CHECK_THAT(TuneError("- a\n- b\n"), Contains("tune.yaml:1: expected a map, got a list"));
+  TempDir dir;
+  CHECK_THROWS_AS(LoadTuneFile(dir.path() + "/missing.yaml"), ConfigFileError);
+  CHECK_THROWS_WITH(LoadTrainFile(dir.path() + "/missing.yaml"), Contains("missing.yaml"));
+}
+
+TEST_CASE("train.yaml loads the header's example", "[tune]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.yaml";
+  WriteFile(path, R"(name: mlp
+train_loop: mlp_classifier
+libraries: [path/libfoo.so]
+config: {lr: 0.01, hidden: 128, layers: [64, 32], opt: {name: adam}, flag: true}
+scaling: {num_workers: 2, use_gpu: false, resources_per_worker: {CPU: 1},
+          placement_strategy: PACK, local_mode: false}
+run: {storage_path: ./rayd_results, failure: {max_failures: 1},
+      checkpoint: {num_to_keep: 2, score_attribute: loss, score_order: min}}
+)");
+  TrainFile f = LoadTrainFile(path);
+  CHECK(f.path == path);
+  CHECK(f.train_loop == "mlp_classifier");
+  CHECK(f.libraries == std::vector<std::string>{dir.path() + "/path/libfoo.so"});
+  CHECK(f.config == json::parse(R"({"lr": 0.01, "hidden": 128, "layers": [64, 32],
+                                    "opt": {"name": "adam"}, "flag": true})"));
+  CHECK(f.config["hidden"].is_number_integer());
+  CHECK(f.scaling.num_workers == 2);
+  CHECK(f.scaling.resources_per_worker == std::map<std::string, double>{{"CPU", 1}});
+  CHECK_FALSE(f.scaling.local_mode);
+  CHECK(f.run.name == "mlp");
+  CHECK(f.run.storage_path == "./rayd_results");
+  CHECK(f.run.failure.max_failures == 1);
+  CHECK(f.run.checkpoint.num_to_keep == 2);
+  CHECK(f.run.checkpoint.score_attribute == "loss");
+  CHECK(f.run.checkpoint.score_order == "min");
+
+  TrainFile minimal = ParseTrainFile("name: m\ntrain_loop: l\n", "train.yaml");
+  CHECK(minimal.config == json::object());
+  CHECK(minimal.scaling.num_workers == 1);
+}
+
+TEST_CASE("train.yaml errors name the key and line", "[tune]") {
+  CHECK_THAT(TrainError("name: m\ntrain_loop: l\ntrainable: x\n"),
+             Contains("train.yaml:3: trainable: unknown key 'trainable'") &&
+                 Contains("allowed: name, train_loop, libraries, config, scaling, run"));
+  CHECK_THAT(TrainError("name: m\n"), Contains("train.yaml:1: train_loop: required"));
+  CHECK_THAT(TrainError("name: m\ntrain_loop: l\nconfig: [1, 2]\n"),
+             Contains("train.yaml:3: config: expected a map, got a list"));
+  CHECK_THAT(TrainError("name: m\ntrain_loop: l\nconfig:\n  a: 1\n  a: 2\n"),
+             Contains("train.yaml:5: config.a: duplicate key"));
+  CHECK_THAT(TrainError("name: m\ntrain_loop: l\nscaling:\n  num_workers: two\n"),
+             Contains("train.yaml:4: scaling.num_workers: expected an integer, got 'two'"));
+}
+
+}  // namespace
+}  // namespace rayd::tune

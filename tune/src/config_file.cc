@@ -1,0 +1,691 @@
+// tune.yaml / train.yaml loading. How it works: yaml-cpp parses the text into a node tree (a
+// syntax error becomes a ConfigFileError at once); then one Parser walks the tree, section by
+// section, and turns every node into its field with a check: a map's keys against the keys it
+// allows, a scalar against the type its field needs. The first problem throws, naming the file,
+// the node's line and the dotted key path. Scalars are typed by the YAML 1.2 core schema
+// (quoted scalars are always strings, so `num_samples: "8"` is not an integer).
+
+#include <rayd/tune/config_file.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rayd::tune {
+namespace {
+
+using Keys = std::vector<std::string_view>;
+
+const Keys kDomainNames = {"grid_search", "choice",  "uniform",  "quniform", "loguniform",
+                           "qloguniform", "randint", "qrandint", "randn"};
+// In SchedulerConfig's alternative order.
+const Keys kSchedulerTypes = {"fifo", "asha", "hyperband", "median_stopping", "pbt"};
+const Keys kTuneFileKeys = {"name",        "trainable", "libraries", "scaling",
+                            "param_space", "tune",      "run"};
+const Keys kTrainFileKeys = {"name", "train_loop", "libraries", "config", "scaling", "run"};
+const Keys kScalingKeys = {"num_workers",          "num_processes",       "use_gpu",
+                           "resources_per_worker", "placement_strategy",  "local_mode",
+                           "placement_timeout_s",  "collective_timeout_s"};
+const Keys kRunKeys = {"storage_path", "failure", "checkpoint"};
+const Keys kFailureKeys = {"max_failures"};
+const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
+const Keys kTuneKeys = {"metric", "mode", "num_samples", "max_concurrent_trials",
+                        "seed",   "stop", "scheduler",   "progress_interval_s"};
+const Keys kAshaKeys = {"type",         "time_attr",        "max_t",
+                        "grace_period", "reduction_factor", "brackets",
+                        "promotion",    "stop_last_trials"};
+const Keys kHyperBandKeys = {"type", "time_attr", "max_t", "reduction_factor", "stop_last_trials"};
+const Keys kMedianKeys = {"type", "time_attr", "grace_period", "min_samples_required", "hard_stop"};
+const Keys kPbtKeys = {"type",
+                       "time_attr",
+                       "perturbation_interval",
+                       "burn_in_period",
+                       "hyperparam_mutations",
+                       "quantile_fraction",
+                       "resample_probability",
+                       "perturbation_factors"};
+
+bool Has(const Keys& keys, std::string_view name) {
+  return std::find(keys.begin(), keys.end(), name) != keys.end();
+}
+
+std::string JoinKeys(const Keys& keys) {
+  std::string out;
+  for (std::string_view key : keys) {
+    if (!out.empty()) out += ", ";
+    out += key;
+  }
+  return out;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown key 'num_sample'; did you mean 'num_samples'? (allowed: ...)"
+std::string UnknownKey(std::string_view what, const std::string& name, const Keys& allowed) {
+  std::string out = "unknown " + std::string(what) + " '" + name + "'";
+  std::string_view best;
+  size_t best_distance = 3;  // suggest only near misses
+  for (std::string_view key : allowed) {
+    size_t d = EditDistance(name, key);
+    if (d < best_distance) best_distance = d, best = key;
+  }
+  if (!best.empty()) out += "; did you mean '" + std::string(best) + "'?";
+  return out + " (allowed: " + JoinKeys(allowed) + ")";
+}
+
+// A node and where it sits: the node of its key (null values carry no useful line in yaml-cpp,
+// so errors about them point at the key) and its dotted key path.
+struct Field {
+  YAML::Node key;
+  YAML::Node value;
+  std::string path;
+};
+
+std::string ChildPath(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// A map's entries, in file order.
+class MapFields {
+ public:
+  void Add(Field f, std::string name) { entries_.emplace_back(std::move(name), std::move(f)); }
+  const Field* Find(std::string_view name) const {
+    for (const auto& [key, field] : entries_) {
+      if (key == name) return &field;
+    }
+    return nullptr;
+  }
+  const std::vector<std::pair<std::string, Field>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Field>> entries_;
+};
+
+// A scalar by the YAML 1.2 core schema: null, bool, integer, float, else string.
+nlohmann::json ScalarToJson(const YAML::Node& node) {
+  if (node.IsNull()) return nullptr;
+  const std::string& s = node.Scalar();
+  if (node.Tag() != "?") return s;  // quoted, or an explicit tag: keep the text
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  if (s == "null" || s == "Null" || s == "NULL" || s == "~") return nullptr;
+  static const std::regex kInt("[-+]?[0-9]+");
+  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
+  static const std::regex kNan("\\.(nan|NaN|NAN)");
+  if (std::regex_match(s, kInt)) {
+    std::string_view digits = s[0] == '+' ? std::string_view(s).substr(1) : std::string_view(s);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec == std::errc() && end == digits.data() + digits.size()) return v;
+    return std::strtod(s.c_str(), nullptr);  // too large for int64: a float, as YAML says
+  }
+  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
+  if (std::regex_match(s, kInf)) {
+    return s[0] == '-' ? -std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::infinity();
+  }
+  if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:  // a quoted scalar shown quoted: it is a string however it reads
+      return node.Tag() == "!" ? "\"" + node.Scalar() + "\"" : "'" + node.Scalar() + "'";
+    default:
+      return "nothing";
+  }
+}
+
+// A number in messages: integral values without a fraction, others in the shortest form that
+// reads back the same.
+std::string Num(double x) {
+  if (std::isfinite(x) && x == std::trunc(x) && std::fabs(x) < 1e15) {
+    return std::to_string(static_cast<int64_t>(x));
+  }
+  return nlohmann::json(x).dump();
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  YAML::Node Load(const std::string& text) const {
+    try {
+      return YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      throw ConfigFileError(file_ + ":" + std::to_string(std::max(e.mark.line, 0) + 1) +
+                            ": YAML syntax error: " + e.msg);
+    } catch (const YAML::Exception& e) {
+      throw ConfigFileError(file_ + ":1: YAML error: " + e.what());
+    }
+  }
+
+  [[noreturn]] void Fail(const Field& f, const std::string& reason) const {
+    int line = -1;
+    if (f.value.IsDefined() && !f.value.IsNull()) line = f.value.Mark().line;
+    if (line < 0 && f.key.IsDefined()) line = f.key.Mark().line;
+    std::string where = file_ + ":" + std::to_string(std::max(line, 0) + 1) + ": ";
+    if (!f.path.empty()) where += f.path + ": ";
+    throw ConfigFileError(where + reason);
+  }
+
+  // The entries of a map (null counts as empty); with `allowed`, any other key fails.
+  MapFields ReadMap(const Field& f, const std::optional<Keys>& allowed,
+                    std::string_view what = "key") const {
+    MapFields out;
+    if (f.value.IsNull()) return out;
+    if (!f.value.IsMap()) Fail(f, "expected a map, got " + Describe(f.value));
+    for (auto it = f.value.begin(); it != f.value.end(); ++it) {
+      Field key_field{it->first, it->first, f.path};
+      if (!it->first.IsScalar()) Fail(key_field, "a key must be a plain string");
+      std::string name = it->first.Scalar();
+      Field child{it->first, it->second, ChildPath(f.path, name)};
+      if (allowed && !Has(*allowed, name)) {
+        Fail({it->first, it->first, child.path}, UnknownKey(what, name, *allowed));
+      }
+      if (out.Find(name) != nullptr) Fail({it->first, it->first, child.path}, "duplicate key");
+      out.Add(std::move(child), std::move(name));
+    }
+    return out;
+  }
+
+  // Where to blame something about `f` as a whole (a missing key inside it): the line of its
+  // key when it has one, else its first line.
+  static Field AtKey(const Field& f, std::string path) {
+    if (f.key.IsDefined() && f.key.Mark().line >= 0) return {f.key, YAML::Node(), std::move(path)};
+    return {f.key, f.value, std::move(path)};
+  }
+
+  const Field& Required(const MapFields& map, const Field& parent, std::string_view name) const {
+    const Field* f = map.Find(name);
+    if (f == nullptr) Fail(AtKey(parent, ChildPath(parent.path, std::string(name))), "required");
+    return *f;
+  }
+
+  std::string String(const Field& f) const {
+    if (!f.value.IsScalar()) Fail(f, "expected a string, got " + Describe(f.value));
+    return f.value.Scalar();
+  }
+
+  std::string NonEmptyString(const Field& f) const {
+    std::string s = String(f);
+    if (s.empty()) Fail(f, "must not be empty");
+    return s;
+  }
+
+  std::string OneOf(const Field& f, const Keys& allowed) const {
+    std::string s = String(f);
+    if (!Has(allowed, s)) Fail(f, "expected one of " + JoinKeys(allowed) + ", got '" + s + "'");
+    return s;
+  }
+
+  int64_t Int64(const Field& f) const {
+    nlohmann::json j = f.value.IsScalar() ? ScalarToJson(f.value) : nlohmann::json();
+    if (!j.is_number_integer()) Fail(f, "expected an integer, got " + Describe(f.value));
+    return j.get<int64_t>();
+  }
+
+  int Int(const Field& f, int64_t min, int64_t max = std::numeric_limits<int>::max()) const {
+    int64_t v = Int64(f);
+    if (v < min || v > max) {
+      Fail(f, "expected an integer " +
+                  (max == std::numeric_limits<int>::max()
+                       ? ">= " + std::to_string(min)
+                       : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]") +
+                  ", got " + std::to_string(v));
+    }
+    return static_cast<int>(v);
+  }
+
+  // Any number, including .inf and .nan (domain bounds: Domain::Validate reports those).
+  double AnyNumber(const Field& f) const {
+    nlohmann::json j = f.value.IsScalar() ? ScalarToJson(f.value) : nlohmann::json();
+    if (!j.is_number()) Fail(f, "expected a number, got " + Describe(f.value));
+    return j.get<double>();
+  }
+
+  double Number(const Field& f) const {
+    double v = AnyNumber(f);
+    if (!std::isfinite(v)) Fail(f, "expected a finite number, got " + Describe(f.value));
+    return v;
+  }
+
+  double Positive(const Field& f) const {
+    double v = Number(f);
+    if (v <= 0) Fail(f, "must be positive, got " + Num(v));
+    return v;
+  }
+
+  double NonNegative(const Field& f) const {
+    double v = Number(f);
+    if (v < 0) Fail(f, "must not be negative, got " + Num(v));
+    return v;
+  }
+
+  bool Bool(const Field& f) const {
+    nlohmann::json j = f.value.IsScalar() ? ScalarToJson(f.value) : nlohmann::json();
+    if (!j.is_boolean()) Fail(f, "expected true or false, got " + Describe(f.value));
+    return j.get<bool>();
+  }
+
+  nlohmann::json ToJson(const Field& f) const {
+    if (f.value.IsSequence()) {
+      nlohmann::json out = nlohmann::json::array();
+      for (size_t i = 0; i < f.value.size(); ++i) {
+        out.push_back(ToJson({f.key, f.value[i], f.path + "[" + std::to_string(i) + "]"}));
+      }
+      return out;
+    }
+    if (f.value.IsMap()) {
+      nlohmann::json out = nlohmann::json::object();
+      MapFields map = ReadMap(f, std::nullopt);
+      for (const auto& [name, child] : map.entries()) {
+        out[name] = ToJson(child);
+      }
+      return out;
+    }
+    return ScalarToJson(f.value);
+  }
+
+  std::vector<Field> List(const Field& f) const {
+    if (!f.value.IsSequence()) Fail(f, "expected a list, got " + Describe(f.value));
+    std::vector<Field> out;
+    for (size_t i = 0; i < f.value.size(); ++i) {
+      out.push_back({f.key, f.value[i], f.path + "[" + std::to_string(i) + "]"});
+    }
+    return out;
+  }
+
+  std::vector<std::string> Libraries(const Field& f) const;
+  rayd::train::ScalingConfig Scaling(const Field& f) const;
+  rayd::train::RunConfig Run(const Field* f) const;
+  void Space(const Field& f, std::vector<std::string>& prefix, bool mutations,
+             ParamSpace& out) const;
+  Domain ParseDomain(const std::string& kind, const Field& args) const;
+  TuneConfig Tune(const Field& f) const;
+  SchedulerConfig Scheduler(const Field& f) const;
+  AshaConfig Asha(const MapFields& map, const Field& f) const;
+  HyperBandConfig HyperBand(const MapFields& map) const;
+  MedianStoppingConfig MedianStopping(const MapFields& map) const;
+  PbtConfig Pbt(const MapFields& map, const Field& f) const;
+
+ private:
+  std::string file_;
+};
+
+std::vector<std::string> Parser::Libraries(const Field& f) const {
+  std::filesystem::path dir = std::filesystem::path(file_).parent_path();
+  std::vector<std::string> out;
+  for (const Field& entry : List(f)) {
+    std::filesystem::path lib = NonEmptyString(entry);
+    if (lib.is_relative()) lib = dir / lib;
+    out.push_back(std::filesystem::absolute(lib).lexically_normal().string());
+  }
+  return out;
+}
+
+rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
+  rayd::train::ScalingConfig out;
+  MapFields map = ReadMap(f, kScalingKeys);
+  const Field* workers = map.Find("num_workers");
+  if (const Field* alias = map.Find("num_processes")) {
+    if (workers != nullptr) Fail(*alias, "an alias of num_workers: give one of the two");
+    workers = alias;
+  }
+  if (const Field* x = map.Find("use_gpu")) out.use_gpu = Bool(*x);
+  if (workers != nullptr) {
+    out.num_workers = Int(*workers, -1);
+    if (out.num_workers == 0) Fail(*workers, "expected at least 1 worker (or -1: one per GPU)");
+    if (out.num_workers == -1 && !out.use_gpu) {
+      Fail(*workers, "-1 (one worker per GPU) needs use_gpu: true");
+    }
+  }
+  if (const Field* x = map.Find("resources_per_worker")) {
+    MapFields resources = ReadMap(*x, std::nullopt);
+    for (const auto& [name, amount] : resources.entries()) {
+      out.resources_per_worker[name] = NonNegative(amount);
+    }
+  }
+  if (const Field* x = map.Find("placement_strategy")) {
+    std::string s = OneOf(*x, {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"});
+    out.placement_strategy = s == "PACK"          ? rayd::PlacementStrategy::PACK
+                             : s == "SPREAD"      ? rayd::PlacementStrategy::SPREAD
+                             : s == "STRICT_PACK" ? rayd::PlacementStrategy::STRICT_PACK
+                                                  : rayd::PlacementStrategy::STRICT_SPREAD;
+  }
+  if (const Field* x = map.Find("local_mode")) out.local_mode = Bool(*x);
+  if (const Field* x = map.Find("placement_timeout_s")) out.placement_timeout_s = Int(*x, 1);
+  if (const Field* x = map.Find("collective_timeout_s")) out.collective_timeout_s = Int(*x, 1);
+  return out;
+}
+
+rayd::train::RunConfig Parser::Run(const Field* f) const {
+  rayd::train::RunConfig out;
+  out.storage_path = "./rayd_results";
+  if (f == nullptr) return out;
+  MapFields map = ReadMap(*f, kRunKeys);
+  if (const Field* x = map.Find("storage_path")) out.storage_path = NonEmptyString(*x);
+  if (const Field* x = map.Find("failure")) {
+    MapFields failure = ReadMap(*x, kFailureKeys);
+    if (const Field* y = failure.Find("max_failures")) out.failure.max_failures = Int(*y, -1);
+  }
+  if (const Field* x = map.Find("checkpoint")) {
+    MapFields checkpoint = ReadMap(*x, kCheckpointKeys);
+    if (const Field* y = checkpoint.Find("num_to_keep")) out.checkpoint.num_to_keep = Int(*y, 0);
+    if (const Field* y = checkpoint.Find("score_attribute")) {
+      out.checkpoint.score_attribute = NonEmptyString(*y);
+    }
+    if (const Field* y = checkpoint.Find("score_order")) {
+      out.checkpoint.score_order = OneOf(*y, {"min", "max"});
+    }
+  }
+  return out;
+}
+
+// A map is a domain when its one key names a domain; any other map nests. In PBT's
+// hyperparam_mutations (`mutations`) a plain list means choice and a constant makes no sense.
+void Parser::Space(const Field& f, std::vector<std::string>& prefix, bool mutations,
+                   ParamSpace& out) const {
+  MapFields map = ReadMap(f, std::nullopt);
+  if (mutations && map.entries().empty()) Fail(f, "expected at least one hyperparameter");
+  for (const auto& [name, child] : map.entries()) {
+    prefix.push_back(name);
+    const YAML::Node& v = child.value;
+    if (v.IsMap() && v.size() > 0) {
+      MapFields inner = ReadMap(child, std::nullopt);
+      const auto is_domain = [](const auto& entry) { return Has(kDomainNames, entry.first); };
+      auto domain = std::find_if(inner.entries().begin(), inner.entries().end(), is_domain);
+      if (domain == inner.entries().end()) {
+        Space(child, prefix, mutations, out);
+      } else if (inner.entries().size() > 1) {
+        const auto& other = inner.entries()[domain == inner.entries().begin() ? 1 : 0].first;
+        Fail(child,
+             "a domain map has exactly one key: '" + domain->first + "' beside '" + other + "'");
+      } else {
+        if (mutations && domain->first == "grid_search") {
+          Fail(child, "grid_search cannot be a mutation (use choice)");
+        }
+        out.emplace_back(prefix, ParseDomain(domain->first, {domain->second.key,
+                                                             domain->second.value, child.path}));
+      }
+    } else if (mutations) {
+      if (!v.IsSequence()) {
+        Fail(child, "expected a domain or a list of values, got " + Describe(v));
+      }
+      Domain choice = Domain::Choice(ToJson(child).get<std::vector<nlohmann::json>>());
+      if (choice.values().empty()) Fail(child, "expected at least one value");
+      out.emplace_back(prefix, std::move(choice));
+    } else {
+      out.emplace_back(prefix, ToJson(child));
+    }
+    prefix.pop_back();
+  }
+}
+
+Domain Parser::ParseDomain(const std::string& kind, const Field& args) const {
+  Domain domain;
+  if (kind == "grid_search" || kind == "choice") {
+    if (!args.value.IsSequence()) {
+      Fail(args, kind + ": expected a list of values, got " + Describe(args.value));
+    }
+    std::vector<nlohmann::json> values = ToJson(args).get<std::vector<nlohmann::json>>();
+    domain = kind == "grid_search" ? Domain::GridSearch(std::move(values))
+                                   : Domain::Choice(std::move(values));
+  } else {
+    const bool quantized = kind[0] == 'q';
+    const bool integer = kind == "randint" || kind == "qrandint";
+    const char* form = kind == "randn"      ? "[mean, sd] or []"
+                       : kind == "qrandint" ? "[lower, upper, q] or [lower, upper]"
+                       : quantized          ? "[lower, upper, q]"
+                                            : "[lower, upper]";
+    std::vector<Field> items;
+    if (args.value.IsSequence()) {
+      items = List(args);
+    } else if (!(kind == "randn" && args.value.IsNull())) {
+      Fail(args, kind + " takes " + form + ", got " + Describe(args.value));
+    }
+    bool arity_ok = kind == "randn"      ? items.size() <= 2
+                    : kind == "qrandint" ? items.size() == 2 || items.size() == 3
+                                         : items.size() == (quantized ? 3u : 2u);
+    if (!arity_ok) {
+      Fail(args, kind + " takes " + form + ", got " + std::to_string(items.size()) + " values");
+    }
+    std::vector<double> n;
+    std::vector<int64_t> i;
+    for (const Field& item : items) {
+      if (integer) {
+        i.push_back(Int64(item));
+      } else {
+        n.push_back(AnyNumber(item));
+      }
+    }
+    if (kind == "uniform") domain = Domain::Uniform(n[0], n[1]);
+    if (kind == "quniform") domain = Domain::QUniform(n[0], n[1], n[2]);
+    if (kind == "loguniform") domain = Domain::LogUniform(n[0], n[1]);
+    if (kind == "qloguniform") domain = Domain::QLogUniform(n[0], n[1], n[2]);
+    if (kind == "randint") domain = Domain::RandInt(i[0], i[1]);
+    if (kind == "qrandint") domain = Domain::QRandInt(i[0], i[1], i.size() == 3 ? i[2] : 1);
+    if (kind == "randn") {
+      domain = Domain::Randn(n.size() > 0 ? n[0] : 0.0, n.size() > 1 ? n[1] : 1.0);
+    }
+  }
+  try {
+    domain.Validate();
+  } catch (const std::invalid_argument& e) {
+    Fail(args, e.what());
+  }
+  return domain;
+}
+
+PbtConfig Parser::Pbt(const MapFields& map, const Field& f) const {
+  PbtConfig c;
+  if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
+  if (const Field* x = map.Find("perturbation_interval")) c.perturbation_interval = Positive(*x);
+  if (const Field* x = map.Find("burn_in_period")) c.burn_in_period = NonNegative(*x);
+  const Field& mutations = Required(map, f, "hyperparam_mutations");
+  std::vector<std::string> prefix;
+  Space(mutations, prefix, /*mutations=*/true, c.hyperparam_mutations);
+  if (const Field* x = map.Find("quantile_fraction")) {
+    c.quantile_fraction = Number(*x);
+    if (c.quantile_fraction <= 0 || c.quantile_fraction > 0.5) {
+      Fail(*x, "must be in (0, 0.5], got " + Num(c.quantile_fraction));
+    }
+  }
+  if (const Field* x = map.Find("resample_probability")) {
+    c.resample_probability = Number(*x);
+    if (c.resample_probability < 0 || c.resample_probability > 1) {
+      Fail(*x, "must be in [0, 1], got " + Num(c.resample_probability));
+    }
+  }
+  if (const Field* x = map.Find("perturbation_factors")) {
+    c.perturbation_factors.clear();
+    for (const Field& factor : List(*x)) c.perturbation_factors.push_back(Positive(factor));
+    if (c.perturbation_factors.empty()) Fail(*x, "expected at least one factor");
+  }
+  return c;
+}
+
+AshaConfig Parser::Asha(const MapFields& map, const Field& f) const {
+  AshaConfig c;
+  if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
+  if (const Field* x = map.Find("max_t")) c.max_t = Positive(*x);
+  if (const Field* x = map.Find("grace_period")) c.grace_period = Positive(*x);
+  if (const Field* x = map.Find("reduction_factor")) {
+    c.reduction_factor = Number(*x);
+    if (c.reduction_factor <= 1) Fail(*x, "must be greater than 1, got " + Num(c.reduction_factor));
+  }
+  if (const Field* x = map.Find("brackets")) c.brackets = Int(*x, 1);
+  if (const Field* x = map.Find("promotion")) c.promotion = Bool(*x);
+  if (const Field* x = map.Find("stop_last_trials")) c.stop_last_trials = Bool(*x);
+  if (c.grace_period > c.max_t) {
+    const Field* at = map.Find("grace_period") ? map.Find("grace_period") : map.Find("max_t");
+    Fail(at ? *at : f, "grace_period " + Num(c.grace_period) + " exceeds max_t " + Num(c.max_t));
+  }
+  return c;
+}
+
+HyperBandConfig Parser::HyperBand(const MapFields& map) const {
+  HyperBandConfig c;
+  if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
+  if (const Field* x = map.Find("max_t")) c.max_t = Positive(*x);
+  if (const Field* x = map.Find("reduction_factor")) {
+    c.reduction_factor = Number(*x);
+    if (c.reduction_factor <= 1) Fail(*x, "must be greater than 1, got " + Num(c.reduction_factor));
+  }
+  if (const Field* x = map.Find("stop_last_trials")) c.stop_last_trials = Bool(*x);
+  return c;
+}
+
+MedianStoppingConfig Parser::MedianStopping(const MapFields& map) const {
+  MedianStoppingConfig c;
+  if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
+  if (const Field* x = map.Find("grace_period")) c.grace_period = NonNegative(*x);
+  if (const Field* x = map.Find("min_samples_required")) c.min_samples_required = Int(*x, 1);
+  if (const Field* x = map.Find("hard_stop")) c.hard_stop = Bool(*x);
+  return c;
+}
+
+SchedulerConfig Parser::Scheduler(const Field& f) const {
+  // `scheduler: asha` is short for `scheduler: {type: asha}`.
+  const bool shorthand = f.value.IsScalar();
+  MapFields map = shorthand ? MapFields() : ReadMap(f, std::nullopt);
+  const Field& type_field = shorthand ? f : Required(map, f, "type");
+  Field type_at{type_field.key, type_field.value, ChildPath(f.path, "type")};
+  std::string type = String(type_at);
+  if (!Has(kSchedulerTypes, type)) {
+    Fail(type_at, "unknown scheduler '" + type + "' (one of " + JoinKeys(kSchedulerTypes) + ")");
+  }
+  const Keys& allowed = type == "fifo"              ? Keys{"type"}
+                        : type == "asha"            ? kAshaKeys
+                        : type == "hyperband"       ? kHyperBandKeys
+                        : type == "median_stopping" ? kMedianKeys
+                                                    : kPbtKeys;
+  if (!shorthand) ReadMap(f, allowed, "option for the " + type + " scheduler");
+
+  if (type == "fifo") return FifoConfig{};
+  if (type == "asha") return Asha(map, f);
+  if (type == "hyperband") return HyperBand(map);
+  if (type == "median_stopping") return MedianStopping(map);
+  if (shorthand) Fail(type_at, "the pbt scheduler needs hyperparam_mutations: give a map");
+  return Pbt(map, f);
+}
+
+TuneConfig Parser::Tune(const Field& f) const {
+  TuneConfig out;
+  MapFields map = ReadMap(f, kTuneKeys);
+  if (const Field* x = map.Find("metric")) out.metric = NonEmptyString(*x);
+  if (const Field* x = map.Find("mode")) out.mode = OneOf(*x, {"min", "max"});
+  if (const Field* x = map.Find("num_samples")) out.num_samples = Int(*x, 1);
+  if (const Field* x = map.Find("max_concurrent_trials")) out.max_concurrent_trials = Int(*x, 0);
+  if (const Field* x = map.Find("seed")) {
+    int64_t seed = Int64(*x);
+    if (seed < 0) Fail(*x, "expected a non-negative integer, got " + std::to_string(seed));
+    out.seed = static_cast<uint64_t>(seed);
+  }
+  if (const Field* x = map.Find("stop")) {
+    MapFields stop = ReadMap(*x, std::nullopt);
+    for (const auto& [name, value] : stop.entries()) {
+      out.stop[name] = Number(value);
+    }
+  }
+  if (const Field* x = map.Find("scheduler")) {
+    out.scheduler = Scheduler(*x);
+    if (!std::holds_alternative<FifoConfig>(out.scheduler) && out.metric.empty()) {
+      Fail(AtKey(*x, ChildPath(f.path, "metric")),
+           "required by the " + std::string(kSchedulerTypes[out.scheduler.index()]) + " scheduler");
+    }
+  }
+  if (const Field* x = map.Find("progress_interval_s")) out.progress_interval_s = NonNegative(*x);
+  return out;
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigFileError(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigFileError(path + ": cannot read: " + std::strerror(errno));
+  return text.str();
+}
+
+}  // namespace
+
+TuneFile ParseTuneFile(const std::string& text, const std::string& path) {
+  Parser parser(path);
+  Field root{YAML::Node(), parser.Load(text), ""};
+  if (root.value.IsNull()) parser.Fail(root, "the file is empty: expected name, trainable, ...");
+  MapFields map = parser.ReadMap(root, kTuneFileKeys);
+  TuneFile out;
+  out.path = path;
+  out.name = parser.NonEmptyString(parser.Required(map, root, "name"));
+  out.trainable.train_loop = parser.NonEmptyString(parser.Required(map, root, "trainable"));
+  if (const Field* x = map.Find("libraries")) out.libraries = parser.Libraries(*x);
+  if (const Field* x = map.Find("scaling")) out.trainable.scaling = parser.Scaling(*x);
+  if (const Field* x = map.Find("param_space")) {
+    std::vector<std::string> prefix;
+    parser.Space(*x, prefix, /*mutations=*/false, out.param_space);
+  }
+  if (const Field* x = map.Find("tune")) out.tune = parser.Tune(*x);
+  out.run = parser.Run(map.Find("run"));
+  out.run.name = out.name;
+  return out;
+}
+
+TuneFile LoadTuneFile(const std::string& path) { return ParseTuneFile(ReadWholeFile(path), path); }
+
+TrainFile ParseTrainFile(const std::string& text, const std::string& path) {
+  Parser parser(path);
+  Field root{YAML::Node(), parser.Load(text), ""};
+  if (root.value.IsNull()) parser.Fail(root, "the file is empty: expected name, train_loop, ...");
+  MapFields map = parser.ReadMap(root, kTrainFileKeys);
+  TrainFile out;
+  out.path = path;
+  std::string name = parser.NonEmptyString(parser.Required(map, root, "name"));
+  out.train_loop = parser.NonEmptyString(parser.Required(map, root, "train_loop"));
+  if (const Field* x = map.Find("libraries")) out.libraries = parser.Libraries(*x);
+  if (const Field* x = map.Find("config")) {
+    parser.ReadMap(*x, std::nullopt);  // a map (or nothing), with no duplicate keys
+    if (!x->value.IsNull()) out.config = parser.ToJson(*x);
+  }
+  if (const Field* x = map.Find("scaling")) out.scaling = parser.Scaling(*x);
+  out.run = parser.Run(map.Find("run"));
+  out.run.name = name;
+  return out;
+}
+
+TrainFile LoadTrainFile(const std::string& path) {
+  return ParseTrainFile(ReadWholeFile(path), path);
+}
+
+}  // namespace rayd::tune
