@@ -1,0 +1,633 @@
+// Trial schedulers on scripted results: every expected decision below is worked out by hand from
+// the rule the scheduler implements (Ray Tune's schedulers, the ASHA and HyperBand papers).
+
+#include <rayd/tune/schedulers.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using rayd::tune::AshaConfig;
+using rayd::tune::Decision;
+using rayd::tune::Domain;
+using rayd::tune::FifoConfig;
+using rayd::tune::HyperBandConfig;
+using rayd::tune::MakeScheduler;
+using rayd::tune::MedianStoppingConfig;
+using rayd::tune::PbtConfig;
+using rayd::tune::SchedulerResult;
+using rayd::tune::TrialScheduler;
+using Action = Decision::Action;
+using nlohmann::json;
+
+SchedulerResult At(const std::string& time_attr, double t, const std::string& metric, double value,
+                   bool checkpoint = false, json config = json()) {
+  SchedulerResult r;
+  r.metrics = {{time_attr, t}, {metric, value}, {"time_this_iter_s", 1.0}};
+  r.config = std::move(config);
+  r.has_checkpoint = checkpoint;
+  return r;
+}
+
+SchedulerResult Iter(double iteration, double loss) {
+  return At("training_iteration", iteration, "loss", loss);
+}
+
+std::string Id(int i) { return "t" + std::to_string(i); }
+
+AshaConfig Asha(bool promotion) {
+  AshaConfig c;
+  c.max_t = 9;
+  c.grace_period = 1;
+  c.reduction_factor = 3;
+  c.promotion = promotion;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("FIFO always continues and validates mode only when given", "[tune]") {
+  auto fifo = MakeScheduler(FifoConfig{}, "", "", 0);
+  CHECK(fifo->OnTrialResult("a", Iter(1, 1e9)).action == Action::kContinue);
+  CHECK(fifo->ChooseTrialToResume() == std::nullopt);
+  CHECK_THROWS_AS(MakeScheduler(FifoConfig{}, "", "avg", 0), std::invalid_argument);
+}
+
+TEST_CASE("ASHA stops trials below the rung cut-off as Ray does", "[tune]") {
+  // rf = 3, grace 1, max_t 9: rungs at 1, 3, 9. A trial arriving at a rung is compared with the
+  // (1 - 1/3) quantile (numpy's linear interpolation) of the scores already recorded there; for
+  // mode=min the score is -loss, i.e. the loss cut-off is the 1/3 quantile of recorded losses.
+  auto asha = MakeScheduler(Asha(false), "loss", "min", 7);
+  for (int i = 0; i < 9; ++i) asha->OnTrialAdd(Id(i), json::object());
+
+  struct Step {
+    int trial;
+    double loss;
+    bool stop;  // loss cut-off worked out by hand in the comment
+  };
+  const std::vector<Step> rung1 = {
+      {0, 5, false},    // nothing recorded
+      {1, 3, false},    // recorded {5}: cut-off 5
+      {2, 8, true},     // {3,5}: 3 + 1/3*2 = 3.667
+      {3, 1, false},    // {3,5,8}: pos 2/3 -> 3 + 2/3*2 = 4.333
+      {4, 4, true},     // {1,3,5,8}: pos 1 -> 3
+      {5, 6, true},     // {1,3,4,5,8}: pos 4/3 -> 3 + 1/3 = 3.333
+      {6, 2, false},    // {1,3,4,5,6,8}: pos 5/3 -> 3 + 2/3 = 3.667
+      {7, 7, true},     // {1,2,3,4,5,6,8}: pos 2 -> 3
+      {8, 0.5, false},  // {1,...,8}: pos 7/3 -> 3 + 1/3 = 3.333
+  };
+  for (const Step& s : rung1) {
+    INFO("trial " << s.trial << " at rung 1");
+    const Action want = s.stop ? Action::kStop : Action::kContinue;
+    CHECK(asha->OnTrialResult(Id(s.trial), Iter(1, s.loss)).action == want);
+  }
+  // Between rungs nothing is decided, even for a bad result.
+  for (int t : {0, 1, 3, 6, 8})
+    CHECK(asha->OnTrialResult(Id(t), Iter(2, 100)).action == Action::kContinue);
+  const std::vector<Step> rung3 = {
+      {6, 1.5, false},  // nothing recorded at rung 3
+      {0, 4.5, true},   // {1.5}: cut-off 1.5
+      {8, 0.4, false},  // {1.5,4.5}: 1.5 + 1/3*3 = 2.5
+      {1, 2.5, true},   // {0.4,1.5,4.5}: pos 2/3 -> 0.4 + 2/3*1.1 = 1.133
+      {3, 0.9, false},  // {0.4,1.5,2.5,4.5}: pos 1 -> 1.5
+  };
+  for (const Step& s : rung3) {
+    INFO("trial " << s.trial << " at rung 3");
+    const Action want = s.stop ? Action::kStop : Action::kContinue;
+    CHECK(asha->OnTrialResult(Id(s.trial), Iter(3, s.loss)).action == want);
+  }
+  // A later result past a rung it already recorded at decides nothing; max_t stops.
+  CHECK(asha->OnTrialResult(Id(3), Iter(4, 50)).action == Action::kContinue);
+  CHECK(asha->OnTrialResult(Id(3), Iter(9, 0.1)).action == Action::kStop);
+  CHECK(asha->Summary() == "ASHA: rungs 1/3/9, 7 stopped");
+}
+
+TEST_CASE("ASHA cut-off interpolates between recorded scores", "[tune]") {
+  // Recorded losses {4, 2, 1}: scores {-4,-2,-1}, the 2/3 quantile at position 4/3 is
+  // -2 + 1/3 * 1 = -1.667, so a loss of 1.66 passes and 1.67 does not. A nearest-rank quantile
+  // (-2) would let both through.
+  for (double loss : {1.66, 1.67}) {
+    auto asha = MakeScheduler(Asha(false), "loss", "min", 0);
+    CHECK(asha->OnTrialResult("a", Iter(1, 4)).action == Action::kContinue);
+    CHECK(asha->OnTrialResult("b", Iter(1, 2)).action == Action::kContinue);
+    CHECK(asha->OnTrialResult("c", Iter(1, 1)).action == Action::kContinue);
+    const Action want = loss < 1.667 ? Action::kContinue : Action::kStop;
+    CHECK(asha->OnTrialResult("d", Iter(1, loss)).action == want);
+  }
+  // Only strictly below the cut-off stops (a tie goes on).
+  auto tie = MakeScheduler(Asha(false), "loss", "min", 0);
+  CHECK(tie->OnTrialResult("a", Iter(1, 2)).action == Action::kContinue);
+  CHECK(tie->OnTrialResult("b", Iter(1, 2)).action == Action::kContinue);
+}
+
+TEST_CASE("ASHA mode max keeps the high scores", "[tune]") {
+  // The same numbers as accuracies: 2 is below the cut-off 4; {2,4}: 2 + 2/3*2 = 3.333 > 1.
+  auto max = MakeScheduler(Asha(false), "acc", "max", 0);
+  auto acc = [](double v) { return At("training_iteration", 1, "acc", v); };
+  CHECK(max->OnTrialResult("a", acc(4)).action == Action::kContinue);
+  CHECK(max->OnTrialResult("b", acc(2)).action == Action::kStop);
+  CHECK(max->OnTrialResult("c", acc(1)).action == Action::kStop);
+  auto min = MakeScheduler(Asha(false), "acc", "min", 0);
+  CHECK(min->OnTrialResult("a", acc(4)).action == Action::kContinue);
+  CHECK(min->OnTrialResult("b", acc(2)).action == Action::kContinue);
+  CHECK(min->OnTrialResult("c", acc(1)).action == Action::kContinue);
+}
+
+TEST_CASE("ASHA continues on results without the metric and honours stop_last_trials", "[tune]") {
+  auto asha = MakeScheduler(Asha(false), "loss", "min", 0);
+  SchedulerResult no_metric;
+  no_metric.metrics = {{"training_iteration", 9}};
+  CHECK(asha->OnTrialResult("a", no_metric).action == Action::kContinue);
+  SchedulerResult no_time;
+  no_time.metrics = {{"loss", 1}};
+  CHECK(asha->OnTrialResult("a", no_time).action == Action::kContinue);
+  CHECK(asha->OnTrialResult("a", Iter(12, 1)).action == Action::kStop);
+
+  AshaConfig keep_going = Asha(false);
+  keep_going.stop_last_trials = false;
+  auto open = MakeScheduler(keep_going, "loss", "min", 0);
+  CHECK(open->OnTrialResult("a", Iter(9, 1)).action == Action::kContinue);
+  CHECK(open->OnTrialResult("a", Iter(10, 1)).action == Action::kContinue);
+}
+
+TEST_CASE("ASHA brackets start at grace_period times rf to the s", "[tune]") {
+  AshaConfig c = Asha(false);
+  c.max_t = 27;
+  c.brackets = 3;
+  auto asha = MakeScheduler(c, "loss", "min", 1);
+  CHECK(asha->Summary() == "ASHA: 3 brackets, rungs 1/3/9/27 | 3/9/27 | 9/27, 0 stopped");
+  // The weighted draw favours the bracket with the most rungs and is seeded.
+  auto again = MakeScheduler(c, "loss", "min", 1);
+  for (int i = 0; i < 20; ++i) {
+    asha->OnTrialAdd(Id(i), json::object());
+    again->OnTrialAdd(Id(i), json::object());
+  }
+  // Ever worse losses at t=1: in bracket 0 every trial but the first there stops; in the others
+  // t=1 is below the first rung. Weights e^0 : e^-1 : e^-2 put about 2/3 in bracket 0.
+  int stopped = 0, stopped_again = 0;
+  for (int i = 0; i < 20; ++i) {
+    stopped += asha->OnTrialResult(Id(i), Iter(1, 10 + i)).action == Action::kStop;
+    stopped_again += again->OnTrialResult(Id(i), Iter(1, 10 + i)).action == Action::kStop;
+  }
+  CHECK(stopped == stopped_again);
+  CHECK(stopped >= 5);
+  CHECK(stopped < 19);
+}
+
+TEST_CASE("ASHA promotion form pauses at rungs and promotes the top third", "[tune]") {
+  auto asha = MakeScheduler(Asha(true), "loss", "min", 0);
+  for (const char* id : {"a", "b", "c", "d", "e", "f", "g", "h", "i"}) asha->OnTrialAdd(id, {});
+  auto pause_at_1 = [&](const std::string& id, double loss) {
+    INFO(id);
+    CHECK(asha->OnTrialResult(id, Iter(1, loss)).action == Action::kPause);
+  };
+  pause_at_1("a", 5);
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);  // 1 recorded: top floor(1/3) = none
+  pause_at_1("b", 3);
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);
+  pause_at_1("c", 8);
+  CHECK(asha->ChooseTrialToResume() == "b");           // top 1 of {a 5, b 3, c 8}
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);  // b is promoted already
+  pause_at_1("d", 1);
+  CHECK(asha->ChooseTrialToResume() == "d");  // top floor(4/3) = 1: d
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);
+  pause_at_1("e", 4);
+  pause_at_1("f", 6);
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);  // top 2 = d, b: both promoted
+  pause_at_1("g", 9);
+  pause_at_1("h", 10);
+  pause_at_1("i", 11);
+  // 9 recorded: top 3 = d (1), b (3), e (4); only e is left to promote.
+  CHECK(asha->ChooseTrialToResume() == "e");
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);
+
+  // Promoted trials run on to rung 3 and pause there.
+  CHECK(asha->OnTrialResult("b", Iter(2, 2.5)).action == Action::kContinue);
+  CHECK(asha->OnTrialResult("b", Iter(3, 2.0)).action == Action::kPause);
+  CHECK(asha->OnTrialResult("d", Iter(3, 0.5)).action == Action::kPause);
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);  // rung 3 has 2: none in the top third
+  CHECK(asha->OnTrialResult("e", Iter(3, 3.5)).action == Action::kPause);
+  CHECK(asha->ChooseTrialToResume() == "d");                              // the highest rung first
+  CHECK(asha->OnTrialResult("d", Iter(9, 0.2)).action == Action::kStop);  // max_t
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);
+  CHECK(asha->Summary() == "ASHA (promotion): rungs 1/3/9, 4 promoted, 1 stopped");
+}
+
+TEST_CASE("ASHA promotion skips trials that failed or completed while paused", "[tune]") {
+  auto asha = MakeScheduler(Asha(true), "loss", "min", 0);
+  CHECK(asha->OnTrialResult("a", Iter(1, 1)).action == Action::kPause);
+  CHECK(asha->OnTrialResult("b", Iter(1, 2)).action == Action::kPause);
+  CHECK(asha->OnTrialResult("c", Iter(1, 3)).action == Action::kPause);
+  asha->OnTrialError("a");
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);  // a is the top third, and gone
+  CHECK(asha->OnTrialResult("x", Iter(1, 0.5)).action == Action::kPause);
+  CHECK(asha->OnTrialResult("y", Iter(1, 4)).action == Action::kPause);
+  CHECK(asha->OnTrialResult("z", Iter(1, 5)).action == Action::kPause);
+  // 6 recorded: top 2 = x (0.5), a (1).
+  asha->OnTrialComplete("x");
+  CHECK(asha->ChooseTrialToResume() == std::nullopt);
+}
+
+TEST_CASE("HyperBand fills brackets of the paper's sizes in order", "[tune]") {
+  // max_t 9, eta 3: s_max = 2. Brackets: s=2 takes 9 trials (rungs 1, 3, 9), s=1 takes
+  // ceil(3/2 * 3) = 5 (rungs 3, 9), s=0 takes 3 (rung 9), then a new band starts at s=2.
+  HyperBandConfig c;
+  c.max_t = 9;
+  c.reduction_factor = 3;
+  auto hb = MakeScheduler(c, "loss", "min", 0);
+  for (int i = 0; i < 18; ++i) hb->OnTrialAdd(Id(i), json::object());
+  CHECK(hb->OnTrialResult(Id(8), Iter(1, 1)).action == Action::kPause);     // s=2: rung 1
+  CHECK(hb->OnTrialResult(Id(9), Iter(1, 1)).action == Action::kContinue);  // s=1: first rung 3
+  CHECK(hb->OnTrialResult(Id(13), Iter(3, 1)).action == Action::kPause);    // s=1: rung 3
+  // Bracket s=1 halves at 3 and keeps floor(5 / 3) = 1 of its 5: t13 (loss 1).
+  CHECK(hb->OnTrialResult(Id(9), Iter(3, 4)).action == Action::kPause);
+  CHECK(hb->OnTrialResult(Id(10), Iter(3, 3)).action == Action::kPause);
+  CHECK(hb->OnTrialResult(Id(11), Iter(3, 2)).action == Action::kPause);
+  CHECK(hb->OnTrialResult(Id(12), Iter(3, 5)).action == Action::kStop);
+  CHECK(hb->ChooseTrialToResume() == Id(13));
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  CHECK(hb->OnTrialResult(Id(14), Iter(3, 1)).action == Action::kContinue);  // s=0: only 9
+  CHECK(hb->OnTrialResult(Id(16), Iter(8, 1)).action == Action::kContinue);
+  CHECK(hb->OnTrialResult(Id(16), Iter(9, 1)).action == Action::kStop);
+  // Alone in the new band's bracket: it is the whole rung, so it goes on.
+  CHECK(hb->OnTrialResult(Id(17), Iter(1, 1)).action == Action::kContinue);
+  // Stopped: 4 at s=1's rung, t16 at max_t.
+  CHECK(hb->Summary() == "HyperBand: 4 brackets (latest: 1/9 trials, rung 3), 5 stopped");
+}
+
+TEST_CASE("HyperBand halves a bracket when its whole rung has reported", "[tune]") {
+  HyperBandConfig c;
+  c.max_t = 9;
+  c.reduction_factor = 3;
+  auto hb = MakeScheduler(c, "loss", "min", 0);
+  for (int i = 0; i < 9; ++i) hb->OnTrialAdd(Id(i), json::object());
+  const std::vector<double> losses = {5, 3, 8, 1, 4, 6, 2, 7, 0.5};
+  for (int i = 0; i < 8; ++i) {
+    CHECK(hb->OnTrialResult(Id(i), Iter(1, losses[i])).action == Action::kPause);
+    CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  }
+  // The last one completes rung 1: keep floor(9/3) = 3: t8 (0.5), t3 (1), t6 (2).
+  CHECK(hb->OnTrialResult(Id(8), Iter(1, 0.5)).action == Action::kContinue);
+  CHECK(hb->ChooseTrialToResume() == Id(3));
+  CHECK(hb->ChooseTrialToResume() == Id(6));
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  CHECK(hb->OnTrialResult(Id(0), Iter(2, 0.1)).action == Action::kStop);  // lost the halving
+
+  // Rung 3 keeps floor(9/9) = 1: the last reporter is the worst of the three and stops.
+  CHECK(hb->OnTrialResult(Id(8), Iter(2, 0.45)).action == Action::kContinue);
+  CHECK(hb->OnTrialResult(Id(8), Iter(3, 0.4)).action == Action::kPause);
+  CHECK(hb->OnTrialResult(Id(6), Iter(3, 2.5)).action == Action::kPause);
+  CHECK(hb->OnTrialResult(Id(3), Iter(3, 3.0)).action == Action::kStop);
+  CHECK(hb->ChooseTrialToResume() == Id(8));
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  CHECK(hb->OnTrialResult(Id(6), Iter(4, 0.1)).action == Action::kStop);
+  CHECK(hb->OnTrialResult(Id(8), Iter(9, 0.3)).action == Action::kStop);
+  // 6 at rung 1, 2 at rung 3, and t8 at max_t.
+  CHECK(hb->Summary() == "HyperBand: 1 bracket (latest: 9/9 trials, rung 9), 9 stopped");
+}
+
+TEST_CASE("HyperBand halves when the last missing trial fails", "[tune]") {
+  HyperBandConfig c;
+  c.max_t = 9;
+  c.reduction_factor = 3;
+  c.stop_last_trials = false;
+  auto hb = MakeScheduler(c, "acc", "max", 0);
+  for (int i = 0; i < 9; ++i) hb->OnTrialAdd(Id(i), json::object());
+  for (int i = 0; i < 8; ++i) {
+    CHECK(hb->OnTrialResult(Id(i), At("training_iteration", 1, "acc", i)).action == Action::kPause);
+  }
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  hb->OnTrialError(Id(8));
+  // Best three accuracies: t7, t6, t5.
+  CHECK(hb->ChooseTrialToResume() == Id(7));
+  CHECK(hb->ChooseTrialToResume() == Id(6));
+  CHECK(hb->ChooseTrialToResume() == Id(5));
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  // Without stop_last_trials the survivor of the last rung runs on past max_t.
+  hb->OnTrialComplete(Id(6));
+  hb->OnTrialComplete(Id(5));
+  CHECK(hb->OnTrialResult(Id(7), At("training_iteration", 3, "acc", 1)).action ==
+        Action::kContinue);  // alone at rung 3: promoted to the last rung at once
+  CHECK(hb->OnTrialResult(Id(7), At("training_iteration", 9, "acc", 1)).action ==
+        Action::kContinue);
+}
+
+TEST_CASE("MedianStopping compares the best result with the median of running means", "[tune]") {
+  // grace 2 iterations, 2 other trials needed. For mode=max the same script is negated.
+  for (const char* mode : {"min", "max"}) {
+    INFO(mode);
+    const double sign = std::string(mode) == "min" ? 1 : -1;
+    MedianStoppingConfig c;
+    c.time_attr = "training_iteration";
+    c.grace_period = 2;
+    c.min_samples_required = 2;
+    auto ms = MakeScheduler(c, "loss", mode, 0);
+    auto report = [&](const char* id, double t, double loss) {
+      return ms->OnTrialResult(id, Iter(t, sign * loss)).action;
+    };
+    CHECK(report("a", 1, 1) == Action::kContinue);
+    CHECK(report("b", 1, 2) == Action::kContinue);
+    CHECK(report("c", 1, 3) == Action::kContinue);
+    CHECK(report("a", 2, 1) == Action::kContinue);  // no other trial has reached t=2
+    CHECK(report("b", 2, 2) == Action::kContinue);  // only a has
+    CHECK(report("c", 2, 3) == Action::kStop);      // means {1, 2}: median 1.5 < best 3
+    CHECK(report("a", 3, 1) == Action::kContinue);
+    CHECK(report("b", 3, 2) == Action::kContinue);  // only a at t=3: too few
+    // d: at t=2 means {a 1, b 2, c 3}: median 2 > best 1.9, it goes on; at t=3 only a and b
+    // have reached 3 (c stopped at 2): means over [2, 3] {1, 2}: median 1.5 < best 1.9.
+    CHECK(report("d", 1, 5) == Action::kContinue);
+    CHECK(report("d", 2, 1.9) == Action::kContinue);
+    CHECK(report("d", 3, 2.5) == Action::kStop);
+    // e's best (1.8, before the grace period) beats the median at t=2 of {1, 2, 3, 1.9} = 1.95,
+    // though its latest result (2.2) does not.
+    CHECK(report("e", 1, 1.8) == Action::kContinue);
+    CHECK(report("e", 2, 2.2) == Action::kContinue);
+    CHECK(ms->Summary() == "MedianStopping: 2 stopped");
+  }
+}
+
+TEST_CASE("MedianStopping pauses instead without hard_stop", "[tune]") {
+  MedianStoppingConfig c;
+  c.time_attr = "training_iteration";
+  c.grace_period = 0;
+  c.min_samples_required = 1;
+  c.hard_stop = false;
+  auto ms = MakeScheduler(c, "loss", "min", 0);
+  CHECK(ms->OnTrialResult("a", Iter(1, 1)).action == Action::kContinue);
+  CHECK(ms->OnTrialResult("b", Iter(1, 2)).action == Action::kPause);
+  CHECK(ms->OnTrialResult("b", Iter(2, 9)).action == Action::kContinue);  // once paused: FIFO
+  CHECK(ms->Summary() == "MedianStopping: 1 paused");
+}
+
+namespace {
+
+// Population for the PBT tests: "acc" to maximize, perturbation every 2 iterations.
+PbtConfig Pbt() {
+  PbtConfig c;
+  c.time_attr = "training_iteration";
+  c.perturbation_interval = 2;
+  c.quantile_fraction = 0.25;
+  c.resample_probability = 0;
+  c.hyperparam_mutations = {
+      {{"lr"}, Domain::LogUniform(1e-4, 1e-1)},
+      {{"layers"}, Domain::RandInt(1, 8)},
+      {{"opt", "name"}, Domain::Choice({"sgd", "adam", "rmsprop"})},
+      {{"batch"}, json::array({16, 32, 64})},
+      {{"dropout"}, Domain::QUniform(0.0, 0.5, 0.1)},
+  };
+  return c;
+}
+
+json DonorConfig() {
+  return {{"lr", 0.01},  {"layers", 7},    {"opt", {{"name", "adam"}, {"momentum", 0.9}}},
+          {"batch", 16}, {"dropout", 0.5}, {"seed", 3}};
+}
+
+SchedulerResult Acc(double iteration, double acc, bool checkpoint, json config) {
+  return At("training_iteration", iteration, "acc", acc, checkpoint, std::move(config));
+}
+
+// t0 (best, with a checkpoint when `checkpoint`), t1, t2 report iteration 1; t3 reports 1 and 2
+// and is the worst: the lower quantile (ceil(4 * 0.25) = 1 trial) against the upper (t0).
+Decision ExploitOnce(TrialScheduler& pbt, bool checkpoint) {
+  const json other = {{"lr", 0.05},  {"layers", 2},    {"opt", {{"name", "sgd"}}},
+                      {"batch", 64}, {"dropout", 0.1}, {"seed", 1}};
+  pbt.OnTrialAdd("t0", DonorConfig());
+  for (const char* id : {"t1", "t2", "t3"}) pbt.OnTrialAdd(id, other);
+  pbt.OnTrialResult("t0", Acc(1, 0.9, checkpoint, DonorConfig()));
+  pbt.OnTrialResult("t1", Acc(1, 0.5, true, other));
+  pbt.OnTrialResult("t2", Acc(1, 0.7, true, other));
+  CHECK(pbt.OnTrialResult("t3", Acc(1, 0.2, true, other)).action == Action::kContinue);
+  return pbt.OnTrialResult("t3", Acc(2, 0.1, true, other));
+}
+
+}  // namespace
+
+TEST_CASE("PBT exploits a top trial with a checkpoint from the bottom quantile", "[tune]") {
+  auto pbt = MakeScheduler(Pbt(), "acc", "max", 1);
+  Decision d = ExploitOnce(*pbt, true);
+  REQUIRE(d.action == Action::kExploit);
+  CHECK(d.donor == "t0");
+  // Unmutated keys come from the donor.
+  CHECK(d.config["seed"] == 3);
+  CHECK(d.config["opt"]["momentum"] == 0.9);
+  CHECK(pbt->Summary() == "PBT: 1 exploit");
+  // A middle trial at its perturbation point continues.
+  CHECK(pbt->OnTrialResult("t1", Acc(2, 0.5, true, json::object())).action == Action::kContinue);
+}
+
+TEST_CASE("PBT does not exploit without a donor checkpoint or peers", "[tune]") {
+  auto pbt = MakeScheduler(Pbt(), "acc", "max", 1);
+  CHECK(ExploitOnce(*pbt, false).action == Action::kContinue);
+  CHECK(pbt->Summary() == "PBT: 0 exploits");
+
+  auto alone = MakeScheduler(Pbt(), "acc", "max", 1);
+  CHECK(alone->OnTrialResult("a", Acc(2, 0.1, true, DonorConfig())).action == Action::kContinue);
+  CHECK(alone->OnTrialResult("a", Acc(4, 0.1, true, DonorConfig())).action == Action::kContinue);
+
+  PbtConfig burn_in = Pbt();
+  burn_in.burn_in_period = 3;
+  auto early = MakeScheduler(burn_in, "acc", "max", 1);
+  CHECK(ExploitOnce(*early, true).action == Action::kContinue);
+
+  // Quantiles hold at most half the population: of 3 trials, 1 each; the middle one goes on.
+  PbtConfig half = Pbt();
+  half.quantile_fraction = 0.5;
+  auto three = MakeScheduler(half, "acc", "max", 1);
+  three->OnTrialResult("hi", Acc(1, 0.9, true, DonorConfig()));
+  three->OnTrialResult("lo", Acc(1, 0.1, true, DonorConfig()));
+  CHECK(three->OnTrialResult("mid", Acc(2, 0.5, true, DonorConfig())).action == Action::kContinue);
+  CHECK(three->OnTrialResult("lo", Acc(2, 0.1, true, DonorConfig())).action == Action::kExploit);
+
+  // A finished trial is no longer part of the population.
+  auto done = MakeScheduler(Pbt(), "acc", "max", 1);
+  done->OnTrialAdd("t0", DonorConfig());
+  done->OnTrialResult("t0", Acc(1, 0.9, true, DonorConfig()));
+  done->OnTrialComplete("t0");
+  CHECK(done->OnTrialResult("t1", Acc(2, 0.1, true, DonorConfig())).action == Action::kContinue);
+}
+
+TEST_CASE("PBT explore perturbs inside the domains", "[tune]") {
+  std::set<double> lrs;
+  std::set<int64_t> layers;
+  std::set<std::string> opts;
+  std::set<int> batches;
+  std::set<double> dropouts;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    auto pbt = MakeScheduler(Pbt(), "acc", "max", seed);
+    Decision d = ExploitOnce(*pbt, true);
+    REQUIRE(d.action == Action::kExploit);
+    const json& c = d.config;
+    lrs.insert(c["lr"].get<double>());
+    REQUIRE(c["layers"].is_number_integer());
+    layers.insert(c["layers"].get<int64_t>());
+    opts.insert(c["opt"]["name"].get<std::string>());
+    batches.insert(c["batch"].get<int>());
+    dropouts.insert(std::round(c["dropout"].get<double>() * 10) / 10);
+  }
+  // lr 0.01 * {1.2, 0.8}.
+  REQUIRE(lrs.size() == 2);
+  CHECK(*lrs.begin() == Approx(0.008));
+  CHECK(*lrs.rbegin() == Approx(0.012));
+  // layers 7 * 1.2 = 8.4 is clamped below randint's excluded upper bound 8; 7 * 0.8 -> 5.
+  CHECK(layers == std::set<int64_t>{5, 7});
+  // adam moves to a neighbour, never stays; batch 16 moves right or stays at the edge.
+  CHECK(opts == std::set<std::string>{"sgd", "rmsprop"});
+  CHECK(batches == std::set<int>{16, 32});
+  // dropout 0.5 * 1.2 is clamped to 0.5; 0.5 * 0.8 = 0.4.
+  CHECK(dropouts == std::set<double>{0.4, 0.5});
+}
+
+TEST_CASE("PBT with resample_probability 1 always resamples", "[tune]") {
+  PbtConfig c = Pbt();
+  c.resample_probability = 1;
+  const Domain lr = Domain::LogUniform(1e-4, 1e-1);
+  const Domain layers = Domain::RandInt(1, 8);
+  std::set<double> lrs;
+  std::set<std::string> opts;
+  std::set<int> batches;
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    auto pbt = MakeScheduler(c, "acc", "max", seed);
+    Decision d = ExploitOnce(*pbt, true);
+    REQUIRE(d.action == Action::kExploit);
+    CHECK(lr.Contains(d.config["lr"]));
+    CHECK(layers.Contains(d.config["layers"]));
+    lrs.insert(d.config["lr"].get<double>());
+    opts.insert(d.config["opt"]["name"].get<std::string>());
+    batches.insert(d.config["batch"].get<int>());
+  }
+  CHECK(lrs.size() > 50);          // not two perturbations of 0.01
+  CHECK(opts.count("adam") == 1);  // a shift never keeps adam
+  CHECK(batches.count(64) == 1);   // a shift from 16 never reaches 64
+}
+
+TEST_CASE("PBT decisions are reproducible from the seed", "[tune]") {
+  std::vector<json> first, second;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    auto a = MakeScheduler(Pbt(), "acc", "max", seed);
+    auto b = MakeScheduler(Pbt(), "acc", "max", seed);
+    first.push_back(ExploitOnce(*a, true).config);
+    second.push_back(ExploitOnce(*b, true).config);
+  }
+  CHECK(first == second);
+  std::set<std::string> distinct;
+  for (const json& j : first) distinct.insert(j.dump());
+  CHECK(distinct.size() > 1);
+}
+
+TEST_CASE("PBT writes Ray's lineage logs", "[tune]") {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("rayd_pbt_test_" + std::to_string(std::random_device{}()));
+  fs::remove_all(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  auto lines = [](const fs::path& path) {
+    std::vector<json> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  };
+
+  PbtConfig c = Pbt();
+  c.log_dir = (dir / "exp").string();
+  auto pbt = MakeScheduler(c, "acc", "max", 5);
+  Decision d1 = ExploitOnce(*pbt, true);
+  REQUIRE(d1.action == Action::kExploit);
+  const json line1 = {"t3", "t0", 2, 1, DonorConfig(), d1.config};
+  CHECK(lines(dir / "exp" / "pbt_global.txt") == std::vector<json>{line1});
+  CHECK(lines(dir / "exp" / "pbt_policy_t3.txt") == std::vector<json>{line1});
+  CHECK(lines(dir / "exp" / "pbt_global.txt")[0][2].is_number_integer());
+
+  // t3 goes on from t0's checkpoint and becomes the best; t1 (now the worst) exploits it and
+  // inherits t3's lineage.
+  CHECK(pbt->OnTrialResult("t3", Acc(4, 0.99, true, d1.config)).action == Action::kContinue);
+  Decision d2 = pbt->OnTrialResult("t1", Acc(4, 0.4, true, json::object()));
+  REQUIRE(d2.action == Action::kExploit);
+  CHECK(d2.donor == "t3");
+  const json line2 = {"t1", "t3", 4, 4, d1.config, d2.config};
+  CHECK(lines(dir / "exp" / "pbt_global.txt") == std::vector<json>{line1, line2});
+  CHECK(lines(dir / "exp" / "pbt_policy_t1.txt") == std::vector<json>{line1, line2});
+  CHECK(lines(dir / "exp" / "pbt_policy_t3.txt") == std::vector<json>{line1});
+  CHECK(pbt->Summary() == "PBT: 2 exploits");
+}
+
+TEST_CASE("MakeScheduler rejects bad options naming them", "[tune]") {
+  using Catch::Matchers::Contains;
+  using Catch::Matchers::Equals;
+  AshaConfig asha;
+  asha.grace_period = 10;
+  asha.max_t = 5;
+  CHECK_THROWS_WITH(MakeScheduler(asha, "loss", "min", 0),
+                    Equals("asha: grace_period (10) must not exceed max_t (5)"));
+  asha = AshaConfig{};
+  asha.reduction_factor = 1;
+  CHECK_THROWS_WITH(MakeScheduler(asha, "loss", "min", 0),
+                    Contains("asha: reduction_factor must be > 1"));
+  asha = AshaConfig{};
+  asha.brackets = 0;
+  CHECK_THROWS_WITH(MakeScheduler(asha, "loss", "min", 0), Contains("asha: brackets"));
+  CHECK_THROWS_WITH(MakeScheduler(AshaConfig{}, "", "min", 0),
+                    Equals("metric is required for asha"));
+  CHECK_THROWS_WITH(MakeScheduler(AshaConfig{}, "loss", "mean", 0),
+                    Contains("mode must be min or max"));
+  CHECK_THROWS_WITH(MakeScheduler(PbtConfig{}, "loss", "min", 0),
+                    Equals("pbt: hyperparam_mutations is empty"));
+
+  HyperBandConfig hb;
+  hb.max_t = 0.5;
+  CHECK_THROWS_WITH(MakeScheduler(hb, "loss", "min", 0), Contains("hyperband: max_t"));
+  MedianStoppingConfig ms;
+  ms.min_samples_required = 0;
+  CHECK_THROWS_WITH(MakeScheduler(ms, "loss", "min", 0),
+                    Contains("median_stopping: min_samples_required"));
+
+  PbtConfig pbt = Pbt();
+  pbt.quantile_fraction = 0.6;
+  CHECK_THROWS_WITH(MakeScheduler(pbt, "acc", "max", 0),
+                    Contains("pbt: quantile_fraction must be in (0, 0.5]"));
+  pbt = Pbt();
+  pbt.quantile_fraction = 0;
+  CHECK_THROWS_AS(MakeScheduler(pbt, "acc", "max", 0), std::invalid_argument);
+  pbt = Pbt();
+  pbt.perturbation_interval = 0;
+  CHECK_THROWS_WITH(MakeScheduler(pbt, "acc", "max", 0), Contains("pbt: perturbation_interval"));
+  pbt = Pbt();
+  pbt.hyperparam_mutations = {{{"lr"}, 0.1}};
+  CHECK_THROWS_WITH(MakeScheduler(pbt, "acc", "max", 0),
+                    Contains("pbt: hyperparam_mutations 'lr' must be a domain"));
+  pbt.hyperparam_mutations = {{{"lr"}, Domain::Uniform(1, 0)}};
+  CHECK_THROWS_WITH(MakeScheduler(pbt, "acc", "max", 0),
+                    Contains("pbt: hyperparam_mutations 'lr': "));
+
+  CHECK_NOTHROW(MakeScheduler(Pbt(), "acc", "max", 0));
+  CHECK_NOTHROW(MakeScheduler(HyperBandConfig{}, "loss", "min", 0));
+  CHECK_NOTHROW(MakeScheduler(MedianStoppingConfig{}, "loss", "max", 0));
+}
+
+TEST_CASE("Scheduler types and actions have Ray's names", "[tune]") {
+  CHECK(std::string(rayd::tune::SchedulerType(FifoConfig{})) == "fifo");
+  CHECK(std::string(rayd::tune::SchedulerType(AshaConfig{})) == "asha");
+  CHECK(std::string(rayd::tune::SchedulerType(HyperBandConfig{})) == "hyperband");
+  CHECK(std::string(rayd::tune::SchedulerType(MedianStoppingConfig{})) == "median_stopping");
+  CHECK(std::string(rayd::tune::SchedulerType(PbtConfig{})) == "pbt");
+  CHECK(std::string(rayd::tune::ToString(Action::kContinue)) == "CONTINUE");
+  CHECK(std::string(rayd::tune::ToString(Action::kPause)) == "PAUSE");
+  CHECK(std::string(rayd::tune::ToString(Action::kStop)) == "STOP");
+  CHECK(std::string(rayd::tune::ToString(Action::kExploit)) == "EXPLOIT");
+  CHECK(std::string(MakeScheduler(FifoConfig{}, "", "", 0)->name()) == "FIFO");
+}

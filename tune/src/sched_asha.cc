@@ -1,0 +1,244 @@
+// Asynchronous successive halving (Li et al., "A System for Massively Parallel Hyperparameter
+// Tuning"), in Ray Tune's two readings.
+//
+// How it works. Bracket s has rungs at grace_period * rf^(k + s) for k = 0, 1, ... up to max_t;
+// a new trial joins a bracket drawn at random with weights softmax(number of rungs), as Ray's
+// AsyncHyperBandScheduler does. A rung records the score (the metric, negated for mode=min, so
+// higher is better) of every trial that reached it.
+//
+//  - Stopping form (Ray's): on a result, the highest rung the trial has reached but not yet
+//    recorded at compares the score with that rung's cut-off, the (1 - 1/rf) quantile of the
+//    scores recorded there before it, then records it; below the cut-off the trial stops.
+//    A result at max_t stops the trial (stop_last_trials).
+//  - Promotion form (the paper's Algorithm 2): a trial reaching a rung records its score and
+//    pauses. ChooseTrialToResume promotes, searching from the highest rung down, a paused trial
+//    among the top floor(n / rf) of the n scores recorded at its rung that has not been promoted
+//    from it; it runs on to the next rung. A trial at max_t stops.
+//
+// Invariants: a trial records at most once per rung; a trial is paused at most at one rung, the
+// highest it recorded at; promoted[k] holds only trials recorded at rung k.
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "sched_internal.h"
+
+namespace rayd::tune::internal {
+namespace {
+
+struct Rung {
+  double milestone = 0;
+  std::map<std::string, double> recorded;  // trial -> score (higher is better)
+  std::set<std::string> promoted;          // promotion form: resumed from this rung
+};
+
+struct TrialState {
+  size_t bracket = 0;
+  std::optional<size_t> paused_at;                // promotion form: the rung it waits at
+  bool done = false;                              // completed, stopped or failed
+  std::optional<std::pair<double, double>> last;  // (time, score) of its last result
+};
+
+class AshaScheduler final : public TrialScheduler {
+ public:
+  AshaScheduler(const AshaConfig& config, std::string metric, std::string mode, uint64_t seed)
+      : config_(config), metric_(std::move(metric)), sign_(mode == "max" ? 1.0 : -1.0), rng_(seed) {
+    const int max_rungs =
+        FloorLog(config_.max_t / config_.grace_period, config_.reduction_factor) + 1;
+    for (int s = 0; s < config_.brackets; ++s) {
+      std::vector<Rung> rungs;
+      for (int k = 0; k < max_rungs - s; ++k) {
+        Rung rung;
+        rung.milestone = config_.grace_period * std::pow(config_.reduction_factor, k + s);
+        rungs.push_back(std::move(rung));
+      }
+      brackets_.push_back(std::move(rungs));
+    }
+  }
+
+  const char* name() const override { return "ASHA"; }
+
+  void OnTrialAdd(const std::string& trial_id, const nlohmann::json&) override {
+    if (trials_.count(trial_id)) return;
+    trials_[trial_id].bracket = ChooseBracket();
+  }
+
+  Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
+    auto t = Lookup(result.metrics, config_.time_attr);
+    auto metric = Lookup(result.metrics, metric_);
+    if (!t || !metric) return Decision::Continue();  // Ray raises; a sweep should not die of it
+    TrialState& trial = State(trial_id);
+    const double score = sign_ * *metric;
+    trial.last = {{*t, score}};
+    Decision decision = config_.promotion ? OnResultPromotion(trial_id, trial, *t, score)
+                                          : OnResultStopping(trial_id, trial, *t, score);
+    if (decision.action == Decision::Action::kStop) {
+      ++num_stopped_;
+      trial.done = true;
+    }
+    return decision;
+  }
+
+  void OnTrialComplete(const std::string& trial_id) override {
+    auto it = trials_.find(trial_id);
+    if (it == trials_.end()) return;
+    TrialState& trial = it->second;
+    // Ray records the final result at a rung the trial passed without recording there.
+    if (!config_.promotion && trial.last && !trial.done) {
+      RecordStopping(trial_id, trial, trial.last->first, trial.last->second);
+    }
+    trial.done = true;
+    trial.paused_at.reset();
+  }
+
+  void OnTrialError(const std::string& trial_id) override {
+    auto it = trials_.find(trial_id);
+    if (it == trials_.end()) return;
+    TrialState& trial = it->second;
+    trial.done = true;
+    trial.paused_at.reset();
+  }
+
+  std::optional<std::string> ChooseTrialToResume() override {
+    if (!config_.promotion) return std::nullopt;
+    for (auto& rungs : brackets_) {
+      for (size_t k = rungs.size(); k-- > 0;) {
+        Rung& rung = rungs[k];
+        if (rung.milestone >= config_.max_t) continue;  // nothing above max_t to promote to
+        const auto top = static_cast<size_t>(
+            std::floor(static_cast<double>(rung.recorded.size()) / config_.reduction_factor));
+        for (const std::string& id : Ranked(rung, top)) {
+          TrialState& trial = trials_[id];
+          if (trial.done || trial.paused_at != k || rung.promoted.count(id)) continue;
+          rung.promoted.insert(id);
+          trial.paused_at.reset();
+          ++num_promoted_;
+          return id;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::string Summary() const override {
+    std::string out = config_.promotion ? "ASHA (promotion): " : "ASHA: ";
+    if (brackets_.size() > 1) out += std::to_string(brackets_.size()) + " brackets, ";
+    out += "rungs ";
+    for (size_t b = 0; b < brackets_.size(); ++b) {
+      if (b > 0) out += " | ";
+      for (size_t k = 0; k < brackets_[b].size(); ++k) {
+        if (k > 0) out += "/";
+        out += FormatNumber(brackets_[b][k].milestone);
+      }
+    }
+    if (config_.promotion) out += ", " + std::to_string(num_promoted_) + " promoted";
+    out += ", " + std::to_string(num_stopped_) + " stopped";
+    return out;
+  }
+
+ private:
+  TrialState& State(const std::string& trial_id) {
+    auto it = trials_.find(trial_id);
+    if (it == trials_.end()) {
+      TrialState state;
+      state.bracket = ChooseBracket();
+      it = trials_.emplace(trial_id, std::move(state)).first;
+    }
+    return it->second;
+  }
+
+  // Ray: np.random.choice(brackets, p=softmax(number of rungs)).
+  size_t ChooseBracket() {
+    if (brackets_.size() == 1) return 0;
+    double max_size = 0;
+    for (const auto& b : brackets_) max_size = std::max(max_size, static_cast<double>(b.size()));
+    std::vector<double> weights;
+    double total = 0;
+    for (const auto& b : brackets_) {
+      weights.push_back(std::exp(static_cast<double>(b.size()) - max_size));
+      total += weights.back();
+    }
+    double x = Uniform01(rng_) * total;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (x < weights[i]) return i;
+      x -= weights[i];
+    }
+    return weights.size() - 1;
+  }
+
+  // The best `count` trials recorded at `rung`, best first (ties: by id).
+  static std::vector<std::string> Ranked(const Rung& rung, size_t count) {
+    std::vector<std::pair<double, std::string>> scores;
+    for (const auto& [id, score] : rung.recorded) scores.emplace_back(score, id);
+    std::stable_sort(scores.begin(), scores.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::string> out;
+    for (size_t i = 0; i < std::min(count, scores.size()); ++i) out.push_back(scores[i].second);
+    return out;
+  }
+
+  Decision OnResultStopping(const std::string& trial_id, TrialState& trial, double t,
+                            double score) {
+    if (t >= config_.max_t && config_.stop_last_trials) return Decision::Stop();
+    return RecordStopping(trial_id, trial, t, score);
+  }
+
+  // Ray's _Bracket.on_result: only the highest rung reached and not yet recorded decides.
+  Decision RecordStopping(const std::string& trial_id, TrialState& trial, double t, double score) {
+    auto& rungs = brackets_[trial.bracket];
+    for (size_t k = rungs.size(); k-- > 0;) {
+      Rung& rung = rungs[k];
+      const bool recorded = rung.recorded.count(trial_id) > 0;
+      if (t >= rung.milestone && recorded && !config_.stop_last_trials) break;
+      if (t < rung.milestone || recorded) continue;
+      Decision decision;
+      if (!rung.recorded.empty()) {
+        std::vector<double> values;
+        for (const auto& [id, v] : rung.recorded) values.push_back(v);
+        const double cutoff = Percentile(values, (1 - 1 / config_.reduction_factor) * 100);
+        if (score < cutoff) decision = Decision::Stop();
+      }
+      rung.recorded[trial_id] = score;
+      return decision;
+    }
+    return Decision::Continue();
+  }
+
+  Decision OnResultPromotion(const std::string& trial_id, TrialState& trial, double t,
+                             double score) {
+    auto& rungs = brackets_[trial.bracket];
+    for (size_t k = rungs.size(); k-- > 0;) {
+      Rung& rung = rungs[k];
+      if (t < rung.milestone) continue;
+      if (rung.recorded.count(trial_id)) break;  // past this rung already: run to the next
+      rung.recorded[trial_id] = score;
+      if (t < config_.max_t) {
+        trial.paused_at = k;
+        return Decision::Pause();
+      }
+      break;
+    }
+    if (t >= config_.max_t && config_.stop_last_trials) return Decision::Stop();
+    return Decision::Continue();
+  }
+
+  const AshaConfig config_;
+  const std::string metric_;
+  const double sign_;  // +1 for max, -1 for min: scores are "higher is better"
+  Rng rng_;
+  std::vector<std::vector<Rung>> brackets_;  // rungs ascending by milestone
+  std::map<std::string, TrialState> trials_;
+  int num_stopped_ = 0;
+  int num_promoted_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrialScheduler> MakeAsha(const AshaConfig& config, std::string metric,
+                                         std::string mode, uint64_t seed) {
+  return std::make_unique<AshaScheduler>(config, std::move(metric), std::move(mode), seed);
+}
+
+}  // namespace rayd::tune::internal

@@ -1,0 +1,222 @@
+// HyperBand (Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter
+// Optimization"): synchronous successive-halving brackets with pausing, after Ray Tune's
+// HyperBandScheduler.
+//
+// How it works. With R = max_t, eta = reduction_factor and s_max = floor(log_eta(R)), bracket s
+// (s = s_max, s_max - 1, ..., 0, then again from s_max: a new band) takes
+// n_s = ceil((s_max + 1) / (s + 1) * eta^s) trials as they are added. Its rungs are at
+// r_i = R * eta^(i - s) for i = 0..s (the last one is R) and rung i keeps floor(n_s * eta^-i)
+// trials. A trial reaching the bracket's current rung pauses; when every live trial of the
+// bracket has reached it (added trials that have not reported yet count as not there), the
+// bracket halves: the best floor(n_s * eta^-(i+1)) go on (paused ones through
+// ChooseTrialToResume, the reporting one continues), the others are stopped. A trial reaching
+// the last rung stops (stop_last_trials) or runs on.
+//
+// Simplified from Ray, on purpose:
+//  - brackets fill from the most exploratory (s_max) down, in the paper's order (Ray starts at
+//    s = 0); rung resources are exact (Ray truncates r to an integer, so its last rung can fall
+//    short of max_t); keep counts are the paper's floors (Ray's ceils);
+//  - a trial reaching the last rung stops at once instead of pausing until its bracket is done;
+//  - a decision only ever applies to the reporting trial, so a paused trial that loses a halving
+//    is never resumed and stays paused (Ray stops it): the Tuner ends paused trials that nothing
+//    resumes once no trial is running or pending;
+//  - paused trials are resumed bracket by bracket in order of addition (Ray: least complete
+//    bracket first).
+//
+// Invariants: a bracket's `live` trials are all at or below its current rung; to_resume holds
+// only live, paused trials whose time is below the current rung.
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "sched_internal.h"
+
+namespace rayd::tune::internal {
+namespace {
+
+struct Bracket {
+  int s = 0;
+  int size = 0;                    // n_s: trials it takes
+  std::vector<double> milestones;  // r_0 .. r_s
+  std::vector<int> keep;           // trials that may be at rung i
+  size_t rung = 0;                 // current rung
+  int added = 0;
+  std::vector<std::string> live;  // in order of addition: ties go to the earlier trial
+  std::deque<std::string> to_resume;
+};
+
+struct TrialState {
+  size_t bracket = 0;
+  double time = 0;
+  std::optional<double> score;  // higher is better
+  bool paused = false;
+};
+
+class HyperBandScheduler final : public TrialScheduler {
+ public:
+  HyperBandScheduler(const HyperBandConfig& config, std::string metric, std::string mode)
+      : config_(config),
+        metric_(std::move(metric)),
+        sign_(mode == "max" ? 1.0 : -1.0),
+        s_max_(FloorLog(config_.max_t, config_.reduction_factor)) {}
+
+  const char* name() const override { return "HyperBand"; }
+
+  void OnTrialAdd(const std::string& trial_id, const nlohmann::json&) override {
+    if (trials_.count(trial_id)) return;
+    if (brackets_.empty() || brackets_.back().added >= brackets_.back().size) {
+      const int s = brackets_.empty() ? s_max_ : (brackets_.back().s + s_max_) % (s_max_ + 1);
+      brackets_.push_back(NewBracket(s));
+    }
+    Bracket& bracket = brackets_.back();
+    ++bracket.added;
+    bracket.live.push_back(trial_id);
+    trials_[trial_id].bracket = brackets_.size() - 1;
+  }
+
+  Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
+    auto t = Lookup(result.metrics, config_.time_attr);
+    auto metric = Lookup(result.metrics, metric_);
+    if (!t || !metric) return Decision::Continue();
+    if (!trials_.count(trial_id)) OnTrialAdd(trial_id, result.config);
+    TrialState& trial = trials_[trial_id];
+    Bracket& bracket = brackets_[trial.bracket];
+    if (!IsLive(bracket, trial_id)) return Decision::Stop();  // lost a halving while paused
+    trial.time = *t;
+    trial.score = sign_ * *metric;
+    trial.paused = false;
+    if (trial.time < bracket.milestones[bracket.rung]) return Decision::Continue();
+    trial.paused = true;
+    return Process(bracket, &trial_id);
+  }
+
+  void OnTrialComplete(const std::string& trial_id) override { Remove(trial_id); }
+  void OnTrialError(const std::string& trial_id) override { Remove(trial_id); }
+
+  std::optional<std::string> ChooseTrialToResume() override {
+    for (Bracket& bracket : brackets_) {
+      if (bracket.to_resume.empty()) continue;
+      std::string id = bracket.to_resume.front();
+      bracket.to_resume.pop_front();
+      trials_[id].paused = false;
+      return id;
+    }
+    return std::nullopt;
+  }
+
+  std::string Summary() const override {
+    std::string out = "HyperBand: " + std::to_string(brackets_.size()) +
+                      (brackets_.size() == 1 ? " bracket" : " brackets");
+    if (!brackets_.empty()) {
+      const Bracket& b = brackets_.back();
+      out += " (latest: " + std::to_string(b.added) + "/" + std::to_string(b.size) +
+             " trials, rung " + FormatNumber(b.milestones[b.rung]) + ")";
+    }
+    return out + ", " + std::to_string(num_stopped_) + " stopped";
+  }
+
+ private:
+  Bracket NewBracket(int s) const {
+    const double eta = config_.reduction_factor;
+    Bracket b;
+    b.s = s;
+    // The epsilon keeps ceil(5 / 2 * 3) = 8 from becoming 9 through rounding.
+    b.size = static_cast<int>(std::ceil((s_max_ + 1.0) / (s + 1.0) * std::pow(eta, s) - 1e-9));
+    for (int i = 0; i <= s; ++i) {
+      b.milestones.push_back(config_.max_t * std::pow(eta, i - s));
+      b.keep.push_back(
+          std::max(1, static_cast<int>(std::floor(b.size * std::pow(eta, -i) + 1e-9))));
+    }
+    b.milestones.back() = config_.max_t;
+    return b;
+  }
+
+  static bool IsLive(const Bracket& bracket, const std::string& trial_id) {
+    return std::find(bracket.live.begin(), bracket.live.end(), trial_id) != bracket.live.end();
+  }
+
+  static void Erase(Bracket& bracket, const std::string& trial_id) {
+    std::erase(bracket.live, trial_id);
+    std::erase(bracket.to_resume, trial_id);
+  }
+
+  void Remove(const std::string& trial_id) {
+    auto it = trials_.find(trial_id);
+    if (it == trials_.end()) return;
+    Bracket& bracket = brackets_[it->second.bracket];
+    if (!IsLive(bracket, trial_id)) return;
+    Erase(bracket, trial_id);
+    Process(bracket, nullptr);
+  }
+
+  bool Reached(const Bracket& bracket, const std::string& trial_id) {
+    return trials_[trial_id].time >= bracket.milestones[bracket.rung];
+  }
+
+  // Halves `bracket` as long as every live trial has reached its current rung. `reporting` is the
+  // trial whose result got here, if any: the return value is its decision.
+  Decision Process(Bracket& bracket, const std::string* reporting) {
+    Decision decision = Decision::Pause();
+    while (!bracket.live.empty()) {
+      if (bracket.rung + 1 == bracket.milestones.size()) {
+        // The last rung: whoever reached it is done (or runs on without stop_last_trials).
+        if (reporting && Reached(bracket, *reporting)) {
+          trials_[*reporting].paused = false;
+          if (!config_.stop_last_trials) return Decision::Continue();
+          Erase(bracket, *reporting);
+          ++num_stopped_;
+          return Decision::Stop();
+        }
+        return Decision::Continue();
+      }
+      for (const std::string& id : bracket.live) {
+        if (!Reached(bracket, id)) return decision;
+      }
+      // Every live trial is at the rung: keep the best, stop the rest.
+      std::vector<std::string> ranked = bracket.live;
+      std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+        return trials_[a].score.value_or(-INFINITY) > trials_[b].score.value_or(-INFINITY);
+      });
+      ++bracket.rung;
+      const size_t keep = std::min(ranked.size(), static_cast<size_t>(bracket.keep[bracket.rung]));
+      bool reporting_lost = false;
+      for (size_t i = keep; i < ranked.size(); ++i) {
+        Erase(bracket, ranked[i]);
+        ++num_stopped_;
+        if (reporting && ranked[i] == *reporting) reporting_lost = true;
+      }
+      for (size_t i = 0; i < keep; ++i) {
+        const std::string& id = ranked[i];
+        if (Reached(bracket, id)) continue;  // already past the next rung too: stays paused
+        if (reporting && id == *reporting) {
+          trials_[id].paused = false;
+          decision = Decision::Continue();
+        } else if (trials_[id].paused) {
+          bracket.to_resume.push_back(id);
+        }
+      }
+      if (reporting_lost) return Decision::Stop();
+    }
+    return decision;
+  }
+
+  const HyperBandConfig config_;
+  const std::string metric_;
+  const double sign_;  // +1 for max, -1 for min
+  const int s_max_;
+  std::vector<Bracket> brackets_;  // in order of creation; the last one takes new trials
+  std::map<std::string, TrialState> trials_;
+  int num_stopped_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrialScheduler> MakeHyperBand(const HyperBandConfig& config, std::string metric,
+                                              std::string mode) {
+  return std::make_unique<HyperBandScheduler>(config, std::move(metric), std::move(mode));
+}
+
+}  // namespace rayd::tune::internal

@@ -1,0 +1,46 @@
+#pragma once
+// Private to the trial schedulers (schedulers.cc, sched_*.cc): one factory per scheduler, called
+// by MakeScheduler after it validated the options, and the small numeric helpers they share.
+
+#include <rayd/tune/schedulers.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayd::tune::internal {
+
+// `metric` is non-empty and `mode` is "min" or "max" for all but FIFO (MakeScheduler checks).
+std::unique_ptr<TrialScheduler> MakeAsha(const AshaConfig& config, std::string metric,
+                                         std::string mode, uint64_t seed);
+std::unique_ptr<TrialScheduler> MakeHyperBand(const HyperBandConfig& config, std::string metric,
+                                              std::string mode);
+std::unique_ptr<TrialScheduler> MakeMedianStopping(const MedianStoppingConfig& config,
+                                                   std::string metric, std::string mode);
+std::unique_ptr<TrialScheduler> MakePbt(const PbtConfig& config, std::string metric,
+                                        std::string mode, uint64_t seed);
+
+// numpy's percentile with linear interpolation (np.nanpercentile without NaNs): `q` in [0, 100].
+// `values` must not be empty.
+double Percentile(std::vector<double> values, double q);
+// numpy's median.
+double Median(std::vector<double> values);
+
+// A uniform double in [0, 1) and a uniform index in [0, n), n > 0. Written out rather than taken
+// from <random>'s distributions, whose sequences differ between standard libraries, so a seed
+// gives the same decisions everywhere.
+double Uniform01(Rng& rng);
+size_t UniformIndex(Rng& rng, size_t n);
+
+// The value under `key` when present and finite.
+std::optional<double> Lookup(const Metrics& metrics, const std::string& key);
+
+// "3" for 3.0, "2.5" for 2.5: milestones in summaries.
+std::string FormatNumber(double value);
+
+// floor(log(x) / log(base)) without 2 = log(9)/log(3) coming out as 1.9999 (x > 0, base > 1).
+int FloorLog(double x, double base);
+
+}  // namespace rayd::tune::internal

@@ -1,0 +1,241 @@
+// Population based training (Jaderberg et al.), after Ray Tune's PopulationBasedTraining in its
+// asynchronous form.
+//
+// How it works. Every perturbation_interval of time_attr (once past burn_in_period) a reporting
+// trial is ranked against the population: every trial not yet finished with a result, by its
+// last metric. With q = ceil(n * quantile_fraction) (at most n / 2), the q worst form the lower
+// quantile and the q best the upper. A trial in the lower quantile exploits a random trial of
+// the upper quantile that has a checkpoint: the Tuner restarts it from that checkpoint with the
+// donor's config explored (Decision::kExploit). Explore, per hyperparam_mutations entry:
+//  - a choice, grid search or plain list: resample with resample_probability (or when the
+//    current value is not in the list), otherwise move to a neighbouring value;
+//  - a numeric domain: resample with resample_probability (or when the current value is not a
+//    number), otherwise multiply by one of perturbation_factors, then bring the value back
+//    inside the domain (bounds, the step q; integers stay integers, truncated as Ray does).
+//    Ray does not clamp; a value the domain would not contain is resampled.
+// Each exploit appends Ray's policy line [target, donor, target iteration, donor iteration,
+// donor config, new config] to log_dir/pbt_global.txt and, after copying the donor's policy file
+// over the target's (so it holds the target's whole lineage), to pbt_policy_<target>.txt.
+// Iterations are the results' training_iteration (time_attr's value when absent), as Ray writes.
+//
+// Simplified from Ray: ranks by the latest result (Ray by the one at the last perturbation
+// point) and never pauses a trial to yield to pending ones.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "sched_internal.h"
+
+namespace rayd::tune::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrialState {
+  nlohmann::json config;
+  std::optional<double> score;  // higher is better
+  double iteration = 0;         // training_iteration of the last result, for the lineage logs
+  double last_perturbation_time = 0;
+  bool has_checkpoint = false;
+  bool done = false;
+};
+
+// Brings `value` (a perturbed number) back inside a numeric `domain`; nullopt when the domain
+// has no multiple of its step q inside its bounds.
+std::optional<nlohmann::json> ClampInto(const Domain& domain, double value, bool integer) {
+  const double lo = domain.lower(), hi = domain.upper(), q = domain.q();
+  switch (domain.kind()) {
+    case Domain::Kind::kUniform:
+    case Domain::Kind::kLogUniform:
+      value = std::clamp(value, lo, std::nextafter(hi, lo));  // upper is excluded
+      break;
+    case Domain::Kind::kQUniform:
+    case Domain::Kind::kQLogUniform:
+    case Domain::Kind::kQRandInt: {
+      const double first = std::ceil(lo / q - 1e-9) * q, last = std::floor(hi / q + 1e-9) * q;
+      if (first > last) return std::nullopt;
+      value = std::clamp(std::round(value / q) * q, first, last);
+      break;
+    }
+    case Domain::Kind::kRandInt:
+      value = std::clamp(std::trunc(value), lo, hi - 1);  // upper is excluded
+      break;
+    default:  // randn: unbounded
+      break;
+  }
+  if (integer || domain.is_integer()) {
+    return nlohmann::json(static_cast<int64_t>(std::trunc(value)));
+  }
+  return nlohmann::json(value);
+}
+
+class PbtScheduler final : public TrialScheduler {
+ public:
+  PbtScheduler(const PbtConfig& config, std::string metric, std::string mode, uint64_t seed)
+      : config_(config),
+        metric_(std::move(metric)),
+        sign_(mode == "max" ? 1.0 : -1.0),
+        rng_(seed) {}
+
+  const char* name() const override { return "PBT"; }
+
+  void OnTrialAdd(const std::string& trial_id, const nlohmann::json& config) override {
+    trials_[trial_id].config = config;
+  }
+
+  Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
+    auto t = Lookup(result.metrics, config_.time_attr);
+    auto metric = Lookup(result.metrics, metric_);
+    if (!t || !metric) return Decision::Continue();
+    TrialState& trial = trials_[trial_id];
+    trial.score = sign_ * *metric;
+    trial.iteration = Lookup(result.metrics, "training_iteration").value_or(*t);
+    trial.has_checkpoint = result.has_checkpoint;
+    if (!result.config.is_null()) trial.config = result.config;
+    if (*t < config_.burn_in_period) return Decision::Continue();
+    if (*t - trial.last_perturbation_time < config_.perturbation_interval) {
+      return Decision::Continue();
+    }
+    trial.last_perturbation_time = *t;
+
+    auto [lower, upper] = Quantiles();
+    if (std::find(lower.begin(), lower.end(), trial_id) == lower.end()) {
+      return Decision::Continue();
+    }
+    std::vector<std::string> donors;
+    for (const std::string& id : upper) {
+      if (id != trial_id && trials_[id].has_checkpoint) donors.push_back(id);
+    }
+    if (donors.empty()) return Decision::Continue();  // Ray: "no checkpoint ... skip exploit"
+    const std::string donor_id = donors[UniformIndex(rng_, donors.size())];
+    const TrialState& donor = trials_[donor_id];
+
+    Decision decision;
+    decision.action = Decision::Action::kExploit;
+    decision.donor = donor_id;
+    decision.config = Explore(donor.config);
+    if (!config_.log_dir.empty()) LogExploit(trial_id, trial, donor_id, donor, decision.config);
+    spdlog::debug("pbt: trial {} exploits {} with config {}", trial_id, donor_id,
+                  decision.config.dump());
+    // The trial goes on from the donor's checkpoint: it takes on the donor's schedule too.
+    trial.config = decision.config;
+    trial.last_perturbation_time = donor.last_perturbation_time;
+    trial.has_checkpoint = true;
+    ++num_exploits_;
+    return decision;
+  }
+
+  void OnTrialComplete(const std::string& trial_id) override { trials_[trial_id].done = true; }
+  void OnTrialError(const std::string& trial_id) override { trials_[trial_id].done = true; }
+
+  std::string Summary() const override {
+    return "PBT: " + std::to_string(num_exploits_) +
+           (num_exploits_ == 1 ? " exploit" : " exploits");
+  }
+
+ private:
+  // Ray's _quantiles: (lower, upper) over unfinished trials with a score, worst first.
+  std::pair<std::vector<std::string>, std::vector<std::string>> Quantiles() const {
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& [id, state] : trials_) {
+      if (state.score && !state.done) ranked.emplace_back(*state.score, id);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const size_t n = ranked.size();
+    if (n <= 1) return {};
+    auto count = static_cast<size_t>(std::ceil(static_cast<double>(n) * config_.quantile_fraction));
+    count = std::min(count, n / 2);
+    std::vector<std::string> lower, upper;
+    for (size_t i = 0; i < count; ++i) {
+      lower.push_back(ranked[i].second);
+      upper.push_back(ranked[n - count + i].second);
+    }
+    return {lower, upper};
+  }
+
+  nlohmann::json Explore(const nlohmann::json& donor_config) {
+    nlohmann::json config = donor_config;
+    for (const Param& param : config_.hyperparam_mutations) {
+      const nlohmann::json current = GetPath(donor_config, param.path);
+      if (const auto* domain = std::get_if<Domain>(&param.value)) {
+        if (domain->is_numeric()) {
+          SetPath(config, param.path, ExploreNumeric(*domain, current));
+        } else {
+          SetPath(config, param.path, ExploreList(domain->values(), current));
+        }
+      } else {
+        SetPath(config, param.path, ExploreList(std::get<nlohmann::json>(param.value), current));
+      }
+    }
+    return config;
+  }
+
+  nlohmann::json ExploreNumeric(const Domain& domain, const nlohmann::json& current) {
+    if (Uniform01(rng_) < config_.resample_probability || !current.is_number()) {
+      return domain.Sample(rng_);
+    }
+    const double factor =
+        config_.perturbation_factors[UniformIndex(rng_, config_.perturbation_factors.size())];
+    auto value = ClampInto(domain, current.get<double>() * factor, current.is_number_integer());
+    return value && domain.Contains(*value) ? *value : domain.Sample(rng_);
+  }
+
+  template <typename List>
+  nlohmann::json ExploreList(const List& values, const nlohmann::json& current) {
+    const auto it = std::find(values.begin(), values.end(), current);
+    if (Uniform01(rng_) < config_.resample_probability || it == values.end()) {
+      return values[UniformIndex(rng_, values.size())];
+    }
+    const auto index = static_cast<ptrdiff_t>(it - values.begin());
+    const ptrdiff_t shift = UniformIndex(rng_, 2) == 0 ? -1 : 1;
+    const ptrdiff_t last = static_cast<ptrdiff_t>(values.size()) - 1;
+    return values[static_cast<size_t>(std::clamp(index + shift, ptrdiff_t{0}, last))];
+  }
+
+  void LogExploit(const std::string& trial_id, const TrialState& trial, const std::string& donor_id,
+                  const TrialState& donor, const nlohmann::json& new_config) const {
+    // Iterations are written as integers when they are (Ray's are ints).
+    auto iteration = [](double v) {
+      return v == std::floor(v) && std::fabs(v) < 9e15 ? nlohmann::json(static_cast<int64_t>(v))
+                                                       : nlohmann::json(v);
+    };
+    const nlohmann::json policy = {
+        trial_id,     donor_id,  iteration(trial.iteration), iteration(donor.iteration),
+        donor.config, new_config};
+    const fs::path dir = config_.log_dir;
+    const fs::path target = dir / ("pbt_policy_" + trial_id + ".txt");
+    const fs::path source = dir / ("pbt_policy_" + donor_id + ".txt");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (fs::exists(source, ec)) {
+      fs::copy_file(source, target, fs::copy_options::overwrite_existing, ec);
+    }
+    for (const fs::path& path : {dir / "pbt_global.txt", target}) {
+      std::ofstream out(path, std::ios::app);
+      out << policy.dump() << "\n";
+      if (!out) spdlog::warn("pbt: cannot append to {}", path.string());
+    }
+  }
+
+  const PbtConfig config_;
+  const std::string metric_;
+  const double sign_;  // +1 for max, -1 for min
+  Rng rng_;
+  std::map<std::string, TrialState> trials_;
+  int num_exploits_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrialScheduler> MakePbt(const PbtConfig& config, std::string metric,
+                                        std::string mode, uint64_t seed) {
+  return std::make_unique<PbtScheduler>(config, std::move(metric), std::move(mode), seed);
+}
+
+}  // namespace rayd::tune::internal
