@@ -1,0 +1,332 @@
+// `rayd tune` and `rayd train` as a user runs them: a YAML file, an embedded cluster, real
+// worker processes running the example trainables (Gloo training of the example MLP, the toy
+// objective), results on disk in Ray Tune's layout.
+//
+// Each test runs in a fresh temp root (RAYD_TEMP_DIR) with its results under it; the Sandbox
+// guard stops whatever daemons are left.
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rayd_sandbox.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using rayd::testing::ChildProcess;
+using rayd::testing::ReadFile;
+using rayd::testing::RunCommand;
+using rayd::testing::WaitFor;
+namespace fs = std::filesystem;
+
+class Sandbox : public rayd::testing::RaydSandbox {
+ public:
+  Sandbox() : RaydSandbox(RAYD_BINARY, 300s) {}
+
+  // Writes `yaml` (with STORAGE replaced by this sandbox's results directory) to a file.
+  std::string WriteYaml(const std::string& name, std::string yaml) const {
+    const std::string marker = "STORAGE";
+    for (size_t at = yaml.find(marker); at != std::string::npos; at = yaml.find(marker)) {
+      yaml.replace(at, marker.size(), results());
+    }
+    std::string path = root() + "/" + name;
+    std::ofstream(path) << yaml;
+    return path;
+  }
+  std::string results() const { return root() + "/results"; }
+
+  // `rayd <args>` with this sandbox's temp root; returns the exit code.
+  int Run(const std::vector<std::string>& args, std::string* output,
+          std::chrono::milliseconds timeout = 300s) {
+    std::vector<std::string> argv = {RAYD_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, output, Env(), timeout);
+  }
+};
+
+json ReadJson(const std::string& path) { return json::parse(ReadFile(path)); }
+
+// One JSON object per line.
+std::vector<json> ReadLines(const std::string& path) {
+  std::vector<json> lines;
+  std::istringstream in(ReadFile(path));
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+std::string TrialDir(const std::string& experiment, const json& trial) {
+  return experiment + "/" + trial.at("dir_name").get<std::string>();
+}
+
+TEST_CASE("ASHA sweep of 2-worker Gloo trials stops some early and finds a good config",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("asha.yaml", R"(
+name: asha
+trainable: mlp_classifier
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+param_space:
+  lr: {loguniform: [1.0e-3, 1.0e-1]}
+  hidden: {grid_search: [64]}
+  momentum: 0.9
+  epochs: 4
+  train_size: 2048
+tune:
+  metric: loss
+  mode: min
+  num_samples: 5
+  seed: 7
+  scheduler: {type: asha, max_t: 4, grace_period: 1, reduction_factor: 2}
+run:
+  storage_path: STORAGE
+  checkpoint: {num_to_keep: 1}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file, "--progress-interval", "1"}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(Contains(out, "Trial name"));  // the live table
+  CHECK(Contains(out, "Best trial"));
+
+  const std::string experiment = sandbox.results() + "/asha";
+  json state = ReadJson(experiment + "/experiment_state.json");
+  REQUIRE(state["trials"].size() == 5);
+  int stopped_early = 0;
+  int finished = 0;
+  double best = 1e9;
+  std::vector<double> first_rung;
+  for (const json& trial : state["trials"]) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(experiment, trial);
+    // Ray Tune's layout.
+    CHECK(ReadJson(dir + "/params.json") == trial["config"]);
+    std::vector<json> results = ReadLines(dir + "/result.json");
+    REQUIRE(!results.empty());
+    CHECK(results.front()["trial_id"] == trial["id"]);
+    CHECK(results.front()["config"] == trial["config"]);
+    CHECK(Contains(ReadFile(dir + "/progress.csv"), "training_iteration"));
+    CHECK(fs::exists(dir + "/" + results.back()["checkpoint_dir_name"].get<std::string>()));
+    first_rung.push_back(results.front()["loss"].get<double>());
+    int iterations = results.back()["training_iteration"].get<int>();
+    if (iterations < 4) ++stopped_early;
+    if (iterations == 4) {
+      ++finished;
+      best = std::min(best, results.back()["loss"].get<double>());
+    }
+  }
+  CHECK(stopped_early >= 1);
+  CHECK(finished >= 1);
+  // The config it found trains well: better than every trial's first epoch.
+  CHECK(best < *std::min_element(first_rung.begin(), first_rung.end()));
+}
+
+TEST_CASE("PBT sweep exploits and cloned trials resume from the donor's checkpoint",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("pbt.yaml", R"(
+name: pbt
+trainable: toy_objective
+param_space:
+  x: {uniform: [0.0, 6.0]}
+  lr: {choice: [0.05, 0.1, 0.2, 0.4]}
+  iterations: 12
+  work_ms: 40
+tune:
+  metric: loss
+  mode: min
+  num_samples: 4
+  max_concurrent_trials: 4
+  seed: 3
+  scheduler:
+    type: pbt
+    time_attr: training_iteration
+    perturbation_interval: 3
+    quantile_fraction: 0.25
+    resample_probability: 0.5
+    hyperparam_mutations:
+      x: {uniform: [0.0, 6.0]}
+      lr: [0.05, 0.1, 0.2, 0.4]
+run:
+  storage_path: STORAGE
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/pbt";
+  std::vector<json> exploits = ReadLines(experiment + "/pbt_global.txt");
+  REQUIRE(!exploits.empty());
+
+  json state = ReadJson(experiment + "/experiment_state.json");
+  std::map<std::string, json> trials;
+  for (const json& t : state["trials"]) trials[t["id"].get<std::string>()] = t;
+  // Every exploited trial's next run restored the donor's checkpoint (the toy's own iteration
+  // counter at the donor's result PBT ranked) and ran with the new config. training_iteration
+  // counts each trial's own results, so the donor's is looked up in its result.json.
+  for (const json& exploit : exploits) {
+    // [target, donor, target iteration, donor iteration, donor config, new config]
+    const std::string target = exploit[0].get<std::string>();
+    const std::string donor = exploit[1].get<std::string>();
+    REQUIRE(trials.count(target));
+    REQUIRE(trials.count(donor));
+    int donor_state = -1;
+    for (const json& r : ReadLines(TrialDir(experiment, trials[donor]) + "/result.json")) {
+      if (r["training_iteration"] == exploit[3]) donor_state = r["iteration"].get<int>();
+    }
+    bool resumed = false;
+    for (const json& r : ReadLines(TrialDir(experiment, trials[target]) + "/result.json")) {
+      resumed = resumed ||
+                (r["restored_iteration"].get<int>() == donor_state && r["config"] == exploit[5]);
+    }
+    INFO("exploit " << exploit.dump() << " donor state " << donor_state);
+    CHECK(donor_state > 0);
+    CHECK(resumed);
+    CHECK(fs::exists(experiment + "/pbt_policy_" + target + ".txt"));
+  }
+  for (const auto& [id, t] : trials) CHECK(t["status"] == "TERMINATED");
+}
+
+TEST_CASE("Ctrl-C stops a sweep and --resume finishes it without redoing finished work",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("resume.yaml", R"(
+name: resume
+trainable: toy_objective
+param_space:
+  x: {grid_search: [1.0, 2.0, 3.0, 4.0]}
+  iterations: 8
+  work_ms: 150
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 2
+run:
+  storage_path: STORAGE
+)");
+  const std::string experiment = sandbox.results() + "/resume";
+  {
+    ChildProcess sweep({RAYD_BINARY, "tune", file}, sandbox.Env());
+    // Interrupt once a trial has reported a few results.
+    REQUIRE(WaitFor(
+        [&] {
+          std::error_code ec;
+          for (const auto& entry : fs::directory_iterator(experiment, ec)) {
+            std::string results = entry.path().string() + "/result.json";
+            if (fs::exists(results) && ReadLines(results).size() >= 3) return true;
+          }
+          return false;
+        },
+        120s));
+    sweep.Signal(SIGINT);  // the terminal's Ctrl-C: the driver's whole process group
+    REQUIRE(sweep.WaitExit(60s));
+    INFO(sweep.output());
+    CHECK(sweep.exit_code() == 130);
+    CHECK(Contains(sweep.output(), "--resume"));
+  }
+  json interrupted = ReadJson(experiment + "/experiment_state.json");
+  int unfinished = 0;
+  for (const json& t : interrupted["trials"]) unfinished += t["status"] != "TERMINATED";
+  CHECK(unfinished >= 1);
+
+  std::string out;
+  int rc = sandbox.Run({"tune", file, "--resume"}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  json state = ReadJson(experiment + "/experiment_state.json");
+  REQUIRE(state["trials"].size() == 4);
+  bool some_restored = false;
+  for (const json& t : state["trials"]) {
+    CHECK(t["status"] == "TERMINATED");
+    std::vector<json> results = ReadLines(TrialDir(experiment, t) + "/result.json");
+    // Each iteration ran once: 8 results, numbered 1..8, over the interrupted and resumed runs.
+    REQUIRE(results.size() == 8);
+    for (size_t i = 0; i < results.size(); ++i) {
+      CHECK(results[i]["training_iteration"].get<size_t>() == i + 1);
+      CHECK(results[i]["iteration"].get<size_t>() == i + 1);
+    }
+    some_restored = some_restored || results.back()["restored_iteration"].get<int>() > 0;
+  }
+  CHECK(some_restored);
+}
+
+TEST_CASE("A malformed tune.yaml is rejected naming the key and line before anything starts",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> expected;
+  };
+  std::vector<Case> cases = {
+      {"name: bad\ntrainable: toy_objective\ntune:\n  metric: loss\n  num_smples: 3\n",
+       {"bad.yaml:5:", "num_smples"}},
+      {"name: bad\ntrainable: toy_objective\ntune:\n  metric: loss\n  scheduler: {type: ashaa}\n",
+       {"bad.yaml:5:", "ashaa"}},
+      {"name: bad\ntrainable: toy_objective\nparam_space:\n  lr: {uniform: [1.0, 0.1]}\n",
+       {"bad.yaml:4:", "lr"}},
+      {"name: bad\ntrainable: no_such_loop\n", {"no_such_loop", "toy_objective"}},
+      {"name: bad\ntrainable: toy_objective\ntune: {num_samples: eight}\n",
+       {"bad.yaml:3:", "num_samples"}},
+  };
+  for (const Case& c : cases) {
+    std::string file = sandbox.WriteYaml("bad.yaml", c.yaml);
+    std::string out;
+    int rc = sandbox.Run({"tune", file}, &out, 60s);
+    INFO(c.yaml << "\n-> " << out);
+    CHECK(rc == 2);
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+    for (const auto& part : c.expected) CHECK(Contains(out, part));
+    CHECK(!fs::exists(sandbox.results()));  // nothing started, nothing written
+  }
+  std::string out;
+  CHECK(sandbox.Run({"tune", sandbox.root() + "/missing.yaml"}, &out, 60s) == 2);
+  CHECK(Contains(out, "missing.yaml"));
+}
+
+TEST_CASE("rayd train runs the example MLP on 2 workers and its loss falls", "[train][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("train.yaml", R"(
+name: mlp
+train_loop: mlp_classifier
+config: {lr: 0.05, hidden: 64, batch_size: 32, epochs: 4, train_size: 2048}
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+run:
+  storage_path: STORAGE
+  checkpoint: {num_to_keep: 2, score_attribute: loss, score_order: min}
+)");
+  std::string out;
+  int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(Contains(out, "[iteration 4]"));
+  const std::string run = sandbox.results() + "/mlp";
+  std::vector<json> results = ReadLines(run + "/result.json");
+  REQUIRE(results.size() == 4);
+  CHECK(results.back()["loss"].get<double>() < results.front()["loss"].get<double>());
+  json params = ReadJson(run + "/params.json");
+  CHECK(params["num_workers"] == 2);
+  CHECK(params["effective_batch_size"] == 64);
+  int checkpoints = 0;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    checkpoints += entry.path().filename().string().starts_with("checkpoint_");
+  }
+  CHECK(checkpoints == 2);
+}
+
+}  // namespace
