@@ -127,7 +127,8 @@ TEST_CASE("a head and two nodes: status shows three alive nodes and exact totals
   CHECK(Amount(b_node.at("total"), "CPU") == 2);
   CHECK(Amount(b_node.at("total"), "GPU") == 0);
   CHECK(Amount(b_node.at("total"), "foo") == 3);
-  CHECK(b_node.at("labels") == json{{"rack", "r1"}, {"zone", "z2"}});
+  // Its own labels, and the node-id label every node carries.
+  CHECK(b_node.at("labels") == json{{"rack", "r1"}, {"rayd.io/node-id", b}, {"zone", "z2"}});
 
   // The cluster totals are the exact sums of the nodes'.
   const json& total = status.at("total");

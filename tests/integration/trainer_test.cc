@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,16 @@ void MlpLoop(const json& config) {
                            rt::testing::FlatParameters(*model));
 }
 RAYD_TRAIN_LOOP(MlpLoop);
+
+// Records where each rank ran (out_dir/node_rank<N>) and reports the world size.
+void WhereLoop(const json& config) {
+  const rt::TrainContext& context = rt::GetContext();
+  std::ofstream(config.at("out_dir").get<std::string>() + "/node_rank" +
+                std::to_string(context.world_rank))
+      << rayd::GetNodeId();
+  rt::Report({{"world_size", context.world_size}});
+}
+RAYD_TRAIN_LOOP(WhereLoop);
 
 std::vector<json> ResultLines(const std::string& run_dir) {
   std::vector<json> lines;
@@ -268,5 +279,79 @@ TEST_CASE("a gang that cannot fit fails whole and starts no rank", "[trainer]") 
   // And the group was removed again.
   for (const rayd::PlacementGroup& group : rayd::GetAllPlacementGroups()) {
     CHECK(group.GetState() == rayd::PlacementGroupState::REMOVED);
+  }
+}
+
+// The nodes the ranks of a WhereLoop run ran on, by rank.
+std::vector<std::string> RankNodes(const TempDir& out, int world_size) {
+  std::vector<std::string> nodes;
+  for (int rank = 0; rank < world_size; ++rank) {
+    nodes.push_back(rayd::testing::ReadFile(out.path() + "/node_rank" + std::to_string(rank)));
+  }
+  return nodes;
+}
+
+TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 uses every GPU",
+          "[trainer]") {
+  rayd_runtime_test::CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "3",
+                 "--num-gpus", "1"});
+  cluster.Start({"--address", cluster.address(), "--num-cpus", "3", "--num-gpus", "2"});
+  cluster.InitDriver();
+  const std::string driver_node = rayd::GetNodeId();
+  REQUIRE(driver_node.size() == 32);
+  TempDir storage;
+
+  SECTION("local_mode") {
+    TempDir out;
+    // SPREAD alone would use both nodes (next section).
+    rt::ScalingConfig scaling{.num_workers = 3,
+                              .placement_strategy = rayd::PlacementStrategy::SPREAD,
+                              .local_mode = true};
+    rt::TrainResult result = rt::Trainer("WhereLoop", {{"out_dir", out.path()}}, scaling,
+                                         {.name = "local", .storage_path = storage.path()})
+                                 .Fit();
+    INFO(result.error);
+    REQUIRE(result.ok());
+    CHECK(RankNodes(out, 3) == std::vector<std::string>(3, driver_node));
+  }
+  SECTION("without local_mode SPREAD uses both nodes") {
+    TempDir out;
+    rt::ScalingConfig scaling{.num_workers = 3,
+                              .placement_strategy = rayd::PlacementStrategy::SPREAD};
+    rt::TrainResult result = rt::Trainer("WhereLoop", {{"out_dir", out.path()}}, scaling,
+                                         {.name = "spread", .storage_path = storage.path()})
+                                 .Fit();
+    INFO(result.error);
+    REQUIRE(result.ok());
+    std::vector<std::string> nodes = RankNodes(out, 3);
+    CHECK(std::set<std::string>(nodes.begin(), nodes.end()).size() == 2);
+  }
+  SECTION("num_workers -1") {
+    TempDir out;
+    CHECK(rayd::ClusterResources().at("GPU") == 3);
+    rt::TrainResult result =
+        rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
+                    {.num_workers = -1, .use_gpu = true},
+                    {.name = "gpus", .storage_path = storage.path()})
+            .Fit();
+    INFO(result.error);
+    REQUIRE(result.ok());
+    CHECK(result.metrics.at("world_size") == 3);
+    json params = json::parse(rayd::testing::ReadFile(storage.path() + "/gpus/params.json"));
+    CHECK(params["num_workers"] == 3);
+    CHECK(params["effective_batch_size"] == 48);
+    // Without use_gpu there is nothing to count.
+    CHECK_THROWS_WITH(rt::Trainer("WhereLoop", {}, {.num_workers = -1},
+                                  {.name = "x", .storage_path = storage.path()})
+                          .Fit(),
+                      Catch::Contains("use_gpu"));
+  }
+  SECTION("an unknown train loop is refused before anything starts") {
+    CHECK_THROWS_WITH(rt::Trainer("NoSuchLoop", {}, {.num_workers = 1},
+                                  {.name = "x", .storage_path = storage.path()})
+                          .Fit(),
+                      Catch::Contains("unknown train loop 'NoSuchLoop'") &&
+                          Catch::Contains("WhereLoop"));
   }
 }

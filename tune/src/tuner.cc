@@ -53,7 +53,7 @@ enum class Pending { kNone, kStop, kPause, kExploit, kInterrupt };
 struct Running {
   std::thread thread;
   Pending pending = Pending::kNone;
-  std::string donor;           // kExploit
+  std::string cloned;          // kExploit: the donor's checkpoint, copied into this trial
   nlohmann::json new_config;   // kExploit
   Clock::time_point started;
 };
@@ -276,7 +276,7 @@ class Controller {
     Running& r = running_.at(index);
     t.last_result = result.metrics;
     t.history.push_back(result.metrics);
-    if (result.checkpoint) t.checkpoint = result.checkpoint;
+    if (result.checkpoint) t.checkpoint = result_checkpoint_[index] = *result.checkpoint;
     auto total = result.metrics.find("time_total_s");
     if (total != result.metrics.end()) t.time_total_s = total->second;
     Status logged = files_[index].AppendProgress(result.metrics, t.config);
@@ -300,8 +300,13 @@ class Controller {
       case Decision::Action::kStop: r.pending = Pending::kStop; return false;
       case Decision::Action::kPause: r.pending = Pending::kPause; return false;
       case Decision::Action::kExploit:
+        if (Status cloned = Clone(index, decision.donor, &r.cloned); !cloned.ok()) {
+          // Keep training as it was rather than lose the trial.
+          std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << cloned.message()
+                    << "\n";
+          return true;
+        }
         r.pending = Pending::kExploit;
-        r.donor = decision.donor;
         r.new_config = decision.config;
         return false;
     }
@@ -313,7 +318,7 @@ class Controller {
     Running& r = running_.at(index);
     r.thread.join();
     Pending pending = r.pending;
-    std::string donor = r.donor;
+    std::string cloned = r.cloned;
     nlohmann::json new_config = r.new_config;
     running_.erase(index);
     Trial& t = trials_[index];
@@ -332,7 +337,12 @@ class Controller {
     } else if (pending == Pending::kInterrupt) {
       t.status = TrialStatus::kPending;  // resumed from its checkpoint by `--resume`
     } else if (pending == Pending::kExploit) {
-      Exploit(index, donor, std::move(new_config));
+      // Restarted first by LaunchWhatFits, from the clone, with the explored config.
+      t.checkpoint = cloned;
+      t.config = std::move(new_config);
+      Status written = files_[index].WriteParams(t.config);
+      if (!written.ok()) std::cerr << "rayd tune: " << written.message() << "\n";
+      t.status = TrialStatus::kPending;
     } else {
       t.status = TrialStatus::kTerminated;
       scheduler_->OnTrialComplete(t.id);
@@ -340,27 +350,24 @@ class Controller {
     Save();
   }
 
-  // PBT: the trial continues from the donor's latest checkpoint with the explored config.
-  void Exploit(size_t index, const std::string& donor_id, nlohmann::json config) {
-    Trial& t = trials_[index];
+  // PBT: copies the donor's checkpoint (the one of the result the scheduler ranked it by) into
+  // the trial's directory as its newest, while the trial's run is held in its on_report, so
+  // nothing else writes there; the trial's next run resumes from it.
+  // The donor's checkpoint is the one of its last result (what the scheduler ranked), even when
+  // the donor was itself exploited since and will restart from another; failing that (pruned by
+  // num_to_keep), its latest.
+  Status Clone(size_t index, const std::string& donor_id, std::string* cloned) {
     std::optional<size_t> donor = IndexOf(donor_id);
-    std::string cloned;
-    Status status = Status::NotFound("donor trial " + donor_id + " has no checkpoint");
-    if (donor && trials_[*donor].checkpoint) {
-      status = CloneCheckpoint(*trials_[*donor].checkpoint,
-                               (fs::path(dir_) / t.dir_name).string(), &cloned);
+    if (!donor || !trials_[*donor].checkpoint) {
+      return Status::NotFound("donor trial " + donor_id + " has no checkpoint");
     }
-    if (!status.ok()) {
-      // Keep training as it was rather than lose the trial.
-      std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << status.message()
-                << "\n";
-    } else {
-      t.checkpoint = cloned;
-      t.config = std::move(config);
-      Status written = files_[index].WriteParams(t.config);
-      if (!written.ok()) std::cerr << "rayd tune: " << written.message() << "\n";
+    const std::string target = (fs::path(dir_) / trials_[index].dir_name).string();
+    auto ranked = result_checkpoint_.find(*donor);
+    if (ranked != result_checkpoint_.end() &&
+        CloneCheckpoint(ranked->second, target, cloned).ok()) {
+      return Status::Ok();
     }
-    t.status = TrialStatus::kPending;  // restarted first by LaunchWhatFits
+    return CloneCheckpoint(*trials_[*donor].checkpoint, target, cloned);
   }
 
   // Ctrl-C: stop every running trial at its next result; they stay resumable.
@@ -403,6 +410,7 @@ class Controller {
   std::vector<Trial> trials_;
   std::vector<internal::TrialFiles> files_;
   std::map<size_t, Running> running_;
+  std::map<size_t, std::string> result_checkpoint_;  // the checkpoint of each trial's last result
   int max_concurrent_ = 1;
   Clock::time_point started_;
 
