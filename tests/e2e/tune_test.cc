@@ -203,6 +203,42 @@ run:
   for (const auto& [id, t] : trials) CHECK(t["status"] == "TERMINATED");
 }
 
+TEST_CASE("ASHA in the paper's promotion form pauses at rungs and resumes the top third",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("promotion.yaml", R"(
+name: promotion
+trainable: toy_objective
+param_space: {x: {uniform: [0.0, 6.0]}, lr: {choice: [0.05, 0.1, 0.2]}, iterations: 9, work_ms: 20}
+tune:
+  metric: loss
+  mode: min
+  num_samples: 9
+  seed: 1
+  max_concurrent_trials: 3
+  scheduler: {type: asha, max_t: 9, grace_period: 1, reduction_factor: 3, promotion: true}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  json state = ReadJson(sandbox.results() + "/promotion/experiment_state.json");
+  REQUIRE(state["trials"].size() == 9);
+  std::multiset<int> reached;
+  for (const json& t : state["trials"]) {
+    CHECK(t["status"] == "TERMINATED");
+    const int iterations = t["last_result"]["training_iteration"].get<int>();
+    reached.insert(iterations);
+    // A promoted trial resumed from the checkpoint of the rung it paused at.
+    if (iterations > 1) CHECK(t["last_result"]["restored_iteration"].get<int>() >= 1);
+  }
+  // 9 trials reach rung 1; the best 3 are promoted to rung 3; the best of those to max_t.
+  CHECK(reached.count(1) == 6);
+  CHECK(reached.count(3) == 2);
+  CHECK(reached.count(9) == 1);
+}
+
 TEST_CASE("Ctrl-C stops a sweep and --resume finishes it without redoing finished work",
           "[tune][e2e]") {
   Sandbox sandbox;

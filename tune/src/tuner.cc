@@ -23,6 +23,7 @@
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -169,6 +170,11 @@ class Controller {
       std::optional<size_t> next;
       if (std::optional<std::string> resume = scheduler_->ChooseTrialToResume()) {
         next = IndexOf(*resume);
+        if (next && running_.count(*next)) {
+          // Told to pause but its run has not ended yet: it resumes as soon as it has.
+          resume_when_paused_.insert(*next);
+          continue;
+        }
         if (next && trials_[*next].status != TrialStatus::kPaused) next.reset();
       }
       for (size_t i = 0; !next && i < trials_.size(); ++i) {
@@ -333,7 +339,7 @@ class Controller {
       if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
       scheduler_->OnTrialError(t.id);
     } else if (pending == Pending::kPause) {
-      t.status = TrialStatus::kPaused;
+      t.status = resume_when_paused_.erase(index) ? TrialStatus::kPending : TrialStatus::kPaused;
     } else if (pending == Pending::kInterrupt) {
       t.status = TrialStatus::kPending;  // resumed from its checkpoint by `--resume`
     } else if (pending == Pending::kExploit) {
@@ -410,7 +416,8 @@ class Controller {
   std::vector<Trial> trials_;
   std::vector<internal::TrialFiles> files_;
   std::map<size_t, Running> running_;
-  std::map<size_t, std::string> result_checkpoint_;  // the checkpoint of each trial's last result
+  std::map<size_t, std::string> result_checkpoint_;
+  std::set<size_t> resume_when_paused_;  // promoted while their pausing run was still ending  // the checkpoint of each trial's last result
   int max_concurrent_ = 1;
   Clock::time_point started_;
 
