@@ -1,6 +1,10 @@
 // `rayd tune FILE.yaml` and `rayd train FILE.yaml`: a sweep or one training run from a YAML
 // file, on an embedded cluster or (with --address / RAYD_ADDRESS) a running one.
 //
+// Built as librayd_cli_tune.so, which the `rayd` binary loads for these two commands only
+// (tune_launcher.cc): it links LibTorch through rayd_train, whose loading costs ~0.5 s, and
+// every other command, and every worker the binary becomes, must not pay that.
+//
 // The file is checked before anything starts. The train loops come from the example trainables
 // shipped with rayd (found beside this binary, in the build tree or the install prefix) and the
 // file's `libraries:`; the driver loads them here, and workers (this binary re-run in worker
@@ -92,7 +96,7 @@ RaydConfig DriverConfig(const std::string& address, const std::vector<std::strin
 
 }  // namespace
 
-int RunTune(const TuneArgs& args) {
+int RunTuneCommand(const TuneArgs& args) {
   tune::TuneFile file;
   try {
     file = tune::LoadTuneFile(args.file);
@@ -159,7 +163,7 @@ int RunTune(const TuneArgs& args) {
   }
 }
 
-int RunTrain(const TrainArgs& args) {
+int RunTrainCommand(const TrainArgs& args) {
   tune::TrainFile file;
   try {
     file = tune::LoadTrainFile(args.file);
@@ -210,3 +214,11 @@ int RunTrain(const TrainArgs& args) {
 }
 
 }  // namespace rayd::cli
+
+// The plugin's entry points (tune_launcher.cc looks them up by name).
+extern "C" int rayd_cli_tune(const rayd::cli::TuneArgs* args) {
+  return rayd::cli::RunTuneCommand(*args);
+}
+extern "C" int rayd_cli_train(const rayd::cli::TrainArgs* args) {
+  return rayd::cli::RunTrainCommand(*args);
+}

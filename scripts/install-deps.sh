@@ -3,7 +3,7 @@
 # installed; run as root (or with sudo available).
 #
 #   scripts/install-deps.sh           what rayd needs
-#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch)
+#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch, Optuna)
 set -euo pipefail
 
 packages=(
@@ -13,7 +13,7 @@ packages=(
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
 )
 if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-optuna)
 fi
 
 missing=()

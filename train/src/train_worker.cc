@@ -153,6 +153,22 @@ std::string TrainWorker::Host(int collective_timeout_s) {
 }
 
 bool TrainWorker::Run(RunSpec spec) {
+  {
+    std::lock_guard lock(mu_);
+    finished_ = false;
+  }
+  // However Run ends, a Poll waiting for reports returns at once: the driver need not wait out
+  // its poll to learn that the loop is over.
+  struct MarkFinished {
+    TrainWorker* worker;
+    ~MarkFinished() {
+      {
+        std::lock_guard lock(worker->mu_);
+        worker->finished_ = true;
+      }
+      worker->reported_.notify_all();
+    }
+  } mark_finished{this};
   at::set_num_threads(1);  // one intra-op thread per rank: ranks share the node's cores
   auto loop = Loops().find(spec.loop);
   if (loop == Loops().end()) {
@@ -211,7 +227,8 @@ bool TrainWorker::Run(RunSpec spec) {
 
 std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
   std::unique_lock lock(mu_);
-  reported_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return !reports_.empty(); });
+  reported_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                     [&] { return !reports_.empty() || finished_; });
   std::vector<ReportMessage> out(std::make_move_iterator(reports_.begin()),
                                  std::make_move_iterator(reports_.end()));
   reports_.clear();

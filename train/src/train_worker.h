@@ -76,6 +76,7 @@ class TrainWorker {
   std::mutex mu_;
   std::condition_variable reported_;
   std::deque<ReportMessage> reports_;  // guarded by mu_
+  bool finished_ = false;              // guarded by mu_: Run has returned or thrown
 };
 
 // Reads every regular file under `dir` (recursively) into memory.
