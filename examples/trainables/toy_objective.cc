@@ -5,14 +5,17 @@
 // (the iteration) is checkpointed each iteration; a resumed or cloned trial continues from its
 // checkpoint and reports the iteration it restored in `restored_iteration` (0 when fresh).
 //
-// Config keys (all optional): x (0), y (0), lr (0.1), iterations (10), checkpoint (true).
+// Config keys (all optional): x (0), y (0), lr (0.1), iterations (10), checkpoint (true),
+// work_ms (0: how long each iteration pretends to work, so trials overlap like real ones).
 
 #include <rayd/train/trainer.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -24,6 +27,7 @@ void ToyObjective(const nlohmann::json& config) {
   const double lr = config.value("lr", 0.1);
   const int iterations = config.value("iterations", 10);
   const bool checkpoint = config.value("checkpoint", true);
+  const int work_ms = config.value("work_ms", 0);
 
   int iteration = 0;
   if (std::optional<std::string> restored = rayd::train::GetCheckpoint()) {
@@ -33,6 +37,7 @@ void ToyObjective(const nlohmann::json& config) {
   const fs::path staging = fs::temp_directory_path() / ("rayd_toy_" + std::to_string(::getpid()));
   while (iteration < iterations) {
     ++iteration;
+    if (work_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_ms));
     double loss = ((x - 3) * (x - 3) + (y + 1) * (y + 1) + 0.1) / (1 + lr * iteration);
     std::map<std::string, double> metrics = {
         {"loss", loss}, {"iteration", iteration}, {"restored_iteration", restored_iteration}};

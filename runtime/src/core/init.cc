@@ -72,6 +72,9 @@ void LoadLibraries(const std::string& search_path) {
 }
 
 [[noreturn]] void RunWorker() {
+  // Ctrl-C in the driver's terminal reaches its whole process group, workers included; they
+  // belong to their node, which ends them, so the driver alone decides what Ctrl-C means.
+  std::signal(SIGINT, SIG_IGN);
   InitLogging("worker", "");
   LoadLibraries(Env("RAYD_CODE_SEARCH_PATH"));
   core::CoreWorkerOptions options;
