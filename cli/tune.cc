@@ -60,13 +60,10 @@ Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& l
 
 // Fails with the registered names when `loop` is not among them.
 Status CheckRegistered(const std::string& file, const std::string& key, const std::string& loop) {
-  std::vector<std::string> loops = train::RegisteredTrainLoops();
-  if (std::find(loops.begin(), loops.end(), loop) != loops.end()) return Status::Ok();
-  std::string known;
-  for (const auto& name : loops) known += (known.empty() ? "" : ", ") + name;
-  return Status::NotFound(file + ": " + key + ": unknown train loop '" + loop +
-                          "' (registered: " + (known.empty() ? "none" : known) +
-                          "; add the library that registers it under libraries:)");
+  std::string unknown = train::UnknownTrainLoop(loop);
+  if (unknown.empty()) return Status::Ok();
+  return Status::NotFound(file + ": " + key + ": " + unknown +
+                          "; add the library that registers it under libraries:");
 }
 
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {

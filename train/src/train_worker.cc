@@ -75,6 +75,14 @@ std::vector<std::string> RegisteredTrainLoops() {
   return names;
 }
 
+std::string UnknownTrainLoop(const std::string& name) {
+  if (Loops().count(name)) return "";
+  std::string known;
+  for (const auto& [registered, loop] : Loops()) known += (known.empty() ? "" : ", ") + registered;
+  return "unknown train loop '" + name + "' (registered: " + (known.empty() ? "none" : known) +
+         ")";
+}
+
 void PreparedModel::FinishBackward() {
   Status status = ddp_->FinishBackward();
   if (!status.ok()) throw RaydError("FinishBackward: " + status.message());

@@ -67,14 +67,6 @@ class Gang {
   std::vector<ActorHandle<TrainWorker>> actors_;
 };
 
-// One worker's bundle: resources_per_worker ({"CPU": 1} when empty), plus a GPU with use_gpu.
-std::map<std::string, double> BundleOf(const ScalingConfig& scaling) {
-  std::map<std::string, double> bundle = scaling.resources_per_worker;
-  if (bundle.empty()) bundle = {{"CPU", 1}};
-  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
-  return bundle;
-}
-
 // num_workers = -1: as many ranks as the cluster's GPUs hold bundles.
 int ResolveNumWorkers(const ScalingConfig& scaling) {
   if (scaling.num_workers >= 1) return scaling.num_workers;
@@ -83,7 +75,7 @@ int ResolveNumWorkers(const ScalingConfig& scaling) {
   }
   if (!scaling.use_gpu) throw RaydError("ScalingConfig.num_workers = -1 needs use_gpu");
   double gpus = rayd::ClusterResources()["GPU"];
-  int workers = static_cast<int>(gpus / BundleOf(scaling).at("GPU") + 1e-9);
+  int workers = static_cast<int>(gpus / WorkerBundle(scaling).at("GPU") + 1e-9);
   if (workers < 1) throw RaydError("ScalingConfig.num_workers = -1: the cluster has no GPU");
   return workers;
 }
@@ -221,7 +213,7 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
 Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
                    const ScalingConfig& scaling, const std::string& run_name,
                    CheckpointStore& store, const FitOptions& options) {
-  std::map<std::string, double> bundle = BundleOf(scaling);
+  std::map<std::string, double> bundle = WorkerBundle(scaling);
   std::string what =
       "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
   rayd::PlacementGroupCreationOptions group{
@@ -271,6 +263,13 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
 
 }  // namespace
 
+std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling) {
+  std::map<std::string, double> bundle = scaling.resources_per_worker;
+  if (bundle.empty()) bundle = {{"CPU", 1}};
+  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
+  return bundle;
+}
+
 Trainer::Trainer(std::string train_loop_name, nlohmann::json config, ScalingConfig scaling,
                  RunConfig run)
     : train_loop_name_(std::move(train_loop_name)),
@@ -284,12 +283,8 @@ TrainResult Trainer::Fit(const FitOptions& options) {
   if (run_.name.empty() || run_.storage_path.empty()) {
     throw RaydError("RunConfig needs a name and a storage_path");
   }
-  std::vector<std::string> loops = RegisteredTrainLoops();
-  if (std::find(loops.begin(), loops.end(), train_loop_name_) == loops.end()) {
-    std::string known;
-    for (const auto& name : loops) known += (known.empty() ? "" : ", ") + name;
-    throw RaydError("unknown train loop '" + train_loop_name_ + "' (registered: " +
-                    (known.empty() ? "none" : known) + ")");
+  if (std::string unknown = UnknownTrainLoop(train_loop_name_); !unknown.empty()) {
+    throw RaydError(unknown);
   }
   ScalingConfig scaling = scaling_;
   scaling.num_workers = ResolveNumWorkers(scaling_);

@@ -65,19 +65,11 @@ std::string Hex5(uint64_t x) {
   return out.str();
 }
 
-// The bundle one worker of a trial asks for.
-std::map<std::string, double> WorkerBundle(const train::ScalingConfig& scaling) {
-  std::map<std::string, double> bundle = scaling.resources_per_worker;
-  if (bundle.empty()) bundle = {{"CPU", 1}};
-  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
-  return bundle;
-}
-
 // How many trial gangs the cluster's resources hold at once (at least 1).
 int GangsThatFit(const train::ScalingConfig& scaling, const std::map<std::string, double>& total) {
   const int workers = std::max(scaling.num_workers, 1);
   int gangs = 1 << 20;
-  for (const auto& [name, amount] : WorkerBundle(scaling)) {
+  for (const auto& [name, amount] : train::WorkerBundle(scaling)) {
     if (amount <= 0) continue;
     auto have = total.find(name);
     double available = have == total.end() ? 0 : have->second;
@@ -396,7 +388,7 @@ class Controller {
     int running = static_cast<int>(running_.size());
     resources << "Resources requested: ";
     bool first = true;
-    for (const auto& [name, amount] : WorkerBundle(trainable_.scaling)) {
+    for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
       resources << (first ? "" : ", ") << amount * workers * running << " " << name;
       first = false;
     }
@@ -460,12 +452,8 @@ ResultGrid Tuner::Fit() {
   if (run_.name.empty() || run_.storage_path.empty()) {
     throw RaydError("the Tuner's RunConfig needs a name and a storage_path");
   }
-  std::vector<std::string> loops = train::RegisteredTrainLoops();
-  if (std::find(loops.begin(), loops.end(), trainable_.train_loop) == loops.end()) {
-    std::string known;
-    for (const auto& name : loops) known += (known.empty() ? "" : ", ") + name;
-    throw RaydError("unknown trainable '" + trainable_.train_loop +
-                    "' (registered train loops: " + (known.empty() ? "none" : known) + ")");
+  if (std::string unknown = train::UnknownTrainLoop(trainable_.train_loop); !unknown.empty()) {
+    throw RaydError("trainable: " + unknown);
   }
   if (tune_.num_samples < 1) throw RaydError("num_samples must be at least 1");
   uint64_t seed = tune_.seed ? *tune_.seed : std::random_device{}();
@@ -482,7 +470,7 @@ ResultGrid Tuner::Fit() {
   // A gang larger than the whole cluster can never run: say so before starting anything.
   std::map<std::string, double> total = rayd::ClusterResources();
   const int workers = std::max(trainable_.scaling.num_workers, 1);
-  for (const auto& [name, amount] : WorkerBundle(trainable_.scaling)) {
+  for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
     double have = total.count(name) ? total[name] : 0;
     if (amount * workers > have + 1e-9) {
       throw RaydError("a trial needs " + std::to_string(amount * workers) + " " + name + " (" +

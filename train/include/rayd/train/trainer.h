@@ -161,6 +161,12 @@ using TrainLoop = void (*)(const nlohmann::json& config);
 bool RegisterTrainLoop(const std::string& name, TrainLoop loop);
 // The names registered in this process so far (sorted).
 std::vector<std::string> RegisteredTrainLoops();
+// Empty when `name` is registered here; else the reason, naming the registered loops:
+// "unknown train loop 'x' (registered: a, b)".
+std::string UnknownTrainLoop(const std::string& name);
+
+// One worker's bundle: resources_per_worker ({"CPU": 1} when empty), plus a GPU with use_gpu.
+std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling);
 
 }  // namespace rayd::train
 
