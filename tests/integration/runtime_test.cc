@@ -96,6 +96,11 @@ int BlockUntilFile(std::string release_path, int value) {
 
 std::string WorkerNodeId() { return rayd::GetNodeId(); }
 
+// Reads a key of the cluster's key-value store from a worker.
+std::string KvRead(std::string ns, std::string key) {
+  return rayd::KvGet(ns, key).value_or("<missing>");
+}
+
 // Runs in a worker: returns kRetriedMarker at once if `path` exists (an earlier attempt wrote
 // it); otherwise writes this process's pid to `path` (atomically) and blocks, for the test to
 // SIGKILL it.
@@ -114,7 +119,7 @@ int PidThenBlock(std::string path) {
 // Never registered: calling it must fail at Remote().
 int NotRegistered(int x) { return x; }
 
-RAYD_REMOTE(Plus, Mirror, SumOfRef, Fail, BlockUntilFile, WorkerNodeId, PidThenBlock);
+RAYD_REMOTE(Plus, Mirror, SumOfRef, Fail, BlockUntilFile, WorkerNodeId, KvRead, PidThenBlock);
 
 // ---- Actors -----------------------------------------------------------------------------------
 
@@ -493,6 +498,22 @@ TEST_CASE("embedded: the driver's GetNodeId is the id of its node", "[integratio
       GetPastStartupRace<std::string>([] { return rayd::Task(WorkerNodeId).Remote(); }, 60000);
   CHECK(worker_node.size() == 32);
   CHECK(rayd::GetNodeId() == worker_node);
+}
+
+// The key-value store is the cluster's: what the driver puts, a worker reads.
+TEST_CASE("embedded: KvPut KvGet and KvDel reach the head's key-value store", "[integration]") {
+  EmbeddedRayd rt;
+  CHECK(rayd::KvPut("ns", "a/1", "one"));
+  CHECK_FALSE(rayd::KvPut("ns", "a/1", "uno", /*overwrite=*/false));
+  CHECK(*rayd::KvGet("ns", "a/1") == "one");
+  CHECK_FALSE(rayd::KvPut("ns", "a/1", std::string("u\0no", 4)));  // binary values too
+  CHECK(*rayd::KvGet("ns", "a/1") == std::string("u\0no", 4));
+  CHECK(rayd::KvPut("ns", "a/2", "two"));
+  CHECK_FALSE(rayd::KvGet("other", "a/1").has_value());  // namespaces are apart
+  CHECK(GetPastStartupRace<std::string>([] { return rayd::Task(KvRead).Remote("ns", "a/2"); },
+                                        60000) == "two");
+  CHECK(rayd::KvDel("ns", "a/", /*by_prefix=*/true) == 2);
+  CHECK_FALSE(rayd::KvGet("ns", "a/2").has_value());
 }
 
 // ---- 2. Actors --------------------------------------------------------------------------------

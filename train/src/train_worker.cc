@@ -150,14 +150,16 @@ Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files) 
 
 std::string TrainWorker::NodeId() { return rayd::GetNodeId(); }
 
-std::string TrainWorker::Host(int collective_timeout_s) {
+std::string TrainWorker::Host(int collective_timeout_s, std::string rendezvous_key) {
   Result<std::unique_ptr<Rendezvous>> hosted =
       Rendezvous::Host(NodeAddress(), 0, std::chrono::seconds(collective_timeout_s));
   if (!hosted.ok()) {
     throw RaydError("rank 0 cannot host the rendezvous: " + hosted.status().message());
   }
   hosted_ = std::move(hosted).value();
-  return hosted_->host() + ":" + std::to_string(hosted_->port());
+  std::string address = hosted_->host() + ":" + std::to_string(hosted_->port());
+  rayd::KvPut(kRendezvousNamespace, rendezvous_key, address);
+  return address;
 }
 
 bool TrainWorker::Run(RunSpec spec) {
@@ -189,8 +191,16 @@ bool TrainWorker::Run(RunSpec spec) {
     if (!hosted_) throw RaydError("rank 0 was not asked to host the rendezvous");
     rendezvous = std::move(hosted_);
   } else {
-    Result<std::unique_ptr<Rendezvous>> joined =
-        Rendezvous::Join(spec.store_host, static_cast<uint16_t>(spec.store_port), timeout);
+    // Rank 0 published its store before the driver started any Run.
+    std::optional<std::string> address = rayd::KvGet(kRendezvousNamespace, spec.rendezvous_key);
+    size_t colon = address ? address->rfind(':') : std::string::npos;
+    if (colon == std::string::npos) {
+      throw RaydError("no rendezvous address under " + spec.rendezvous_key +
+                      " in the cluster's key-value store");
+    }
+    Result<std::unique_ptr<Rendezvous>> joined = Rendezvous::Join(
+        address->substr(0, colon), static_cast<uint16_t>(std::stoi(address->substr(colon + 1))),
+        timeout);
     if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
     rendezvous = std::move(joined).value();
   }

@@ -19,6 +19,9 @@
 
 namespace rayd::train::internal {
 
+// The key-value namespace of rendezvous addresses (keys "<placement group id>/rendezvous").
+inline constexpr char kRendezvousNamespace[] = "rayd.train";
+
 // A checkpoint directory in transit: relative path -> file contents.
 using CheckpointFiles = std::map<std::string, std::string>;
 
@@ -34,8 +37,9 @@ struct ReportMessage {
 struct RunSpec {
   std::string loop;
   std::string config_json;
-  std::string store_host;  // rank 0's c10d store
-  int store_port = 0;
+  // Where rank 0 published its c10d store's "host:port" in the cluster's key-value store
+  // (namespace kRendezvousNamespace).
+  std::string rendezvous_key;
   int world_rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -45,7 +49,7 @@ struct RunSpec {
   int collective_timeout_s = 60;
   bool has_checkpoint = false;
   CheckpointFiles checkpoint;
-  MSGPACK_DEFINE(loop, config_json, store_host, store_port, world_rank, world_size, local_rank,
+  MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, has_checkpoint,
                  checkpoint);
 };
@@ -57,7 +61,9 @@ class TrainWorker {
   // This worker's node, for local and node ranks.
   std::string NodeId();
   // Rank 0 only: serves the c10d store on this node's address; returns "host:port".
-  std::string Host(int collective_timeout_s);
+  // Also publishes it under `rendezvous_key` in the cluster's key-value store, where the other
+  // ranks look it up.
+  std::string Host(int collective_timeout_s, std::string rendezvous_key);
   // Forms the group, runs the loop, returns true when it returned. Throws what the loop threw
   // (the driver sees a RemoteError).
   bool Run(RunSpec spec);

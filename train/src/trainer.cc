@@ -55,11 +55,17 @@ class Gang {
     } catch (const RaydError&) {
       // Already removed.
     }
+    try {
+      rayd::KvDel(internal::kRendezvousNamespace, rendezvous_key());
+    } catch (const RaydError&) {
+      // The head is gone: nothing to clean.
+    }
   }
   Gang(const Gang&) = delete;
   Gang& operator=(const Gang&) = delete;
 
   const rayd::PlacementGroup& group() const { return group_; }
+  std::string rendezvous_key() const { return group_.GetID() + "/rendezvous"; }
   std::vector<ActorHandle<TrainWorker>>& actors() { return actors_; }
 
  private:
@@ -125,10 +131,10 @@ Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
 }
 
 // Creates a rank actor per bundle of the reserved group, waits until each runs and asks rank 0
-// to host the rendezvous. Fills `nodes` (per rank) and `host` ("host:port").
+// to host the rendezvous and publish it under the gang's key. Fills `nodes` (per rank).
 std::optional<Attempt> StartRanks(Gang& gang, const ScalingConfig& scaling,
                                   const std::map<std::string, double>& bundle,
-                                  std::vector<std::string>* nodes, std::string* host) {
+                                  std::vector<std::string>* nodes) {
   auto& actors = gang.actors();
   try {
     for (int rank = 0; rank < scaling.num_workers; ++rank) {
@@ -141,8 +147,10 @@ std::optional<Attempt> StartRanks(Gang& gang, const ScalingConfig& scaling,
     for (auto& actor : actors) {
       nodes->push_back(*rayd::Get(actor.Task(&TrainWorker::NodeId).Remote(), kStartTimeoutMs));
     }
-    *host = *rayd::Get(actors[0].Task(&TrainWorker::Host).Remote(scaling.collective_timeout_s),
-                       kStartTimeoutMs);
+    rayd::Get(actors[0]
+                  .Task(&TrainWorker::Host)
+                  .Remote(scaling.collective_timeout_s, gang.rendezvous_key()),
+              kStartTimeoutMs);
   } catch (const RaydError& e) {
     return Attempt{Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()};
   }
@@ -236,15 +244,12 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
   }
 
   std::vector<std::string> nodes;
-  std::string host;
-  if (auto failed = StartRanks(gang, scaling, bundle, &nodes, &host)) return *failed;
+  if (auto failed = StartRanks(gang, scaling, bundle, &nodes)) return *failed;
 
   internal::RunSpec common;
   common.loop = loop;
   common.config_json = config.dump();
-  size_t colon = host.rfind(':');
-  common.store_host = host.substr(0, colon);
-  common.store_port = std::stoi(host.substr(colon + 1));
+  common.rendezvous_key = gang.rendezvous_key();
   common.run_name = run_name;
   common.collective_timeout_s = scaling.collective_timeout_s;
   if (std::optional<std::string> resume_from = store.Latest()) {

@@ -35,6 +35,7 @@
 //   rayd/api/actor.h       Actor(factory) -> ActorCreator, ActorHandle<T>, GetActor<T>
 //   rayd/api/placement_group.h  CreatePlacementGroup, PlacementGroup, RemovePlacementGroup
 //   rayd/api/remote.h      RAYD_REMOTE
+//   rayd/api/kv.h          KvPut, KvGet, KvDel (the cluster's key-value store)
 
 #include <map>
 #include <string>
@@ -43,6 +44,7 @@
 #include "rayd/api/actor.h"
 #include "rayd/api/config.h"
 #include "rayd/api/errors.h"
+#include "rayd/api/kv.h"
 #include "rayd/api/object_ref.h"
 #include "rayd/api/objects.h"
 #include "rayd/api/placement_group.h"

@@ -849,4 +849,57 @@ std::vector<int> CoreWorker::GetGpuIds() {
 
 std::string CoreWorker::GetNodeId() { return node_id_; }
 
+Result<bool> CoreWorker::KvPut(const std::string& ns, const std::string& key,
+                               const std::string& value, bool overwrite) {
+  auto added = std::make_shared<bool>(false);
+  auto fill = [ns, key, value, overwrite](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::KvPutRequest>();
+    r.setNamespace(ns);
+    r.setKey(key);
+    r.setValue(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()),
+                                   value.size()));
+    r.setOverwrite(overwrite);
+  };
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_PUT, fill, kGcsCallTimeout,
+                               [added](capnp::AnyPointer::Reader r) {
+                                 *added = r.getAs<proto::KvPutReply>().getAdded();
+                               }));
+  return *added;
+}
+
+Result<std::optional<std::string>> CoreWorker::KvGet(const std::string& ns,
+                                                     const std::string& key) {
+  auto value = std::make_shared<std::optional<std::string>>();
+  auto fill = [ns, key](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::KvGetRequest>();
+    r.setNamespace(ns);
+    r.setKey(key);
+  };
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_GET, fill, kGcsCallTimeout,
+                               [value](capnp::AnyPointer::Reader r) {
+                                 auto reply = r.getAs<proto::KvGetReply>();
+                                 if (!reply.getFound()) return;
+                                 auto data = reply.getValue();
+                                 *value = std::string(
+                                     reinterpret_cast<const char*>(data.begin()), data.size());
+                               }));
+  return std::move(*value);
+}
+
+Result<int> CoreWorker::KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
+  auto deleted = std::make_shared<int>(0);
+  auto fill = [ns, key, by_prefix](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::KvDelRequest>();
+    r.setNamespace(ns);
+    r.setKey(key);
+    r.setByPrefix(by_prefix);
+  };
+  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_DEL, fill, kGcsCallTimeout,
+                               [deleted](capnp::AnyPointer::Reader r) {
+                                 *deleted = static_cast<int>(
+                                     r.getAs<proto::KvDelReply>().getDeleted());
+                               }));
+  return *deleted;
+}
+
 }  // namespace rayd::core

@@ -85,6 +85,10 @@ class CoreWorker : public internal::Runtime {
   Result<std::vector<internal::PlacementGroupInfo>> GetAllPlacementGroups() override;
   std::vector<int> GetGpuIds() override;
   std::string GetNodeId() override;
+  Result<bool> KvPut(const std::string& ns, const std::string& key, const std::string& value,
+                     bool overwrite) override;
+  Result<std::optional<std::string>> KvGet(const std::string& ns, const std::string& key) override;
+  Result<int> KvDel(const std::string& ns, const std::string& key, bool by_prefix) override;
 
  private:
   explicit CoreWorker(CoreWorkerOptions options);

@@ -253,6 +253,23 @@ class Runtime {
     return Status::Unimplemented("placement groups are not supported by this runtime");
   }
 
+  // The GCS's key-value store (durable with Redis). KvPut returns whether the key was new;
+  // without `overwrite` an existing value is kept.
+  virtual Result<bool> KvPut(const std::string& ns, const std::string& key,
+                             const std::string& value, bool overwrite) {
+    (void)ns, (void)key, (void)value, (void)overwrite;
+    return Status::Unimplemented("the key-value store is not supported by this runtime");
+  }
+  virtual Result<std::optional<std::string>> KvGet(const std::string& ns, const std::string& key) {
+    (void)ns, (void)key;
+    return Status::Unimplemented("the key-value store is not supported by this runtime");
+  }
+  // Deletes `key` (or, with by_prefix, every key starting with it); returns how many went.
+  virtual Result<int> KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
+    (void)ns, (void)key, (void)by_prefix;
+    return Status::Unimplemented("the key-value store is not supported by this runtime");
+  }
+
   // GPU ids assigned to this worker (empty on the driver unless it reserved some).
   virtual std::vector<int> GetGpuIds() = 0;
   virtual std::string GetNodeId() = 0;

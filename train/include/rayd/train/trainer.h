@@ -20,7 +20,9 @@
 //   naming the group, and no rank actor was created.
 // - One TrainWorker actor per bundle (max concurrency 2: the blocking Run beside Poll). Rank 0
 //   hosts the c10d store on its node's address (RAYD_NODE_IP, which node daemons give their
-//   workers; loopback when unset) and the driver passes host:port to the others' Run.
+//   workers; loopback when unset) and publishes its host:port in the cluster's key-value store
+//   (namespace "rayd.train", key "<placement group id>/rendezvous", deleted with the group),
+//   where the other ranks look it up.
 // - The driver polls rank 0 for its reports. A report's checkpoint directory is read on rank 0
 //   and its files travel as bytes through the actor call (no shared filesystem), so the driver
 //   writes them to storage_path/name/checkpoint_NNNNNN/, appends the metrics to
