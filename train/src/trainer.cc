@@ -37,6 +37,10 @@ struct Attempt {
 // What Collect found.
 enum class Polled { kOk, kGone, kStopped };
 
+}  // namespace
+
+namespace internal {
+
 // The attempt's placement group and rank actors; tears both down when destroyed (killing the
 // actors first, so none is left running in a removed bundle).
 class Gang {
@@ -67,11 +71,28 @@ class Gang {
   const rayd::PlacementGroup& group() const { return group_; }
   std::string rendezvous_key() const { return group_.GetID() + "/rendezvous"; }
   std::vector<ActorHandle<TrainWorker>>& actors() { return actors_; }
+  std::vector<std::string>& nodes() { return nodes_; }  // each rank's node
 
  private:
   rayd::PlacementGroup group_;
   std::vector<ActorHandle<TrainWorker>> actors_;
+  std::vector<std::string> nodes_;
 };
+
+}  // namespace internal
+
+namespace {
+
+using internal::Gang;
+
+// What a gang was made for: only a run asking for the same may reuse it.
+std::string ShapeOf(const ScalingConfig& scaling) {
+  nlohmann::json shape = {{"workers", scaling.num_workers},
+                          {"bundle", WorkerBundle(scaling)},
+                          {"strategy", static_cast<int>(scaling.placement_strategy)},
+                          {"local", scaling.local_mode}};
+  return shape.dump();
+}
 
 // num_workers = -1: as many ranks as the cluster's GPUs hold bundles.
 int ResolveNumWorkers(const ScalingConfig& scaling) {
@@ -130,11 +151,10 @@ Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
   }
 }
 
-// Creates a rank actor per bundle of the reserved group, waits until each runs and asks rank 0
-// to host the rendezvous and publish it under the gang's key. Fills `nodes` (per rank).
+// Creates a rank actor per bundle of the reserved group and waits until each runs; fills the
+// gang's nodes.
 std::optional<Attempt> StartRanks(Gang& gang, const ScalingConfig& scaling,
-                                  const std::map<std::string, double>& bundle,
-                                  std::vector<std::string>* nodes) {
+                                  const std::map<std::string, double>& bundle) {
   auto& actors = gang.actors();
   try {
     for (int rank = 0; rank < scaling.num_workers; ++rank) {
@@ -145,16 +165,46 @@ std::optional<Attempt> StartRanks(Gang& gang, const ScalingConfig& scaling,
                            .Remote(rank));
     }
     for (auto& actor : actors) {
-      nodes->push_back(*rayd::Get(actor.Task(&TrainWorker::NodeId).Remote(), kStartTimeoutMs));
+      gang.nodes().push_back(
+          *rayd::Get(actor.Task(&TrainWorker::NodeId).Remote(), kStartTimeoutMs));
     }
-    rayd::Get(actors[0]
-                  .Task(&TrainWorker::Host)
-                  .Remote(scaling.collective_timeout_s, gang.rendezvous_key()),
-              kStartTimeoutMs);
   } catch (const RaydError& e) {
     return Attempt{Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()};
   }
   return std::nullopt;
+}
+
+// Reserves a new gang (its group, then its rank actors); fails naming the group when the cluster
+// cannot hold it.
+Result<std::unique_ptr<Gang>> NewGang(const ScalingConfig& scaling, Attempt* failed) {
+  std::map<std::string, double> bundle = WorkerBundle(scaling);
+  std::string what =
+      "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
+  rayd::PlacementGroupCreationOptions group{
+      .bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
+      .strategy = scaling.placement_strategy};
+  if (scaling.local_mode) {
+    group.bundle_label_selector.assign(group.bundles.size(),
+                                       {{rayd::kNodeIdLabel, rayd::GetNodeId()}});
+    what += " on the driver's node";
+  }
+  auto gang = std::make_unique<Gang>(rayd::CreatePlacementGroup(group));
+  try {
+    if (!gang->group().Wait(scaling.placement_timeout_s)) {
+      *failed = {Attempt::End::kNoGroup, what + " could not be reserved within " +
+                                             std::to_string(scaling.placement_timeout_s) +
+                                             " s (the cluster lacks the resources)"};
+      return Status::ResourceExhausted(failed->error);
+    }
+  } catch (const RaydError& e) {
+    *failed = {Attempt::End::kNoGroup, what + " is infeasible: " + e.what()};
+    return Status::ResourceExhausted(failed->error);
+  }
+  if (auto started = StartRanks(*gang, scaling, bundle)) {
+    *failed = *started;
+    return Status::Unavailable(failed->error);
+  }
+  return gang;
 }
 
 // Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
@@ -216,40 +266,34 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
   return {};
 }
 
-// One attempt: reserve the gang, start its ranks from the latest checkpoint, supervise them.
-// The gang is torn down on every way out.
+// One attempt: reserve the gang (or take the caller's idle one of the same shape), start its
+// ranks from the latest checkpoint, supervise them. The gang is torn down on every way out,
+// except that a gang whose ranks all finished goes back to the caller's pool.
 Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
                    const ScalingConfig& scaling, const std::string& run_name,
                    CheckpointStore& store, const FitOptions& options) {
-  std::map<std::string, double> bundle = WorkerBundle(scaling);
-  std::string what =
-      "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
-  rayd::PlacementGroupCreationOptions group{
-      .bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
-      .strategy = scaling.placement_strategy};
-  if (scaling.local_mode) {
-    group.bundle_label_selector.assign(group.bundles.size(),
-                                       {{rayd::kNodeIdLabel, rayd::GetNodeId()}});
-    what += " on the driver's node";
+  const std::string shape = ShapeOf(scaling);
+  std::unique_ptr<Gang> gang = options.reuse ? options.reuse->Take(shape) : nullptr;
+  if (!gang) {
+    Attempt failed;
+    Result<std::unique_ptr<Gang>> made = NewGang(scaling, &failed);
+    if (!made.ok()) return failed;
+    gang = std::move(made).value();
   }
-  Gang gang(rayd::CreatePlacementGroup(group));
   try {
-    if (!gang.group().Wait(scaling.placement_timeout_s)) {
-      return {Attempt::End::kNoGroup, what + " could not be reserved within " +
-                                          std::to_string(scaling.placement_timeout_s) +
-                                          " s (the cluster lacks the resources)"};
-    }
+    // A new rendezvous per attempt, published under the gang's key.
+    rayd::Get(gang->actors()[0]
+                  .Task(&TrainWorker::Host)
+                  .Remote(scaling.collective_timeout_s, gang->rendezvous_key()),
+              kStartTimeoutMs);
   } catch (const RaydError& e) {
-    return {Attempt::End::kNoGroup, what + " is infeasible: " + e.what()};
+    return {Attempt::End::kFailed, std::string("hosting the rendezvous: ") + e.what()};
   }
-
-  std::vector<std::string> nodes;
-  if (auto failed = StartRanks(gang, scaling, bundle, &nodes)) return *failed;
 
   internal::RunSpec common;
   common.loop = loop;
   common.config_json = config.dump();
-  common.rendezvous_key = gang.rendezvous_key();
+  common.rendezvous_key = gang->rendezvous_key();
   common.run_name = run_name;
   common.collective_timeout_s = scaling.collective_timeout_s;
   if (std::optional<std::string> resume_from = store.Latest()) {
@@ -260,13 +304,43 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
   }
   std::vector<ObjectRef<bool>> runs;
   store.StartAttempt();
-  for (internal::RunSpec& spec : RunSpecs(common, nodes)) {
-    runs.push_back(gang.actors()[spec.world_rank].Task(&TrainWorker::Run).Remote(std::move(spec)));
+  for (internal::RunSpec& spec : RunSpecs(common, gang->nodes())) {
+    runs.push_back(
+        gang->actors()[spec.world_rank].Task(&TrainWorker::Run).Remote(std::move(spec)));
   }
-  return Supervise(gang.actors()[0], runs, store, options);
+  Attempt attempt = Supervise(gang->actors()[0], runs, store, options);
+  // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
+  if (attempt.end == Attempt::End::kFinished && options.reuse) {
+    options.reuse->Put(shape, std::move(gang));
+  }
+  return attempt;
 }
 
 }  // namespace
+
+class GangPool::Idle {
+ public:
+  std::string shape;
+  std::unique_ptr<internal::Gang> gang;
+};
+
+GangPool::GangPool() = default;
+GangPool::~GangPool() = default;
+
+std::unique_ptr<internal::Gang> GangPool::Take(const std::string& shape) {
+  std::lock_guard lock(mu_);
+  if (!idle_ || idle_->shape != shape) return nullptr;
+  std::unique_ptr<internal::Gang> gang = std::move(idle_->gang);
+  idle_.reset();
+  return gang;
+}
+
+void GangPool::Put(const std::string& shape, std::unique_ptr<internal::Gang> gang) {
+  std::unique_ptr<Idle> replaced;  // torn down outside the lock
+  std::lock_guard lock(mu_);
+  replaced = std::move(idle_);
+  idle_ = std::make_unique<Idle>(Idle{shape, std::move(gang)});
+}
 
 std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling) {
   std::map<std::string, double> bundle = scaling.resources_per_worker;

@@ -57,6 +57,7 @@ struct Running {
   std::string cloned;          // kExploit: the donor's checkpoint, copied into this trial
   nlohmann::json new_config;   // kExploit
   Clock::time_point started;
+  std::shared_ptr<train::GangPool> pool;  // this slot's idle gang, reused trial after trial
 };
 
 std::string Hex5(uint64_t x) {
@@ -135,6 +136,9 @@ class Controller {
     auto last_table = Clock::now() - std::chrono::hours(1);
     while (true) {
       if (!g_stop_requested) LaunchWhatFits();
+      // Gangs no new trial took: give their resources back, so trials still waiting for their
+      // placement group (more slots than the cluster holds) get them.
+      free_pools_.clear();
       if (running_.empty()) {
         if (g_stop_requested || !FinishStrandedPauses()) break;
         continue;
@@ -225,6 +229,10 @@ class Controller {
     train::Trainer trainer(trainable_.train_loop, t.config, trainable_.scaling, run);
     train::FitOptions options;
     options.write_params = false;
+    if (free_pools_.empty()) free_pools_.push_back(std::make_shared<train::GangPool>());
+    r.pool = std::move(free_pools_.back());
+    free_pools_.pop_back();
+    options.reuse = r.pool;
     options.result_fields = {{"trial_id", t.id}, {"config", t.config}};
     options.on_report = [this, index](const train::ReportedResult& result) {
       std::promise<bool> verdict;
@@ -315,6 +323,7 @@ class Controller {
   void OnDone(size_t index, const train::TrainResult& ended) {
     Running& r = running_.at(index);
     r.thread.join();
+    free_pools_.push_back(std::move(r.pool));
     Pending pending = r.pending;
     std::string cloned = r.cloned;
     nlohmann::json new_config = r.new_config;
@@ -408,8 +417,10 @@ class Controller {
   std::vector<Trial> trials_;
   std::vector<internal::TrialFiles> files_;
   std::map<size_t, Running> running_;
-  std::map<size_t, std::string> result_checkpoint_;
-  std::set<size_t> resume_when_paused_;  // promoted while their pausing run was still ending  // the checkpoint of each trial's last result
+  std::map<size_t, std::string> result_checkpoint_;  // the checkpoint of each trial's last result
+  std::set<size_t> resume_when_paused_;  // promoted while their pausing run was still ending
+  // One per slot: the gang a finished trial leaves for the next (Ray Tune's reuse_actors).
+  std::vector<std::shared_ptr<train::GangPool>> free_pools_;
   int max_concurrent_ = 1;
   Clock::time_point started_;
 

@@ -42,6 +42,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -97,6 +99,32 @@ struct ReportedResult {
   std::optional<std::string> checkpoint;  // the persisted checkpoint directory, if it had one
 };
 
+namespace internal {
+class Gang;
+}  // namespace internal
+
+// Keeps the gang (placement group and rank actors) of a run that finished, for the next Fit of
+// the same shape (workers, bundle, strategy, local_mode) to reuse: no new group, no new worker
+// processes, only a new rendezvous (Ray Tune's reuse_actors). Holds one idle gang; destroying
+// the pool tears it down. Gangs of runs that failed or were stopped are never kept. A train loop
+// that runs on a reused rank must not rely on process state from an earlier run.
+class GangPool {
+ public:
+  GangPool();
+  ~GangPool();
+  GangPool(const GangPool&) = delete;
+  GangPool& operator=(const GangPool&) = delete;
+
+  // Used by Fit.
+  std::unique_ptr<internal::Gang> Take(const std::string& shape);
+  void Put(const std::string& shape, std::unique_ptr<internal::Gang> gang);
+
+ private:
+  class Idle;
+  std::mutex mu_;
+  std::unique_ptr<Idle> idle_;  // guarded by mu_
+};
+
 // Hooks for a caller that drives many runs (the Tuner).
 struct FitOptions {
   // Called on Fit's thread after each report is persisted; returning false stops the run at
@@ -107,6 +135,8 @@ struct FitOptions {
   // Whether Fit writes params.json in the run directory: the config, num_workers and, when
   // the config has batch_size (per worker), effective_batch_size = batch_size * num_workers.
   bool write_params = true;
+  // Reuse a finished run's gang from here, and leave this run's there when it finishes.
+  std::shared_ptr<GangPool> reuse;
 };
 
 // What Fit ended with.
