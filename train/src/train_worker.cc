@@ -102,6 +102,8 @@ PreparedModel& PrepareModel(torch::nn::Module& module) {
 void Report(const std::map<std::string, double>& metrics,
             const std::optional<std::string>& checkpoint_dir) {
   Session& session = RequireSession("Report");
+  // The driver stopped this run and wants the rank back: leave the loop here.
+  if (session.worker->stop_requested()) throw internal::StopRequested{};
   if (session.context.world_rank != 0) return;
   internal::ReportMessage report;
   report.metrics = metrics;
@@ -164,9 +166,12 @@ std::string TrainWorker::Host(int collective_timeout_s, std::string rendezvous_k
 
 bool TrainWorker::Run(RunSpec spec) {
   {
+    // A reused rank starts clean: nothing left from an earlier run's reports or stop.
     std::lock_guard lock(mu_);
     finished_ = false;
+    reports_.clear();
   }
+  stop_requested_ = false;
   // However Run ends, a Poll waiting for reports returns at once: the driver need not wait out
   // its poll to learn that the loop is over.
   struct MarkFinished {
@@ -235,6 +240,9 @@ bool TrainWorker::Run(RunSpec spec) {
   current = &session;
   try {
     loop->second(config);
+  } catch (const StopRequested&) {
+    current = nullptr;
+    return false;
   } catch (...) {
     current = nullptr;
     throw;
@@ -242,6 +250,8 @@ bool TrainWorker::Run(RunSpec spec) {
   current = nullptr;
   return true;
 }
+
+void TrainWorker::RequestStop() { stop_requested_ = true; }
 
 std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
   std::unique_lock lock(mu_);
@@ -262,7 +272,7 @@ void TrainWorker::Enqueue(ReportMessage report) {
 }
 
 RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host, &TrainWorker::Run,
-            &TrainWorker::Poll);
+            &TrainWorker::Poll, &TrainWorker::RequestStop);
 
 }  // namespace internal
 }  // namespace rayd::train

@@ -9,6 +9,7 @@
 #include <rayd/api.h>
 #include <rayd/train/process_group.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -54,6 +55,9 @@ struct RunSpec {
                  checkpoint);
 };
 
+// Thrown by Report out of a loop whose run was stopped; Run catches it.
+struct StopRequested {};
+
 class TrainWorker {
  public:
   static TrainWorker* FactoryCreate(int rank) { return new TrainWorker(rank); }
@@ -64,9 +68,13 @@ class TrainWorker {
   // Also publishes it under `rendezvous_key` in the cluster's key-value store, where the other
   // ranks look it up.
   std::string Host(int collective_timeout_s, std::string rendezvous_key);
-  // Forms the group, runs the loop, returns true when it returned. Throws what the loop threw
-  // (the driver sees a RemoteError).
+  // Forms the group, runs the loop, returns true when it returned, false when it left at a
+  // Report after RequestStop. Throws what the loop threw (the driver sees a RemoteError).
   bool Run(RunSpec spec);
+  // Makes the loop's next Report leave the loop (a single-rank run the driver stopped, so the
+  // rank can serve the next run). Called on the actor's second thread while Run runs.
+  void RequestStop();
+  bool stop_requested() const { return stop_requested_; }
   // Rank 0's reports since the last call, waiting up to `wait_ms` for the first one.
   std::vector<ReportMessage> Poll(int wait_ms);
 
@@ -78,6 +86,7 @@ class TrainWorker {
 
   int rank_;
   std::unique_ptr<Rendezvous> hosted_;  // rank 0, between Host and Run
+  std::atomic<bool> stop_requested_{false};
 
   std::mutex mu_;
   std::condition_variable reported_;

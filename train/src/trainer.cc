@@ -27,11 +27,13 @@ constexpr int kStartTimeoutMs = 60'000;  // a rank actor starts (a worker proces
 constexpr int kPollWaitMs = 200;         // how long one Poll waits on rank 0 for a report
 constexpr int kPollTimeoutMs = 30'000;   // a Poll call is answered (rank 0 is not wedged)
 constexpr int kDrainTimeoutMs = 5'000;   // rank 0 hands over its last reports after a failure
+constexpr int kStopTimeoutMs = 5'000;    // a stopped single-rank loop reaches its next Report
 
 // How an attempt ended.
 struct Attempt {
   enum class End { kFinished, kFailed, kNoGroup, kStopped } end = End::kFinished;
   std::string error;
+  bool idle = false;  // every rank's Run returned: the gang may serve another run
 };
 
 // What Collect found.
@@ -231,6 +233,21 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
   return specs;
 }
 
+// A stopped run of one rank leaves its loop at its next Report, so its gang can be reused;
+// returns whether it did in time. Runs of several ranks are not asked (the others would wait in
+// a collective for rank 0 until their timeout): their gang is torn down.
+bool StopOneRank(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs) {
+  if (runs.size() != 1) return false;
+  try {
+    rayd::Get(rank0.Task(&TrainWorker::RequestStop).Remote(), kStopTimeoutMs);
+    if (!rayd::Wait(runs, 1, kStopTimeoutMs).unready.empty()) return false;
+    rayd::Get(runs[0]);
+    return true;
+  } catch (const RaydError&) {
+    return false;
+  }
+}
+
 // Persists rank 0's reports until every Run has returned, or one failed, or the caller stopped
 // the run.
 Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs,
@@ -239,7 +256,7 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
   auto collect = [&](int wait_ms, int timeout_ms) -> std::optional<Attempt> {
     switch (Collect(rank0, wait_ms, timeout_ms, store, options, &error)) {
       case Polled::kOk: return std::nullopt;
-      case Polled::kStopped: return Attempt{Attempt::End::kStopped, ""};
+      case Polled::kStopped: return Attempt{Attempt::End::kStopped, "", StopOneRank(rank0, runs)};
       case Polled::kGone: break;
     }
     return Attempt{Attempt::End::kFailed, error};
@@ -310,7 +327,7 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
   }
   Attempt attempt = Supervise(gang->actors()[0], runs, store, options);
   // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
-  if (attempt.end == Attempt::End::kFinished && options.reuse) {
+  if ((attempt.end == Attempt::End::kFinished || attempt.idle) && options.reuse) {
     options.reuse->Put(shape, std::move(gang));
   }
   return attempt;

@@ -183,6 +183,8 @@ struct TrainContext {
 const TrainContext& GetContext();
 // Records metrics (and a checkpoint directory, whose files are copied before this returns, so
 // the loop may delete it afterwards). Only rank 0's reports are kept; the others' are dropped.
+// When the driver stops a single-rank run (a scheduler's decision) to reuse the rank, Report
+// leaves the loop by throwing an internal type: let it pass (no catch (...) around Report).
 void Report(const std::map<std::string, double>& metrics,
             const std::optional<std::string>& checkpoint_dir = std::nullopt);
 // The directory of the checkpoint this attempt resumes from (on this node), if any.
