@@ -39,6 +39,8 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop_requested{false};
 
+constexpr auto kSaveInterval = std::chrono::milliseconds(500);
+
 // What a trial thread tells the controller.
 struct Event {
   enum class Kind { kResult, kDone } kind = Kind::kResult;
@@ -145,6 +147,7 @@ class Controller {
       }
       std::optional<Event> event = NextEvent(std::chrono::milliseconds(200));
       if (event) Handle(std::move(*event));
+      if (save_pending_) Save();
       if (g_stop_requested) InterruptAll();
       if (tune_.progress_interval_s > 0 &&
           Clock::now() - last_table >= std::chrono::duration<double>(tune_.progress_interval_s)) {
@@ -152,6 +155,7 @@ class Controller {
         last_table = Clock::now();
       }
     }
+    Save(/*now=*/true);
     if (tune_.progress_interval_s > 0) PrintTable();
     std::vector<TrialResult> results;
     for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
@@ -384,11 +388,22 @@ class Controller {
     }
   }
 
-  void Save() {
+  // Writes experiment_state.json, at most every kSaveInterval unless `now` (the file holds every
+  // trial, so writing it on every change would cost O(trials) per change); Run writes it last
+  // whatever happened. Between writes a crash loses only status changes: results and
+  // checkpoints are on disk already, and a resumed trial that had finished resumes from its last
+  // checkpoint and ends at once.
+  void Save(bool now = false) {
+    if (!now && Clock::now() - last_save_ < kSaveInterval) {
+      save_pending_ = true;
+      return;
+    }
     internal::ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode,
                                     trials_};
     Status saved = internal::SaveExperimentState(dir_, state);
     if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
+    last_save_ = Clock::now();
+    save_pending_ = false;
   }
 
   void PrintTable() {
@@ -423,6 +438,8 @@ class Controller {
   std::vector<std::shared_ptr<train::GangPool>> free_pools_;
   int max_concurrent_ = 1;
   Clock::time_point started_;
+  Clock::time_point last_save_;
+  bool save_pending_ = false;
 
   std::mutex mu_;
   std::condition_variable posted_;
