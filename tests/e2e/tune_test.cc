@@ -302,6 +302,53 @@ run:
   CHECK(some_restored);
 }
 
+TEST_CASE("a SIGKILLed driver's sweep resumes from the saved state and checkpoints",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("killed.yaml", R"(
+name: killed
+trainable: toy_objective
+param_space:
+  x: {grid_search: [1.0, 2.0, 3.0]}
+  iterations: 8
+  work_ms: 150
+tune: {metric: loss, mode: min, max_concurrent_trials: 2}
+run: {storage_path: STORAGE}
+)");
+  const std::string experiment = sandbox.results() + "/killed";
+  {
+    // The driver, its embedded cluster and its workers share one process group: all die.
+    ChildProcess sweep({RAYD_BINARY, "tune", file}, sandbox.Env());
+    REQUIRE(WaitFor(
+        [&] {
+          std::error_code ec;
+          for (const auto& entry : fs::directory_iterator(experiment, ec)) {
+            std::string results = entry.path().string() + "/result.json";
+            if (fs::exists(results) && ReadLines(results).size() >= 3) return true;
+          }
+          return false;
+        },
+        120s));
+    sweep.Signal(SIGKILL);
+    REQUIRE(sweep.WaitExit(30s));
+  }
+  std::string out;
+  int rc = sandbox.Run({"tune", file, "--resume"}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  json state = ReadJson(experiment + "/experiment_state.json");
+  REQUIRE(state["trials"].size() == 3);
+  for (const json& t : state["trials"]) {
+    CHECK(t["status"] == "TERMINATED");
+    std::vector<json> results = ReadLines(TrialDir(experiment, t) + "/result.json");
+    REQUIRE(!results.empty());
+    CHECK(results.back()["iteration"] == 8);
+    // No iteration ran twice: the resumed run went on from the last checkpoint.
+    std::set<int> seen;
+    for (const json& r : results) CHECK(seen.insert(r["iteration"].get<int>()).second);
+  }
+}
+
 TEST_CASE("A malformed tune.yaml is rejected naming the key and line before anything starts",
           "[tune][e2e]") {
   Sandbox sandbox;
