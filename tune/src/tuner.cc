@@ -408,15 +408,17 @@ class Controller {
 
   void PrintTable() {
     const int workers = std::max(trainable_.scaling.num_workers, 1);
+    const int running = static_cast<int>(running_.size());
     std::ostringstream resources;
-    int running = static_cast<int>(running_.size());
     resources << "Resources requested: ";
+    if (running == 0) resources << "none";
     bool first = true;
     for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
+      if (running == 0) break;
       resources << (first ? "" : ", ") << amount * workers * running << " " << name;
       first = false;
     }
-    resources << " (" << running << " trials x " << workers << " workers; at most "
+    resources << " (" << running << " trials x " << workers << " workers running; at most "
               << max_concurrent_ << " at once)";
     double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
     std::cout << internal::RenderTable(trials_, tune_.metric, scheduler_->Summary(),
