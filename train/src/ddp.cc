@@ -24,7 +24,10 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
     }
   }
   std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel(module, group));
-  RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero());
+  std::vector<torch::Tensor> everything = module.parameters();
+  for (const auto& buffer : module.buffers()) everything.push_back(buffer);
+  RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero(everything, "rank 0's parameters"));
+  if (options.broadcast_buffers) ddp->buffers_ = module.buffers();
   ddp->BuildBuckets(options.first_bucket_cap_bytes, options.bucket_cap_bytes);
   ddp->InstallHooks();
   return ddp;
@@ -45,13 +48,13 @@ DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
 
-Status DistributedDataParallel::BroadcastFromRankZero() {
-  // Every parameter and buffer, trainable or not, grouped by dtype so each group travels as
-  // one flat tensor. std::map keeps the dtype order the same on every rank.
+Status DistributedDataParallel::BroadcastFromRankZero(const std::vector<torch::Tensor>& all,
+                                                      const std::string& what) {
+  // Grouped by dtype so each group travels as one flat tensor. std::map keeps the dtype order
+  // the same on every rank.
   std::map<int, std::vector<torch::Tensor>> by_dtype;
-  for (const auto& t : module_.parameters())
-    by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
-  for (const auto& t : module_.buffers()) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+  for (const auto& t : all) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+  const std::string doing = "broadcasting " + what;
 
   torch::NoGradGuard no_grad;
   for (auto& [dtype, tensors] : by_dtype) {
@@ -62,9 +65,9 @@ Status DistributedDataParallel::BroadcastFromRankZero() {
       c10d::BroadcastOptions options;
       options.rootRank = 0;
       auto work = group_.c10d().broadcast(flat, options);
-      RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), "broadcasting rank 0's parameters"));
+      RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), doing));
     } catch (...) {
-      return StatusFromC10dException(std::current_exception(), "broadcasting rank 0's parameters");
+      return StatusFromC10dException(std::current_exception(), doing);
     }
     if (group_.rank() == 0) continue;
     int64_t offset = 0;
@@ -132,7 +135,7 @@ void DistributedDataParallel::InstallHooks() {
 }
 
 void DistributedDataParallel::OnGradientReady(size_t param) {
-  if (!error_.ok()) return;
+  if (!error_.ok() || !sync_) return;  // under NoSync: autograd accumulates into .grad alone
   if (slots_[param].ready) {
     error_ = Status::InvalidArgument(
         "a parameter received a second gradient before FinishBackward(): call "
@@ -179,6 +182,10 @@ void DistributedDataParallel::LaunchReadyBuckets() {
 }
 
 Status DistributedDataParallel::FinishBackward() {
+  if (!sync_) {
+    ResetStep();
+    return Status::Ok();
+  }
   // Parameters that got no gradient this step (unused in forward) contribute zeros, so every
   // rank still launches every bucket, in the same order.
   for (size_t i = 0; i < params_.size() && error_.ok(); ++i) {
@@ -198,6 +205,7 @@ Status DistributedDataParallel::FinishBackward() {
       torch::Tensor& grad = params_[i].mutable_grad();
       if (!grad.defined() || grad.data_ptr() != slots_[i].view.data_ptr()) grad = slots_[i].view;
     }
+    if (!buffers_.empty()) status = BroadcastFromRankZero(buffers_, "rank 0's buffers");
   }
   ResetStep();
   return status;

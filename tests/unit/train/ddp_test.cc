@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlp_fixture.h"
@@ -149,6 +150,85 @@ TEST_CASE("DDP keeps gradients in its buckets and accumulates into them", "[trai
     CHECK(status.code() == StatusCode::kInvalidArgument);
     CHECK(status.message().find("second gradient") != std::string::npos);
   }
+}
+
+TEST_CASE("under NoSync gradients accumulate without communication", "[train][ddp]") {
+  at::set_num_threads(1);
+  auto group = OneRankGroup();
+  const testing::MlpRun run;
+  const testing::Dataset data = testing::MakeDataset(run);
+  torch::nn::Sequential model = testing::MakeMlp(run.widths, run.model_seed);
+  torch::nn::Sequential reference = testing::MakeMlp(run.widths, run.model_seed);
+  auto created = DistributedDataParallel::Create(*model, *group);
+  REQUIRE(created.ok());
+  DistributedDataParallel& ddp = **created;
+  for (bool first_step_synced : {false, true}) {
+    INFO("first step synced before: " << first_step_synced);
+    model->zero_grad();
+    reference->zero_grad();
+    // Three micro-batches: two under NoSync, the last one synced.
+    for (int64_t step = 0; step < 3; ++step) {
+      const std::vector<int64_t> rows = testing::RankBatch(run, 1, 0, 0, step);
+      testing::Loss(reference, data, rows).backward();
+      if (step < 2) {
+        auto no_sync = ddp.NoSync();
+        testing::Loss(model, data, rows).backward();
+        CHECK(ddp.launched_bucket_count() == 0);
+        REQUIRE(ddp.FinishBackward().ok());
+      } else {
+        testing::Loss(model, data, rows).backward();
+        REQUIRE(ddp.FinishBackward().ok());
+      }
+    }
+    // A world of one averages nothing away: .grad holds the sum of the three micro-batches.
+    std::vector<torch::Tensor> ours = model->parameters();
+    std::vector<torch::Tensor> theirs = reference->parameters();
+    for (size_t i = 0; i < ours.size(); ++i) {
+      CHECK(torch::allclose(ours[i].grad(), theirs[i].grad(), 1e-6, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("buffers follow rank 0 after every synced step", "[train][ddp]") {
+  at::set_num_threads(1);
+  auto rendezvous = Rendezvous::Host("127.0.0.1", 0, 10s);
+  REQUIRE(rendezvous.ok());
+  const uint16_t port = (*rendezvous)->port();
+  // Two ranks as two threads of this process, each with a BatchNorm model fed different data,
+  // so their running statistics would drift apart without the broadcast.
+  std::vector<torch::Tensor> running_mean(2);
+  std::vector<Status> outcome(2, Status::Ok());
+  auto rank_main = [&](int rank, std::unique_ptr<Rendezvous> own) {
+    if (!own) {
+      auto joined = Rendezvous::Join("127.0.0.1", port, 10s);
+      if (!joined.ok()) return void(outcome[rank] = joined.status());
+      own = std::move(joined).value();
+    }
+    auto group =
+        ProcessGroup::Connect(std::move(own), {.rank = rank, .world_size = 2, .timeout = 10s});
+    if (!group.ok()) return void(outcome[rank] = group.status());
+    torch::manual_seed(rank);
+    torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                                torch::nn::Linear(8, 1));
+    auto ddp = DistributedDataParallel::Create(*model, **group);
+    if (!ddp.ok()) return void(outcome[rank] = ddp.status());
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor x = torch::randn({16, 4}) * (rank + 1) + rank * 3;
+      model->forward(x).sum().backward();
+      Status finished = (*ddp)->FinishBackward();
+      if (!finished.ok()) return void(outcome[rank] = finished);
+    }
+    running_mean[rank] = model->named_buffers()["1.running_mean"].clone();
+  };
+  std::thread rank1(rank_main, 1, nullptr);
+  rank_main(0, std::move(rendezvous).value());
+  rank1.join();
+  INFO(outcome[0].ToString() << " / " << outcome[1].ToString());
+  REQUIRE(outcome[0].ok());
+  REQUIRE(outcome[1].ok());
+  REQUIRE(running_mean[0].defined());
+  CHECK(torch::equal(running_mean[0], running_mean[1]));
+  CHECK(running_mean[0].abs().sum().item<double>() > 0);  // the statistics did move
 }
 
 TEST_CASE("two DDP ranks stay identical and match single-process training", "[train][ddp]") {

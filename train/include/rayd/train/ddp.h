@@ -27,6 +27,10 @@
 //   Module::zero_grad() without set_to_none) to keep it so; a .grad replaced by another tensor
 //   is copied into the bucket and replaced by the view again.
 //
+// - With broadcast_buffers (the default), each synced FinishBackward ends by copying rank 0's
+//   buffers to every rank, as torch DDP does before each forward. NoSync() accumulates
+//   gradients over several backward passes without communicating (torch DDP's no_sync).
+//
 // Invariants, between FinishBackward calls: buckets [0, next_bucket_) have been launched;
 // a bucket's `pending` counts its parameters whose gradient has not arrived; a parameter's
 // gradient arrives at most once (a second backward before FinishBackward is an error, since
@@ -45,6 +49,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace rayd::train {
@@ -56,6 +61,11 @@ struct DistributedDataParallelOptions {
   // The first bucket (the last layers' gradients, ready first) is kept smaller, as torch DDP
   // does, so the first all-reduce starts while most of backward is still to run.
   int64_t first_bucket_cap_bytes = 1024 * 1024;
+  // torch DDP's broadcast_buffers: after each step's gradients are averaged, rank 0's buffers
+  // (BatchNorm running statistics, ...) are copied to every rank, so every rank runs the next
+  // forward with the same buffers. One broadcast per buffer dtype; nothing for a module
+  // without buffers.
+  bool broadcast_buffers = true;
 };
 
 class DistributedDataParallel {
@@ -75,6 +85,26 @@ class DistributedDataParallel {
   // broke (it died); after any error the group is no longer usable and the caller should tear
   // it down.
   Status FinishBackward();
+
+  // Gradient accumulation without communication (torch DDP's no_sync): while the returned guard
+  // lives, backward passes only accumulate into .grad and FinishBackward communicates nothing
+  // (and broadcasts no buffers); the first FinishBackward after it averages what accumulated.
+  // Every rank must use it for the same steps.
+  class [[nodiscard]] NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(&ddp) { ddp_->sync_ = false; }
+    ~NoSyncGuard() {
+      if (ddp_ != nullptr) ddp_->sync_ = true;
+    }
+    NoSyncGuard(NoSyncGuard&& other) noexcept : ddp_(std::exchange(other.ddp_, nullptr)) {}
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+  };
+  NoSyncGuard NoSync() { return NoSyncGuard(*this); }
 
   torch::nn::Module& module() { return module_; }
   size_t bucket_count() const { return buckets_.size(); }
@@ -98,7 +128,9 @@ class DistributedDataParallel {
 
   DistributedDataParallel(torch::nn::Module& module, ProcessGroup& group);
 
-  Status BroadcastFromRankZero();
+  // Copies rank 0's values of `tensors` to every rank (grouped by dtype, one flat broadcast
+  // per dtype, in the same order on every rank).
+  Status BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what);
   void BuildBuckets(int64_t first_bucket_cap_bytes, int64_t bucket_cap_bytes);
   void InstallHooks();
   // Hook body: parameter `param` has its gradient for this step.
@@ -110,6 +142,8 @@ class DistributedDataParallel {
   torch::nn::Module& module_;
   ProcessGroup& group_;
   std::vector<torch::Tensor> params_;  // the trainable parameters, in registration order
+  std::vector<torch::Tensor> buffers_;  // broadcast after each synced step (broadcast_buffers)
+  bool sync_ = true;                    // false while a NoSyncGuard lives
   std::vector<Slot> slots_;            // per parameter
   std::vector<Bucket> buckets_;
   // Keep the accumulators alive: the autograd graph only holds them weakly between
