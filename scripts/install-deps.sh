@@ -11,6 +11,7 @@ packages=(
   capnproto libcapnp-dev libuv1-dev libhiredis-dev redis-server
   libyaml-cpp-dev catch2 libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
+  clang libclang-rt-14-dev
 )
 if [ "${1:-}" = "--peers" ]; then
   packages+=(python3-torch python3-optuna)

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "rayd/base/auth.h"
+#include "rayd/base/frame.h"
 #include "rayd/base/logging.h"
 #include "rayd/base/rpc.h"
 
@@ -15,7 +16,6 @@ namespace rayd::rpc {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr uint32_t kMaxSegments = 512;
 constexpr size_t kNonceBytes = 32;
 constexpr std::string_view kClientProofTag = "rayd-client";
 constexpr std::string_view kServerProofTag = "rayd-server";
@@ -188,32 +188,8 @@ void Connection::OnRead(ssize_t nread, const uv_buf_t* buf) {
 Status Connection::ParseFrames() {
   while (state_ != State::kClosed) {
     const size_t avail = inbuf_.size() - inbuf_pos_;
-    if (avail < 4) return Status::Ok();
     const char* p = inbuf_.data() + inbuf_pos_;
-    uint32_t segment_count_minus_one;
-    std::memcpy(&segment_count_minus_one, p, 4);
-    if (segment_count_minus_one >= kMaxSegments) {
-      return Status::InvalidArgument("malformed frame: " +
-                                     std::to_string(segment_count_minus_one + 1ull) + " segments");
-    }
-    const uint32_t segments = segment_count_minus_one + 1;
-    const size_t header_bytes = (4 + 4 * segments + 7) & ~size_t{7};
-    if (avail < header_bytes) {
-      inbuf_.reserve(inbuf_pos_ + header_bytes);
-      return Status::Ok();
-    }
-    uint64_t body_words = 0;
-    for (uint32_t i = 0; i < segments; ++i) {
-      uint32_t size;
-      std::memcpy(&size, p + 4 + 4 * i, 4);
-      body_words += size;
-    }
-    const uint64_t frame_bytes = header_bytes + body_words * 8;
-    if (frame_bytes > options_.limits.max_frame_bytes) {
-      return Status::ResourceExhausted("frame of " + std::to_string(frame_bytes) +
-                                       " bytes exceeds the limit of " +
-                                       std::to_string(options_.limits.max_frame_bytes));
-    }
+    RAYD_ASSIGN_OR_RETURN(const size_t frame_bytes, FrameSize(p, avail, options_.limits));
     if (avail < frame_bytes) {
       inbuf_.reserve(inbuf_pos_ + frame_bytes);
       return Status::Ok();
@@ -223,9 +199,7 @@ Status Connection::ParseFrames() {
     std::memcpy(storage->words.begin(), p, frame_bytes);
     inbuf_pos_ += frame_bytes;
 
-    capnp::ReaderOptions reader_options;
-    reader_options.traversalLimitInWords = frame_bytes / 8 * 2 + 1024;
-    reader_options.nestingLimit = options_.limits.nesting_limit;
+    const capnp::ReaderOptions reader_options = FrameReaderOptions(frame_bytes, options_.limits);
     Status s;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
       auto reader = std::make_unique<capnp::FlatArrayMessageReader>(storage->words.asPtr(),

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -126,6 +125,50 @@ class MapFields {
   std::vector<std::pair<std::string, Field>> entries_;
 };
 
+// The core schema's number forms, matched by hand: libstdc++'s std::regex recurses once per
+// character and overflowed the stack on a long scalar (fuzz/regressions/tune_yaml/).
+size_t SkipSign(std::string_view s, size_t i) {
+  return i < s.size() && (s[i] == '+' || s[i] == '-') ? i + 1 : i;
+}
+size_t SkipDigits(std::string_view s, size_t i) {
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i;
+}
+// [-+]?[0-9]+
+bool IsYamlInt(std::string_view s) {
+  const size_t digits = SkipSign(s, 0);
+  const size_t end = SkipDigits(s, digits);
+  return end > digits && end == s.size();
+}
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsYamlFloat(std::string_view s) {
+  size_t i = SkipSign(s, 0);
+  if (i < s.size() && s[i] == '.') {
+    const size_t end = SkipDigits(s, i + 1);
+    if (end == i + 1) return false;
+    i = end;
+  } else {
+    const size_t end = SkipDigits(s, i);
+    if (end == i) return false;
+    i = end;
+    if (i < s.size() && s[i] == '.') i = SkipDigits(s, i + 1);
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    const size_t digits = SkipSign(s, i + 1);
+    const size_t end = SkipDigits(s, digits);
+    if (end == digits) return false;
+    i = end;
+  }
+  return i == s.size();
+}
+// [-+]?\.(inf|Inf|INF)
+bool IsYamlInf(std::string_view s) {
+  const std::string_view body = s.substr(SkipSign(s, 0));
+  return body == ".inf" || body == ".Inf" || body == ".INF";
+}
+// \.(nan|NaN|NAN)
+bool IsYamlNan(std::string_view s) { return s == ".nan" || s == ".NaN" || s == ".NAN"; }
+
 // A scalar by the YAML 1.2 core schema: null, bool, integer, float, else string.
 nlohmann::json ScalarToJson(const YAML::Node& node) {
   if (node.IsNull()) return nullptr;
@@ -134,23 +177,19 @@ nlohmann::json ScalarToJson(const YAML::Node& node) {
   if (s == "true" || s == "True" || s == "TRUE") return true;
   if (s == "false" || s == "False" || s == "FALSE") return false;
   if (s == "null" || s == "Null" || s == "NULL" || s == "~") return nullptr;
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
-  static const std::regex kNan("\\.(nan|NaN|NAN)");
-  if (std::regex_match(s, kInt)) {
+  if (IsYamlInt(s)) {
     std::string_view digits = s[0] == '+' ? std::string_view(s).substr(1) : std::string_view(s);
     int64_t v = 0;
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
     if (ec == std::errc() && end == digits.data() + digits.size()) return v;
     return std::strtod(s.c_str(), nullptr);  // too large for int64: a float, as YAML says
   }
-  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
-  if (std::regex_match(s, kInf)) {
+  if (IsYamlFloat(s)) return std::strtod(s.c_str(), nullptr);
+  if (IsYamlInf(s)) {
     return s[0] == '-' ? -std::numeric_limits<double>::infinity()
                        : std::numeric_limits<double>::infinity();
   }
-  if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  if (IsYamlNan(s)) return std::numeric_limits<double>::quiet_NaN();
   return s;
 }
 
@@ -181,13 +220,48 @@ class Parser {
   explicit Parser(std::string file) : file_(std::move(file)) {}
 
   YAML::Node Load(const std::string& text) const {
+    YAML::Node root;
     try {
-      return YAML::Load(text);
+      root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
       throw ConfigFileError(file_ + ":" + std::to_string(std::max(e.mark.line, 0) + 1) +
                             ": YAML syntax error: " + e.msg);
     } catch (const YAML::Exception& e) {
       throw ConfigFileError(file_ + ":1: YAML error: " + e.what());
+    }
+    CheckExpansion(root);
+    return root;
+  }
+
+  // Aliases make the tree a graph: a cycle (`&a [*a]`) sent the recursive walks below into
+  // unbounded recursion, and aliases of aliases ("billion laughs") into exponential work (both
+  // kept in fuzz/regressions/tune_yaml/). This walk, without recursion, bounds the tree as the
+  // walks see it. yaml-cpp itself stops plain documents near 500 levels, so only aliases reach
+  // kMaxDepth.
+  void CheckExpansion(const YAML::Node& root) const {
+    constexpr size_t kMaxDepth = 1000;
+    constexpr size_t kMaxValues = 1'000'000;
+    std::vector<std::pair<YAML::Node, size_t>> stack = {{root, 1}};
+    size_t values = 0;
+    while (!stack.empty()) {
+      auto [node, depth] = std::move(stack.back());
+      stack.pop_back();
+      if (depth > kMaxDepth) {
+        Fail({YAML::Node(), node, ""},
+             "nested deeper than " + std::to_string(kMaxDepth) + " levels (a cyclic alias?)");
+      }
+      if (++values > kMaxValues) {
+        Fail({YAML::Node(), node, ""},
+             "more than " + std::to_string(kMaxValues) + " values once aliases are expanded");
+      }
+      if (node.IsSequence()) {
+        for (size_t i = 0; i < node.size(); ++i) stack.emplace_back(node[i], depth + 1);
+      } else if (node.IsMap()) {
+        for (auto it = node.begin(); it != node.end(); ++it) {
+          stack.emplace_back(it->first, depth + 1);
+          stack.emplace_back(it->second, depth + 1);
+        }
+      }
     }
   }
 
