@@ -71,6 +71,16 @@ bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// Whether some trial of the experiment has at least `results` lines in its result.json.
+bool SomeTrialReported(const std::string& experiment, size_t results) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(experiment, ec)) {
+    std::string path = entry.path().string() + "/result.json";
+    if (fs::exists(path) && ReadLines(path).size() >= results) return true;
+  }
+  return false;
+}
+
 std::string TrialDir(const std::string& experiment, const json& trial) {
   return experiment + "/" + trial.at("dir_name").get<std::string>();
 }
@@ -260,16 +270,7 @@ run:
   {
     ChildProcess sweep({RAYD_BINARY, "tune", file}, sandbox.Env());
     // Interrupt once a trial has reported a few results.
-    REQUIRE(WaitFor(
-        [&] {
-          std::error_code ec;
-          for (const auto& entry : fs::directory_iterator(experiment, ec)) {
-            std::string results = entry.path().string() + "/result.json";
-            if (fs::exists(results) && ReadLines(results).size() >= 3) return true;
-          }
-          return false;
-        },
-        120s));
+    REQUIRE(WaitFor([&] { return SomeTrialReported(experiment, 3); }, 120s));
     sweep.Signal(SIGINT);  // the terminal's Ctrl-C: the driver's whole process group
     REQUIRE(sweep.WaitExit(60s));
     INFO(sweep.output());
@@ -319,16 +320,7 @@ run: {storage_path: STORAGE}
   {
     // The driver, its embedded cluster and its workers share one process group: all die.
     ChildProcess sweep({RAYD_BINARY, "tune", file}, sandbox.Env());
-    REQUIRE(WaitFor(
-        [&] {
-          std::error_code ec;
-          for (const auto& entry : fs::directory_iterator(experiment, ec)) {
-            std::string results = entry.path().string() + "/result.json";
-            if (fs::exists(results) && ReadLines(results).size() >= 3) return true;
-          }
-          return false;
-        },
-        120s));
+    REQUIRE(WaitFor([&] { return SomeTrialReported(experiment, 3); }, 120s));
     sweep.Signal(SIGKILL);
     REQUIRE(sweep.WaitExit(30s));
   }
