@@ -153,3 +153,30 @@ Status CheckpointStore::Prune() {
 }
 
 }  // namespace rayd::train::internal
+
+namespace rayd::train {
+
+Result<std::string> AddCheckpoint(const std::string& run_dir, const std::string& source) {
+  using internal::IndexOf;
+  using internal::NameOf;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return Status::Internal("cannot create " + run_dir + ": " + ec.message());
+  int next = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    if (entry.is_directory()) next = std::max(next, IndexOf(entry.path().filename().string()) + 1);
+  }
+  const std::string target = (fs::path(run_dir) / NameOf(next)).string();
+  // Copied beside its final name and renamed, as Persist writes, so a crash never leaves a
+  // partial checkpoint under a name a resume would pick.
+  const std::string staging = target + ".tmp";
+  fs::remove_all(staging, ec);
+  fs::copy(source, staging, fs::copy_options::recursive, ec);
+  if (ec) return Status::Internal("copying checkpoint " + source + ": " + ec.message());
+  fs::rename(staging, target, ec);
+  if (ec) return Status::Internal("cannot rename " + staging + ": " + ec.message());
+  return target;
+}
+
+}  // namespace rayd::train

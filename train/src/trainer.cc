@@ -135,9 +135,11 @@ std::string Describe(const std::map<std::string, double>& resources) {
 // Drains rank 0's reports into `store`, handing each to the caller's on_report. kGone with
 // `error` set when rank 0 is gone or a report cannot be persisted.
 Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
-               CheckpointStore& store, const FitOptions& options, std::string* error) {
+               CheckpointStore& store, const FitOptions& options, std::string* error,
+               size_t* delivered = nullptr) {
   try {
     auto reports = rayd::Get(rank0.Task(&TrainWorker::Poll).Remote(wait_ms), timeout_ms);
+    if (delivered != nullptr) *delivered = reports->size();
     for (const ReportMessage& report : *reports) {
       Result<ReportedResult> persisted = store.Persist(report, options.result_fields);
       if (!persisted.ok()) {
@@ -253,8 +255,9 @@ bool StopOneRank(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bo
 Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs,
                   CheckpointStore& store, const FitOptions& options) {
   std::string error;
+  size_t delivered = 0;
   auto collect = [&](int wait_ms, int timeout_ms) -> std::optional<Attempt> {
-    switch (Collect(rank0, wait_ms, timeout_ms, store, options, &error)) {
+    switch (Collect(rank0, wait_ms, timeout_ms, store, options, &error, &delivered)) {
       case Polled::kOk: return std::nullopt;
       case Polled::kStopped: return Attempt{Attempt::End::kStopped, "", StopOneRank(rank0, runs)};
       case Polled::kGone: break;
@@ -262,8 +265,13 @@ Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<b
     return Attempt{Attempt::End::kFailed, error};
   };
   while (true) {
+    const auto polled = std::chrono::steady_clock::now();
     if (auto ended = collect(kPollWaitMs, kPollTimeoutMs)) return *ended;
-    auto done = rayd::Wait(runs, static_cast<int>(runs.size()), 0);
+    // A Poll back early with nothing means rank 0's loop is over: wait for the runs to return
+    // (the other ranks may take longer) instead of polling again at once.
+    const bool loop_over = delivered == 0 && std::chrono::steady_clock::now() - polled <
+                                                 std::chrono::milliseconds(kPollWaitMs / 2);
+    auto done = rayd::Wait(runs, static_cast<int>(runs.size()), loop_over ? kPollWaitMs : 0);
     for (auto& run : done.ready) {
       try {
         rayd::Get(run);

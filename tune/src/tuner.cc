@@ -81,32 +81,6 @@ int GangsThatFit(const train::ScalingConfig& scaling, const std::map<std::string
   return std::max(gangs, 1);
 }
 
-// Copies the donor's checkpoint into `trial_dir` as its newest checkpoint, so the trial's next
-// run resumes from it. Checkpoints live on the driver (the Trainer ships them there from rank 0),
-// and the restarted ranks receive the files through their actor calls: no shared filesystem.
-Status CloneCheckpoint(const std::string& from, const std::string& trial_dir, std::string* into) {
-  int next = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(trial_dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("checkpoint_", 0) == 0 && name.size() == 17) {
-      next = std::max(next, std::atoi(name.c_str() + 11) + 1);
-    }
-  }
-  char name[32];
-  std::snprintf(name, sizeof(name), "checkpoint_%06d", next);
-  fs::path target = fs::path(trial_dir) / name;
-  fs::path staging = target.string() + ".tmp";
-  fs::remove_all(staging, ec);
-  fs::create_directories(trial_dir, ec);
-  fs::copy(from, staging, fs::copy_options::recursive, ec);
-  if (ec) return Status::Internal("cloning checkpoint " + from + ": " + ec.message());
-  fs::rename(staging, target, ec);
-  if (ec) return Status::Internal("cloning checkpoint into " + target.string() + ": " + ec.message());
-  *into = target.string();
-  return Status::Ok();
-}
-
 class Controller {
  public:
   Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
@@ -361,24 +335,27 @@ class Controller {
     Save();
   }
 
-  // PBT: copies the donor's checkpoint (the one of the result the scheduler ranked it by) into
-  // the trial's directory as its newest, while the trial's run is held in its on_report, so
-  // nothing else writes there; the trial's next run resumes from it.
-  // The donor's checkpoint is the one of its last result (what the scheduler ranked), even when
-  // the donor was itself exploited since and will restart from another; failing that (pruned by
-  // num_to_keep), its latest.
+  // PBT: copies the donor's checkpoint into the trial's run directory as its newest, while the
+  // trial's run is held in its on_report (so nothing else writes there); the trial's next run
+  // resumes from it. The copy is of the checkpoint of the donor's last result (what the
+  // scheduler ranked), even when the donor was itself exploited since; failing that (pruned by
+  // num_to_keep), its latest. Checkpoints live on the driver (the Trainer ships every rank-0
+  // checkpoint here) and reach the restarted ranks through their actor calls: no shared
+  // filesystem.
   Status Clone(size_t index, const std::string& donor_id, std::string* cloned) {
     std::optional<size_t> donor = IndexOf(donor_id);
     if (!donor || !trials_[*donor].checkpoint) {
       return Status::NotFound("donor trial " + donor_id + " has no checkpoint");
     }
     const std::string target = (fs::path(dir_) / trials_[index].dir_name).string();
-    auto ranked = result_checkpoint_.find(*donor);
-    if (ranked != result_checkpoint_.end() &&
-        CloneCheckpoint(ranked->second, target, cloned).ok()) {
-      return Status::Ok();
+    Result<std::string> added = Status::NotFound("no ranked checkpoint");
+    if (auto ranked = result_checkpoint_.find(*donor); ranked != result_checkpoint_.end()) {
+      added = train::AddCheckpoint(target, ranked->second);
     }
-    return CloneCheckpoint(*trials_[*donor].checkpoint, target, cloned);
+    if (!added.ok()) added = train::AddCheckpoint(target, *trials_[*donor].checkpoint);
+    if (!added.ok()) return added.status();
+    *cloned = *added;
+    return Status::Ok();
   }
 
   // Ctrl-C: stop every running trial at its next result; they stay resumable.

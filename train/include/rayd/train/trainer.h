@@ -199,6 +199,11 @@ std::vector<std::string> RegisteredTrainLoops();
 // "unknown train loop 'x' (registered: a, b)".
 std::string UnknownTrainLoop(const std::string& name);
 
+// Copies the checkpoint directory `source` into the run directory `run_dir`
+// (storage_path/name) as its newest checkpoint, so the run's next Fit resumes from it (PBT's
+// exploit). Returns the new directory. Not while a Fit of that run persists reports.
+Result<std::string> AddCheckpoint(const std::string& run_dir, const std::string& source);
+
 // One worker's bundle: resources_per_worker ({"CPU": 1} when empty), plus a GPU with use_gpu.
 std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling);
 
