@@ -110,7 +110,7 @@ void RpcClient::StartAttempt() {
 }
 
 void RpcClient::OnConnected(uv_stream_t* stream) {
-  if (stream->type == UV_TCP) uv_tcp_nodelay(reinterpret_cast<uv_tcp_t*>(stream), 1);
+  PrepareStream(stream);
   conn_ = std::make_shared<Connection>(loop_, stream, Connection::Side::kConnecting, options_,
                                        dispatcher_, address_);
   std::weak_ptr<bool> alive = alive_;

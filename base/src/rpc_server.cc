@@ -90,7 +90,7 @@ void RpcServer::OnNewConnection(uv_stream_t* listener, int status) {
     CloseAndFree(client);
     return;
   }
-  if (client->type == UV_TCP) uv_tcp_nodelay(reinterpret_cast<uv_tcp_t*>(client), 1);
+  PrepareStream(client);
   auto conn = std::make_shared<Connection>(self->loop_, client, Connection::Side::kAccepting,
                                            self->options_, &self->dispatcher_, PeerName(client));
   self->connections_.emplace(conn->id(), conn);

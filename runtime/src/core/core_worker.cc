@@ -1,10 +1,14 @@
 #include "core/core_worker.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "common/node_info.h"
@@ -98,12 +102,34 @@ Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)
   return future.get();
 }
 
+namespace {
+// The IPv4 addresses of this host's interfaces (its network namespace's, in a container).
+std::set<std::string> LocalAddresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) out.insert(text);
+  }
+  freeifaddrs(list);
+  return out;
+}
+}  // namespace
+
 Status CoreWorker::ChooseNode() {
   if (!options_.node_address.empty()) return LearnNodeId();
-  // A driver uses the node daemon on its own host if there is one, else the head's.
+  // A driver uses the node daemon on its own host if there is one, else the head's. Its own
+  // host's node is the one whose IP is an address of this host (as Ray matches the node IP),
+  // preferring one with this hostname too; failing that one with this hostname.
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  auto found = std::make_shared<std::pair<std::string, std::string>>();  // (same host, head)
+  struct Found {
+    std::string by_ip_and_name, by_ip, by_name, head;
+  };
+  auto found = std::make_shared<Found>();
   Status s = RunOnLoop([this, found, host = std::string(host)](auto done) {
     auto fill = [](capnp::AnyPointer::Builder b) {
       b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
@@ -111,10 +137,17 @@ Status CoreWorker::ChooseNode() {
     gcs_->Call(proto::Method::GET_ALL_NODES, fill, Millis(15000),
                [found, host, done](const Status& st, capnp::AnyPointer::Reader r) {
                  if (!st.ok()) return done(st);
-                 auto& [chosen, head] = *found;
+                 const std::set<std::string> local = LocalAddresses();
+                 auto first = [](std::string& slot, const char* address) {
+                   if (slot.empty()) slot = address;
+                 };
                  for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
-                   if (n.getIsHead() && head.empty()) head = n.getAddress();
-                   if (n.getHostname() == host && chosen.empty()) chosen = n.getAddress();
+                   const bool same_ip = local.count(n.getIp().cStr()) > 0;
+                   const bool same_name = n.getHostname() == host;
+                   if (n.getIsHead()) first(found->head, n.getAddress().cStr());
+                   if (same_ip && same_name) first(found->by_ip_and_name, n.getAddress().cStr());
+                   if (same_ip) first(found->by_ip, n.getAddress().cStr());
+                   if (same_name) first(found->by_name, n.getAddress().cStr());
                  }
                  done(Status::Ok());
                });
@@ -123,7 +156,13 @@ Status CoreWorker::ChooseNode() {
     return Status::Unavailable("cannot reach the cluster at " + options_.gcs_address + ": " +
                                s.message());
   }
-  options_.node_address = found->first.empty() ? found->second : found->first;
+  for (const std::string* choice :
+       {&found->by_ip_and_name, &found->by_ip, &found->by_name, &found->head}) {
+    if (!choice->empty()) {
+      options_.node_address = *choice;
+      break;
+    }
+  }
   if (options_.node_address.empty()) {
     return Status::Unavailable("the cluster at " + options_.gcs_address + " has no alive node");
   }

@@ -483,6 +483,19 @@ void LeaseManager::CancelQueued(const Status& why) {
   for (auto& w : waiting) w.request->call->Fail(why);
 }
 
+void LeaseManager::Abandon(const Status& why) {
+  CancelQueued(why);
+  while (!bundles_.empty()) FreeBundle(bundles_.begin(), why.message());
+  for (auto& [lease_id, lease] : leases_) {
+    Worker* worker = pool_.Find(lease.worker_id);
+    if (worker && worker->state == WorkerState::kLeased && worker->lease_id == lease_id) {
+      pool_.Kill(*worker, why.message());
+    }
+    Release(lease.resources, lease.allocation);
+  }
+  leases_.clear();
+}
+
 void LeaseManager::DispatchQueue() {
   // Granting may fail at once (a missing executable) and release resources, which re-enters
   // here: the outer call then goes around again instead.

@@ -139,6 +139,9 @@ class LeaseManager {
   void OnWorkerExit(const Worker& worker);
   // Fails every queued request with `why` (the node is shutting down).
   void CancelQueued(const Status& why);
+  // Forgets everything this node was granted or asked for: fails queued requests with `why`,
+  // kills leased workers and frees every lease and bundle (the node was declared dead).
+  void Abandon(const Status& why);
   // Runs periodically (with the heartbeat): infeasible requests spill to a node that joined and
   // fits them, or fail once they have waited infeasible_timeout.
   void RecheckInfeasible();

@@ -209,9 +209,7 @@ void NodeDaemon::Register() {
         gcs_.Call(proto::Method::REGISTER_NODE, fill, Millis(5000),
                   [this](const Status& r, capnp::AnyPointer::Reader) {
                     if (r.code() == StatusCode::kAlreadyExists) {
-                      node_id_ = NodeId::FromRandom();
-                      spdlog::warn("{}; joining as new node {}", r.message(), node_id_.Hex());
-                      Register();
+                      RejoinAsNewNode(r.message());
                       return;
                     }
                     if (!r.ok()) {
@@ -252,14 +250,25 @@ void NodeDaemon::SendHeartbeat() {
                   Register();
                   break;
                 case proto::HeartbeatReply::Status::DEAD:
-                  node_id_ = NodeId::FromRandom();
-                  spdlog::warn("this node was declared dead; rejoining as node {}",
-                               node_id_.Hex());
-                  heartbeat_timer_.Stop();
-                  Register();
+                  RejoinAsNewNode("the GCS declared node " + node_id_.Hex() + " dead");
                   break;
               }
             });
+}
+
+void NodeDaemon::RejoinAsNewNode(const std::string& why) {
+  // The cluster has given up on this incarnation: its actors restarted and its bundles were
+  // re-reserved elsewhere, so whatever still runs here would run twice. End it, then join as a
+  // new, empty node.
+  const std::string reason = "its node was declared dead (" + why + ")";
+  heartbeat_timer_.Stop();
+  registered_ = false;
+  pool_.KillAll(reason);
+  lease_manager_.Abandon(Status::Unavailable(reason));
+  node_id_ = NodeId::FromRandom();
+  spdlog::warn("{}: ended its workers, leases and bundles; rejoining as node {}", why,
+               node_id_.Hex());
+  Register();
 }
 
 void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done) {

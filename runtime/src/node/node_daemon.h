@@ -60,6 +60,9 @@ class NodeDaemon {
  private:
   void OnGcsStateChange(const Status& status);
   void Register();
+  // Kills every worker, drops every lease, queued request and bundle, and registers under a
+  // new id: what a node declared dead does when it can reach the GCS again.
+  void RejoinAsNewNode(const std::string& why);
   void SendHeartbeat();
   void FinishJoin(const Status& status);
   NodeInfo SelfInfo() const;
