@@ -12,6 +12,7 @@ packages=(
   libyaml-cpp-dev catch2 libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
   clang libclang-rt-14-dev
+  iproute2 redis-tools
 )
 if [ "${1:-}" = "--peers" ]; then
   packages+=(python3-torch python3-optuna)

@@ -447,9 +447,11 @@ internal::ObjectValue CoreWorker::ResolveStored(const ObjectId& id,
   if (!bytes.ok()) {
     const auto code = bytes.status().code();
     const bool lost = code == StatusCode::kNotFound || code == StatusCode::kUnavailable;
-    return ErrorValue(lost ? ErrorKind::kObjectLost : ErrorKind::kSystem,
-                      lost ? bytes.status().message()
-                           : "object " + id.Hex() + ": " + bytes.status().message());
+    if (lost) return ErrorValue(ErrorKind::kObjectLost, bytes.status().message());
+    // No room to read it back into (a spilled object while the store is full and spilling
+    // fails): ObjectStoreFullError, and the object stays on disk for a later Get.
+    return ErrorValue(ErrorKind::kSystem, "object " + id.Hex() + ": " + bytes.status().message(),
+                      code == StatusCode::kResourceExhausted ? "ObjectStoreFullError" : "");
   }
   internal::ObjectValue v;
   v.shared = std::move(bytes).value();

@@ -1,0 +1,687 @@
+// The failure model of ARCHITECTURE.md §12 on separate hosts: each scenario builds a test bed of
+// network namespaces (testbed.h), starts a head and nodes in them with `rayd start` (each host
+// its own address, temp root and session directory; the cluster token passed as a flag, as on
+// real machines), runs real work — `rayd tune` sweeps of 2-worker Gloo trials of the example
+// MLP, or a driver of this binary — and then breaks something: SIGKILLs a host, cuts its link,
+// SIGKILLs the Redis-backed head, SIGKILLs a driver, fills the object store and its spill disk.
+// Each checks that nothing the model promises to keep is lost, and prints how long recovery took
+// ("FAULT ..." lines, for the issue's table).
+//
+// Heartbeats are 250 ms with 8 missed = dead (2 s), so that a dead node is noticed quickly
+// without a busy 2-core machine's hiccups declaring a live one dead.
+
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <rayd/api.h>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rayd_sandbox.h"
+#include "test_util.h"
+#include "testbed.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using rayd::testing::ChildProcess;
+using rayd::testing::DaemonPids;
+using rayd::testing::ProcessGone;
+using rayd::testing::ReadFile;
+using rayd::testing::StartedNodeId;
+using rayd::testing::TempDir;
+using rayd::testing::Testbed;
+using rayd::testing::WaitFor;
+
+constexpr char kToken[] = "fault-test-cluster-token";
+constexpr int kPort = 6380;  // each host is its own network namespace: the port is free there
+constexpr auto kSweepTimeout = 240s;
+constexpr auto kSettle = 60s;
+
+std::string SelfExe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Skips the test (with a message) where network namespaces cannot be made.
+#define REQUIRE_TESTBED()                                          \
+  do {                                                             \
+    if (std::string why = Testbed::Unsupported(); !why.empty()) {  \
+      WARN("skipped: " << why);                                    \
+      return;                                                      \
+    }                                                              \
+  } while (0)
+
+// A cluster on a test bed: the head on host 0, nodes on the hosts the test chooses.
+class MultiHostCluster {
+ public:
+  explicit MultiHostCluster(int hosts) : bed_(hosts) {}
+
+  Testbed& bed() { return bed_; }
+  std::string head_address() const { return bed_.ip(0) + ":" + std::to_string(kPort); }
+  std::map<std::string, std::string> Env(int host) const {
+    return {{"RAYD_TOKEN", kToken}, {"RAYD_TEMP_DIR", bed_.root(host)}};
+  }
+
+  // `rayd <args> --temp-dir ROOT` on `host`; returns its exit code.
+  int Rayd(int host, std::vector<std::string> args, std::string* out) {
+    args.insert(args.begin(), RAYD_BINARY);
+    args.insert(args.end(), {"--temp-dir", bed_.root(host)});
+    return bed_.Run(host, args, out, Env(host), 60s);
+  }
+
+  // `rayd start --head` on host 0 with `extra` flags (kept for Restart); returns its node id.
+  std::string StartHead(const std::vector<std::string>& extra) {
+    head_flags_ = {"start", "--head", "--node-ip-address", bed_.ip(0), "--port",
+                   std::to_string(kPort), "--token", kToken, "--heartbeat-period-ms", "250",
+                   "--missed-heartbeats", "8", "--object-store-memory", "200000000"};
+    head_flags_.insert(head_flags_.end(), extra.begin(), extra.end());
+    return Start(0, head_flags_);
+  }
+  std::string RestartHead() { return Start(0, head_flags_); }
+
+  std::string StartNode(int host, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"start", "--address", head_address(), "--node-ip-address",
+                                     bed_.ip(host), "--token", kToken,
+                                     "--object-store-memory", "200000000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Start(host, args);
+  }
+
+  // `rayd status --format json`, asked from the head's host.
+  std::optional<json> TryStatus() { return TryJson({"status"}); }
+  json Status() {
+    auto status = TryStatus();
+    REQUIRE(status);
+    return *status;
+  }
+  std::optional<json> TryJson(std::vector<std::string> args) {
+    args.insert(args.end(), {"--format", "json", "--address", head_address()});
+    std::string& out = last_output_;
+    if (Rayd(0, args, &out) != 0) return std::nullopt;
+    json parsed = json::parse(out, nullptr, false);
+    if (parsed.is_discarded()) return std::nullopt;
+    return parsed;
+  }
+
+  std::string NodeState(const std::string& node_id) {
+    auto status = TryStatus();
+    if (!status) return "UNKNOWN";
+    for (const auto& n : status->at("nodes")) {
+      if (n.at("node_id") == node_id) return n.at("state");
+    }
+    return "MISSING";
+  }
+  double Available(const std::string& node_id, const std::string& resource) {
+    auto status = TryStatus();
+    if (!status) return -1;
+    for (const auto& n : status->at("nodes")) {
+      if (n.at("node_id") != node_id) continue;
+      const json& available = n.at("available");
+      return available.contains(resource) ? available.at(resource).get<double>() : 0.0;
+    }
+    return -1;
+  }
+
+  // The host whose node runs an alive rank of a trial (a TrainWorker actor); -1 if none.
+  int HostRunningATrial(const std::map<std::string, int>& host_of_node) {
+    auto actors = TryJson({"list", "actors"});
+    if (!actors) return -1;
+    for (const auto& a : *actors) {
+      if (a.at("state") != "ALIVE") continue;
+      auto it = host_of_node.find(a.at("node_id"));
+      if (it != host_of_node.end()) return it->second;
+    }
+    return -1;
+  }
+
+ private:
+  std::string Start(int host, const std::vector<std::string>& args) {
+    std::string out;
+    const int rc = Rayd(host, args, &out);
+    INFO("rayd start on host " << host << ":\n" << out);
+    REQUIRE(rc == 0);
+    const std::string id = StartedNodeId(out);
+    REQUIRE(id.size() == 32);
+    return id;
+  }
+
+  Testbed bed_;
+  std::vector<std::string> head_flags_;
+ public:
+  std::string last_output_;  // of the last TryJson, for failure messages
+};
+
+// ---- Sweeps ------------------------------------------------------------------------------------
+
+// A sweep of three 2-worker Gloo trials of the example MLP, `epochs` each, all at once, each
+// rank one CPU; every epoch reports and checkpoints; a failed trial restarts up to twice.
+std::string WriteSweep(const std::string& dir, const std::string& name, int epochs) {
+  const std::string path = dir + "/" + name + ".yaml";
+  std::ofstream(path) << "name: " << name << R"(
+trainable: mlp_classifier
+scaling: {num_workers: 2, use_gpu: false, resources_per_worker: {CPU: 1}}
+param_space:
+  lr: {grid_search: [0.01, 0.02, 0.05]}
+  hidden: 64
+  batch_size: 32
+  momentum: 0.9
+  epochs: )" << epochs << R"(
+tune: {metric: loss, mode: min, max_concurrent_trials: 3}
+run:
+  storage_path: )" << dir << R"(/results
+  failure: {max_failures: 2}
+  checkpoint: {num_to_keep: 2}
+)";
+  return path;
+}
+
+struct TrialRecord {
+  std::string id;
+  std::string status;
+  int num_failures = 0;
+  std::vector<int> epochs;          // of each result.json line, in order
+  std::vector<double> timestamps;   // likewise
+};
+
+// What the experiment directory holds now: experiment_state.json's trials and their results.
+std::vector<TrialRecord> ReadTrials(const std::string& experiment) {
+  std::vector<TrialRecord> out;
+  json state = json::parse(ReadFile(experiment + "/experiment_state.json"), nullptr, false);
+  if (state.is_discarded() || !state.contains("trials")) return out;
+  for (const auto& t : state.at("trials")) {
+    TrialRecord r;
+    r.id = t.at("id");
+    r.status = t.at("status");
+    r.num_failures = t.value("num_failures", 0);
+    std::istringstream lines(ReadFile(experiment + "/" + t.at("dir_name").get<std::string>() +
+                                      "/result.json"));
+    for (std::string line; std::getline(lines, line);) {
+      json result = json::parse(line, nullptr, false);
+      if (result.is_discarded() || !result.contains("epoch")) continue;  // a line being written
+      r.epochs.push_back(static_cast<int>(result.at("epoch").get<double>()));
+      r.timestamps.push_back(result.at("timestamp").get<double>());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Every trial finished, and reported every epoch exactly once, in order: none started over
+// (a restart resumed from its checkpoint) and none reported an epoch twice (nothing ran twice).
+void CheckSweepComplete(const std::string& experiment, int trials, int epochs) {
+  std::vector<int> all(epochs);
+  for (int e = 0; e < epochs; ++e) all[e] = e;
+  const auto records = ReadTrials(experiment);
+  REQUIRE(records.size() == static_cast<size_t>(trials));
+  for (const auto& r : records) {
+    INFO("trial " << r.id);
+    CHECK(r.status == "TERMINATED");
+    CHECK(r.epochs == all);
+  }
+}
+
+// Seconds from `since` to the first result after it of a trial that failed, once there is one.
+std::optional<double> RecoveredAfter(const std::string& experiment, double since) {
+  for (const auto& r : ReadTrials(experiment)) {
+    if (r.num_failures == 0) continue;
+    for (double ts : r.timestamps) {
+      if (ts > since) return ts - since;
+    }
+  }
+  return std::nullopt;
+}
+
+bool AnyTrialHas(const std::string& experiment, size_t results) {
+  for (const auto& r : ReadTrials(experiment)) {
+    if (r.epochs.size() >= results) return true;
+  }
+  return false;
+}
+
+// `rayd tune` as a driver on `host`.
+std::unique_ptr<ChildProcess> StartSweep(MultiHostCluster& cluster, int host,
+                                         const std::string& yaml) {
+  return std::make_unique<ChildProcess>(
+      cluster.bed().In(host, {RAYD_BINARY, "tune", yaml, "--address", cluster.head_address(),
+                              "--progress-interval", "5"}),
+      cluster.Env(host));
+}
+
+void RequireSweepSucceeded(ChildProcess& driver) {
+  const bool ended = driver.WaitExit(kSweepTimeout);
+  INFO("rayd tune output:\n" << driver.output());
+  REQUIRE(ended);
+  REQUIRE(driver.exit_code() == 0);
+}
+
+int TotalFailures(const std::string& experiment) {
+  int n = 0;
+  for (const auto& r : ReadTrials(experiment)) n += r.num_failures;
+  return n;
+}
+
+// Head (no CPUs) on host 0; 2-CPU nodes on hosts 1..nodes. Returns node id -> host.
+std::map<std::string, int> StartTrainingCluster(MultiHostCluster& cluster, int nodes,
+                                                const std::vector<std::string>& head_extra = {}) {
+  std::vector<std::string> head = {"--num-cpus", "0"};
+  head.insert(head.end(), head_extra.begin(), head_extra.end());
+  cluster.StartHead(head);
+  std::map<std::string, int> host_of_node;
+  for (int host = 1; host <= nodes; ++host) {
+    host_of_node[cluster.StartNode(host, {"--num-cpus", "2"})] = host;
+  }
+  return host_of_node;
+}
+
+}  // namespace
+
+// ---- Child drivers -----------------------------------------------------------------------------
+
+namespace {
+
+class Probe {
+ public:
+  static Probe* Create() { return new Probe; }
+  int Pid() { return static_cast<int>(getpid()); }
+};
+
+// Holds its worker's lease until the worker is killed.
+int HoldLease() {
+  for (;;) pause();
+}
+
+}  // namespace
+
+RAYD_REMOTE(Probe::Create, &Probe::Pid);
+RAYD_REMOTE(HoldLease);
+
+// FAULT_TEST_DRIVER_MODE=hold: three actors, one detached named actor and a task on the
+// nodes with the "far" resource; prints the actors' pids, then waits to be SIGKILLed.
+// FAULT_TEST_DRIVER_MODE=call: prints the pid of the detached actor, found by name.
+int RunChildDriver(const char* mode_name) {
+  const std::string mode = mode_name;
+  rayd::RaydConfig config;
+  config.address = std::getenv("FAULT_ADDRESS");
+  config.ray_namespace = "fault";
+  rayd::Init(config);
+  const std::map<std::string, double> far = {{"CPU", 1}, {"far", 1}};
+  if (mode == "hold") {
+    std::vector<rayd::ActorHandle<Probe>> probes;
+    for (int i = 0; i < 3; ++i) probes.push_back(rayd::Actor(Probe::Create).SetResources(far).Remote());
+    auto keeper = rayd::Actor(Probe::Create)
+                      .SetResources(far)
+                      .SetName("keeper")
+                      .SetDetached()
+                      .Remote();
+    auto held = rayd::Task(HoldLease).SetResources(far).Remote();
+    std::printf("HOLD");
+    for (auto& p : probes) std::printf(" %d", *rayd::Get(p.Task(&Probe::Pid).Remote(), 60000));
+    std::printf(" DETACHED %d\n", *rayd::Get(keeper.Task(&Probe::Pid).Remote(), 60000));
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  if (mode == "call") {
+    auto keeper = rayd::GetActor<Probe>("keeper", "fault");
+    if (!keeper) {
+      std::printf("NO KEEPER\n");
+      return 1;
+    }
+    std::printf("KEEPER %d\n", *rayd::Get(keeper->Task(&Probe::Pid).Remote(), 60000));
+    rayd::Shutdown();
+    return 0;
+  }
+  std::fprintf(stderr, "unknown FAULT_TEST_DRIVER_MODE %s\n", mode_name);
+  return 2;
+}
+
+// ---- 1. A host dies ----------------------------------------------------------------------------
+
+TEST_CASE("SIGKILL of a host during 2-worker trials: its trial restarts from its checkpoint "
+          "elsewhere and the sweep completes",
+          "[fault]") {
+  REQUIRE_TESTBED();
+  // Hosts: 0 head and driver; 1..4 nodes of 2 CPUs (three trials of two ranks, one spare).
+  MultiHostCluster cluster(5);
+  auto host_of_node = StartTrainingCluster(cluster, 4);
+  TempDir work;
+  const int kEpochs = 12;
+  const std::string experiment = work.path() + "/results/host-kill";
+  auto driver = StartSweep(cluster, 0, WriteSweep(work.path(), "host-kill", kEpochs));
+
+  REQUIRE(WaitFor([&] { return AnyTrialHas(experiment, 3); }, kSettle));
+  int victim = -1;
+  REQUIRE(WaitFor([&] { return (victim = cluster.HostRunningATrial(host_of_node)) > 0; }, kSettle));
+  std::string victim_node;
+  for (const auto& [id, host] : host_of_node) {
+    if (host == victim) victim_node = id;
+  }
+  const double killed_at = WallSeconds();
+  cluster.bed().KillHost(victim);
+
+  // The head notices, and the trial resumes on the spare node.
+  REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
+  const double declared_dead = WallSeconds() - killed_at;
+  std::optional<double> recovered;
+  REQUIRE(WaitFor([&] { return (recovered = RecoveredAfter(experiment, killed_at)).has_value(); },
+                  kSweepTimeout));
+  RequireSweepSucceeded(*driver);
+  CheckSweepComplete(experiment, 3, kEpochs);
+  CHECK(TotalFailures(experiment) >= 1);
+  std::printf("FAULT host-sigkill: node declared dead after %.2f s; trial's next result %.2f s "
+              "after the kill\n",
+              declared_dead, *recovered);
+}
+
+// ---- 2. A link goes down and comes back --------------------------------------------------------
+
+TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and once "
+          "restored it rejoins "
+          "as a new node and its old workers are gone",
+          "[fault]") {
+  REQUIRE_TESTBED();
+  MultiHostCluster cluster(5);
+  auto host_of_node = StartTrainingCluster(cluster, 4);
+  TempDir work;
+  const int kEpochs = 12;
+  const std::string experiment = work.path() + "/results/link-cut";
+  auto driver = StartSweep(cluster, 0, WriteSweep(work.path(), "link-cut", kEpochs));
+
+  REQUIRE(WaitFor([&] { return AnyTrialHas(experiment, 3); }, kSettle));
+  int victim = -1;
+  REQUIRE(WaitFor([&] { return (victim = cluster.HostRunningATrial(host_of_node)) > 0; }, kSettle));
+  std::string victim_node;
+  for (const auto& [id, host] : host_of_node) {
+    if (host == victim) victim_node = id;
+  }
+  const std::vector<pid_t> daemon = DaemonPids(cluster.bed().root(victim));
+  REQUIRE(daemon.size() == 1);
+  std::vector<pid_t> old_workers;
+  for (pid_t pid : cluster.bed().Pids(victim)) {
+    if (pid != daemon[0]) old_workers.push_back(pid);
+  }
+  REQUIRE(old_workers.size() >= 2);  // the trial's two ranks
+
+  const double cut_at = WallSeconds();
+  cluster.bed().SetLink(victim, false);
+  REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
+  const double declared_dead = WallSeconds() - cut_at;
+  // Its trial is rescheduled while the node is still cut off.
+  std::optional<double> recovered;
+  REQUIRE(WaitFor([&] { return (recovered = RecoveredAfter(experiment, cut_at)).has_value(); },
+                  kSweepTimeout));
+
+  const double restored_at = WallSeconds();
+  cluster.bed().SetLink(victim, true);
+  // The same daemon rejoins under a new id; what ran there before is ended, not resumed.
+  std::string rejoined;
+  REQUIRE(WaitFor(
+      [&] {
+        auto status = cluster.TryStatus();
+        if (!status) return false;
+        for (const auto& n : status->at("nodes")) {
+          if (n.at("ip") == cluster.bed().ip(victim) && n.at("state") == "ALIVE" &&
+              n.at("node_id") != victim_node) {
+            rejoined = n.at("node_id");
+          }
+        }
+        return !rejoined.empty();
+      },
+      kSettle));
+  const double rejoin_s = WallSeconds() - restored_at;
+  CHECK(cluster.NodeState(victim_node) == "DEAD");
+  CHECK(!ProcessGone(daemon[0]));
+  CHECK(WaitFor(
+      [&] {
+        return std::all_of(old_workers.begin(), old_workers.end(),
+                           [](pid_t pid) { return ProcessGone(pid); });
+      },
+      kSettle));
+  RequireSweepSucceeded(*driver);
+  CheckSweepComplete(experiment, 3, kEpochs);
+  CHECK(TotalFailures(experiment) >= 1);
+  std::printf("FAULT link-cut: node declared dead after %.2f s; trial's next result %.2f s after "
+              "the cut; rejoined as a new node %.2f s after the link came back\n",
+              declared_dead, *recovered, rejoin_s);
+}
+
+// ---- 3. The head dies --------------------------------------------------------------------------
+
+TEST_CASE("SIGKILL of the Redis-backed head mid-sweep: restarted with the same flags, nodes "
+          "and the driver reconnect and the sweep completes",
+          "[fault]") {
+  REQUIRE_TESTBED();
+  // Hosts: 0 head and its Redis (password-protected); 1..3 nodes; the driver on host 1.
+  MultiHostCluster cluster(4);
+  constexpr char kRedisPassword[] = "fault-redis-secret";
+  ChildProcess redis(cluster.bed().In(0, {REDIS_SERVER_BINARY, "--port", "6390", "--bind", "127.0.0.1",
+                                          "--save", "", "--appendonly", "no", "--requirepass",
+                                          kRedisPassword}));
+  REQUIRE(WaitFor(
+      [&] {
+        std::string out;
+        return cluster.bed().Run(0, {"/usr/bin/redis-cli", "-p", "6390", "-a", kRedisPassword, "ping"},
+                                 &out) == 0 &&
+               out.find("PONG") != std::string::npos;
+      },
+      kSettle));
+  auto host_of_node =
+      StartTrainingCluster(cluster, 3,
+                           {"--redis-address", "redis://127.0.0.1:6390", "--redis-password",
+                            kRedisPassword});
+  TempDir work;
+  const int kEpochs = 12;
+  const std::string experiment = work.path() + "/results/head-kill";
+  auto driver = StartSweep(cluster, 1, WriteSweep(work.path(), "head-kill", kEpochs));
+  REQUIRE(WaitFor([&] { return AnyTrialHas(experiment, 3); }, kSettle));
+
+  const std::vector<pid_t> pids = DaemonPids(cluster.bed().root(0));  // head.pid, node.pid
+  const std::set<pid_t> head(pids.begin(), pids.end());
+  REQUIRE(head.size() == 1);
+  ::kill(*head.begin(), SIGKILL);
+  REQUIRE(WaitFor([&] { return ProcessGone(*head.begin()); }, kSettle));
+  const double restarted_at = WallSeconds();
+  cluster.RestartHead();
+  // Every node is back under its own id.
+  REQUIRE(WaitFor(
+      [&] {
+        return std::all_of(host_of_node.begin(), host_of_node.end(), [&](const auto& node) {
+          return cluster.NodeState(node.first) == "ALIVE";
+        });
+      },
+      kSettle));
+  const double nodes_back = WallSeconds() - restarted_at;
+  RequireSweepSucceeded(*driver);
+  CheckSweepComplete(experiment, 3, kEpochs);
+  // Results kept coming after the restart (the sweep went on, not merely ended).
+  bool after = false;
+  for (const auto& r : ReadTrials(experiment)) {
+    after = after || (!r.timestamps.empty() && r.timestamps.back() > restarted_at);
+  }
+  CHECK(after);
+  std::printf("FAULT head-sigkill: all %zu nodes alive under their ids %.2f s after the restart\n",
+              host_of_node.size(), nodes_back);
+}
+
+// ---- 4. A driver dies --------------------------------------------------------------------------
+
+TEST_CASE("SIGKILL of a driver on another host: its actors and leases end there and its "
+          "detached actor lives on",
+          "[fault]") {
+  REQUIRE_TESTBED();
+  // Hosts: 0 head; 1 the driver's node; 2 a node with the "far" resource its work needs.
+  MultiHostCluster cluster(3);
+  cluster.StartHead({"--num-cpus", "0"});
+  cluster.StartNode(1, {"--num-cpus", "1"});
+  const std::string far_node = cluster.StartNode(2, {"--num-cpus", "8", "--resources", R"({"far":8})"});
+  auto env = cluster.Env(1);
+  env["FAULT_TEST_DRIVER_MODE"] = "hold";
+  env["FAULT_ADDRESS"] = cluster.head_address();
+  ChildProcess driver(cluster.bed().In(1, {SelfExe()}), env);
+
+  std::vector<int> pids;
+  int detached = 0;
+  REQUIRE(WaitFor(
+      [&] {
+        std::istringstream out(driver.output());
+        for (std::string word; out >> word;) {
+          if (word != "HOLD") continue;
+          pids.clear();
+          for (int pid; out >> pid;) pids.push_back(pid);
+          out.clear();
+          out >> word >> detached;
+          return pids.size() == 3 && word == "DETACHED";
+        }
+        return false;
+      },
+      kSettle));
+  // Three actors, the detached one and the task's lease hold 5 of the far node's 8 CPUs.
+  double cpus = -1;
+  if (!WaitFor([&] { return (cpus = cluster.Available(far_node, "CPU")) == 3; }, kSettle)) {
+    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output_);
+  }
+
+  const auto killed_at = std::chrono::steady_clock::now();
+  driver.Signal(SIGKILL);
+  REQUIRE(driver.WaitExit(kSettle));
+  CHECK(WaitFor(
+      [&] {
+        return std::all_of(pids.begin(), pids.end(), [](int pid) { return ProcessGone(pid); });
+      },
+      kSettle));
+  // Only the detached actor's CPU stays taken.
+  if (!WaitFor([&] { return (cpus = cluster.Available(far_node, "CPU")) == 7; }, kSettle)) {
+    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output_);
+  }
+  const double cleaned = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       killed_at).count();
+  CHECK(!ProcessGone(detached));
+
+  // A new driver finds the detached actor by name, and it answers from the same process.
+  env["FAULT_TEST_DRIVER_MODE"] = "call";
+  ChildProcess caller(cluster.bed().In(1, {SelfExe()}), env);
+  REQUIRE(caller.WaitExit(kSettle));
+  INFO(caller.output());
+  CHECK(caller.exit_code() == 0);
+  CHECK(caller.output().find("KEEPER " + std::to_string(detached)) != std::string::npos);
+  std::printf("FAULT driver-sigkill: actors and leases released %.2f s after the kill; the "
+              "detached actor answers\n",
+              cleaned);
+}
+
+// ---- 5. The object store and its spill disk fill up --------------------------------------------
+
+namespace {
+// A tmpfs of `megabytes` mounted on `dir` for the life of this object.
+class SmallDisk {
+ public:
+  SmallDisk(const std::string& dir, int megabytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string options = "size=" + std::to_string(megabytes) + "m,mode=0700";
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+}  // namespace
+
+TEST_CASE("a full object store spills until its spill disk is full, then Put fails clearly and "
+          "the daemon keeps serving",
+          "[fault]") {
+  REQUIRE_TESTBED();  // root, for the small disk
+  rayd::testing::RaydSandbox sandbox(RAYD_BINARY);
+  const int port = rayd::testing::FreeTcpPort();
+  sandbox.Start({"--head", "--port", std::to_string(port), "--num-cpus", "1",
+                 "--object-store-memory", std::to_string(32 << 20)});
+  const auto sessions = sandbox.Sessions("_head");
+  REQUIRE(sessions.size() == 1);
+  SmallDisk disk(sessions[0] + "/spill", 16);
+  REQUIRE(disk.mounted());
+
+  rayd::RaydConfig config;
+  config.address = "127.0.0.1:" + std::to_string(port);
+  config.temp_dir = sandbox.root();
+  rayd::Init(config);
+  struct Guard {
+    ~Guard() { rayd::Shutdown(); }
+  } guard;
+
+  // 4 MiB objects, each a different pattern: 8 fit in the store, about 4 more on the disk.
+  auto object = [](int i) { return std::vector<uint8_t>(4 << 20, static_cast<uint8_t>(i * 7 + 1)); };
+  std::vector<rayd::ObjectRef<std::vector<uint8_t>>> kept;
+  std::string error;
+  for (int i = 0; i < 40 && error.empty(); ++i) {
+    try {
+      kept.push_back(rayd::Put(object(i)));
+    } catch (const rayd::ObjectStoreFullError& e) {
+      error = e.what();
+    }
+  }
+  INFO("error: " << error);
+  REQUIRE(!error.empty());
+  const size_t held = kept.size();
+  CHECK(held > 8);  // spilling made room beyond the store's own 32 MiB
+  CHECK(held < 14);
+  CHECK_THAT(error, Catch::Contains("spill"));
+
+  // The daemon still serves, and nothing is lost: objects in memory read back intact now; a
+  // spilled one may not fit back while the store is full of objects that can no longer be
+  // spilled, and then fails with the same clear error rather than anything worse.
+  std::string out;
+  CHECK(sandbox.Rayd({"status"}, &out) == 0);
+  int unreadable = 0;
+  for (size_t i = 0; i < held; ++i) {
+    try {
+      const bool intact = *rayd::Get(kept[i], 30000) == object(static_cast<int>(i));
+      CHECK(intact);
+    } catch (const rayd::ObjectStoreFullError& e) {
+      ++unreadable;
+      CHECK_THAT(e.what(), Catch::Contains("spill"));
+    }
+  }
+  // Once objects are freed, there is room: every spilled object comes back intact, and Put works.
+  // (Freeing is asynchronous: the owner tells the store; poll until the first reads back.)
+  kept.resize(held - 6);
+  CHECK(WaitFor(
+      [&] {
+        try {
+          return *rayd::Get(kept[0], 30000) == object(0);
+        } catch (const rayd::ObjectStoreFullError&) {
+          return false;
+        }
+      },
+      kSettle));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    INFO("object " << i);
+    CHECK(*rayd::Get(kept[i], 30000) == object(static_cast<int>(i)));
+  }
+  CHECK_NOTHROW(kept.push_back(rayd::Put(object(99))));
+  CHECK(*rayd::Get(kept.back(), 30000) == object(99));
+  std::printf("FAULT store-full: %zu x 4 MiB objects held (32 MiB store + 16 MiB spill disk) "
+              "before Put failed with: %s; %d spilled objects unreadable until others were freed, "
+              "then all intact\n",
+              held, error.c_str(), unreadable);
+}
