@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <vector>
@@ -10,7 +11,10 @@ namespace rayd {
 
 void InitLogging(const std::string& name, const std::string& path, bool also_stderr) {
   std::vector<spdlog::sink_ptr> sinks;
-  if (!path.empty()) sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(path));
+  if (!path.empty()) {
+    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(path));
+    ::chmod(path.c_str(), 0600);  // logs name peers, jobs and paths: the owner's only
+  }
   if (path.empty() || also_stderr)
     sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   auto logger = std::make_shared<spdlog::logger>(name, sinks.begin(), sinks.end());

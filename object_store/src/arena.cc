@@ -1,6 +1,7 @@
 #include "rayd/object_store/arena.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,13 @@ Result<std::unique_ptr<Arena>> Arena::Create(size_t size, const std::string& nam
   if (fd < 0) {
     return Status::Internal(std::string("memfd_create(") + name +
                             ") failed: " + std::strerror(errno));
+  }
+  // A memfd is born 0777; it is reachable through /proc/<pid>/fd/, so make it its owner's only.
+  if (fchmod(fd, 0600) != 0) {
+    Status s = Status::Internal(std::string("restricting the arena to its owner failed: ") +
+                                std::strerror(errno));
+    close(fd);
+    return s;
   }
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     Status s =

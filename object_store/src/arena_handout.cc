@@ -1,6 +1,7 @@
 #include "rayd/object_store/arena_handout.h"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -64,6 +65,8 @@ Status ArenaHandout::Listen(const std::string& path) {
   uv_pipe_init(loop_.uv(), listener_, 0);
   listener_->data = this;
   int rc = uv_pipe_bind(listener_, path.c_str());
+  // Whoever connects is handed the arena's descriptor: the owner's processes only.
+  if (rc == 0 && ::chmod(path.c_str(), 0600) != 0) rc = -errno;
   if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(listener_), 64, &OnConnection);
   if (rc != 0) {
     ClosePipe(listener_);

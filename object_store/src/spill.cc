@@ -72,7 +72,9 @@ int WriteAll(int fd, const uint8_t* data, size_t size) {
 Status WriteSpillFile(const std::string& dir, const std::string& path, const uint8_t* data,
                       size_t size) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  if (std::filesystem::create_directories(dir, ec)) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);  // 0700
+  }
   if (ec) return SpillError(dir, ec.message());
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return SpillError(dir, Errno(errno));

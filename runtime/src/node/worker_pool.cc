@@ -133,7 +133,7 @@ void WorkerPool::StartWorker(const JobId& job_id, const WorkerLaunch& launch,
 
   if (launch.argv.empty() || launch.argv[0].empty()) return FailStart(w, "no command to run");
   ::mkdir((config_.session_dir + "/logs").c_str(), 0700);  // normally there already
-  int log_fd = ::open(w.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int log_fd = ::open(w.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) return FailStart(w, std::string("cannot open its log: ") + strerror(errno));
 
   std::vector<char*> args;
