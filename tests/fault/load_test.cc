@@ -366,11 +366,12 @@ TaskRound RunTasks(int n) {
 
 }  // namespace
 
-// Two rounds of n tasks. After the first, memory must be back near "before" except for what
-// the runtime keeps as capacity (hash-table buckets and the submit queue's block map grow to
-// the largest backlog and never shrink: ~40 bytes per queued task, found with heaptrack). The
-// second round reaches the same backlog, so a real per-task leak shows as growth over the
-// first round's "after".
+// Two rounds of n tasks. After each, the heap must be back within 64 MiB of "before". What the
+// runtime keeps is capacity, not tasks: its hash tables' buckets and the submit queue's block
+// map grow to the largest backlog and never shrink (~42 MiB for a million queued tasks, found
+// with heaptrack; how much of it a round reaches depends on how far execution kept up with
+// submission). That is bounded by n however many rounds run, while a leak grows with every
+// round: two million tasks within the bound means less than ~11 bytes leaked per task.
 TEST_CASE("1000000 tasks queued on a 1-CPU node all complete without a leak", "[load]") {
   const int n = CountFromEnv("LOAD_TASKS", 1000000);
   LoadCluster cluster(1);
@@ -389,7 +390,6 @@ TEST_CASE("1000000 tasks queued on a 1-CPU node all complete without a leak", "[
     INFO("first error: " << first.first_error);
     CHECK(first.wrong == 0);
   }
-  // 64 MiB over the baseline: the retained capacity above (~40 MiB for a million) plus slack.
   const Memory after_first = SettleWithin(before, 64, 64, 16, 60s);
   const TaskRound second = RunTasks(n);
   {
@@ -400,8 +400,7 @@ TEST_CASE("1000000 tasks queued on a 1-CPU node all complete without a leak", "[
   double worker_hwm_mb = 0;
   for (pid_t pid : WorkerProcesses())
     worker_hwm_mb = std::max(worker_hwm_mb, StatusMb(pid, "VmHWM"));
-  // A second million may add 16 MiB of heap at most: 16 bytes per task.
-  const Memory after = SettleWithin(after_first, 32, 16, 16, 60s);
+  const Memory after = SettleWithin(before, 64, 64, 16, 60s);
   std::printf(
       "LOAD tasks=%d submit_s=%.2f submit_per_s=%.0f total_s=%.2f completed_per_s=%.0f "
       "round2_total_s=%.2f round2_completed_per_s=%.0f rss_before_mb=%.1f "
@@ -414,7 +413,7 @@ TEST_CASE("1000000 tasks queued on a 1-CPU node all complete without a leak", "[
       after.fds);
   std::fflush(stdout);
   CheckWithin(before, after_first, 64, 64, 16);
-  CheckWithin(after_first, after, 32, 16, 16);
+  CheckWithin(before, after, 64, 64, 16);
   rayd::Shutdown();
   CHECK(WaitFor([] { return WorkerProcesses().empty(); }, 30s));
 }

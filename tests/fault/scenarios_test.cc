@@ -73,6 +73,26 @@ double WallSeconds() {
 class MultiHostCluster {
  public:
   explicit MultiHostCluster(int hosts) : bed_(hosts) {}
+  // With RAYD_FAULT_KEEP_LOGS=DIR, every host's session directories are copied to DIR/host<i>
+  // (logs for a failed or slow scenario).
+  ~MultiHostCluster() {
+    const char* keep = std::getenv("RAYD_FAULT_KEEP_LOGS");
+    if (keep == nullptr) return;
+    namespace fs = std::filesystem;
+    for (int host = 0; host < bed_.size(); ++host) {
+      const fs::path from = bed_.root(host);
+      const fs::path to = fs::path(keep) / ("host" + std::to_string(host));
+      std::error_code ec;
+      for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
+           it.increment(ec)) {
+        if (!it->is_regular_file()) continue;  // sockets, and session_latest's links
+        const fs::path target = to / fs::relative(it->path(), from);
+        fs::create_directories(target.parent_path(), ec);
+        fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, ec);
+        ec.clear();
+      }
+    }
+  }
 
   Testbed& bed() { return bed_; }
   std::string head_address() const { return bed_.ip(0) + ":" + std::to_string(kPort); }
@@ -238,12 +258,15 @@ void CheckSweepComplete(const std::string& experiment, int trials, int epochs) {
   }
 }
 
-// Seconds from `since` to the first result after it of a trial that failed, once there is one.
-std::optional<double> RecoveredAfter(const std::string& experiment, double since) {
+// Seconds from the fault at `fault_at` to the first result of a trial that failed reported
+// after `dead_at` (when the head declared the node dead: whatever the failed gang still had in
+// flight is older), once there is one.
+std::optional<double> RecoveredAfter(const std::string& experiment, double fault_at,
+                                     double dead_at) {
   for (const auto& r : ReadTrials(experiment)) {
     if (r.num_failures == 0) continue;
     for (double ts : r.timestamps) {
-      if (ts > since) return ts - since;
+      if (ts > dead_at) return ts - fault_at;
     }
   }
   return std::nullopt;
@@ -378,10 +401,11 @@ TEST_CASE("SIGKILL of a host during 2-worker trials: its trial restarts from its
 
   // The head notices, and the trial resumes on the spare node.
   REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
-  const double declared_dead = WallSeconds() - killed_at;
+  const double dead_at = WallSeconds(), declared_dead = dead_at - killed_at;
   std::optional<double> recovered;
-  REQUIRE(WaitFor([&] { return (recovered = RecoveredAfter(experiment, killed_at)).has_value(); },
-                  kSweepTimeout));
+  REQUIRE(WaitFor(
+      [&] { return (recovered = RecoveredAfter(experiment, killed_at, dead_at)).has_value(); },
+      kSweepTimeout));
   RequireSweepSucceeded(*driver);
   CheckSweepComplete(experiment, 3, kEpochs);
   CHECK(TotalFailures(experiment) >= 1);
@@ -422,11 +446,12 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
   const double cut_at = WallSeconds();
   cluster.bed().SetLink(victim, false);
   REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
-  const double declared_dead = WallSeconds() - cut_at;
+  const double dead_at = WallSeconds(), declared_dead = dead_at - cut_at;
   // Its trial is rescheduled while the node is still cut off.
   std::optional<double> recovered;
-  REQUIRE(WaitFor([&] { return (recovered = RecoveredAfter(experiment, cut_at)).has_value(); },
-                  kSweepTimeout));
+  REQUIRE(WaitFor(
+      [&] { return (recovered = RecoveredAfter(experiment, cut_at, dead_at)).has_value(); },
+      kSweepTimeout));
 
   const double restored_at = WallSeconds();
   cluster.bed().SetLink(victim, true);

@@ -8,6 +8,8 @@ namespace rayd::core {
 
 using internal::ErrorKind;
 
+constexpr Millis kWatchPeriod{1000};
+
 void ActorSubmitter::SetMaxTaskRetries(const ActorId& actor, int max_task_retries) {
   actors_[actor].max_task_retries = max_task_retries;
 }
@@ -65,6 +67,10 @@ void ActorSubmitter::Pump(const ActorId& id) {
     if (s.ok() || ctx_.stopping) return;
     if (actors_[id].address == address) OnDisconnected(id, s.message());
   });
+  if (!actor.queue.empty() && !watch_timer_) {
+    watch_timer_ = std::make_unique<Timer>(ctx_.loop);
+    watch_timer_->Start(kWatchPeriod, kWatchPeriod, [this] { WatchInFlight(); });
+  }
   while (!actor.queue.empty() && !actor.unresolved.contains(actor.queue.front().task_id)) {
     const uint64_t seq = actor.next_seq++;
     auto [it, inserted] = actor.in_flight.emplace(seq, std::move(actor.queue.front()));
@@ -174,6 +180,44 @@ void ActorSubmitter::ResolveLater(const ActorId& id) {
   actor.state = Actor::State::kUnresolved;
   if (!actor.retry_timer) actor.retry_timer = std::make_unique<Timer>(ctx_.loop);
   actor.retry_timer->Start(Millis(100), Millis(0), [this, id] { Pump(id); });
+}
+
+void ActorSubmitter::WatchInFlight() {
+  if (ctx_.stopping) return;
+  for (auto& [id, actor] : actors_) {
+    if (actor.in_flight.empty() || actor.state != Actor::State::kAlive) continue;
+    auto fill = [id = id](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::GetActorRequest>();
+      r.setActorId(id.Hex());
+      r.setWaitUntilSettled(false);
+    };
+    gcs_.Call(proto::Method::GET_ACTOR, fill, kWatchPeriod,
+              [this, id = id, address = actor.address](const Status& s,
+                                                       capnp::AnyPointer::Reader r) {
+                if (!s.ok() || ctx_.stopping) return;  // no word: TCP's timeout still guards
+                auto it = actors_.find(id);
+                if (it == actors_.end() || it->second.address != address ||
+                    it->second.in_flight.empty()) {
+                  return;
+                }
+                auto reply = r.getAs<proto::GetActorReply>();
+                const bool there = reply.getFound() &&
+                                   reply.getActor().getState() == proto::ActorState::ALIVE &&
+                                   reply.getActor().getAddress() == address;
+                if (there) return;
+                std::string why = "the GCS reports actor " + id.Hex() + " ";
+                if (!reply.getFound()) {
+                  why += "gone";
+                } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
+                  why += "restarted elsewhere";
+                } else {
+                  const std::string cause = reply.getActor().getDeathCause();
+                  why += cause.empty() ? std::string("dead") : "dead: " + cause;
+                }
+                spdlog::info("{}; failing over its calls to {}", why, address);
+                OnDisconnected(id, why);
+              });
+  }
 }
 
 }  // namespace rayd::core

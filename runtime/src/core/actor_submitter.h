@@ -49,10 +49,14 @@ class ActorSubmitter {
   void OnDisconnected(const ActorId& id, const std::string& why);
   void FailAll(Actor& actor, const std::string& why);
   void ResolveLater(const ActorId& id);
+  // Asks the GCS about every actor with calls in flight; fails over those that are not alive
+  // at the address the calls went to. Runs on watch_timer_ while any call is in flight.
+  void WatchInFlight();
 
   SubmitterContext& ctx_;
   rpc::RpcClient& gcs_;
   std::map<ActorId, Actor> actors_;
+  std::unique_ptr<Timer> watch_timer_;
 };
 
 }  // namespace rayd::core
