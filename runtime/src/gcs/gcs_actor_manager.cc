@@ -48,8 +48,10 @@ struct GcsActorManager::Actor {
   scheduler::ResourceSet demand;
   std::string placement_group_id;                     // from its creation spec; empty: none
   std::optional<Clock::time_point> infeasible_since;  // while no node could ever hold it
-  capnp::MallocMessageBuilder request;  // the CreateActorRequest: creation spec and launch
-  std::string request_hex;              // `request` serialised, as stored
+  // The CreateActorRequest (creation spec and launch), sized to it, and serialised as stored.
+  // Both go when the actor dies for good: a dead actor is never created again.
+  std::unique_ptr<capnp::MallocMessageBuilder> request;
+  std::string request_hex;
 
   // The creation in progress.
   uint64_t attempt = 0;
@@ -58,7 +60,12 @@ struct GcsActorManager::Actor {
   std::vector<rpc::CallPtr> waiters;              // GET_ACTOR calls waiting for a settled state
 
   proto::CreateActorRequest::Reader Request() {
-    return request.getRoot<proto::CreateActorRequest>().asReader();
+    return request ? request->getRoot<proto::CreateActorRequest>().asReader()
+                   : proto::CreateActorRequest::Reader();
+  }
+  void SetRequest(proto::CreateActorRequest::Reader from) {
+    request = std::make_unique<capnp::MallocMessageBuilder>(from.totalSize().wordCount + 1);
+    request->setRoot(from);
   }
   proto::SchedulingOptions::Reader Scheduling() { return Request().getSpec().getScheduling(); }
   // Sets what derives from `request`.
@@ -125,13 +132,14 @@ struct GcsActorManager::Actor {
       actor->death_cause = j.value("death_cause", "");
       actor->pid = j.value("pid", 0);
       const std::string hex = j.value("request", "");
+      if (hex.empty() && actor->state == proto::ActorState::DEAD) return actor;  // dropped
       if (hex.empty() || hex.size() % 16 != 0) return Status::Internal("no creation request");
       kj::Array<capnp::word> words = kj::heapArray<capnp::word>(hex.size() / 16);
       if (!internal::FromHex(hex, reinterpret_cast<uint8_t*>(words.begin()), hex.size() / 2)) {
         return Status::Internal("creation request is not hex");
       }
       capnp::FlatArrayMessageReader reader(words);
-      actor->request.setRoot(reader.getRoot<proto::CreateActorRequest>());
+      actor->SetRequest(reader.getRoot<proto::CreateActorRequest>());
       actor->request_hex = hex;
       actor->ReadRequest();
     } catch (const std::exception& e) {
@@ -190,6 +198,7 @@ void GcsActorManager::Start(std::function<void(Status)> done) {
                     if (a.state != proto::ActorState::DEAD && !a.placement_group_id.empty()) {
                       group_actors_[a.placement_group_id].insert(a.id);
                     }
+                    if (a.state == proto::ActorState::DEAD) dead_.push_back(a.id);
                     actors_[a.id] = std::move(*actor);
                   }
                   std::vector<std::string> unsettled;
@@ -270,11 +279,12 @@ void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
   actor->class_name = spec.getFunctionName();
   actor->max_restarts = request.getMaxRestarts();
   actor->detached = request.getDetached();
-  actor->request.setRoot(request);
+  actor->SetRequest(request);
   actor->ReadRequest();
-  auto words = capnp::messageToFlatArray(actor->request);
+  auto words = capnp::messageToFlatArray(*actor->request);
   actor->request_hex = internal::ToHex(words.asBytes().begin(), words.asBytes().size());
   Actor& a = *actor;
+  ForgetOldestDead();
   actors_[id] = std::move(actor);
   if (!name.empty()) names_[{ns, name}] = id;
   if (!a.placement_group_id.empty()) group_actors_[a.placement_group_id].insert(id);
@@ -614,10 +624,27 @@ void GcsActorManager::MarkDead(Actor& actor, const std::string& cause, bool kill
     if (it->second.empty()) group_actors_.erase(it);
   }
   spdlog::info("actor {} is dead: {}", actor.id, cause);
+  actor.request.reset();
+  actor.request_hex.clear();
+  dead_.push_back(actor.id);
   if (kill_worker && !actor.worker_id.empty() && !actor.node_id.IsNil()) {
     KillWorker(actor.node_id, actor.worker_id, "its actor is dead: " + cause);
   }
   SettleOnceStored(actor);
+}
+
+void GcsActorManager::ForgetOldestDead() {
+  while (dead_.size() > kMaxDeadActors) {
+    const std::string id = std::move(dead_.front());
+    dead_.pop_front();
+    auto it = actors_.find(id);
+    if (it == actors_.end() || it->second->state != proto::ActorState::DEAD) continue;
+    actors_.erase(it);
+    store_.Delete(kActorTable, id, guard_([id](Result<bool> r) {
+                    if (!r.ok()) spdlog::warn("could not forget dead actor {}: {}", id,
+                                              r.status().ToString());
+                  }));
+  }
 }
 
 void GcsActorManager::Settle(Actor& actor) {

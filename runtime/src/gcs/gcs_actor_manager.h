@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -120,6 +121,9 @@ class GcsActorManager {
   void AbandonAttempt(Actor& actor);
   void OnWorkerDied(Actor& actor, const std::string& reason);
   void MarkDead(Actor& actor, const std::string& cause, bool kill_worker);
+  // Forgets the oldest dead actors beyond kMaxDeadActors (called where no iteration is under
+  // way: before a new actor is added).
+  void ForgetOldestDead();
   void Settle(Actor& actor);
   void SettleOnceStored(Actor& actor);
   // Stores the actor's record (best effort: failures are logged), then runs `then`.
@@ -149,6 +153,12 @@ class GcsActorManager {
   PendingPlacements& ledger_;
   GcsPlacementGroupManager& placement_groups_;
   std::map<std::string, std::unique_ptr<Actor>> actors_;              // by actor id
+  // Dead actors in the order they died. Their records stay listable (`rayd list actors`) up to
+  // kMaxDeadActors, as Ray keeps a bounded cache of destroyed actors; older ones are forgotten
+  // (here and in the store) when new actors are created, so a long sweep's thousands of trial
+  // ranks do not grow the head without bound.
+  static constexpr size_t kMaxDeadActors = 10000;
+  std::deque<std::string> dead_;
   std::map<std::pair<std::string, std::string>, std::string> names_;  // (namespace, name) -> id
   std::set<std::string> waiting_;  // actors waiting for a node with room, or for their bundle
   // Actors that are not DEAD, by the placement group they run in.
