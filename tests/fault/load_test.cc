@@ -305,10 +305,10 @@ TEST_CASE("1000 actors alive at once then killed leave no process or memory behi
   CHECK(all_dead);
   actors.clear();
 
-  // The head keeps every dead actor's record for good (GcsActorManager::actors_ and its stored
-  // JSON), with its creation request in a capnp builder of at least 8 KiB: ~20 KiB per actor
-  // measured (heaptrack), so ~20 MiB here. 32 MiB bounds that; a leaked worker connection or
-  // buffer per actor on top of it fails.
+  // The head keeps the records of the most recent 10,000 dead actors (listable, as Ray keeps a
+  // bounded cache of destroyed ones), without their creation requests: a few KiB per actor
+  // here (it was ~20 KiB before the requests were dropped, found with heaptrack). 32 MiB bounds
+  // that; a leaked worker connection or buffer per actor on top of it fails.
   const Memory after = SettleWithin(before, 64, 32, 16, 60s);
   std::printf(
       "LOAD actors=%d submit_s=%.2f create_and_call_s=%.2f actors_per_s=%.1f kill_s=%.2f "

@@ -7,7 +7,7 @@
 // Each checks that nothing the model promises to keep is lost, and prints how long recovery took
 // ("FAULT ..." lines, for the table).
 //
-// Heartbeats are 250 ms with 8 missed = dead (2 s), so that a dead node is noticed quickly
+// Heartbeats are 250 ms with 12 missed = dead (3 s), so that a dead node is noticed quickly
 // without a busy 2-core machine's hiccups declaring a live one dead.
 
 #include <signal.h>
@@ -111,7 +111,7 @@ class MultiHostCluster {
   std::string StartHead(const std::vector<std::string>& extra) {
     head_flags_ = {"start", "--head", "--node-ip-address", bed_.ip(0), "--port",
                    std::to_string(kPort), "--token", kToken, "--heartbeat-period-ms", "250",
-                   "--missed-heartbeats", "8", "--object-store-memory", "200000000"};
+                   "--missed-heartbeats", "12", "--object-store-memory", "200000000"};
     head_flags_.insert(head_flags_.end(), extra.begin(), extra.end());
     return Start(0, head_flags_);
   }
