@@ -375,27 +375,53 @@ int RunChildDriver(const char* mode_name) {
   return 2;
 }
 
+// Scenarios 1 and 2: a sweep of three trials on four 2-CPU nodes (hosts 1..4, one spare; the
+// head and the driver on host 0), and the host of one running trial's ranks, picked once some
+// trial has three results.
+class VictimSweep {
+ public:
+  struct Where {
+    std::string experiment;
+    int host = -1;
+    std::string node_id;
+  };
+  static constexpr int kEpochs = 12;
+
+  VictimSweep(MultiHostCluster& cluster, const std::string& name) {
+    auto host_of_node = StartTrainingCluster(cluster, 4);
+    where_.experiment = work_.path() + "/results/" + name;
+    driver_ = StartSweep(cluster, 0, WriteSweep(work_.path(), name, kEpochs));
+    REQUIRE(WaitFor([&] { return AnyTrialHas(where_.experiment, 3); }, kSettle));
+    REQUIRE(WaitFor([&] { return (where_.host = cluster.HostRunningATrial(host_of_node)) > 0; },
+                    kSettle));
+    for (const auto& [id, host] : host_of_node) {
+      if (host == where_.host) where_.node_id = id;
+    }
+  }
+  const Where& where() const { return where_; }
+
+  // The driver succeeded, every trial completed every epoch once, and some trial failed over.
+  void RequireComplete() {
+    RequireSweepSucceeded(*driver_);
+    CheckSweepComplete(where_.experiment, 3, kEpochs);
+    CHECK(TotalFailures(where_.experiment) >= 1);
+  }
+
+ private:
+  TempDir work_;
+  Where where_;
+  std::unique_ptr<ChildProcess> driver_;
+};
+
 // ---- 1. A host dies ----------------------------------------------------------------------------
 
 TEST_CASE("SIGKILL of a host during 2-worker trials: its trial restarts from its checkpoint "
           "elsewhere and the sweep completes",
           "[fault]") {
   REQUIRE_TESTBED();
-  // Hosts: 0 head and driver; 1..4 nodes of 2 CPUs (three trials of two ranks, one spare).
   MultiHostCluster cluster(5);
-  auto host_of_node = StartTrainingCluster(cluster, 4);
-  TempDir work;
-  const int kEpochs = 12;
-  const std::string experiment = work.path() + "/results/host-kill";
-  auto driver = StartSweep(cluster, 0, WriteSweep(work.path(), "host-kill", kEpochs));
-
-  REQUIRE(WaitFor([&] { return AnyTrialHas(experiment, 3); }, kSettle));
-  int victim = -1;
-  REQUIRE(WaitFor([&] { return (victim = cluster.HostRunningATrial(host_of_node)) > 0; }, kSettle));
-  std::string victim_node;
-  for (const auto& [id, host] : host_of_node) {
-    if (host == victim) victim_node = id;
-  }
+  VictimSweep sweep(cluster, "host-kill");
+  const auto& [experiment, victim, victim_node] = sweep.where();
   const double killed_at = WallSeconds();
   cluster.bed().KillHost(victim);
 
@@ -406,9 +432,7 @@ TEST_CASE("SIGKILL of a host during 2-worker trials: its trial restarts from its
   REQUIRE(WaitFor(
       [&] { return (recovered = RecoveredAfter(experiment, killed_at, dead_at)).has_value(); },
       kSweepTimeout));
-  RequireSweepSucceeded(*driver);
-  CheckSweepComplete(experiment, 3, kEpochs);
-  CHECK(TotalFailures(experiment) >= 1);
+  sweep.RequireComplete();
   std::printf("FAULT host-sigkill: node declared dead after %.2f s; trial's next result %.2f s "
               "after the kill\n",
               declared_dead, *recovered);
@@ -422,19 +446,8 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
           "[fault]") {
   REQUIRE_TESTBED();
   MultiHostCluster cluster(5);
-  auto host_of_node = StartTrainingCluster(cluster, 4);
-  TempDir work;
-  const int kEpochs = 12;
-  const std::string experiment = work.path() + "/results/link-cut";
-  auto driver = StartSweep(cluster, 0, WriteSweep(work.path(), "link-cut", kEpochs));
-
-  REQUIRE(WaitFor([&] { return AnyTrialHas(experiment, 3); }, kSettle));
-  int victim = -1;
-  REQUIRE(WaitFor([&] { return (victim = cluster.HostRunningATrial(host_of_node)) > 0; }, kSettle));
-  std::string victim_node;
-  for (const auto& [id, host] : host_of_node) {
-    if (host == victim) victim_node = id;
-  }
+  VictimSweep sweep(cluster, "link-cut");
+  const auto& [experiment, victim, victim_node] = sweep.where();
   const std::vector<pid_t> daemon = DaemonPids(cluster.bed().root(victim));
   REQUIRE(daemon.size() == 1);
   std::vector<pid_t> old_workers;
@@ -479,9 +492,7 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
                            [](pid_t pid) { return ProcessGone(pid); });
       },
       kSettle));
-  RequireSweepSucceeded(*driver);
-  CheckSweepComplete(experiment, 3, kEpochs);
-  CHECK(TotalFailures(experiment) >= 1);
+  sweep.RequireComplete();
   std::printf("FAULT link-cut: node declared dead after %.2f s; trial's next result %.2f s after "
               "the cut; rejoined as a new node %.2f s after the link came back\n",
               declared_dead, *recovered, rejoin_s);
