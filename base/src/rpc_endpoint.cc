@@ -92,19 +92,21 @@ std::string PeerName(uv_stream_t* stream) {
   return std::string(ip) + ":" + std::to_string(port);
 }
 
-void PrepareStream(uv_stream_t* stream) {
-  if (stream->type != UV_TCP) return;
-  auto* tcp = reinterpret_cast<uv_tcp_t*>(stream);
-  uv_tcp_nodelay(tcp, 1);
-  uv_os_fd_t fd;
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) != 0) return;
+void TuneTcpSocket(int fd) {
   // Idle 2 s, then a probe a second: 4 unanswered probes make ~6 s.
   const int on = 1, idle_s = 2, interval_s = 1, probes = 4, user_timeout_ms = kDeadPeerTimeoutMs;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+void PrepareStream(uv_stream_t* stream) {
+  if (stream->type != UV_TCP) return;
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(stream), &fd) == 0) TuneTcpSocket(fd);
 }
 
 void CloseAndFree(uv_stream_t* stream) {

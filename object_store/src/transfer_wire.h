@@ -176,7 +176,10 @@ inline Result<sockaddr_storage> Resolve(const std::string& address) {
 // No Nagle delay for the small request/reply frames. Socket buffer sizes are left to the
 // kernel: setting SO_RCVBUF/SO_SNDBUF turns Linux's autotuning off (it grows to tcp_rmem's
 // maximum, 32 MiB here), and fixed 1/4/16 MiB buffers measured no faster over loopback.
-inline void TuneSocket(uv_tcp_t* tcp) { uv_tcp_nodelay(tcp, 1); }
+inline void TuneSocket(uv_tcp_t* tcp) {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) == 0) rpc::TuneTcpSocket(fd);
+}
 
 inline uv_stream_t* AsStream(uv_tcp_t* tcp) { return reinterpret_cast<uv_stream_t*>(tcp); }
 

@@ -227,6 +227,14 @@ class RpcServer {
   Connection::ClosedFn on_closed_;
 };
 
+// Sets up a connected TCP socket the way every rayd connection is set up (the RPC layer's, the
+// object transfer channel's): no Nagle delay, and the kernel's dead-peer detection — keepalive
+// probes on an idle connection and TCP_USER_TIMEOUT on unacknowledged data — so that a peer
+// behind a cut link or on a powered-off host fails its connection in about kDeadPeerTimeoutMs
+// instead of TCP's ~15 minutes. The kernel answers both, so a busy peer never trips them.
+inline constexpr int kDeadPeerTimeoutMs = 6000;
+void TuneTcpSocket(int fd);
+
 struct ReconnectBackoff {
   Millis initial{100};
   Millis max{5000};
