@@ -3,7 +3,8 @@
 # installed; run as root (or with sudo available).
 #
 #   scripts/install-deps.sh           what rayd needs
-#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch, Optuna)
+#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch,
+#                                     Optuna, Dask distributed)
 set -euo pipefail
 
 packages=(
@@ -15,7 +16,7 @@ packages=(
   iproute2 redis-tools
 )
 if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-torch python3-optuna)
+  packages+=(python3-torch python3-optuna python3-distributed)
 fi
 
 missing=()
