@@ -48,7 +48,15 @@ int PutArray(int64_t bytes, int times) {
 std::vector<float> MakeArray(int64_t bytes) {
   return std::vector<float>(static_cast<size_t>(bytes) / sizeof(float), 2.0f);
 }
-RAYD_REMOTE(Noop, Echo, Sink::Create, &Sink::Call, PutArray, MakeArray);
+// An object holding 10,000 refs, each to a value this task put (Ray's
+// create_object_containing_ref for single_client_get_object_containing_10k_refs).
+std::vector<rayd::ObjectRef<int>> MakeRefs(int n) {
+  std::vector<rayd::ObjectRef<int>> refs;
+  refs.reserve(n);
+  for (int i = 0; i < n; ++i) refs.push_back(rayd::Put(i));
+  return refs;
+}
+RAYD_REMOTE(Noop, Echo, Sink::Create, &Sink::Call, PutArray, MakeArray, MakeRefs);
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
@@ -180,6 +188,19 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
     for (auto& t : threads) t.join();
     return 1000.0;
   });
+  // Ray's single_client_wait_1k_refs: 1,000 tasks, then Wait for one at a time until none is
+  // left (one op is the whole round).
+  measure("single_client_wait_1k_refs", [] {
+    std::vector<ObjectRef<int>> unready;
+    for (int i = 0; i < 1000; ++i) unready.push_back(rayd::Task(Noop).Remote());
+    while (!unready.empty()) unready = rayd::Wait(unready, 1, -1).unready;
+    return 1.0;
+  });
+  // Ray's single_client_get_object_containing_10k_refs: a task returns 10,000 refs; Get it.
+  measure("single_client_get_object_containing_10k_refs", [] {
+    auto refs = rayd::Get(rayd::Task(MakeRefs).Remote(10000));
+    return refs->size() == 10000 ? 1.0 : 0.0;
+  });
   auto small = rayd::Put(42);
   measure("single_client_get_calls", [&] {
     for (int i = 0; i < 100; ++i) rayd::Get(small);
@@ -214,8 +235,14 @@ bool RunSelf(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Its messages go to our stderr: stdout is the table, or the JSON with --json.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = 0;
-  if (posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) != 0) return false;
+  const int rc = posix_spawn(&pid, self, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return false;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -291,11 +318,11 @@ int RunMicrobenchmark(const MicrobenchmarkArgs& args) {
   std::cout << std::fixed << std::setprecision(1) << "machine: loopback TCP round trip " << rtt_us
             << " us (" << 1e6 / rtt_us << " round trips/s), memcpy " << memcpy_gbps
             << " GB/s\n\n"
-            << std::left << std::setw(30) << "metric" << std::right << std::setw(14) << "min/s"
+            << std::left << std::setw(46) << "metric" << std::right << std::setw(14) << "min/s"
             << std::setw(14) << "median/s" << std::setw(14) << "max/s" << "\n";
   for (const auto& m : out["metrics"]) {
     const bool small = double(m["median"]) < 100;  // GB/s: show the decimals
-    std::cout << std::left << std::setw(30) << std::string(m["name"]) << std::right
+    std::cout << std::left << std::setw(46) << std::string(m["name"]) << std::right
               << std::setprecision(small ? 2 : 0) << std::setw(14) << double(m["min"]) << std::setw(14)
               << double(m["median"]) << std::setw(14) << double(m["max"]) << "\n";
   }
