@@ -400,6 +400,20 @@ class VictimSweep {
   }
   const Where& where() const { return where_; }
 
+  // Waits until the head declares the victim's node dead and then until a failed trial reports
+  // again (its gang restarted elsewhere); returns the seconds from `fault_at` to each.
+  std::pair<double, double> AwaitRecovery(MultiHostCluster& cluster, double fault_at) {
+    REQUIRE(WaitFor([&] { return cluster.NodeState(where_.node_id) == "DEAD"; }, kSettle));
+    const double dead_at = WallSeconds();
+    std::optional<double> recovered;
+    REQUIRE(WaitFor(
+        [&] {
+          return (recovered = RecoveredAfter(where_.experiment, fault_at, dead_at)).has_value();
+        },
+        kSweepTimeout));
+    return {dead_at - fault_at, *recovered};
+  }
+
   // The driver succeeded, every trial completed every epoch once, and some trial failed over.
   void RequireComplete() {
     RequireSweepSucceeded(*driver_);
@@ -421,21 +435,15 @@ TEST_CASE("SIGKILL of a host during 2-worker trials: its trial restarts from its
   REQUIRE_TESTBED();
   MultiHostCluster cluster(5);
   VictimSweep sweep(cluster, "host-kill");
-  const auto& [experiment, victim, victim_node] = sweep.where();
+  const int victim = sweep.where().host;
   const double killed_at = WallSeconds();
   cluster.bed().KillHost(victim);
-
   // The head notices, and the trial resumes on the spare node.
-  REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
-  const double dead_at = WallSeconds(), declared_dead = dead_at - killed_at;
-  std::optional<double> recovered;
-  REQUIRE(WaitFor(
-      [&] { return (recovered = RecoveredAfter(experiment, killed_at, dead_at)).has_value(); },
-      kSweepTimeout));
+  const auto [declared_dead, recovered] = sweep.AwaitRecovery(cluster, killed_at);
   sweep.RequireComplete();
   std::printf("FAULT host-sigkill: node declared dead after %.2f s; trial's next result %.2f s "
               "after the kill\n",
-              declared_dead, *recovered);
+              declared_dead, recovered);
 }
 
 // ---- 2. A link goes down and comes back --------------------------------------------------------
@@ -447,7 +455,8 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
   REQUIRE_TESTBED();
   MultiHostCluster cluster(5);
   VictimSweep sweep(cluster, "link-cut");
-  const auto& [experiment, victim, victim_node] = sweep.where();
+  const int victim = sweep.where().host;
+  const std::string& victim_node = sweep.where().node_id;
   const std::vector<pid_t> daemon = DaemonPids(cluster.bed().root(victim));
   REQUIRE(daemon.size() == 1);
   std::vector<pid_t> old_workers;
@@ -458,13 +467,8 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
 
   const double cut_at = WallSeconds();
   cluster.bed().SetLink(victim, false);
-  REQUIRE(WaitFor([&] { return cluster.NodeState(victim_node) == "DEAD"; }, kSettle));
-  const double dead_at = WallSeconds(), declared_dead = dead_at - cut_at;
   // Its trial is rescheduled while the node is still cut off.
-  std::optional<double> recovered;
-  REQUIRE(WaitFor(
-      [&] { return (recovered = RecoveredAfter(experiment, cut_at, dead_at)).has_value(); },
-      kSweepTimeout));
+  const auto [declared_dead, recovered] = sweep.AwaitRecovery(cluster, cut_at);
 
   const double restored_at = WallSeconds();
   cluster.bed().SetLink(victim, true);
@@ -495,7 +499,7 @@ TEST_CASE("a cut link: the node is declared dead and its trial rescheduled and o
   sweep.RequireComplete();
   std::printf("FAULT link-cut: node declared dead after %.2f s; trial's next result %.2f s after "
               "the cut; rejoined as a new node %.2f s after the link came back\n",
-              declared_dead, *recovered, rejoin_s);
+              declared_dead, recovered, rejoin_s);
 }
 
 // ---- 3. The head dies --------------------------------------------------------------------------
