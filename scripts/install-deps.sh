@@ -4,7 +4,8 @@
 #
 #   scripts/install-deps.sh           what rayd needs
 #   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch,
-#                                     Optuna, Dask distributed)
+#                                     Optuna, Dask distributed) and matplotlib for the plot of
+#                                     bench/scale/
 set -euo pipefail
 
 packages=(
@@ -16,7 +17,7 @@ packages=(
   iproute2 redis-tools
 )
 if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-torch python3-optuna python3-distributed)
+  packages+=(python3-torch python3-optuna python3-distributed python3-matplotlib)
 fi
 
 missing=()
