@@ -147,6 +147,8 @@ run:
   CHECK(best < *std::min_element(first_rung.begin(), first_rung.end()));
 }
 
+constexpr int kPbtIterations = 12;  // the sweep's `iterations`
+
 TEST_CASE("PBT sweep exploits and cloned trials resume from the donor's checkpoint",
           "[tune][e2e]") {
   Sandbox sandbox;
@@ -207,8 +209,12 @@ run:
     }
     INFO("exploit " << exploit.dump() << " donor state " << donor_state);
     CHECK(donor_state > 0);
-    CHECK(resumed);
     CHECK(fs::exists(experiment + "/pbt_policy_" + target + ".txt"));
+    // A donor ranked at its last iteration (its final result can come in just before its loop
+    // ends, so it is still in the population) leaves the target nothing to run: restored at 12
+    // of 12, it ends at once without a new result.
+    if (donor_state == kPbtIterations) continue;
+    CHECK(resumed);
   }
   for (const auto& [id, t] : trials) CHECK(t["status"] == "TERMINATED");
 }
