@@ -360,8 +360,9 @@ void GcsActorManager::HandleWorkerFailed(const rpc::CallPtr& call) {
 
 // The hybrid placement policy (rayd/scheduler/placement.h) over the ledger's snapshot, with the
 // label selector and node affinity of the actor's creation spec.
-scheduler::Placement GcsActorManager::PickNode(Actor& actor, std::vector<NodeId>* ids) const {
-  const scheduler::ClusterSnapshot cluster = ledger_.Snapshot(ids, actor.id);
+scheduler::Placement GcsActorManager::PickNode(Actor& actor, NodeId* node) const {
+  const std::vector<NodeId>* ids = nullptr;
+  const scheduler::ClusterSnapshot& cluster = ledger_.View(&ids, actor.id);
   auto scheduling = actor.Scheduling();
   scheduler::PlacementRequest request;
   request.demand = actor.demand;
@@ -370,7 +371,9 @@ scheduler::Placement GcsActorManager::PickNode(Actor& actor, std::vector<NodeId>
     request.affinity =
         scheduler::NodeAffinity{scheduling.getNodeAffinity(), scheduling.getAffinitySoft()};
   }
-  return scheduler::PlaceOne(cluster, request);
+  scheduler::Placement placement = scheduler::PlaceOne(cluster, request);
+  if (placement.outcome == scheduler::Outcome::kPlaced) *node = (*ids)[placement.node];
+  return placement;
 }
 
 void GcsActorManager::Schedule(Actor& actor) {
@@ -389,12 +392,12 @@ void GcsActorManager::Schedule(Actor& actor) {
       return;
     }
   }
-  std::vector<NodeId> ids;
-  const scheduler::Placement placement = PickNode(actor, &ids);
+  NodeId node;
+  const scheduler::Placement placement = PickNode(actor, &node);
   if (placement.outcome != scheduler::Outcome::kInfeasible) actor.infeasible_since.reset();
   switch (placement.outcome) {
     case scheduler::Outcome::kPlaced:
-      return RequestLease(actor, ids[placement.node], std::nullopt);
+      return RequestLease(actor, node, std::nullopt);
     case scheduler::Outcome::kNotNow:
       return Wait(actor);
     case scheduler::Outcome::kInfeasible: {

@@ -137,8 +137,9 @@ class GcsActorManager {
   void ReturnLease(const NodeId& node, const std::string& lease_id, bool kill_worker);
   void Retire(std::unique_ptr<rpc::RpcClient> client);
 
-  // Placement (the hybrid policy; scheduler::PlaceOne's reason when not kPlaced).
-  scheduler::Placement PickNode(Actor& actor, std::vector<NodeId>* ids) const;
+  // Placement (the hybrid policy; scheduler::PlaceOne's reason when not kPlaced); sets *node
+  // when placed.
+  scheduler::Placement PickNode(Actor& actor, NodeId* node) const;
 
   Actor* Find(const std::string& actor_id);
   Actor* FindByName(const std::string& ray_namespace, const std::string& name);

@@ -36,7 +36,9 @@ void GcsNodeManager::Start(std::function<void(Status)> done) {
         Persist(*info, nullptr);
       }
       if (info->alive) last_seen_[info->node_id] = grace_deadline;
-      nodes_[info->node_id] = std::move(*info);
+      const NodeId id = info->node_id;
+      nodes_[id] = std::move(*info);
+      Changed(id, NodeChange::kJoined);
     }
     if (!nodes_.empty()) {
       spdlog::info("recovered {} nodes ({} alive) from {}", nodes_.size(), last_seen_.size(),
@@ -83,6 +85,7 @@ void GcsNodeManager::HandleRegister(const rpc::CallPtr& call) {
                info->node_id.Hex(), info->address, info->hostname, info->total.ToString());
   last_seen_[info->node_id] = Clock::now();
   nodes_[info->node_id] = *info;
+  Changed(info->node_id, NodeChange::kJoined);
   Persist(*info, [call](Status s) {
     if (s.ok()) {
       call->Reply();
@@ -108,8 +111,12 @@ void GcsNodeManager::HandleHeartbeat(const rpc::CallPtr& call) {
   } else {
     last_seen_[*id] = Clock::now();
     it->second.last_heartbeat_ms = NowUnixMs();
-    it->second.available = runtime::ResourcesFromProto(request.getAvailable());
     it->second.infeasible = runtime::DemandsFromProto(request.getInfeasible());
+    scheduler::ResourceSet available = runtime::ResourcesFromProto(request.getAvailable());
+    if (available != it->second.available) {
+      it->second.available = std::move(available);
+      Changed(*id, NodeChange::kResources);
+    }
   }
   call->Reply([status](capnp::AnyPointer::Builder b) {
     b.initAs<proto::HeartbeatReply>().setStatus(status);
@@ -171,7 +178,12 @@ void GcsNodeManager::MarkDead(const NodeId& id, const std::string& reason) {
   Persist(info, [id](Status s) {
     if (!s.ok()) spdlog::error("could not store the death of node {}: {}", id.Hex(), s.ToString());
   });
+  Changed(id, NodeChange::kDied);
   for (const auto& listener : death_listeners_) listener(info);
+}
+
+void GcsNodeManager::Changed(const NodeId& id, NodeChange change) const {
+  for (const auto& listener : change_listeners_) listener(id, change);
 }
 
 std::vector<const runtime::NodeInfo*> GcsNodeManager::AliveNodes() const {

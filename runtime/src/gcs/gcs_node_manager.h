@@ -47,6 +47,15 @@ class GcsNodeManager {
     death_listeners_.push_back(std::move(listener));
   }
 
+  // Runs `listener` (on the loop thread) after each change a placement policy would see: a node
+  // joined or re-registered, died, or reported different available resources. Heartbeats that
+  // change nothing are not reported, so a cache of the alive nodes stays valid between them.
+  enum class NodeChange { kJoined, kResources, kDied };
+  using NodeChangeListener = std::function<void(const NodeId&, NodeChange)>;
+  void AddNodeChangeListener(NodeChangeListener listener) {
+    change_listeners_.push_back(std::move(listener));
+  }
+
  private:
   void HandleRegister(const rpc::CallPtr& call);
   void HandleHeartbeat(const rpc::CallPtr& call);
@@ -55,6 +64,7 @@ class GcsNodeManager {
   void CheckHeartbeats();
   void MarkDead(const NodeId& id, const std::string& reason);
   void Persist(const runtime::NodeInfo& info, std::function<void(Status)> done);
+  void Changed(const NodeId& id, NodeChange change) const;
 
   EventLoop& loop_;
   StoreClient& store_;
@@ -63,6 +73,7 @@ class GcsNodeManager {
   std::map<NodeId, Clock::time_point> last_seen_;  // alive nodes only
   Timer check_timer_;
   std::vector<NodeDeathListener> death_listeners_;
+  std::vector<NodeChangeListener> change_listeners_;
 };
 
 }  // namespace rayd::gcs

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 
 #include "common/node_info.h"
@@ -468,23 +469,26 @@ GcsPlacementGroupManager::Pass GcsPlacementGroupManager::NewPass() const {
 void GcsPlacementGroupManager::Schedule(Group& group, Pass* pass) {
   const std::vector<uint32_t> unplaced = group.Unplaced();
   if (unplaced.empty()) return MarkCreated(group);
-  Pass fresh;
-  if (pass == nullptr) {
-    fresh = NewPass();
-    pass = &fresh;
+  // One group alone places on the ledger's view as it is; a pass over many applies each
+  // placement to its own copy, so the next group sees what is left.
+  const scheduler::ClusterSnapshot* cluster = nullptr;
+  const std::vector<NodeId>* ids = nullptr;
+  if (pass != nullptr) {
+    cluster = &pass->cluster;
+    ids = &pass->ids;
+  } else {
+    cluster = &ledger_.View(&ids);
   }
-  scheduler::ClusterSnapshot& cluster = pass->cluster;
-  const std::vector<NodeId>& ids = pass->ids;
   // The bundles placed again by STRICT_SPREAD must avoid the nodes the group's other bundles
-  // hold: hidden for this group only.
-  std::vector<size_t> hidden;
+  // hold: hidden, in a copy, for this group only.
+  std::optional<scheduler::ClusterSnapshot> hiding;
   if (group.strategy == proto::PlacementStrategy::STRICT_SPREAD) {
-    for (size_t n = 0; n < ids.size(); ++n) {
+    for (size_t n = 0; n < ids->size(); ++n) {
       const bool used = std::any_of(group.bundles.begin(), group.bundles.end(),
-                                    [&](const Group::Bundle& b) { return b.node == ids[n]; });
-      if (used && cluster.nodes[n].alive) {
-        cluster.nodes[n].alive = false;
-        hidden.push_back(n);
+                                    [&](const Group::Bundle& b) { return b.node == (*ids)[n]; });
+      if (used && cluster->nodes[n].alive) {
+        if (!hiding) hiding = *cluster;
+        hiding->nodes[n].alive = false;
       }
     }
   }
@@ -493,20 +497,22 @@ void GcsPlacementGroupManager::Schedule(Group& group, Pass* pass) {
   for (uint32_t i : unplaced) {
     request.bundles.push_back({group.bundles[i].resources, group.bundles[i].label_selector});
   }
-  const scheduler::GroupPlacement placement = scheduler::PlaceGroup(cluster, request);
-  for (size_t n : hidden) cluster.nodes[n].alive = true;
+  const scheduler::GroupPlacement placement =
+      scheduler::PlaceGroup(hiding ? *hiding : *cluster, request);
   switch (placement.outcome) {
     case scheduler::Outcome::kPlaced: {
       // The rest of the pass sees these bundles taken.
-      if (Status applied = scheduler::Apply(cluster, request, placement); !applied.ok()) {
-        spdlog::error("placement group {}: its own plan does not apply: {}", group.id,
-                      applied.ToString());
+      if (pass != nullptr) {
+        if (Status applied = scheduler::Apply(pass->cluster, request, placement); !applied.ok()) {
+          spdlog::error("placement group {}: its own plan does not apply: {}", group.id,
+                        applied.ToString());
+        }
       }
       group.infeasible_since.reset();
       group.cause.clear();
       std::map<NodeId, std::vector<uint32_t>> plan;
       for (size_t k = 0; k < unplaced.size(); ++k) {
-        plan[ids[placement.bundle_nodes[k]]].push_back(unplaced[k]);
+        plan[(*ids)[placement.bundle_nodes[k]]].push_back(unplaced[k]);
       }
       return StartAttempt(group, plan);
     }

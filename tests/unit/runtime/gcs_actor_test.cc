@@ -330,6 +330,43 @@ TEST_CASE("an actor waits for room on a full node and is placed once it frees", 
   CHECK(client.WaitState(*second, proto::ActorState::ALIVE).state == proto::ActorState::ALIVE);
 }
 
+// The head keeps its view of the cluster between decisions; every heartbeat that changes a
+// node's availability must reach it.
+TEST_CASE("placement follows heartbeats: a node that reports itself full is passed over until "
+          "it reports room",
+          "[gcs][actors]") {
+  GcsThread gcs;
+  FakeNode a("a", 2);
+  FakeNode b("b", 2);
+  Client client(gcs.address());
+  client.Register(a.info());
+  client.Register(b.info());
+  const std::string job = client.AddJob();
+  client.Heartbeat(a.info().node_id, scheduler::ResourceSet{{"CPU", 0}});
+  auto first = client.Create({.job_id = job});
+  REQUIRE(first.ok());
+  const ActorView on_b = client.Get(*first, true);
+  REQUIRE(on_b.state == proto::ActorState::ALIVE);
+  CHECK(on_b.node_id == b.id());
+  // Now b is full (it runs the first actor and something else) and a has room again.
+  client.Heartbeat(b.info().node_id, scheduler::ResourceSet{{"CPU", 0}});
+  client.Heartbeat(a.info().node_id, scheduler::ResourceSet{{"CPU", 2}});
+  auto second = client.Create({.job_id = job});
+  REQUIRE(second.ok());
+  const ActorView on_a = client.Get(*second, true);
+  REQUIRE(on_a.state == proto::ActorState::ALIVE);
+  CHECK(on_a.node_id == a.id());
+  // And a node that dies leaves the view: with a gone and b full, the third waits.
+  client.Unregister(a.info().node_id);
+  auto third = client.Create({.job_id = job});
+  REQUIRE(third.ok());
+  CHECK_FALSE(WaitFor(
+      [&] { return client.Get(*third).state != proto::ActorState::PENDING_CREATION; }, 600ms));
+  client.Heartbeat(b.info().node_id, scheduler::ResourceSet{{"CPU", 1}});
+  const ActorView third_on_b = client.WaitState(*third, proto::ActorState::ALIVE);
+  CHECK(third_on_b.node_id == b.id());
+}
+
 // Creates a detached named actor through one GCS, then starts a second GCS on the same tables
 // and checks that the actor is still ALIVE at its worker, found by name, and restartable.
 void CheckActorRecovery(const GcsThread::MakeStore& make_store) {

@@ -383,6 +383,14 @@ class Client {
               runtime::NodeInfoToProto(info, b.initAs<proto::RegisterNodeRequest>().initNode());
             }).ok());
   }
+  // A heartbeat from `node` that reports `available`.
+  void Heartbeat(const NodeId& node, const scheduler::ResourceSet& available) {
+    REQUIRE(Call(proto::Method::HEARTBEAT, [&](capnp::AnyPointer::Builder b) {
+              auto r = b.initAs<proto::HeartbeatRequest>();
+              r.setNodeId(node.Hex());
+              runtime::FillResources(available, [&](unsigned n) { return r.initAvailable(n); });
+            }).ok());
+  }
   void Unregister(const NodeId& id) {
     REQUIRE(Call(proto::Method::UNREGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
               auto r = b.initAs<proto::UnregisterNodeRequest>();
