@@ -15,6 +15,7 @@ packages=(
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
   clang libclang-rt-14-dev
   iproute2 redis-tools
+  shellcheck python3-yaml systemd
 )
 if [ "${1:-}" = "--peers" ]; then
   packages+=(python3-torch python3-optuna python3-distributed python3-matplotlib)
