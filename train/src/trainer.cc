@@ -1,6 +1,8 @@
 // The driver side of the Trainer: attempts, each one a placement group and its rank actors,
 // restarted from the latest checkpoint within max_failures. See trainer.h for the protocol.
 
+#include <rayd/base/logging.h>
+#include <rayd/train/mlflow.h>
 #include <rayd/train/trainer.h>
 
 #include <algorithm>
@@ -400,9 +402,29 @@ TrainResult Trainer::Fit(const FitOptions& options) {
     if (!written.ok()) throw RaydError(written.message());
   }
 
+  // MLflow tracking from this driver: rank 0's reports, as Fit persists them.
+  std::optional<MlflowRun> tracking;
+  FitOptions tracked = options;
+  if (!run_.mlflow_tracking_uri.empty()) {
+    std::map<std::string, std::string> params = MlflowParams(config_);
+    params["num_workers"] = std::to_string(scaling.num_workers);
+    Result<MlflowRun> started = StartMlflowRun(
+        run_.mlflow_tracking_uri,
+        run_.mlflow_experiment_name.empty() ? run_.name : run_.mlflow_experiment_name, run_.name,
+        std::filesystem::absolute(run_dir).lexically_normal().string(), params,
+        {{"train_loop", train_loop_name_}});
+    if (!started.ok()) throw RaydError("MLflow tracking: " + started.status().message());
+    tracking = std::move(started).value();
+    tracked.on_report = [&tracking, &options](const ReportedResult& report) {
+      Status logged = LogMlflowResult(*tracking, report.metrics);
+      if (!logged.ok()) spdlog::warn("MLflow tracking: {}", logged.message());
+      return options.on_report ? options.on_report(report) : true;
+    };
+  }
+
   TrainResult result;
   while (true) {
-    Attempt attempt = RunAttempt(train_loop_name_, config_, scaling, run_.name, *store, options);
+    Attempt attempt = RunAttempt(train_loop_name_, config_, scaling, run_.name, *store, tracked);
     result.error = attempt.error;
     result.stopped = attempt.end == Attempt::End::kStopped;
     if (attempt.end != Attempt::End::kFailed) break;
@@ -412,6 +434,12 @@ TrainResult Trainer::Fit(const FitOptions& options) {
   }
   result.metrics = store->last_metrics();
   result.checkpoint = store->Latest();
+  if (tracking) {
+    // A run its caller stopped ended as asked: FINISHED, as Ray's MLflow callback marks it.
+    Status ended = tracking->End(result.ok() || result.stopped ? MlflowRunStatus::kFinished
+                                                               : MlflowRunStatus::kFailed);
+    if (!ended.ok()) spdlog::warn("MLflow tracking: {}", ended.message());
+  }
   return result;
 }
 

@@ -37,7 +37,8 @@ const Keys kTrainFileKeys = {"name", "train_loop", "libraries", "config", "scali
 const Keys kScalingKeys = {"num_workers",          "num_processes",       "use_gpu",
                            "resources_per_worker", "placement_strategy",  "local_mode",
                            "placement_timeout_s",  "collective_timeout_s"};
-const Keys kRunKeys = {"storage_path", "failure", "checkpoint"};
+const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
+const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
 const Keys kTuneKeys = {"metric", "mode", "num_samples", "max_concurrent_trials",
@@ -482,6 +483,20 @@ rayd::train::RunConfig Parser::Run(const Field* f) const {
     }
     if (const Field* y = checkpoint.Find("score_order")) {
       out.checkpoint.score_order = OneOf(*y, {"min", "max"});
+    }
+  }
+  if (const Field* x = map.Find("mlflow")) {
+    // Experiment tracking (docs/tracking.md): a local MLflow file store.
+    MapFields mlflow = ReadMap(*x, kMlflowKeys);
+    const Field& uri = Required(mlflow, *x, "tracking_uri");
+    out.mlflow_tracking_uri = NonEmptyString(uri);
+    const std::string& s = out.mlflow_tracking_uri;
+    if (s.find("://") != std::string::npos && s.rfind("file://", 0) != 0) {
+      Fail(uri, "expected a directory or a file:// URI (a local MLflow file store), got '" + s +
+                    "'");
+    }
+    if (const Field* y = mlflow.Find("experiment_name")) {
+      out.mlflow_experiment_name = NonEmptyString(*y);
     }
   }
   return out;

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "trial.h"
+#include "trial_tracking.h"
 
 namespace rayd::tune {
 namespace {
@@ -84,12 +85,14 @@ int GangsThatFit(const train::ScalingConfig& scaling, const std::map<std::string
 class Controller {
  public:
   Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
-             std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir)
+             std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir,
+             internal::TrialTracking tracking)
       : trainable_(trainable),
         tune_(tune),
         run_(run),
         scheduler_(std::move(scheduler)),
-        dir_(std::move(experiment_dir)) {}
+        dir_(std::move(experiment_dir)),
+        tracking_(std::move(tracking)) {}
 
   ResultGrid Run(std::vector<Trial> trials, int max_concurrent) {
     trials_ = std::move(trials);
@@ -130,6 +133,7 @@ class Controller {
       }
     }
     Save(/*now=*/true);
+    tracking_.Close();
     if (tune_.progress_interval_s > 0) PrintTable();
     std::vector<TrialResult> results;
     for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
@@ -182,6 +186,7 @@ class Controller {
       if (t.status != TrialStatus::kPaused) continue;
       t.status = TrialStatus::kTerminated;
       scheduler_->OnTrialComplete(t.id);
+      tracking_.OnStatus(t);
     }
     Save();
     return false;
@@ -201,9 +206,12 @@ class Controller {
     Running& r = running_[index];
     r = Running{};
     r.started = Clock::now();
+    tracking_.OnStart(t);
     train::RunConfig run = run_;
     run.name = t.dir_name;
     run.storage_path = dir_;
+    // The sweep tracks its trials itself (one MLflow run per trial, over all of its Fits).
+    run.mlflow_tracking_uri.clear();
     train::Trainer trainer(trainable_.train_loop, t.config, trainable_.scaling, run);
     train::FitOptions options;
     options.write_params = false;
@@ -265,6 +273,7 @@ class Controller {
     if (total != result.metrics.end()) t.time_total_s = total->second;
     Status logged = files_[index].AppendProgress(result.metrics, t.config);
     if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
+    tracking_.OnResult(t, result.metrics);
     if (r.pending != Pending::kNone) return false;  // already on its way out
     if (g_stop_requested) {
       r.pending = Pending::kInterrupt;
@@ -332,6 +341,7 @@ class Controller {
       t.status = TrialStatus::kTerminated;
       scheduler_->OnTrialComplete(t.id);
     }
+    tracking_.OnStatus(t);
     Save();
   }
 
@@ -408,6 +418,7 @@ class Controller {
   const train::RunConfig& run_;
   std::unique_ptr<TrialScheduler> scheduler_;
   std::string dir_;
+  internal::TrialTracking tracking_;
   std::vector<Trial> trials_;
   std::vector<internal::TrialFiles> files_;
   std::map<size_t, Running> running_;
@@ -508,8 +519,12 @@ ResultGrid Tuner::Fit() {
     }
     trials = NewTrials(trainable_, param_space_, tune_, seed);
   }
+  Result<internal::TrialTracking> tracking =
+      internal::TrialTracking::Open(run_, scheduler->name(), dir);
+  if (!tracking.ok()) throw RaydError("MLflow tracking: " + tracking.status().message());
   g_stop_requested = false;
-  Controller controller(trainable_, tune_, run_, std::move(scheduler), dir);
+  Controller controller(trainable_, tune_, run_, std::move(scheduler), dir,
+                        std::move(tracking).value());
   return controller.Run(std::move(trials), max_concurrent);
 }
 

@@ -88,6 +88,12 @@ struct RunConfig {
   std::string storage_path;  // a directory on the driver's machine
   FailureConfig failure;
   CheckpointConfig checkpoint;
+  // Experiment tracking in MLflow's file-store layout (docs/tracking.md), written by the driver
+  // from rank 0's reports: a directory or a file:// URI (`mlflow ui --backend-store-uri` opens
+  // it); empty: off. A Trainer writes one MLflow run per Fit; a Tuner one per trial.
+  std::string mlflow_tracking_uri;
+  // The MLflow experiment the runs go to, found by name or created; empty: `name`.
+  std::string mlflow_experiment_name;
 };
 
 // A report of rank 0 as Fit persisted it.
