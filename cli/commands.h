@@ -26,6 +26,10 @@ struct StartArgs {
   int missed_heartbeats = 5;
   int join_timeout_ms = 15000;
   int infeasible_timeout_ms = 60000;
+  std::optional<int> dashboard_port;  // unset: 8265 if free
+  std::string dashboard_host = "127.0.0.1";
+  bool include_dashboard = true;
+  int metrics_port = -1;  // -1: no /metrics on this daemon's own port
 };
 int RunStart(const StartArgs& args);
 

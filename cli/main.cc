@@ -41,6 +41,18 @@ void AddStart(CLI::App& app, rayd::cli::StartArgs& a) {
                     "How long a request no node can satisfy waits for one to join before it "
                     "fails (0: fail at once)")
       ->check(CLI::Range(0, 86400000));
+  start->add_option("--dashboard-port", a.dashboard_port,
+                    "Head: port of the web dashboard and cluster /metrics (default 8265, "
+                    "skipped with a warning if taken; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  start->add_option("--dashboard-host", a.dashboard_host,
+                    "Head: address the dashboard binds (default 127.0.0.1: this machine only)");
+  start->add_option("--include-dashboard", a.include_dashboard,
+                    "Head: serve the dashboard (default true)");
+  start->add_option("--metrics-port", a.metrics_port,
+                    "Serve this node's Prometheus /metrics on this port (0: any free port; "
+                    "default: not served)")
+      ->check(CLI::Range(0, 65535));
   start->callback([&a] { std::exit(rayd::cli::RunStart(a)); });
 }
 

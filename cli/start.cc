@@ -58,7 +58,8 @@ nlohmann::json InfoToJson(const Result<DaemonInfo>& r) {
   const auto& i = *r;
   return {{"ok", true},          {"gcs_address", i.gcs_address}, {"node_id", i.node_id},
           {"token", i.token},    {"session_dir", i.session_dir}, {"log_file", i.log_file},
-          {"resources", i.resources.ToString()}};
+          {"resources", i.resources.ToString()}, {"dashboard_url", i.dashboard_url},
+          {"metrics_address", i.metrics_address}};
 }
 
 void PrintStarted(bool head, const nlohmann::json& info) {
@@ -71,7 +72,12 @@ void PrintStarted(bool head, const nlohmann::json& info) {
               << "  Cluster token:   " << token << "  (also in " << session << "/token)\n"
               << "  Head node:       " << std::string(info["node_id"]) << " "
               << std::string(info["resources"]) << "\n"
-              << "  Logs:            " << std::string(info["log_file"]) << "\n\n"
+              << "  Logs:            " << std::string(info["log_file"]) << "\n";
+    const std::string dashboard = info.value("dashboard_url", "");
+    if (!dashboard.empty()) std::cout << "  Dashboard:       " << dashboard << "\n";
+    const std::string metrics = info.value("metrics_address", "");
+    if (!metrics.empty()) std::cout << "  Node metrics:    http://" << metrics << "/metrics\n";
+    std::cout << "\n"
               << "To add a node to this cluster (on this or another machine):\n"
               << "  rayd start --address " << address << " --token " << token << "\n"
               << "To see the cluster: rayd status        To stop it: rayd stop\n";
@@ -79,8 +85,10 @@ void PrintStarted(bool head, const nlohmann::json& info) {
     std::cout << "rayd node started and joined the cluster at " << address << ".\n"
               << "  Node:  " << std::string(info["node_id"]) << " "
               << std::string(info["resources"]) << "\n"
-              << "  Logs:  " << std::string(info["log_file"]) << "\n"
-              << "To see the cluster: rayd status        To stop: rayd stop\n";
+              << "  Logs:  " << std::string(info["log_file"]) << "\n";
+    const std::string metrics = info.value("metrics_address", "");
+    if (!metrics.empty()) std::cout << "  Metrics: http://" << metrics << "/metrics\n";
+    std::cout << "To see the cluster: rayd status        To stop: rayd stop\n";
   }
   std::cout.flush();
 }
@@ -133,6 +141,10 @@ int RunStart(const StartArgs& args) {
     head_options.missed_heartbeats = args.missed_heartbeats;
     head_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
     head_options.resources = *resources;
+    head_options.dashboard_host = args.dashboard_host;
+    head_options.dashboard_port = args.include_dashboard ? args.dashboard_port.value_or(8265) : -1;
+    head_options.dashboard_required = args.dashboard_port.has_value();
+    head_options.metrics_port = args.metrics_port;
   } else {
     auto ep = rpc::ParseEndpoint(args.address);
     if (!ep.ok()) return Fail("start", "--address: " + ep.status().message());
@@ -144,6 +156,7 @@ int RunStart(const StartArgs& args) {
     node_options.join_timeout = Millis(args.join_timeout_ms);
     node_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
     node_options.resources = *resources;
+    node_options.metrics_port = args.metrics_port;
   }
 
   auto session_dir = session::CreateSessionDir(root, args.head ? "head" : "node");

@@ -12,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "common/cluster_json.h"
 #include "common/cluster_view.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
@@ -43,43 +44,12 @@ std::vector<std::string> UsageLines(const ResourceSet& total, const ResourceSet&
   return lines;
 }
 
-nlohmann::json Amounts(const ResourceSet& set) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, amount] : set) j[name] = amount.ToDouble();
-  return j;
-}
 
-nlohmann::json DemandsJson(const std::vector<ResourceDemand>& demands) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& d : demands) {
-    out.push_back({{"resources", Amounts(d.resources)},
-                   {"count", d.count},
-                   {"waiting_since_ms", d.waiting_since_ms}});
-  }
-  return out;
-}
 
-nlohmann::json NodeJson(const NodeInfo& n) {
-  return {{"node_id", n.node_id.Hex()},   {"state", n.alive ? "ALIVE" : "DEAD"},
-          {"address", n.address},         {"hostname", n.hostname},
-          {"ip", n.ip},                   {"is_head", n.is_head},
-          {"total", Amounts(n.total)},    {"available", Amounts(n.available)},
-          {"labels", n.labels},           {"start_time_ms", n.start_time_ms},
-          {"end_time_ms", n.end_time_ms}, {"death_reason", n.death_reason},
-          {"pid", n.pid},                 {"infeasible", DemandsJson(n.infeasible)}};
-}
 
 using internal::PlacementGroupInfo;
 
-ResourceSet BundleResources(const std::map<std::string, double>& amounts) {
-  ResourceSet set;
-  for (const auto& [name, amount] : amounts) set.Set(name, FixedPoint::FromDouble(amount));
-  return set;
-}
 
-std::string StrategyName(const PlacementGroupInfo& g) {
-  return scheduler::GroupStrategyName(static_cast<scheduler::GroupStrategy>(g.strategy));
-}
 
 // The groups `rayd status` lists among its demands: waiting for room, or for a node that fits.
 std::vector<PlacementGroupInfo> GroupDemands(const std::vector<PlacementGroupInfo>& groups) {
@@ -92,17 +62,6 @@ std::vector<PlacementGroupInfo> GroupDemands(const std::vector<PlacementGroupInf
 
 bool IsInfeasible(const PlacementGroupInfo& g) { return g.cause.rfind("infeasible:", 0) == 0; }
 
-nlohmann::json PlacementGroupJson(const PlacementGroupInfo& g) {
-  nlohmann::json bundles = nlohmann::json::array();
-  for (size_t i = 0; i < g.bundles.size(); ++i) {
-    bundles.push_back({{"index", i},
-                       {"resources", Amounts(BundleResources(g.bundles[i]))},
-                       {"node_id", i < g.bundle_nodes.size() ? g.bundle_nodes[i] : ""}});
-  }
-  return {{"placement_group_id", g.id}, {"name", g.name},     {"namespace", g.ray_namespace},
-          {"job_id", g.job_id},         {"state", g.state},   {"strategy", StrategyName(g)},
-          {"detached", g.detached},     {"bundles", bundles}, {"cause", g.cause}};
-}
 
 // "{CPU: 1} x2, {GPU: 1}": a group's bundles, equal neighbours counted.
 std::string BundlesSummary(const PlacementGroupInfo& g) {
@@ -218,15 +177,6 @@ void PrintTable(const std::vector<std::string>& header,
 std::string Short(const std::string& id) { return id.empty() ? "-" : id.substr(0, 8); }
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
-nlohmann::json ActorJson(const ActorSummary& a) {
-  return {{"actor_id", a.actor_id},       {"job_id", a.job_id},
-          {"name", a.name},               {"namespace", a.ray_namespace},
-          {"class_name", a.class_name},   {"state", a.state},
-          {"address", a.address},         {"node_id", a.node_id},
-          {"worker_id", a.worker_id},     {"num_restarts", a.num_restarts},
-          {"max_restarts", a.max_restarts}, {"detached", a.detached},
-          {"death_cause", a.death_cause}, {"pid", a.pid}};
-}
 
 void PrintActorsTable(const std::vector<ActorSummary>& actors) {
   std::vector<std::vector<std::string>> rows;
@@ -259,15 +209,6 @@ void PrintPlacementGroupsTable(const std::vector<PlacementGroupInfo>& groups) {
              rows);
 }
 
-nlohmann::json JobJson(const JobSummary& j) {
-  return {{"job_id", j.job_id},
-          {"status", j.is_dead ? "FINISHED" : "RUNNING"},
-          {"driver_pid", j.driver_pid},
-          {"driver_host", j.driver_host},
-          {"entrypoint", j.entrypoint},
-          {"start_time_ms", j.start_time_ms},
-          {"end_time_ms", j.end_time_ms}};
-}
 
 void PrintJobsTable(const std::vector<JobSummary>& jobs) {
   std::vector<std::vector<std::string>> rows;
@@ -281,11 +222,6 @@ void PrintJobsTable(const std::vector<JobSummary>& jobs) {
              rows);
 }
 
-nlohmann::json WorkerJson(const WorkerSummary& w) {
-  return {{"worker_id", w.worker_id}, {"node_id", w.node_id},   {"job_id", w.job_id},
-          {"pid", w.pid},             {"state", w.state},       {"actor_id", w.actor_id},
-          {"address", w.address},     {"exit_reason", w.exit_reason}};
-}
 
 void PrintWorkersTable(const std::vector<WorkerSummary>& workers) {
   std::vector<std::vector<std::string>> rows;

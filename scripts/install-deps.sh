@@ -16,7 +16,14 @@ packages=(
   clang libclang-rt-14-dev
   iproute2 redis-tools
   shellcheck python3-yaml systemd
+  chromium
 )
+# Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
+# them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would
+# conflict with it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 if [ "${1:-}" = "--peers" ]; then
   packages+=(python3-torch python3-optuna python3-distributed python3-matplotlib)
 fi

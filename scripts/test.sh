@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
+# The dashboard's browser test drives Chromium with playwright-core (pinned in package-lock.json).
+(cd tests/e2e/dashboard && npm ci --no-audit --no-fund --loglevel=error)
 build_dir="${RAYD_BUILD_DIR:-build}"
 (cd "$build_dir" && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
 fuzz_seconds="${RAYD_FUZZ_SECONDS:-30}"

@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dashboard_feed.h"
 #include "trial.h"
 #include "trial_tracking.h"
 
@@ -92,7 +93,8 @@ class Controller {
         run_(run),
         scheduler_(std::move(scheduler)),
         dir_(std::move(experiment_dir)),
-        tracking_(std::move(tracking)) {}
+        tracking_(std::move(tracking)),
+        feed_(run.name, tune.metric, tune.mode, scheduler_->name()) {}
 
   ResultGrid Run(std::vector<Trial> trials, int max_concurrent) {
     trials_ = std::move(trials);
@@ -106,6 +108,7 @@ class Controller {
       // A resumed experiment feeds the scheduler what unfinished trials reported before.
       for (const Metrics& m : t.history) {
         scheduler_->OnTrialResult(t.id, {m, t.config, t.checkpoint.has_value()});
+        feed_.OnResult(t, m);
       }
       t.status = TrialStatus::kPending;
       Status written = files_[i].WriteParams(t.config);
@@ -125,6 +128,7 @@ class Controller {
       std::optional<Event> event = NextEvent(std::chrono::milliseconds(200));
       if (event) Handle(std::move(*event));
       if (save_pending_) Save();
+      feed_.Publish(trials_, /*finished=*/false);
       if (g_stop_requested) InterruptAll();
       if (tune_.progress_interval_s > 0 &&
           Clock::now() - last_table >= std::chrono::duration<double>(tune_.progress_interval_s)) {
@@ -133,6 +137,7 @@ class Controller {
       }
     }
     Save(/*now=*/true);
+    feed_.Publish(trials_, /*finished=*/true);
     tracking_.Close();
     if (tune_.progress_interval_s > 0) PrintTable();
     std::vector<TrialResult> results;
@@ -274,6 +279,7 @@ class Controller {
     Status logged = files_[index].AppendProgress(result.metrics, t.config);
     if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
     tracking_.OnResult(t, result.metrics);
+    feed_.OnResult(t, result.metrics);
     if (r.pending != Pending::kNone) return false;  // already on its way out
     if (g_stop_requested) {
       r.pending = Pending::kInterrupt;
@@ -419,6 +425,7 @@ class Controller {
   std::unique_ptr<TrialScheduler> scheduler_;
   std::string dir_;
   internal::TrialTracking tracking_;
+  internal::DashboardFeed feed_;
   std::vector<Trial> trials_;
   std::vector<internal::TrialFiles> files_;
   std::map<size_t, Running> running_;

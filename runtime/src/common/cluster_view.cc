@@ -245,3 +245,63 @@ Result<ObjectsView> FetchObjects(const std::string& address, const std::string& 
 }
 
 }  // namespace rayd
+
+namespace rayd {
+
+Result<std::map<std::string, std::string>> FetchKvPrefix(const std::string& address,
+                                                         const std::string& token,
+                                                         const std::string& ns,
+                                                         const std::string& prefix,
+                                                         Millis timeout) {
+  EventLoop loop;
+  rpc::RpcClient client(loop, address, rpc::Options{token, "cli"});
+  RAYD_RETURN_IF_ERROR(ConnectOnce(loop, client, timeout));
+  std::vector<std::string> keys;
+  RAYD_RETURN_IF_ERROR(Explain(
+      rpc::CallAndWait(
+          loop, client, proto::Method::KV_KEYS,
+          [&](capnp::AnyPointer::Builder b) {
+            auto r = b.initAs<proto::KvKeysRequest>();
+            r.setNamespace(ns);
+            r.setPrefix(prefix);
+          },
+          timeout,
+          [&](capnp::AnyPointer::Reader r) {
+            for (auto key : r.getAs<proto::KvKeysReply>().getKeys()) keys.emplace_back(key);
+          }),
+      client));
+  // Every get in flight at once on the one connection.
+  std::map<std::string, std::string> values;
+  size_t answered = 0;
+  Status failed;
+  for (const std::string& key : keys) {
+    client.Call(
+        proto::Method::KV_GET,
+        [&](capnp::AnyPointer::Builder b) {
+          auto r = b.initAs<proto::KvGetRequest>();
+          r.setNamespace(ns);
+          r.setKey(key);
+        },
+        timeout,
+        [&, key](const Status& s, capnp::AnyPointer::Reader r) {
+          ++answered;
+          if (!s.ok()) {
+            failed = s;
+            return;
+          }
+          auto reply = r.getAs<proto::KvGetReply>();
+          if (!reply.getFound()) return;  // deleted since the listing
+          auto value = reply.getValue();
+          values.emplace(key, std::string(reinterpret_cast<const char*>(value.begin()),
+                                          value.size()));
+        });
+  }
+  if (!loop.RunUntil([&] { return answered == keys.size(); }, timeout)) {
+    return Status::DeadlineExceeded("reading " + std::to_string(keys.size()) + " keys of " + ns +
+                                    " from " + address);
+  }
+  RAYD_RETURN_IF_ERROR(failed);
+  return values;
+}
+
+}  // namespace rayd

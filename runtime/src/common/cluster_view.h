@@ -3,6 +3,7 @@
 // (implemented in cluster_view.cc beside it). Internal: the `rayd` binary includes it from
 // runtime/src.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,5 +16,12 @@ namespace rayd {
 // included), in creation order.
 Result<std::vector<internal::PlacementGroupInfo>> FetchPlacementGroups(
     const std::string& address, const std::string& token, Millis timeout = Millis(10000));
+
+// Every key under `prefix` in KV namespace `ns` with its value, read on one connection.
+Result<std::map<std::string, std::string>> FetchKvPrefix(const std::string& address,
+                                                         const std::string& token,
+                                                         const std::string& ns,
+                                                         const std::string& prefix,
+                                                         Millis timeout = Millis(10000));
 
 }  // namespace rayd

@@ -42,6 +42,9 @@ class GcsServer {
   void OnConnectionClosed(const rpc::Connection& connection);
 
   const std::string& cluster_id() const { return cluster_id_; }
+  // The address shown to clients, once the server knows it (a head started on port 0 learns
+  // its port when it listens).
+  void set_gcs_address(std::string address) { config_.gcs_address = std::move(address); }
   const GcsNodeManager& node_manager() const { return node_manager_; }
   const GcsActorManager& actor_manager() const { return actor_manager_; }
 

@@ -7,11 +7,14 @@
 
 #include <memory>
 
+#include "common/prometheus.h"
 #include "gcs/gcs_server.h"
 #include "gcs/store_client.h"
 #include "node/node_daemon.h"
+#include "head/dashboard.h"
 #include "node/resource_detection.h"
 #include "rayd/base/auth.h"
+#include "rayd/base/http.h"
 #include "rayd/base/logging.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"
@@ -98,6 +101,33 @@ Result<std::string> ResolveToken(EventLoop& loop, gcs::StoreClient& store,
   return token;
 }
 
+// Serves the node's /metrics on host:port (token-gated like the dashboard: a Bearer token, as
+// Prometheus' `authorization` setting sends it). Null when port < 0.
+Result<std::unique_ptr<http::HttpServer>> ServeNodeMetrics(EventLoop& loop,
+                                                           const node::NodeDaemon& node,
+                                                           const std::string& host, int port,
+                                                           const std::string& token) {
+  if (port < 0) return std::unique_ptr<http::HttpServer>();
+  auto server = std::make_unique<http::HttpServer>(
+      loop, [&node, token](const http::Request& request, http::Respond respond) {
+        const std::string authorization = request.Header("authorization");
+        const bool authorized =
+            (authorization.rfind("Bearer ", 0) == 0 &&
+             ConstantTimeEquals(std::string_view(authorization).substr(7), token)) ||
+            ConstantTimeEquals(request.Cookie("rayd_token"), token);
+        if (!authorized) {
+          return respond(http::Response::Text(401, "send the cluster token: Authorization: Bearer TOKEN\n"));
+        }
+        if (request.path != "/metrics") return respond(http::Response::Text(404, "only /metrics here\n"));
+        http::Response r;
+        r.content_type = prometheus::kContentType;
+        r.body = node.MetricsText();
+        respond(std::move(r));
+      });
+  RAYD_RETURN_IF_ERROR(server->Listen(host, port).WithContext("serving /metrics"));
+  return server;
+}
+
 // Runs the loop until a signal, then shuts the node down (unregistering) and returns.
 void ServeUntilSignal(EventLoop& loop, node::NodeDaemon& node) {
   SignalWatcher signals(loop, [&](int signum) {
@@ -149,7 +179,10 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   s = server.Listen(gcs_address);
   if (s.ok()) s = server.Listen("unix:" + session_dir + "/gcs.sock");
   if (!s.ok()) return fail(s);
-  s = session::WriteFileWithMode(session_dir + "/gcs_address", gcs_address + "\n", 0600);
+  // --port 0 asks for any free port: from here on the address is the one bound.
+  const std::string gcs_address_bound = server.bound_addresses().front();
+  gcs.set_gcs_address(gcs_address_bound);
+  s = session::WriteFileWithMode(session_dir + "/gcs_address", gcs_address_bound + "\n", 0600);
   if (!s.ok()) return fail(s);
 
   node::NodeDaemonConfig node_config;
@@ -166,10 +199,34 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   s = Await(loop, [&](auto done) { node.Start(done); }, Millis(30000), "registering the head node");
   if (!s.ok()) return fail(s);
 
-  spdlog::info("head serving at {} (cluster {}, storage {})", gcs_address, gcs.cluster_id(),
+  DaemonInfo info{gcs_address_bound, node.node_id().Hex(), node.address(), *token, session_dir,
+                  log_file, node_config.total};
+  auto metrics = ServeNodeMetrics(loop, node, options.node_ip, options.metrics_port, *token);
+  if (!metrics.ok()) return fail(metrics.status());
+  if (*metrics) info.metrics_address = options.node_ip + ":" + std::to_string((*metrics)->port());
+
+  // The dashboard reads the GCS like any client; it must not stop the head from serving.
+  std::unique_ptr<head::Dashboard> dashboard;
+  if (options.dashboard_port >= 0) {
+    auto started = head::Dashboard::Start({options.dashboard_host, options.dashboard_port,
+                                           "unix:" + session_dir + "/gcs.sock", *token});
+    if (started.ok()) {
+      dashboard = std::move(*started);
+      info.dashboard_url = dashboard->url();
+      s = session::WriteFileWithMode(session_dir + "/dashboard_url", info.dashboard_url + "\n",
+                                     0600);
+      if (!s.ok()) return fail(s);
+      spdlog::info("dashboard at http://{}:{}/", options.dashboard_host, dashboard->port());
+    } else if (options.dashboard_required) {
+      return fail(started.status());
+    } else {
+      spdlog::warn("no dashboard: {}", started.status().message());
+    }
+  }
+
+  spdlog::info("head serving at {} (cluster {}, storage {})", gcs_address_bound, gcs.cluster_id(),
                (*store)->Describe());
-  on_ready(DaemonInfo{gcs_address, node.node_id().Hex(), node.address(), *token, session_dir,
-                      log_file, node_config.total});
+  on_ready(info);
   ServeUntilSignal(loop, node);
   // Connections closing because the head stops are no driver's exit: jobs stay as they are
   // (a head restarted on Redis picks them up again).
@@ -205,8 +262,16 @@ int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
     on_ready(s);
     return 1;
   }
-  on_ready(DaemonInfo{options.head_address, node.node_id().Hex(), node.address(), options.token,
-                      session_dir, log_file, config.total});
+  DaemonInfo info{options.head_address, node.node_id().Hex(), node.address(), options.token,
+                  session_dir, log_file, config.total};
+  auto metrics = ServeNodeMetrics(loop, node, options.node_ip, options.metrics_port, options.token);
+  if (!metrics.ok()) {
+    spdlog::error("node failed to start: {}", metrics.status().message());
+    on_ready(metrics.status());
+    return 1;
+  }
+  if (*metrics) info.metrics_address = options.node_ip + ":" + std::to_string((*metrics)->port());
+  on_ready(info);
   ServeUntilSignal(loop, node);
   spdlog::info("node stopped");
   return 0;

@@ -56,6 +56,9 @@ class NodeDaemon {
   const std::string& address() const { return address_; }
   bool registered() const { return registered_; }
   const LeaseManager& lease_manager() const { return lease_manager_; }
+  // This node's figures in Prometheus' text format (node_metrics.cc): resources, workers,
+  // leases, and its object store's use, spills and restores.
+  std::string MetricsText() const;
 
  private:
   void OnGcsStateChange(const Status& status);

@@ -51,6 +51,7 @@ class ObjectService {
   std::string store_socket() const { return config_.session_dir + "/store.sock"; }
   const std::string& transfer_address() const { return transfer_server_->address(); }
   size_t capacity() const { return config_.capacity; }
+  object_store::StoreStats Stats() const { return store_->Stats(); }
 
  private:
   struct Location {

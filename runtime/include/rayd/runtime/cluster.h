@@ -49,6 +49,13 @@ struct NodeInfo {
   std::vector<ResourceDemand> infeasible;
 };
 
+// Where Tuners publish their sweeps for the head's dashboard and /metrics: KV namespace
+// "tune", key "sweep/<name>" (a JSON summary with the trial table) and "curve/<name>/<trial id>"
+// (JSON [[iteration, metric value], ...]).
+inline constexpr const char kTuneKvNamespace[] = "tune";
+inline constexpr const char kSweepKeyPrefix[] = "sweep/";
+inline constexpr const char kCurveKeyPrefix[] = "curve/";
+
 struct ClusterView {
   std::string cluster_id;
   std::string gcs_address;
@@ -170,6 +177,12 @@ struct HeadOptions {
   int missed_heartbeats = 5;
   Millis infeasible_timeout{60000};  // a request no node can satisfy waits this long for one
   NodeResourceOptions resources;
+  // The web dashboard and the cluster's /metrics (port -1: none). Unless `dashboard_required`,
+  // a port that is taken only costs a warning: the cluster matters more than its page.
+  std::string dashboard_host = "127.0.0.1";
+  int dashboard_port = 8265;
+  bool dashboard_required = false;
+  int metrics_port = -1;  // this node's own /metrics (-1: none; 0: any free port)
 };
 
 struct NodeOptions {
@@ -179,6 +192,7 @@ struct NodeOptions {
   Millis join_timeout{15000};         // give up if the first registration takes longer
   Millis infeasible_timeout{60000};   // a request no node can satisfy waits this long for one
   NodeResourceOptions resources;
+  int metrics_port = -1;  // this node's /metrics on node_ip (-1: none; 0: any free port)
 };
 
 // What a started daemon tells whoever waits for it.
@@ -190,6 +204,8 @@ struct DaemonInfo {
   std::string session_dir;
   std::string log_file;
   scheduler::ResourceSet resources;
+  std::string dashboard_url;    // http://host:port/?token=..., empty without a dashboard
+  std::string metrics_address;  // host:port of this daemon's /metrics, empty without
 };
 using ReadyCallback = std::function<void(const Result<DaemonInfo>&)>;
 

@@ -1,0 +1,84 @@
+#pragma once
+// A small HTTP/1.1 server on the event loop, for what browsers and Prometheus read: the head's
+// dashboard and every daemon's /metrics. GET and HEAD only, one request per connection
+// (`Connection: close`), bounded request size and time: enough for a page that polls once a
+// second and a scraper, and nothing a peer can use to hold memory or connections.
+//
+// Threading: the loop's thread only.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rayd/base/event_loop.h"
+#include "rayd/base/status.h"
+
+namespace rayd::http {
+
+struct Request {
+  std::string method;  // GET or HEAD
+  std::string path;    // percent-decoded, without the query
+  std::map<std::string, std::string> query;    // percent-decoded
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string peer;                            // host:port of the client
+
+  // The value of cookie `name` in the Cookie header, or "".
+  std::string Cookie(std::string_view name) const;
+  // The header's value, or "".
+  std::string Header(const std::string& lower_case_name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones
+
+  static Response Text(int status, std::string body);
+  static Response Json(int status, std::string body);
+};
+
+// The handler answers each request through `respond`, now or later (on the loop's thread).
+using Respond = std::function<void(Response)>;
+using Handler = std::function<void(const Request&, Respond)>;
+
+// Parses the head of a request (request line and headers, up to and including the blank line).
+// InvalidArgument names what is wrong; Unimplemented for methods other than GET and HEAD.
+Result<Request> ParseRequestHead(std::string_view head);
+// "%41b+c" -> "Ab c" (in queries '+' is a space). Malformed escapes are kept as they are.
+std::string PercentDecode(std::string_view s, bool plus_is_space);
+
+class HttpServer {
+ public:
+  static constexpr size_t kMaxRequestHead = 16 * 1024;
+  static constexpr Millis kRequestTimeout{10000};
+
+  // `loop` must outlive the server.
+  HttpServer(EventLoop& loop, Handler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Listens on host:port (port 0: any free one; see port()).
+  Status Listen(const std::string& host, int port);
+  int port() const { return port_; }
+  // Stops listening and drops open connections.
+  void Close();
+
+ private:
+  class Connection;
+  static void OnNewConnection(uv_stream_t* listener, int status);
+
+  EventLoop& loop_;
+  Handler handler_;
+  uv_tcp_t* listener_ = nullptr;
+  int port_ = 0;
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::shared_ptr<Connection>> connections_;
+};
+
+}  // namespace rayd::http

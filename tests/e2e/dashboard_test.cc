@@ -1,0 +1,203 @@
+// The head's dashboard and /metrics as users meet them: `rayd start --head` prints a URL, a
+// second node joins, `rayd tune` runs a sweep against the cluster, and
+//   - the HTTP API answers only with the token (cookie or Bearer), with the cluster's nodes and
+//     the sweep's trials and curves while it runs;
+//   - /metrics on the head (cluster) and on a node (its own) is Prometheus text with the
+//     figures of this cluster;
+//   - headless Chromium (tests/e2e/dashboard/check.mjs, playwright-core) loads the page, sees
+//     both nodes, and watches the sweep's learning curves grow; its screenshot is kept in the
+//     build directory (artifacts/dashboard.png).
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "rayd_sandbox.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using rayd::testing::ChildProcess;
+using rayd::testing::ConnectLoopback;
+using rayd::testing::RunCommand;
+using rayd::testing::WaitFor;
+
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+// One GET on a fresh connection (the server closes it after the reply).
+HttpReply Get(int port, const std::string& path, const std::string& extra_headers = "") {
+  HttpReply reply;
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return reply;
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) {
+    ::close(fd);
+    return reply;
+  }
+  std::string raw;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return reply;
+  reply.status = std::stoi(raw.substr(9, 3));
+  reply.headers = raw.substr(0, end);
+  reply.body = raw.substr(end + 4);
+  return reply;
+}
+
+std::string Bearer(const std::string& token) { return "Authorization: Bearer " + token + "\r\n"; }
+
+// The value of `metric{labels}` in Prometheus text, or -1.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+}  // namespace
+
+TEST_CASE("the dashboard shows the cluster's nodes and a running sweep's curves, and head and "
+          "node serve /metrics",
+          "[e2e][dashboard]") {
+  rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
+  const std::string head_id =
+      sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
+  const std::string head_out = sandbox.last_start_output();
+  std::smatch m;
+  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
+  const std::string address = m[1];
+  REQUIRE(std::regex_search(head_out, m,
+                            std::regex(R"(Dashboard:\s+(http://127\.0\.0\.1:(\d+)/\?token=(\w+)))")));
+  const std::string url = m[1];
+  const int port = std::stoi(m[2]);
+  const std::string token = m[3];
+  const std::string node_id = sandbox.Start(
+      {"--address", address, "--token", token, "--num-cpus", "2", "--metrics-port", "0"});
+  REQUIRE(std::regex_search(sandbox.last_start_output(), m,
+                            std::regex(R"(Metrics: http://127\.0\.0\.1:(\d+)/metrics)")));
+  const int node_metrics_port = std::stoi(m[1]);
+
+  // The token gate: nothing without it, a cookie for the printed URL, Bearer for programs.
+  CHECK(Get(port, "/api/cluster").status == 401);
+  CHECK(Get(port, "/metrics").status == 401);
+  CHECK(Get(port, "/api/cluster", Bearer("wrong")).status == 401);
+  const HttpReply opened = Get(port, "/?token=" + token);
+  CHECK(opened.status == 302);
+  CHECK(opened.headers.find("Set-Cookie: rayd_token=" + token) != std::string::npos);
+  CHECK(opened.headers.find("HttpOnly") != std::string::npos);
+  const HttpReply page = Get(port, "/", "Cookie: rayd_token=" + token + "\r\n");
+  CHECK(page.status == 200);
+  CHECK(page.body.find("data-testid=\"nodes-table\"") != std::string::npos);
+  CHECK(Get(port, "/nope", Bearer(token)).status == 404);
+  CHECK(Get(node_metrics_port, "/metrics").status == 401);
+
+  const HttpReply cluster = Get(port, "/api/cluster", Bearer(token));
+  REQUIRE(cluster.status == 200);
+  std::set<std::string> alive;
+  const json cluster_json = json::parse(cluster.body);
+  for (const json& node : cluster_json["nodes"]) {
+    if (node["alive"].get<bool>()) alive.insert(node["node_id"].get<std::string>());
+  }
+  INFO("GET /api/cluster: " << cluster.body);
+  CHECK(alive == std::set<std::string>{head_id, node_id});
+
+  // A sweep long enough to watch (~15 s): 2 single-worker trials of the example MLP.
+  const std::string yaml = sandbox.root() + "/watch.yaml";
+  std::ofstream(yaml) << R"(
+name: watched
+trainable: mlp_classifier
+scaling: {num_workers: 1, resources_per_worker: {CPU: 1}}
+param_space:
+  lr: {grid_search: [0.01, 0.05]}
+  hidden: 32
+  epochs: 80
+  train_size: 8192
+tune: {metric: loss, mode: min}
+run: {storage_path: )" + sandbox.root() + R"(/results})";
+  ChildProcess tune({RAYD_BINARY, "tune", yaml, "--address", address}, sandbox.Env());
+
+  // The sweep appears with results while it runs.
+  json sweep;
+  const bool running = WaitFor(
+      [&] {
+        const HttpReply r = Get(port, "/api/sweeps/watched", Bearer(token));
+        if (r.status != 200) return false;
+        sweep = json::parse(r.body);
+        return sweep["state"] == "RUNNING" && sweep["results"].get<int>() >= 2;
+      },
+      120s);
+  if (!running) FAIL("the sweep never showed up RUNNING with results; rayd tune said:\n" << tune.output());
+  CHECK(sweep["metric"] == "loss");
+  CHECK(sweep["num_trials"] == 2);
+  CHECK(sweep["trials"].size() == 2);
+  bool some_curve = false;
+  for (const auto& [trial, points] : sweep["curves"].items()) {
+    some_curve |= !points.empty();
+    for (const json& point : points) CHECK(point[1].get<double>() > 0);  // a loss
+  }
+  CHECK(some_curve);
+
+  // /metrics: the head's view of the cluster and the sweep; the node's view of itself.
+  const HttpReply head_metrics = Get(port, "/metrics", Bearer(token));
+  INFO("GET /metrics: " << head_metrics.headers << "\n" << head_metrics.body);
+  REQUIRE(head_metrics.status == 200);
+  CHECK(head_metrics.headers.find("text/plain; version=0.0.4") != std::string::npos);
+  CHECK(Sample(head_metrics.body, "rayd_cluster_nodes{state=\"ALIVE\"}") == 2);
+  CHECK(Sample(head_metrics.body, "rayd_cluster_resource_total{resource=\"CPU\"}") == 4);
+  CHECK(Sample(head_metrics.body, "rayd_tune_sweep_running{sweep=\"watched\"}") == 1);
+  CHECK(Sample(head_metrics.body, "rayd_tune_results_total{sweep=\"watched\"}") >= 2);
+  CHECK(Sample(head_metrics.body, "rayd_jobs{state=\"RUNNING\"}") >= 1);
+  // The two running trials' bundles show as used once the nodes' heartbeats report them.
+  const bool reserved = WaitFor(
+      [&] {
+        const HttpReply r = Get(port, "/metrics", Bearer(token));
+        return Sample(r.body, "rayd_cluster_resource_available{resource=\"CPU\"}") == 2;
+      },
+      10s);
+  CHECK(reserved);
+  const HttpReply node_metrics = Get(node_metrics_port, "/metrics", Bearer(token));
+  REQUIRE(node_metrics.status == 200);
+  CHECK(Sample(node_metrics.body,
+               "rayd_node_resource_total{node_id=\"" + node_id + "\",resource=\"CPU\"}") == 2);
+  CHECK(Sample(node_metrics.body,
+               "rayd_object_store_capacity_bytes{node_id=\"" + node_id + "\"}") > 0);
+
+  // The page in a real browser, while the sweep runs: both nodes, and curves that grow.
+  const std::string artifacts = std::string(RAYD_ARTIFACT_DIR);
+  std::filesystem::create_directories(artifacts);
+  std::string browser;
+  const int rc = RunCommand({RAYD_NODE_EXECUTABLE, std::string(RAYD_DASHBOARD_CHECK), "--url", url,
+                             "--screenshot", artifacts + "/dashboard.png", "--nodes",
+                             head_id + "," + node_id, "--sweep", "watched", "--expect-live",
+                             "--timeout-ms", "90000"},
+                            &browser, {}, 120s);
+  INFO("check.mjs said:\n" << browser);
+  CHECK(rc == 0);
+  CHECK(std::filesystem::exists(artifacts + "/dashboard.png"));
+
+  // Finished sweeps stay listed, as FINISHED.
+  REQUIRE(tune.WaitExit(240s));
+  CHECK(tune.exit_code() == 0);
+  const HttpReply sweeps = Get(port, "/api/sweeps", Bearer(token));
+  REQUIRE(sweeps.status == 200);
+  const json list = json::parse(sweeps.body)["sweeps"];
+  REQUIRE(list.size() == 1);
+  CHECK(list[0]["state"] == "FINISHED");
+  CHECK(list[0]["trial_counts"]["TERMINATED"] == 2);
+}

@@ -1,0 +1,47 @@
+#pragma once
+// DashboardFeed: publishes a running sweep to the cluster's KV, where the head's dashboard and
+// /metrics read it (the keys are in rayd/runtime/cluster.h): a summary with the trial table, and
+// each trial's learning curve (the sweep's metric against training_iteration).
+//
+// Publishing is throttled (at most once a second, and less often when a publish is slow, so it
+// never costs a sweep more than a few percent) and best effort: a head that cannot take the
+// writes costs one warning, never the sweep.
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trial.h"
+
+namespace rayd::tune::internal {
+
+class DashboardFeed {
+ public:
+  // At most this many points per curve; a longer curve keeps every other point.
+  static constexpr size_t kMaxCurvePoints = 2000;
+
+  DashboardFeed(std::string name, std::string metric, std::string mode, std::string scheduler);
+
+  // A trial reported `result`.
+  void OnResult(const Trial& trial, const Metrics& result);
+  // Publishes the sweep's state if the throttle allows (always when `finished`).
+  void Publish(const std::vector<Trial>& trials, bool finished);
+
+ private:
+  using Curve = std::vector<std::pair<double, double>>;
+
+  nlohmann::json Summary(const std::vector<Trial>& trials, bool finished) const;
+
+  std::string name_, metric_, mode_, scheduler_;
+  int64_t started_ms_;
+  uint64_t results_ = 0;
+  std::map<std::string, Curve> curves_;   // by trial id
+  std::set<std::string> changed_curves_;  // not published since they grew
+  std::chrono::steady_clock::time_point next_publish_{};
+  bool disabled_ = false;
+};
+
+}  // namespace rayd::tune::internal
