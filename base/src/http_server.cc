@@ -171,7 +171,7 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   void Start() {
     tcp_->data = this;
     peer_ = rpc::PeerName(Stream());
-    timer_.Start(kRequestTimeout, Millis(0), [this] { Finish(Response::Text(408, "too slow\n")); });
+    timer_.Start(server_.request_timeout_, Millis(0), [this] { Finish(Response::Text(408, "too slow\n")); });
     uv_read_start(
         Stream(),
         [](uv_handle_t*, size_t suggested, uv_buf_t* buf) {
@@ -254,8 +254,8 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   bool head_only_ = false;
 };
 
-HttpServer::HttpServer(EventLoop& loop, Handler handler)
-    : loop_(loop), handler_(std::move(handler)) {}
+HttpServer::HttpServer(EventLoop& loop, Handler handler, Millis request_timeout)
+    : loop_(loop), handler_(std::move(handler)), request_timeout_(request_timeout) {}
 
 HttpServer::~HttpServer() { Close(); }
 

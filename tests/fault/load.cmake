@@ -12,4 +12,4 @@ target_link_libraries(load_test PRIVATE
 target_compile_definitions(load_test PRIVATE RAYD_BINARY="$<TARGET_FILE:rayd>")
 add_dependencies(load_test rayd)
 catch_discover_tests(load_test TEST_PREFIX "load."
-  PROPERTIES LABELS fault TIMEOUT 600 RUN_SERIAL TRUE)
+  EXTRA_ARGS -w NoTests PROPERTIES LABELS fault TIMEOUT 600 RUN_SERIAL TRUE)

@@ -143,7 +143,7 @@ TEST_CASE("typed errors reach the caller", "[rpc]") {
   CHECK(s.code() == StatusCode::kUnimplemented);
 }
 
-TEST_CASE("a call without a reply fails at its deadline; the connection stays usable", "[rpc]") {
+TEST_CASE("a call without a reply fails at its deadline, and the connection stays usable", "[rpc]") {
   std::vector<CallPtr> parked;  // server thread only
   ServerThread server([&](Dispatcher& d, EventLoop& l) {
     EchoSetup(d, l);
@@ -163,7 +163,7 @@ TEST_CASE("a call without a reply fails at its deadline; the connection stays us
   CHECK(*value == "after");
 }
 
-TEST_CASE("a wrong token is refused; the server keeps serving", "[rpc][auth]") {
+TEST_CASE("a wrong token is refused, and the server keeps serving", "[rpc][auth]") {
   ServerThread server(EchoSetup);
   EventLoop loop;
   RpcClient bad(loop, server.address(), Options{"not-the-token", "test"});

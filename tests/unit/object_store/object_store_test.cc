@@ -217,7 +217,7 @@ TEST_CASE("store creates, seals, pins, unpins and deletes objects", "[store]") {
   CHECK(f.Get(ObjectId::FromRandom()).status().code() == StatusCode::kNotFound);
 }
 
-TEST_CASE("store answers GetAndPin on a creating object at Seal; Abort cancels", "[store]") {
+TEST_CASE("store answers GetAndPin on a creating object at Seal, and Abort cancels", "[store]") {
   Fixture f(8 * kMiB);
   ObjectStore& store = f.store();
   const ObjectId id = ObjectId::FromRandom();
@@ -304,7 +304,7 @@ TEST_CASE("store evicts unpinned secondary copies in LRU order", "[store]") {
   CHECK(CountFiles(f.spill_dir()) == 0);  // secondary copies are dropped, never spilled
 }
 
-TEST_CASE("store never evicts or spills pinned objects; a create that cannot fit times out",
+TEST_CASE("store never evicts or spills pinned objects, and a create that cannot fit times out",
           "[store]") {
   Fixture f(8 * kMiB, 200ms);
   ObjectStore& store = f.store();

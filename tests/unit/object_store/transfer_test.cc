@@ -204,7 +204,7 @@ std::string RequestFrame(uint8_t type, uint64_t tag, const ObjectId& id, uint64_
   return f;
 }
 
-TEST_CASE("a 64 MiB object arrives byte for byte; every pin is released", "[transfer]") {
+TEST_CASE("a 64 MiB object arrives byte for byte, and every pin is released", "[transfer]") {
   FakeStore store;
   ObjectId id = store.Add(Pattern(64 << 20, 7));
   ServerThread server(store);
@@ -276,7 +276,7 @@ TEST_CASE("concurrent fetches from one peer share its connection", "[transfer]")
   CHECK(store.releases == store.pins);
 }
 
-TEST_CASE("an unknown object is NotFound; a bad peer is Unavailable", "[transfer]") {
+TEST_CASE("an unknown object is NotFound, and a bad peer is Unavailable", "[transfer]") {
   FakeStore store;
   store.Add(Pattern(10, 1));
   EventLoop loop;
@@ -296,7 +296,7 @@ TEST_CASE("an unknown object is NotFound; a bad peer is Unavailable", "[transfer
   CHECK(store.pins == 0);
 }
 
-TEST_CASE("a wrong token is PermissionDenied; the server keeps serving", "[transfer][auth]") {
+TEST_CASE("a wrong token is PermissionDenied, and the server keeps serving", "[transfer][auth]") {
   FakeStore store;
   ObjectId id = store.Add(Pattern(5000, 2));
   EventLoop loop;

@@ -135,7 +135,7 @@ TEST_CASE("CREATE_PLACEMENT_GROUP refuses malformed groups and taken names", "[g
   CHECK(client.AllGroups().size() == 1);
 }
 
-TEST_CASE("a node that refuses a prepare gets the others cancelled; the group is retried",
+TEST_CASE("a node that refuses a prepare gets the others cancelled, and the group is retried",
           "[gcs][placement]") {
   GcsThread gcs;
   FakeNode a("a", 1), b("b", 1);
@@ -223,7 +223,7 @@ TEST_CASE("an infeasible group is created once a node that fits registers in tim
         std::set<std::string>{small.id(), joining.id()});
 }
 
-TEST_CASE("removing a group cancels its bundles and kills its actors; twice is fine",
+TEST_CASE("removing a group cancels its bundles and kills its actors, and twice is fine",
           "[gcs][placement][actors]") {
   GcsThread gcs;
   FakeNode a("a", 4);

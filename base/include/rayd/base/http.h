@@ -57,8 +57,9 @@ class HttpServer {
   static constexpr size_t kMaxRequestHead = 16 * 1024;
   static constexpr Millis kRequestTimeout{10000};
 
-  // `loop` must outlive the server.
-  HttpServer(EventLoop& loop, Handler handler);
+  // `loop` must outlive the server. A connection that has not sent its whole request head
+  // within `request_timeout` gets 408 and is closed.
+  HttpServer(EventLoop& loop, Handler handler, Millis request_timeout = kRequestTimeout);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -75,6 +76,7 @@ class HttpServer {
 
   EventLoop& loop_;
   Handler handler_;
+  Millis request_timeout_;
   uv_tcp_t* listener_ = nullptr;
   int port_ = 0;
   uint64_t next_id_ = 0;
