@@ -49,9 +49,8 @@ int main(int argc, char** argv) {
   char dir[] = "/tmp/rayd-hb-bench-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
   const std::string root = dir;
-  const int port = 20000 + getpid() % 20000;
-  if (Run(std::string(RAYD_BINARY) + " start --head --port " + std::to_string(port) +
-          " --temp-dir " + root + " --heartbeat-period-ms " + std::to_string(period_ms) +
+  // Port 0: any free port; the head writes the one it bound into its session directory.
+  if (Run(std::string(RAYD_BINARY) + " start --head --port 0 --temp-dir " + root + " --heartbeat-period-ms " + std::to_string(period_ms) +
           " > /dev/null") != 0) {
     std::fprintf(stderr, "could not start the head\n");
     return 1;
@@ -59,7 +58,7 @@ int main(int argc, char** argv) {
   const std::string session = session::LatestHeadSession(root);
   const std::string token = *session::ReadTrimmed(session + "/token");
   const pid_t head = std::stoi(*session::ReadTrimmed(session + "/head.pid"));
-  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string address = *session::ReadTrimmed(session + "/gcs_address");
 
   EventLoop loop;
   std::vector<std::unique_ptr<rpc::RpcClient>> clients;

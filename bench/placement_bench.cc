@@ -180,14 +180,15 @@ int main(int argc, char** argv) {
   char dir[] = "/tmp/rayd-placement-bench-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
   const std::string root = dir;
-  const int port = 20000 + getpid() % 20000;
-  if (Run(std::string(RAYD_BINARY) + " start --head --num-cpus 0 --port " + std::to_string(port) +
-          " --temp-dir " + root + " > /dev/null") != 0) {
+  // Port 0: any free port; the head writes the one it bound into its session directory.
+  if (Run(std::string(RAYD_BINARY) + " start --head --num-cpus 0 --port 0 --temp-dir " + root +
+          " > /dev/null") != 0) {
     std::fprintf(stderr, "could not start the head\n");
     return 1;
   }
-  const std::string token = *session::ReadTrimmed(session::LatestHeadSession(root) + "/token");
-  const std::string gcs_address = "127.0.0.1:" + std::to_string(port);
+  const std::string session = session::LatestHeadSession(root);
+  const std::string token = *session::ReadTrimmed(session + "/token");
+  const std::string gcs_address = *session::ReadTrimmed(session + "/gcs_address");
 
   EventLoop loop;
   // The one simulated worker: every actor's constructor "runs" here and succeeds at once.

@@ -136,7 +136,11 @@ int RunStart(const StartArgs& args) {
     if (!args.node_ip.empty()) head_options.node_ip = args.node_ip;
     head_options.redis_address = args.redis_address;
     head_options.redis_password = args.redis_password;
+    // As for nodes and drivers, RAYD_TOKEN stands in for --token (and keeps it out of `ps`).
     head_options.token = args.token;
+    if (const char* env = std::getenv("RAYD_TOKEN"); head_options.token.empty() && env) {
+      head_options.token = env;
+    }
     head_options.heartbeat_period = Millis(args.heartbeat_period_ms);
     head_options.missed_heartbeats = args.missed_heartbeats;
     head_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
