@@ -88,6 +88,8 @@ RaydConfig DriverConfig(const std::string& address, const std::vector<std::strin
   RaydConfig config;
   config.address = address;
   config.code_search_path = libraries;
+  // An embedded cluster (no address) gets the dashboard a head would have, if 8265 is free.
+  config.dashboard_port = 8265;
   return config;
 }
 

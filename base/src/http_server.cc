@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "rayd/base/auth.h"
 #include "rayd/base/http.h"
 #include "rpc_internal.h"
 
@@ -96,6 +97,14 @@ std::string Request::Cookie(std::string_view name) const {
     }
   }
   return "";
+}
+
+bool CarriesToken(const Request& request, std::string_view cookie, std::string_view token) {
+  if (ConstantTimeEquals(request.Cookie(cookie), token)) return true;
+  const std::string authorization = request.Header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  return authorization.rfind(kBearer, 0) == 0 &&
+         ConstantTimeEquals(std::string_view(authorization).substr(kBearer.size()), token);
 }
 
 Response Response::Text(int status, std::string body) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "head/dashboard.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
 
@@ -17,6 +18,10 @@ class EmbeddedCluster {
   static Result<std::unique_ptr<EmbeddedCluster>> Start(const NodeResourceOptions& resources,
                                                         const std::string& temp_root);
   ~EmbeddedCluster();  // stops the node (killing its workers) and the GCS
+
+  // Serves the head's dashboard for this cluster on 127.0.0.1:`port` (0: any free port).
+  // Returns its URL (with the token).
+  Result<std::string> StartDashboard(int port);
 
   const std::string& gcs_address() const { return gcs_address_; }
   const std::string& node_address() const { return node_address_; }
@@ -33,6 +38,7 @@ class EmbeddedCluster {
   EventLoop* loop_ = nullptr;  // owned by the thread
   std::function<void()> stop_;  // posted to the loop by the destructor
   std::thread thread_;
+  std::unique_ptr<head::Dashboard> dashboard_;  // stopped first
 };
 
 }  // namespace rayd::core

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
 
@@ -192,6 +193,14 @@ void Init(RaydConfig config, int argc, char** argv) {
     auto cluster = core::EmbeddedCluster::Start(resources, temp_root);
     if (!cluster.ok()) throw RaydError("rayd::Init: " + cluster.status().message());
     driver->cluster = std::move(*cluster);
+    if (config.dashboard_port >= 0) {
+      auto url = driver->cluster->StartDashboard(config.dashboard_port);
+      if (url.ok()) {
+        std::cerr << "rayd: dashboard at " << *url << "\n";
+      } else {
+        std::cerr << "rayd: no dashboard: " << url.status().message() << "\n";
+      }
+    }
     // The program's own output stays clean: the runtime logs into the session directory.
     InitLogging("driver", driver->cluster->session_dir() + "/logs/driver.log");
     options.gcs_address = driver->cluster->gcs_address();

@@ -110,12 +110,7 @@ Result<std::unique_ptr<http::HttpServer>> ServeNodeMetrics(EventLoop& loop,
   if (port < 0) return std::unique_ptr<http::HttpServer>();
   auto server = std::make_unique<http::HttpServer>(
       loop, [&node, token](const http::Request& request, http::Respond respond) {
-        const std::string authorization = request.Header("authorization");
-        const bool authorized =
-            (authorization.rfind("Bearer ", 0) == 0 &&
-             ConstantTimeEquals(std::string_view(authorization).substr(7), token)) ||
-            ConstantTimeEquals(request.Cookie("rayd_token"), token);
-        if (!authorized) {
+        if (!http::CarriesToken(request, "rayd_token", token)) {
           return respond(http::Response::Text(401, "send the cluster token: Authorization: Bearer TOKEN\n"));
         }
         if (request.path != "/metrics") return respond(http::Response::Text(404, "only /metrics here\n"));

@@ -59,15 +59,6 @@ class Dashboard::Impl {
   http::HttpServer& server() { return server_; }
 
  private:
-  bool Authorized(const http::Request& request) const {
-    const std::string& token = options_.token;
-    if (ConstantTimeEquals(request.Cookie(kCookie), token)) return true;
-    const std::string authorization = request.Header("authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    return authorization.rfind(kBearer, 0) == 0 &&
-           ConstantTimeEquals(std::string_view(authorization).substr(kBearer.size()), token);
-  }
-
   http::Response Handle(const http::Request& request) {
     // Opening the printed URL: the token moves into a cookie and out of the address bar.
     if (auto it = request.query.find("token"); it != request.query.end()) {
@@ -81,7 +72,7 @@ class Dashboard::Impl {
                                                "; Path=/; HttpOnly; SameSite=Strict");
       return r;
     }
-    if (!Authorized(request)) return Unauthorized();
+    if (!http::CarriesToken(request, kCookie, options_.token)) return Unauthorized();
     const std::string& path = request.path;
     if (path == "/" || path == "/index.html") {
       http::Response r;

@@ -25,7 +25,7 @@ bool IsMultipleOf(double v, double q) {
   return std::fabs(v - k * q) <= 1e-9 * std::max(std::fabs(v), q);
 }
 
-TEST_CASE("uniform draws stay in [lower and upper) and spread over the range", "[tune]") {
+TEST_CASE("uniform draws stay from lower up to but excluding upper and spread over the range", "[tune]") {
   Domain d = Domain::Uniform(-2.0, 3.0);
   REQUIRE_NOTHROW(d.Validate());
   Rng rng(1);
@@ -98,7 +98,7 @@ TEST_CASE("quniform and qloguniform draws are multiples of q within the bounds",
   }
 }
 
-TEST_CASE("randint draws integers in [lower and upper) with upper excluded", "[tune]") {
+TEST_CASE("randint draws integers from lower up to upper with upper excluded", "[tune]") {
   Domain d = Domain::RandInt(-3, 4);
   Rng rng(4);
   std::set<int64_t> seen;
@@ -113,7 +113,7 @@ TEST_CASE("randint draws integers in [lower and upper) with upper excluded", "[t
   CHECK(seen == std::set<int64_t>{-3, -2, -1, 0, 1, 2, 3});
 }
 
-TEST_CASE("qrandint draws multiples of q in [lower and upper] with upper included", "[tune]") {
+TEST_CASE("qrandint draws multiples of q from lower to upper with upper included", "[tune]") {
   Domain d = Domain::QRandInt(-21, 12, 3);
   Rng rng(5);
   std::set<int64_t> seen;

@@ -46,6 +46,10 @@ struct Response {
 using Respond = std::function<void(Response)>;
 using Handler = std::function<void(const Request&, Respond)>;
 
+// Whether the request proves `token`: as `Authorization: Bearer <token>` (scrapers, scripts)
+// or as the value of cookie `cookie` (a browser). Compared in constant time.
+bool CarriesToken(const Request& request, std::string_view cookie, std::string_view token);
+
 // Parses the head of a request (request line and headers, up to and including the blank line).
 // InvalidArgument names what is wrong; Unimplemented for methods other than GET and HEAD.
 Result<Request> ParseRequestHead(std::string_view head);

@@ -29,6 +29,9 @@ struct RaydConfig {
   std::map<std::string, double> resources;
   // Size of the embedded cluster's shared-memory object store in bytes (-1: 30% of RAM).
   int64_t object_store_memory = -1;
+  // The embedded cluster's web dashboard (docs/observability.md) on 127.0.0.1:port; its URL is
+  // printed on stderr. -1: none; 0: any free port. A port that is taken costs a warning only.
+  int dashboard_port = -1;
 };
 
 }  // namespace rayd
