@@ -77,7 +77,8 @@ TEST_CASE("the dashboard shows the cluster's nodes and a running sweep's curves,
           "[e2e][dashboard]") {
   rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
   const std::string head_id =
-      sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
+      sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2",
+                     "--metrics-port", "0"});
   const std::string head_out = sandbox.last_start_output();
   std::smatch m;
   REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
@@ -87,6 +88,9 @@ TEST_CASE("the dashboard shows the cluster's nodes and a running sweep's curves,
   const std::string url = m[1];
   const int port = std::stoi(m[2]);
   const std::string token = m[3];
+  REQUIRE(std::regex_search(head_out, m,
+                            std::regex(R"(Node metrics:\s+http://127\.0\.0\.1:(\d+)/metrics)")));
+  const int head_metrics_port = std::stoi(m[1]);
   const std::string node_id = sandbox.Start(
       {"--address", address, "--token", token, "--num-cpus", "2", "--metrics-port", "0"});
   REQUIRE(std::regex_search(sandbox.last_start_output(), m,
@@ -177,6 +181,15 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
                "rayd_node_resource_total{node_id=\"" + node_id + "\",resource=\"CPU\"}") == 2);
   CHECK(Sample(node_metrics.body,
                "rayd_object_store_capacity_bytes{node_id=\"" + node_id + "\"}") > 0);
+  // The two trials' rank actors hold a lease each, on one node or the other.
+  const HttpReply head_node_metrics = Get(head_metrics_port, "/metrics", Bearer(token));
+  REQUIRE(head_node_metrics.status == 200);
+  const double actor_leases =
+      Sample(node_metrics.body, "rayd_node_leases_granted_total{node_id=\"" + node_id +
+                                    "\",kind=\"actor\"}") +
+      Sample(head_node_metrics.body, "rayd_node_leases_granted_total{node_id=\"" + head_id +
+                                         "\",kind=\"actor\"}");
+  CHECK(actor_leases >= 2);
 
   // The page in a real browser, while the sweep runs: both nodes, and curves that grow.
   const std::string artifacts = std::string(RAYD_ARTIFACT_DIR);

@@ -408,6 +408,7 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
                            const Allocation& allocation) {
   const std::string lease_id = LeaseId::FromRandom().Hex();
   leases_[lease_id] = Lease{worker.id, request->resources, allocation, request->for_actor};
+  ++(request->for_actor ? actor_leases_granted_ : task_leases_granted_);
   pool_.MarkLeased(worker, lease_id, request->for_actor);
   spdlog::debug("lease {}: worker {} for job {} with {}{}", lease_id, worker.id.Hex(),
                 request->job_id.Hex(), request->resources.ToString(),

@@ -132,6 +132,10 @@ class LeaseManager {
   // The node's free resources: reserved bundles are not part of them.
   const scheduler::ResourceSet& available() const { return node_.resources.available(); }
   size_t num_leases() const { return leases_.size(); }
+  // Leases granted since start, for tasks and for actors (a lease runs one or many tasks of
+  // one driver on one worker; an actor holds one for its life).
+  uint64_t task_leases_granted() const { return task_leases_granted_; }
+  uint64_t actor_leases_granted() const { return actor_leases_granted_; }
   size_t num_queued() const { return queue_.size(); }
   size_t num_bundles() const { return bundles_.size(); }
 
@@ -238,6 +242,8 @@ class LeaseManager {
   std::map<BundleKey, Bundle> bundles_;
   uint64_t next_bundle_serial_ = 1;
   std::map<std::string, Lease> leases_;  // by lease id
+  uint64_t task_leases_granted_ = 0;
+  uint64_t actor_leases_granted_ = 0;
   std::set<JobId> prestarted_;           // jobs whose workers were prestarted
   std::list<RequestPtr> queue_;          // arrival order
   struct Waiting {

@@ -32,6 +32,13 @@ std::string NodeDaemon::MetricsText() const {
   }
   text.Family("rayd_node_leases", "gauge", "Worker leases granted and not yet returned.");
   text.Sample("rayd_node_leases", id, static_cast<double>(lease_manager_.num_leases()));
+  text.Family("rayd_node_leases_granted_total", "counter",
+              "Worker leases granted since start: for tasks (a lease runs a driver's tasks on "
+              "one worker until it is returned) and for actors.");
+  text.Sample("rayd_node_leases_granted_total", {{"node_id", node}, {"kind", "task"}},
+              static_cast<double>(lease_manager_.task_leases_granted()));
+  text.Sample("rayd_node_leases_granted_total", {{"node_id", node}, {"kind", "actor"}},
+              static_cast<double>(lease_manager_.actor_leases_granted()));
   text.Family("rayd_node_lease_requests_queued", "gauge",
               "Lease requests (tasks and actors) waiting for resources or a worker.");
   text.Sample("rayd_node_lease_requests_queued", id,
