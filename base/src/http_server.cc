@@ -180,7 +180,10 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   void Start() {
     tcp_->data = this;
     peer_ = rpc::PeerName(Stream());
-    timer_.Start(server_.request_timeout_, Millis(0), [this] { Finish(Response::Text(408, "too slow\n")); });
+    timer_.Start(server_.request_timeout_, Millis(0), [this] {
+      auto keep = shared_from_this();  // a failed write drops the connection (and this timer)
+      Finish(Response::Text(408, "too slow\n"));
+    });
     uv_read_start(
         Stream(),
         [](uv_handle_t*, size_t suggested, uv_buf_t* buf) {
@@ -244,10 +247,18 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
     out_ = Serialize(response, head_only_);
     uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
     write_.data = this;
+    // The write request lives in this object: keep it until libuv is done with it, even if
+    // the server drops the connection meanwhile (its callback then comes with ECANCELED).
+    in_write_ = shared_from_this();
     const int rc = uv_write(&write_, Stream(), &buf, 1, [](uv_write_t* req, int) {
-      static_cast<Connection*>(req->data)->Drop();
+      auto* self = static_cast<Connection*>(req->data);
+      std::shared_ptr<Connection> keep = std::move(self->in_write_);
+      self->Drop();
     });
-    if (rc != 0) Drop();
+    if (rc != 0) {
+      in_write_.reset();
+      Drop();
+    }
   }
 
   HttpServer& server_;
@@ -258,6 +269,7 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   std::string buffer_;
   std::string out_;
   uv_write_t write_{};
+  std::shared_ptr<Connection> in_write_;  // set while write_ is in flight
   bool answered_ = false;
   bool writing_ = false;
   bool head_only_ = false;
