@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 build_dir="${RAYD_FUZZ_BUILD_DIR:-build-fuzz}"
-targets=(frame tune_yaml)
+targets=(frame tune_yaml http)
 
 # Installs nothing: scripts/install-deps.sh lists these.
 for p in clang libclang-rt-14-dev; do
