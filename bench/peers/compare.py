@@ -66,6 +66,18 @@ def peer_has(modules):
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
+def can_run(pair, binary, modules, peer, package, skipped):
+    """True when `binary` is built and Debian's python has the peer's `modules`; else the reason
+    goes to `skipped`."""
+    if not os.access(binary, os.X_OK):
+        skipped.append(f"{pair}: {binary} is not built")
+        return False
+    if not peer_has(modules):
+        skipped.append(f"{pair}: {peer} is missing ({package}; scripts/install-deps.sh --peers)")
+        return False
+    return True
+
+
 def load_json_from(text):
     """The JSON object in `text`. `rayd microbenchmark --json` can have other lines before it
     (the second node it starts for the cross-node get prints to the same stdout)."""
@@ -102,12 +114,8 @@ RAYD_NOTES = {
 
 def pair_micro(build, quick, raw, skipped):
     rayd = os.path.join(build, "cli", "rayd")
-    if not os.access(rayd, os.X_OK):
-        skipped.append(f"micro: {rayd} is not built")
-        return []
-    if not peer_has(["distributed", "numpy"]):
-        skipped.append("micro: Dask is missing (python3-distributed; scripts/install-deps.sh "
-                       "--peers)")
+    if not can_run("micro", rayd, ["distributed", "numpy"], "Dask", "python3-distributed",
+                   skipped):
         return []
     args = ["--runs", "1", "--seconds", "0.2"] if quick else []
     out = run([rayd, "microbenchmark", "--json", *args], "rayd microbenchmark")
@@ -144,12 +152,7 @@ def pair_micro(build, quick, raw, skipped):
 
 def pair_train(build, quick, raw, skipped):
     ours_bin = os.path.join(build, "bench", "train_bench")
-    if not os.access(ours_bin, os.X_OK):
-        skipped.append(f"train: {ours_bin} is not built")
-        return []
-    if not peer_has(["torch"]):
-        skipped.append("train: Python torch is missing (python3-torch; scripts/install-deps.sh "
-                       "--peers)")
+    if not can_run("train", ours_bin, ["torch"], "Python torch", "python3-torch", skipped):
         return []
     steps, iters = ("40", "3") if quick else (None, None)
     ours = run([ours_bin] + (["--steps", steps, "--iters", iters] if quick else []),
@@ -188,12 +191,7 @@ def pair_train(build, quick, raw, skipped):
 
 def pair_tune(build, quick, raw, skipped):
     ours_bin = os.path.join(build, "bench", "tune_bench")
-    if not os.access(ours_bin, os.X_OK):
-        skipped.append(f"tune: {ours_bin} is not built")
-        return []
-    if not peer_has(["optuna"]):
-        skipped.append("tune: Optuna is missing (python3-optuna; scripts/install-deps.sh "
-                       "--peers)")
+    if not can_run("tune", ours_bin, ["optuna"], "Optuna", "python3-optuna", skipped):
         return []
     ours = run([ours_bin] + (["--results", "5000", "--trials", "40", "--seeds", "1"]
                              if quick else []), "tune_bench")

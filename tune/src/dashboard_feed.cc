@@ -27,6 +27,11 @@ void DashboardFeed::OnResult(const Trial& trial, const Metrics& result) {
   ++results_;
   auto value = result.find(metric_);
   if (value == result.end()) return;
+  // Kept as results arrive: a thinned curve may no longer hold the best point.
+  auto [best, first] = best_.emplace(trial.id, value->second);
+  if (!first && (mode_ == "max" ? value->second > best->second : value->second < best->second)) {
+    best->second = value->second;
+  }
   Curve& curve = curves_[trial.id];
   auto iteration = result.find("training_iteration");
   curve.emplace_back(iteration != result.end() ? iteration->second
@@ -52,12 +57,7 @@ nlohmann::json DashboardFeed::Summary(const std::vector<Trial>& trials, bool fin
                        {"config", t.config},
                        {"iterations", t.history.size()},
                        {"last", t.last_result}};
-    if (auto curve = curves_.find(t.id); curve != curves_.end() && !curve->second.empty()) {
-      auto better = [&](const auto& a, const auto& b) {
-        return mode_ == "max" ? a.second > b.second : a.second < b.second;
-      };
-      row["best"] = std::min_element(curve->second.begin(), curve->second.end(), better)->second;
-    }
+    if (auto best = best_.find(t.id); best != best_.end()) row["best"] = best->second;
     if (!t.error.empty()) row["error"] = t.error;
     table.push_back(std::move(row));
   }

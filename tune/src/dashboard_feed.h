@@ -39,6 +39,7 @@ class DashboardFeed {
   int64_t started_ms_;
   uint64_t results_ = 0;
   std::map<std::string, Curve> curves_;   // by trial id
+  std::map<std::string, double> best_;    // by trial id: the best metric value reported
   std::set<std::string> changed_curves_;  // not published since they grew
   std::chrono::steady_clock::time_point next_publish_{};
   bool disabled_ = false;

@@ -30,10 +30,9 @@ void ThrowIfError(const ObjectValue& value, const ObjectId& id) {
       throw TimeoutError(message("timed out waiting for the object"));
     case ErrorKind::kInfeasible:
       throw InfeasibleError(message("no node can satisfy the resource request"));
+    case ErrorKind::kObjectStoreFull:
+      throw ObjectStoreFullError(message("the object store is full"));
     case ErrorKind::kSystem:
-      if (value.error_type == "ObjectStoreFullError") {
-        throw ObjectStoreFullError(message("the object store is full"));
-      }
       break;
   }
   throw RaydError(message("the runtime failed to produce the object"));

@@ -54,11 +54,6 @@ class Text {
     out_ += FormatValue(value);
     out_ += '\n';
   }
-  // A family with one unlabelled sample.
-  void Single(std::string_view name, std::string_view type, std::string_view help, double value) {
-    Family(name, type, help);
-    Sample(name, {}, value);
-  }
   const std::string& str() const { return out_; }
 
  private:

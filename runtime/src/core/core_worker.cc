@@ -450,8 +450,9 @@ internal::ObjectValue CoreWorker::ResolveStored(const ObjectId& id,
     if (lost) return ErrorValue(ErrorKind::kObjectLost, bytes.status().message());
     // No room to read it back into (a spilled object while the store is full and spilling
     // fails): ObjectStoreFullError, and the object stays on disk for a later Get.
-    return ErrorValue(ErrorKind::kSystem, "object " + id.Hex() + ": " + bytes.status().message(),
-                      code == StatusCode::kResourceExhausted ? "ObjectStoreFullError" : "");
+    return ErrorValue(
+        code == StatusCode::kResourceExhausted ? ErrorKind::kObjectStoreFull : ErrorKind::kSystem,
+        "object " + id.Hex() + ": " + bytes.status().message());
   }
   internal::ObjectValue v;
   v.shared = std::move(bytes).value();
@@ -486,9 +487,9 @@ internal::ObjectValue CoreWorker::StoreResult(const ObjectId& id, internal::Obje
     std::memcpy(dest, value.data.data(), value.data.size());
   });
   if (!marker.ok()) {
-    return ErrorValue(ErrorKind::kSystem,
-                      "the task's result could not be stored: " + marker.status().message(),
-                      "ObjectStoreFullError");
+    const bool full = marker.status().code() == StatusCode::kResourceExhausted;
+    return ErrorValue(full ? ErrorKind::kObjectStoreFull : ErrorKind::kSystem,
+                      "the task's result could not be stored: " + marker.status().message());
   }
   return std::move(marker).value();
 }

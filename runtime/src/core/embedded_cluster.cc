@@ -78,11 +78,9 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
 }
 
 Result<std::string> EmbeddedCluster::StartDashboard(int port) {
-  RAYD_ASSIGN_OR_RETURN(dashboard_,
-                        head::Dashboard::Start({"127.0.0.1", port, gcs_address_, token_}));
-  const std::string url = dashboard_->url();
-  RAYD_RETURN_IF_ERROR(session::WriteFileWithMode(session_dir_ + "/dashboard_url", url + "\n", 0600));
-  return url;
+  RAYD_ASSIGN_OR_RETURN(dashboard_, head::Dashboard::Start({"127.0.0.1", port, gcs_address_,
+                                                           token_, session_dir_}));
+  return dashboard_->url();
 }
 
 EmbeddedCluster::~EmbeddedCluster() {

@@ -140,10 +140,9 @@ const scheduler::ClusterSnapshot& PendingPlacements::View(const std::vector<Node
   return view.cluster;
 }
 
-scheduler::ClusterSnapshot PendingPlacements::Snapshot(std::vector<NodeId>* ids,
-                                                       const std::string& skip) const {
+scheduler::ClusterSnapshot PendingPlacements::Snapshot(std::vector<NodeId>* ids) const {
   const std::vector<NodeId>* view_ids = nullptr;
-  scheduler::ClusterSnapshot cluster = View(&view_ids, skip);
+  scheduler::ClusterSnapshot cluster = View(&view_ids);
   *ids = *view_ids;
   return cluster;
 }

@@ -52,7 +52,7 @@ class PendingPlacements {
   const scheduler::ClusterSnapshot& View(const std::vector<NodeId>** ids,
                                          const std::string& skip = "") const;
   // A copy of the view, for a caller that changes it (O(alive nodes)).
-  scheduler::ClusterSnapshot Snapshot(std::vector<NodeId>* ids, const std::string& skip = "") const;
+  scheduler::ClusterSnapshot Snapshot(std::vector<NodeId>* ids) const;
 
  private:
   struct Entry {

@@ -204,13 +204,11 @@ int RunHeadDaemon(const HeadOptions& options, const std::string& session_dir,
   std::unique_ptr<head::Dashboard> dashboard;
   if (options.dashboard_port >= 0) {
     auto started = head::Dashboard::Start({options.dashboard_host, options.dashboard_port,
-                                           "unix:" + session_dir + "/gcs.sock", *token});
+                                           "unix:" + session_dir + "/gcs.sock", *token,
+                                           session_dir});
     if (started.ok()) {
       dashboard = std::move(*started);
       info.dashboard_url = dashboard->url();
-      s = session::WriteFileWithMode(session_dir + "/dashboard_url", info.dashboard_url + "\n",
-                                     0600);
-      if (!s.ok()) return fail(s);
       spdlog::info("dashboard at http://{}:{}/", options.dashboard_host, dashboard->port());
     } else if (options.dashboard_required) {
       return fail(started.status());

@@ -14,6 +14,7 @@
 #include "rayd/base/event_loop.h"
 #include "rayd/base/http.h"
 #include "rayd/runtime/cluster.h"
+#include "rayd/runtime/session.h"
 
 namespace rayd::head {
 
@@ -299,6 +300,10 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(DashboardOptions options) {
     return port.status().WithContext("starting the dashboard");
   }
   dashboard->port_ = *port;
+  if (!options.session_dir.empty()) {
+    RAYD_RETURN_IF_ERROR(session::WriteFileWithMode(options.session_dir + "/dashboard_url",
+                                                    dashboard->url() + "\n", 0600));
+  }
   return dashboard;
 }
 

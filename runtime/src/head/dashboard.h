@@ -27,11 +27,13 @@ struct DashboardOptions {
   int port = 8265;            // 0: any free port
   std::string gcs_address;    // what the dashboard reads through (e.g. unix:<session>/gcs.sock)
   std::string token;          // the cluster token, which also opens the dashboard
+  std::string session_dir;    // where the URL is written (dashboard_url, 0600); "" for nowhere
 };
 
 class Dashboard {
  public:
-  // Listens and serves on a new thread; fails (with the address) if it cannot listen.
+  // Listens and serves on a new thread, and writes the URL into the session directory; fails
+  // (with the address) if it cannot listen.
   static Result<std::unique_ptr<Dashboard>> Start(DashboardOptions options);
   ~Dashboard();  // stops serving and joins the thread
 

@@ -76,6 +76,7 @@ enum class ErrorKind {
   kTimeout,      // TimeoutError (Get with a timeout)
   kInfeasible,   // InfeasibleError
   kSystem,       // anything else the runtime could not do (function not found, ...): RaydError
+  kObjectStoreFull,  // no room in the node's store, nor on its spill disk: ObjectStoreFullError
 };
 
 // A node holding a copy of an object in its shared-memory store.
