@@ -28,6 +28,10 @@
 namespace {
 
 int Noop() { return 0; }
+int SleepMs(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
 int Echo(int x) { return x; }
 
 class Sink {
@@ -56,7 +60,7 @@ std::vector<rayd::ObjectRef<int>> MakeRefs(int n) {
   for (int i = 0; i < n; ++i) refs.push_back(rayd::Put(i));
   return refs;
 }
-RAYD_REMOTE(Noop, Echo, Sink::Create, &Sink::Call, PutArray, MakeArray, MakeRefs);
+RAYD_REMOTE(Noop, SleepMs, Echo, Sink::Create, &Sink::Call, PutArray, MakeArray, MakeRefs);
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
@@ -137,6 +141,25 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
     for (int i = 0; i < 1000; ++i) refs.push_back(rayd::Task(Noop).Remote());
     return get_all(refs);
   });
+  // N tasks of 100 ms on a cluster of N CPUs: the ideal takes 100 ms; reported as ideal / actual
+  // (1.0: perfectly parallel; 1/N: one after another).
+  {
+    const int cpus = std::max(1, static_cast<int>(rayd::ClusterResources()["CPU"]));
+    constexpr int kSleepMs = 100;
+    Metric m{"single_client_tasks_parallel_sleep (ratio to ideal, " + std::to_string(cpus) +
+                 " tasks)",
+             {}};
+    for (int r = 0; r < runs; ++r) {
+      const auto start = BenchClock::now();
+      std::vector<ObjectRef<int>> refs;
+      for (int i = 0; i < cpus; ++i) refs.push_back(rayd::Task(SleepMs).Remote(kSleepMs));
+      rayd::Get(refs);
+      const double elapsed = std::chrono::duration<double>(BenchClock::now() - start).count();
+      m.per_second.push_back(kSleepMs / 1000.0 / elapsed);
+    }
+    metrics.push_back(m);
+    std::cerr << "  single_client_tasks_parallel_sleep done\n";
+  }
   measure("multi_client_tasks_async", [&] {
     const int clients = 4;
     std::vector<std::thread> threads;

@@ -110,6 +110,9 @@ struct RequestLeaseReply {
     workerAddress @2 :Text;      # the leased worker's core worker service
     nodeId @3 :Text;
     gpuIds @4 :List(Int32);
+    # Whether the node could grant another lease of this shape right now: when it could not,
+    # the submitter may queue tasks behind busy workers (no lease can be had for them).
+    moreRoom @5 :Bool;
   }
   struct Spillback {
     nodeId @0 :Text;
@@ -130,6 +133,33 @@ struct RegisterWorkerRequest {
 struct RegisterWorkerReply {
   nodeId @0 :Text;
   gcsAddress @1 :Text;
+}
+
+# Worker -> its node: the task it runs waits in Get/Wait (blocked) or runs again. While blocked
+# the lease's CPUs go back to the node, so the tasks it waits for can be leased (Ray's rule);
+# unblocking takes them back when they are free.
+struct SetWorkerBlockedRequest {
+  workerId @0 :Text;
+  blocked @1 :Bool;
+}
+
+# Worker -> its node: the application metrics recorded in the worker (rayd/api/metric.h), the
+# whole current state of each series, served on the node's /metrics.
+struct MetricSeries {
+  name @0 :Text;
+  description @1 :Text;
+  unit @2 :Text;
+  kind @3 :UInt8;                # 0 gauge, 1 counter, 2 sum, 3 histogram
+  tags @4 :List(Gcs.Label);
+  value @5 :Float64;             # gauge: last value; counter, sum: total; histogram: sum
+  count @6 :UInt64;              # histogram: observations
+  boundaries @7 :List(Float64);  # histogram: upper bounds of the buckets, ascending
+  buckets @8 :List(UInt64);      # histogram: observations per bucket (boundaries + 1, not cumulative)
+  updatedMs @9 :Int64;           # unix ms of its last change (the newest gauge value wins)
+}
+struct ReportMetricsRequest {
+  workerId @0 :Text;
+  series @1 :List(MetricSeries);
 }
 
 struct KillWorkerRequest {

@@ -55,6 +55,8 @@ enum Method {
   prepareBundles @43;         # node: PrepareBundlesRequest -> empty (all reserved, or none)
   commitBundles @44;          # node: CommitBundlesRequest -> empty
   cancelBundles @45;          # node: CancelBundlesRequest -> empty (frees, kills their workers)
+  setWorkerBlocked @46;       # node: SetWorkerBlockedRequest -> empty (a task waits in Get)
+  reportMetrics @47;          # node: ReportMetricsRequest -> empty (a worker's app metrics)
 }
 
 # Server -> client, first frame on a connection.

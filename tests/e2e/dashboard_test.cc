@@ -32,34 +32,10 @@ using rayd::testing::ConnectLoopback;
 using rayd::testing::RunCommand;
 using rayd::testing::WaitFor;
 
-struct HttpReply {
-  int status = 0;
-  std::string headers;
-  std::string body;
-};
+using HttpReply = rayd::testing::HttpReply;
 
-// One GET on a fresh connection (the server closes it after the reply).
 HttpReply Get(int port, const std::string& path, const std::string& extra_headers = "") {
-  HttpReply reply;
-  int fd = ConnectLoopback(port);
-  if (fd < 0) return reply;
-  const std::string request =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) {
-    ::close(fd);
-    return reply;
-  }
-  std::string raw;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return reply;
-  reply.status = std::stoi(raw.substr(9, 3));
-  reply.headers = raw.substr(0, end);
-  reply.body = raw.substr(end + 4);
-  return reply;
+  return rayd::testing::HttpGet(port, path, extra_headers);
 }
 
 std::string Bearer(const std::string& token) { return "Authorization: Bearer " + token + "\r\n"; }

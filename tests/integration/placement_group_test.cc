@@ -67,7 +67,8 @@ rayd::PlacementGroupCreationOptions Group(std::string name, int bundles,
                                           std::map<std::string, double> bundle,
                                           rayd::PlacementStrategy strategy) {
   return {.name = std::move(name),
-          .bundles = std::vector<std::map<std::string, double>>(bundles, bundle),
+          .bundles = std::vector<std::unordered_map<std::string, double>>(
+              bundles, std::unordered_map<std::string, double>(bundle.begin(), bundle.end())),
           .strategy = strategy};
 }
 
@@ -123,9 +124,9 @@ TEST_CASE("placement groups: STRICT_SPREAD over three GPU nodes gives each bundl
   CHECK(task.node == bundle_nodes[1]);
 
   // Found by name, and listed.
-  auto by_name = rayd::GetPlacementGroup("spread3");
-  REQUIRE(by_name.has_value());
-  CHECK(by_name->GetID() == pg.GetID());
+  rayd::PlacementGroup by_name = rayd::GetPlacementGroup("spread3");
+  REQUIRE_FALSE(by_name.Empty());
+  CHECK(by_name.GetID() == pg.GetID());
   std::string table;
   REQUIRE(cluster.Rayd({"list", "placement-groups"}, &table) == 0);
   CHECK_THAT(table, Contains(pg.GetID().substr(0, 8)) && Contains("CREATED") &&
@@ -134,7 +135,7 @@ TEST_CASE("placement groups: STRICT_SPREAD over three GPU nodes gives each bundl
   rayd::RemovePlacementGroup(pg.GetID());
   rayd::RemovePlacementGroup(pg.GetID());  // twice is fine
   CHECK(pg.GetState() == rayd::PlacementGroupState::REMOVED);
-  CHECK_FALSE(rayd::GetPlacementGroup("spread3").has_value());
+  CHECK(rayd::GetPlacementGroup("spread3").Empty());
   for (auto& m : members) {
     CHECK_THROWS_AS(rayd::Get(m.Task(&PgMember::Where).Remote(), kGetTimeoutMs),
                     rayd::ActorDiedError);

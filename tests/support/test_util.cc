@@ -145,6 +145,29 @@ int ConnectLoopback(int port) {
   return fd;
 }
 
+HttpReply HttpGet(int port, const std::string& path, const std::string& extra_headers) {
+  HttpReply reply;
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return reply;
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) {
+    ::close(fd);
+    return reply;
+  }
+  std::string raw;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return reply;
+  reply.status = std::stoi(raw.substr(9, 3));
+  reply.headers = raw.substr(0, end);
+  reply.body = raw.substr(end + 4);
+  return reply;
+}
+
 bool ProcessGone(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid);
   std::ifstream in(dir + "/stat");

@@ -63,6 +63,15 @@ class ChildProcess {
 // A blocking TCP socket connected to 127.0.0.1:`port`, or -1. For tests that speak raw bytes.
 int ConnectLoopback(int port);
 
+// One HTTP GET to 127.0.0.1:`port` on a fresh connection (the server closes it after the
+// reply); status 0 when nothing sensible came back. `extra_headers` end in "\r\n" each.
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+HttpReply HttpGet(int port, const std::string& path, const std::string& extra_headers = "");
+
 // True when `pid` no longer runs: no such process, or a zombie nobody reaped yet whose threads
 // have all exited (so its sockets and files are closed).
 bool ProcessGone(pid_t pid);

@@ -187,7 +187,8 @@ Result<std::unique_ptr<Gang>> NewGang(const ScalingConfig& scaling, Attempt* fai
   std::string what =
       "placement group of " + std::to_string(scaling.num_workers) + " bundles " + Describe(bundle);
   rayd::PlacementGroupCreationOptions group{
-      .bundles = std::vector(static_cast<size_t>(scaling.num_workers), bundle),
+      .bundles = std::vector(static_cast<size_t>(scaling.num_workers),
+                             std::unordered_map<std::string, double>(bundle.begin(), bundle.end())),
       .strategy = scaling.placement_strategy};
   if (scaling.local_mode) {
     group.bundle_label_selector.assign(group.bundles.size(),

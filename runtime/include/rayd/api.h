@@ -35,6 +35,9 @@
 //   rayd/api/actor.h       Actor(factory) -> ActorCreator, ActorHandle<T>, GetActor<T>
 //   rayd/api/placement_group.h  CreatePlacementGroup, PlacementGroup, RemovePlacementGroup
 //   rayd/api/remote.h      RAYD_REMOTE
+//   rayd/api/overload.h    RAYD_FUNC (one overload of a function or method)
+//   rayd/api/runtime_env.h RuntimeEnv (env_vars for a job, task or actor)
+//   rayd/api/metric.h      Gauge, Counter, Histogram, Sum (application metrics on /metrics)
 //   rayd/api/kv.h          KvPut, KvGet, KvDel (the cluster's key-value store)
 
 #include <map>
@@ -46,18 +49,23 @@
 #include "rayd/api/errors.h"
 #include "rayd/api/kv.h"
 #include "rayd/api/object_ref.h"
+#include "rayd/api/metric.h"
 #include "rayd/api/objects.h"
+#include "rayd/api/overload.h"
 #include "rayd/api/placement_group.h"
 #include "rayd/api/remote.h"
+#include "rayd/api/runtime_env.h"
 #include "rayd/api/task_caller.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {
 
 // Connects this program to a cluster (config.address, else RAYD_ADDRESS), or starts an
-// embedded one, and makes it the driver of a new job. `argc`/`argv` let a driver executable
-// that is re-run as a worker recognise it: call Init before anything else in main. Throws
-// RaydError when the cluster cannot be reached or rayd is already initialised.
+// embedded one (or, with config.local_mode, none: everything runs in this process), and makes
+// it the driver of a new job. `argc`/`argv` let a driver executable that is re-run as a worker
+// recognise it: call Init before anything else in main (in a worker it serves tasks and never
+// returns). Throws RaydError when the cluster cannot be reached, RuntimeEnvError for a runtime
+// env rayd cannot honour. A second Init, while initialised, does nothing (as in Ray).
 void Init(RaydConfig config, int argc, char** argv);
 void Init(RaydConfig config = {});
 
@@ -65,7 +73,24 @@ void Init(RaydConfig config = {});
 // cluster, stops it. Does nothing when not initialised.
 void Shutdown();
 
+// True after Init in a driver, and always inside workers.
 bool IsInitialized();
+
+// True when Init ran with RaydConfig::local_mode.
+bool IsLocalMode();
+
+// The job's namespace (RaydConfig::ray_namespace, or the anonymous one Init made up). Throws
+// RaydError when not initialised.
+std::string GetNamespace();
+
+// Inside an actor's factory or method: whether this instance is a restart (its worker died and
+// the factory ran again, within max_restarts). False outside actors.
+bool WasCurrentActorRestarted();
+
+// Inside an actor's method: ends the actor for good once the method returns control (it is
+// not restarted, whatever its max_restarts); the call itself and later ones fail with
+// ActorDiedError. Throws RaydError outside an actor's method. Does not return.
+[[noreturn]] void ExitActor();
 
 // The GPU ids assigned to the calling worker (empty on a driver that reserved none). Throws
 // RaydError when not initialised.

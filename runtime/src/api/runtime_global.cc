@@ -9,6 +9,7 @@ namespace {
 
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<uint64_t> g_generation{0};
+thread_local bool t_in_actor_call = false;
 
 }  // namespace
 
@@ -19,6 +20,9 @@ void SetCurrentRuntime(Runtime* runtime) {
   g_generation.fetch_add(1, std::memory_order_acq_rel);
   g_runtime.store(runtime, std::memory_order_release);
 }
+
+bool InActorCall() { return t_in_actor_call; }
+void SetInActorCall(bool in_actor_call) { t_in_actor_call = in_actor_call; }
 
 RuntimeSlot CurrentRuntimeSlot() {
   RuntimeSlot slot;

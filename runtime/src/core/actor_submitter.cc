@@ -10,6 +10,13 @@ using internal::ErrorKind;
 
 constexpr Millis kWatchPeriod{1000};
 
+// How calls of a dead actor fail: an actor that died because no node could ever hold it fails
+// them as infeasible (InfeasibleError, like tasks and placement groups), any other as died.
+ObjectValue DeadActorValue(const std::string& why) {
+  const bool infeasible = why.rfind("infeasible:", 0) == 0;
+  return ErrorValue(infeasible ? ErrorKind::kInfeasible : ErrorKind::kActorDied, why);
+}
+
 void ActorSubmitter::SetMaxTaskRetries(const ActorId& actor, int max_task_retries) {
   actors_[actor].max_task_retries = max_task_retries;
 }
@@ -30,7 +37,7 @@ void ActorSubmitter::Submit(TaskSpec spec) {
   auto& actor = actors_[spec.actor_id];
   const ActorId id = spec.actor_id;
   if (actor.state == Actor::State::kDead) {
-    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, actor.death_cause));
+    ctx_.store.Put(spec.return_id, DeadActorValue(actor.death_cause));
     return;
   }
   const TaskId task_id = spec.task_id;
@@ -161,13 +168,9 @@ void ActorSubmitter::OnDisconnected(const ActorId& id, const std::string& why) {
 }
 
 void ActorSubmitter::FailAll(Actor& actor, const std::string& why) {
-  for (auto& spec : actor.queue) {
-    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, why));
-  }
+  for (auto& spec : actor.queue) ctx_.store.Put(spec.return_id, DeadActorValue(why));
   actor.queue.clear();
-  for (auto& [seq, spec] : actor.in_flight) {
-    ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kActorDied, why));
-  }
+  for (auto& [seq, spec] : actor.in_flight) ctx_.store.Put(spec.return_id, DeadActorValue(why));
   actor.in_flight.clear();
 }
 

@@ -6,11 +6,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
 
+#include "api/metric_registry.h"
 #include "common/node_info.h"
 #include "rayd/api/errors.h"
 #include "rayd/protocol/core.capnp.h"
@@ -26,6 +28,8 @@ using PlacementGroupId = UniqueId<PlacementGroupIdTag>;
 
 // Placement-group calls other than waiting for one.
 constexpr Millis kGcsCallTimeout{15000};
+// How often a process's application metrics go to its node (when they changed).
+constexpr Millis kMetricsReportPeriod{1000};
 
 }  // namespace
 
@@ -57,7 +61,18 @@ Status CoreWorker::Connect() {
                     [this](const ObjectId& id, ObjectValue v, const std::string& owner) {
                       return StoreResult(id, std::move(v), owner);
                     },
-                    [] { BeginTaskBorrows(); }, [this] { RegisterKeptBorrows(); }});
+                    [] { BeginTaskBorrows(); }, [this] { RegisterKeptBorrows(); },
+                    [this](const ActorId& actor) {
+                      // Ends this actor for good; the GCS has its worker killed.
+                      if (!gcs_) return;
+                      auto fill = [&](capnp::AnyPointer::Builder b) {
+                        auto r = b.initAs<proto::KillActorRequest>();
+                        r.setActorId(actor.Hex());
+                        r.setNoRestart(true);
+                      };
+                      gcs_->Call(proto::Method::KILL_ACTOR, fill, Millis(15000),
+                                 [](const Status&, capnp::AnyPointer::Reader) {});
+                    }});
   executor_->RegisterMethods(dispatcher_);
   gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
                                           nullptr, rpc::ReconnectBackoff{Millis(50), Millis(1000)});
@@ -71,6 +86,8 @@ Status CoreWorker::Connect() {
   RAYD_RETURN_IF_ERROR(RunOnLoop([this](auto done) {
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
     actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
+    metrics_timer_ = std::make_unique<Timer>(loop_);
+    metrics_timer_->Start(kMetricsReportPeriod, kMetricsReportPeriod, [this] { ReportMetrics(); });
     done(Status::Ok());
   }));
   if (options_.is_driver) return RegisterDriver();
@@ -299,6 +316,7 @@ void CoreWorker::Shutdown() {
     done(Status::Ok());
   }).IgnoreError();
   RunOnLoop([this](auto done) {
+    metrics_timer_.reset();
     actors_.reset();
     tasks_.reset();
     done(Status::Ok());
@@ -506,6 +524,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
   spec.max_retries = options.max_retries;
   spec.name = options.name;
   spec.scheduling = options.scheduling;
+  spec.env = options.env;
   RecordLineage(spec);
   const ObjectId id = spec.return_id;
   loop_.Post([this, spec = std::move(spec)]() mutable {
@@ -559,8 +578,8 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
         r.setName(req->options.name);
         r.setNamespace(req->ray_namespace);
         r.setMaxRestarts(req->options.max_restarts);
-        r.setDetached(req->options.detached);
-        FillLaunch(*submit_ctx_, r.initLaunch());
+        r.setDetached(req->options.detached.value_or(options_.default_detached));
+        FillLaunch(*submit_ctx_, req->options.env, r.initLaunch());
       };
       gcs_->Call(proto::Method::CREATE_ACTOR, fill, Millis(30000),
                  [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
@@ -598,8 +617,50 @@ void CoreWorker::FetchMissing(const std::vector<ObjectId>& ids) {
   }
 }
 
+// While a worker's task waits for objects that are not here yet, its lease's CPUs go back to
+// the node (SET_WORKER_BLOCKED), so that the tasks it waits for can be leased even on a full
+// node: what makes nested tasks deadlock-free. Only normal tasks lend: an actor's reservation
+// is its own.
+class CoreWorker::BlockedScope {
+ public:
+  BlockedScope(CoreWorker& cw, const std::vector<ObjectId>& ids) : cw_(cw) {
+    if (cw_.options_.is_driver || !Executor::InNormalTask()) return;
+    if (std::all_of(ids.begin(), ids.end(), [&](const ObjectId& id) {
+          return cw_.store_.Contains(id);
+        })) {
+      return;
+    }
+    active_ = true;
+    cw_.SetBlocked(true);
+  }
+  ~BlockedScope() {
+    if (active_) cw_.SetBlocked(false);
+  }
+  BlockedScope(const BlockedScope&) = delete;
+  BlockedScope& operator=(const BlockedScope&) = delete;
+
+ private:
+  CoreWorker& cw_;
+  bool active_ = false;
+};
+
+void CoreWorker::SetBlocked(bool blocked) {
+  loop_.Post([this, blocked] {
+    if (shut_down_) return;
+    auto fill = [&](capnp::AnyPointer::Builder b) {
+      auto r = b.initAs<proto::SetWorkerBlockedRequest>();
+      r.setWorkerId(options_.worker_id.Hex());
+      r.setBlocked(blocked);
+    };
+    clients_.Get(options_.node_address)
+        .Call(proto::Method::SET_WORKER_BLOCKED, fill, Millis(10000),
+              [](const Status&, capnp::AnyPointer::Reader) {});
+  });
+}
+
 std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& ids,
                                                    std::chrono::milliseconds timeout) {
+  BlockedScope blocked(*this, ids);
   FetchMissing(ids);
   const auto deadline =
       timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
@@ -637,6 +698,8 @@ std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& 
 
 internal::WaitOutcome CoreWorker::Wait(const std::vector<ObjectId>& ids, size_t num_returns,
                                        std::chrono::milliseconds timeout) {
+  std::optional<BlockedScope> blocked;
+  if (timeout.count() != 0) blocked.emplace(*this, ids);
   FetchMissing(ids);
   const auto deadline =
       timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
@@ -890,6 +953,48 @@ std::vector<int> CoreWorker::GetGpuIds() {
 }
 
 std::string CoreWorker::GetNodeId() { return node_id_; }
+
+std::string CoreWorker::GetNamespace() { return options_.ray_namespace; }
+
+bool CoreWorker::WasCurrentActorRestarted() {
+  return internal::InActorCall() && executor_ && executor_->actor_restarted();
+}
+
+void CoreWorker::ReportMetrics() {
+  const uint64_t version = internal::MetricsVersion();
+  if (version == reported_metrics_version_ || options_.node_address.empty() || shut_down_) return;
+  reported_metrics_version_ = version;
+  const std::vector<internal::MetricSeriesState> all = internal::SnapshotMetrics();
+  // Drivers have no worker id of their own: they report under their job's.
+  const std::string process =
+      options_.is_driver ? "driver-" + options_.job_id.Hex() : options_.worker_id.Hex();
+  auto fill = [&](capnp::AnyPointer::Builder b) {
+    auto r = b.initAs<proto::ReportMetricsRequest>();
+    r.setWorkerId(process);
+    auto list = r.initSeries(static_cast<unsigned>(all.size()));
+    for (unsigned i = 0; i < all.size(); ++i) {
+      const internal::MetricSeriesState& m = all[i];
+      auto out = list[i];
+      out.setName(m.name);
+      out.setDescription(m.description);
+      out.setUnit(m.unit);
+      out.setKind(static_cast<uint8_t>(m.kind));
+      runtime::FillLabels(m.tags, [&](unsigned n) { return out.initTags(n); });
+      out.setValue(m.value);
+      out.setCount(m.count);
+      auto bounds = out.initBoundaries(static_cast<unsigned>(m.boundaries.size()));
+      for (unsigned j = 0; j < m.boundaries.size(); ++j) bounds.set(j, m.boundaries[j]);
+      auto buckets = out.initBuckets(static_cast<unsigned>(m.buckets.size()));
+      for (unsigned j = 0; j < m.buckets.size(); ++j) buckets.set(j, m.buckets[j]);
+      out.setUpdatedMs(m.updated_ms);
+    }
+  };
+  clients_.Get(options_.node_address)
+      .Call(proto::Method::REPORT_METRICS, fill, Millis(10000),
+            [this](const Status& s, capnp::AnyPointer::Reader) {
+              if (!s.ok()) reported_metrics_version_ = 0;  // send again next time
+            });
+}
 
 Result<bool> CoreWorker::KvPut(const std::string& ns, const std::string& key,
                                const std::string& value, bool overwrite) {

@@ -34,7 +34,8 @@ struct CoreWorkerOptions {
   JobId job_id;
   WorkerId worker_id;
   std::string ray_namespace;
-  std::vector<std::string> launch_argv;  // drivers: how workers of this job are started
+  bool default_detached = false;         // actors created without SetDetached
+  std::vector<std::string> launch_argv;  // how workers of this job are started
   std::map<std::string, std::string> launch_env;
   std::string entrypoint;  // drivers: shown in `rayd list jobs`
 };
@@ -85,6 +86,8 @@ class CoreWorker : public internal::Runtime {
   Result<std::vector<internal::PlacementGroupInfo>> GetAllPlacementGroups() override;
   std::vector<int> GetGpuIds() override;
   std::string GetNodeId() override;
+  std::string GetNamespace() override;
+  bool WasCurrentActorRestarted() override;
   Result<bool> KvPut(const std::string& ns, const std::string& key, const std::string& value,
                      bool overwrite) override;
   Result<std::optional<std::string>> KvGet(const std::string& ns, const std::string& key) override;
@@ -135,6 +138,11 @@ class CoreWorker : public internal::Runtime {
   void RegisterKeptBorrows();
   void OnUnreferenced(const ObjectId& id);
   void RegisterBorrowerMethods();
+  // Tells the node the running task waits (or runs again); see BlockedScope.
+  class BlockedScope;
+  void SetBlocked(bool blocked);
+  // Loop thread: sends the process's application metrics to the node when they changed.
+  void ReportMetrics();
 
   CoreWorkerOptions options_;
   EventLoop loop_;
@@ -161,6 +169,8 @@ class CoreWorker : public internal::Runtime {
   std::unique_ptr<TaskSubmitter> tasks_;
   std::unique_ptr<ActorSubmitter> actors_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Timer> metrics_timer_;  // loop thread
+  uint64_t reported_metrics_version_ = 0;  // loop thread
   std::string node_id_;
   std::promise<void> disconnected_;
   bool disconnect_signalled_ = false;  // loop thread

@@ -13,7 +13,8 @@
 namespace rayd::core {
 
 Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
-    const NodeResourceOptions& resources, const std::string& temp_root) {
+    const EmbeddedClusterOptions& options, const std::string& temp_root) {
+  const NodeResourceOptions& resources = options.resources;
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   RAYD_ASSIGN_OR_RETURN(cluster->session_dir_, session::CreateSessionDir(temp_root, "embedded"));
   cluster->token_ = GenerateToken();
@@ -21,11 +22,12 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
                                                   cluster->token_ + "\n", 0600));
   std::promise<Status> ready;
   auto* self = cluster.get();
-  cluster->thread_ = std::thread([self, resources, &ready] {
+  cluster->thread_ = std::thread([self, resources, &options, &ready] {
     EventLoop loop;
     auto store = gcs::MakeInMemoryStoreClient();
     gcs::GcsConfig config;
     config.token = self->token_;
+    config.infeasible_timeout = options.infeasible_timeout;
     gcs::GcsServer gcs(loop, *store, config);
     rpc::Dispatcher dispatcher;
     rpc::RpcServer server(loop, rpc::Options{self->token_, "gcs"}, dispatcher);
@@ -50,6 +52,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     node_config.prestart_workers = node::DefaultPrestartWorkers(node_config.total);
     node_config.labels = resources.labels;
     node_config.session_dir = self->session_dir_;
+    node_config.infeasible_timeout = options.infeasible_timeout;
     node::NodeDaemon node(loop, node_config);
     std::optional<Status> joined;
     node.Start([&](Status st) { joined = st; });

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "core/head_args.h"
 #include "head/dashboard.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
@@ -15,7 +16,7 @@ namespace rayd::core {
 
 class EmbeddedCluster {
  public:
-  static Result<std::unique_ptr<EmbeddedCluster>> Start(const NodeResourceOptions& resources,
+  static Result<std::unique_ptr<EmbeddedCluster>> Start(const EmbeddedClusterOptions& options,
                                                         const std::string& temp_root);
   ~EmbeddedCluster();  // stops the node (killing its workers) and the GCS
 

@@ -11,6 +11,12 @@ using internal::ErrorKind;
 using internal::FunctionKind;
 using internal::FunctionRegistry;
 
+namespace {
+thread_local bool t_in_normal_task = false;
+}  // namespace
+
+bool Executor::InNormalTask() { return t_in_normal_task; }
+
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < std::max(1, threads); ++i) {
     threads_.emplace_back([this] {
@@ -61,13 +67,21 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
   if (!parsed.ok()) return call->Fail(parsed.status());
   auto spec = std::make_shared<TaskSpec>(std::move(parsed).value());
   auto run = [this, call, spec] {
+    const bool is_actor = spec->kind != TaskSpec::Kind::NORMAL;
     hooks_.begin_task();
-    ObjectValue value = hooks_.store_result(spec->return_id, Execute(*spec), spec->caller_address);
+    internal::SetInActorCall(is_actor);
+    t_in_normal_task = !is_actor;
+    bool exit_actor = false;
+    ObjectValue value = Execute(*spec, &exit_actor);
+    internal::SetInActorCall(false);
+    t_in_normal_task = false;
+    value = hooks_.store_result(spec->return_id, std::move(value), spec->caller_address);
     hooks_.end_task();
-    loop_.Post([call, value = std::move(value)] {
+    loop_.Post([this, call, exit_actor, actor = spec->actor_id, value = std::move(value)] {
       call->Reply([&](capnp::AnyPointer::Builder b) {
         ToProto(value, b.initAs<proto::PushTaskReply>().initValue());
       });
+      if (exit_actor && hooks_.exit_actor) hooks_.exit_actor(actor);
     });
   };
   switch (spec->kind) {
@@ -80,6 +94,7 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
         return call->Fail(Status::AlreadyExists("this worker already holds an actor"));
       }
       actor_id_ = spec->actor_id;
+      actor_restarted_ = spec->attempt > 0;
       actor_pool_ = std::make_unique<ThreadPool>(spec->max_concurrency);
       actor_pool_->Post(std::move(run));
       break;
@@ -93,7 +108,7 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
   }
 }
 
-ObjectValue Executor::Execute(const TaskSpec& spec) {
+ObjectValue Executor::Execute(const TaskSpec& spec, bool* exit_actor) {
   const auto* entry = FunctionRegistry::Global().Find(spec.function_name);
   if (entry == nullptr) {
     return ErrorValue(ErrorKind::kSystem,
@@ -134,6 +149,10 @@ ObjectValue Executor::Execute(const TaskSpec& spec) {
     ObjectValue value;
     value.data = std::move(result.value);
     return value;
+  } catch (const internal::ActorExitRequest&) {
+    *exit_actor = true;
+    return ErrorValue(ErrorKind::kActorDied,
+                      "the actor exited: " + spec.function_name + " called rayd::ExitActor");
   } catch (const internal::ArgumentError& e) {
     return ErrorValue(ErrorKind::kSystem, e.what(), "ArgumentError");
   } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 // The loop thread receives PUSH_TASK and hands the call to a pool; the pool runs user code and
 // posts the reply back to the loop. User exceptions become error values, never crashes.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -47,6 +48,8 @@ struct ExecutorHooks {
   // their owners after it, before its reply.
   std::function<void()> begin_task;
   std::function<void()> end_task;
+  // After the reply to a call that ran rayd::ExitActor (loop thread): end the actor for good.
+  std::function<void(const ActorId& actor)> exit_actor;
 };
 
 class Executor {
@@ -58,11 +61,15 @@ class Executor {
 
   void RegisterMethods(rpc::Dispatcher& dispatcher);
   const ActorId& actor_id() const { return actor_id_; }
+  // Whether the actor here was created by a restart (its creation's attempt > 0).
+  bool actor_restarted() const { return actor_restarted_; }
+  // Whether the calling thread runs a normal task (not an actor's call).
+  static bool InNormalTask();
 
  private:
   void HandlePushTask(const rpc::CallPtr& call);
-  // Runs on a pool thread.
-  ObjectValue Execute(const TaskSpec& spec);
+  // Runs on a pool thread. Sets *exit_actor when the call ran rayd::ExitActor.
+  ObjectValue Execute(const TaskSpec& spec, bool* exit_actor);
 
   EventLoop& loop_;
   ObjectManager& objects_;
@@ -70,6 +77,7 @@ class Executor {
   std::unique_ptr<ThreadPool> task_pool_;
   std::unique_ptr<ThreadPool> actor_pool_;
   ActorId actor_id_;
+  std::atomic<bool> actor_restarted_{false};
   std::shared_ptr<void> actor_;  // the actor instance, once created
 };
 

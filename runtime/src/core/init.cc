@@ -11,6 +11,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -18,6 +19,7 @@
 
 #include "core/core_worker.h"
 #include "core/embedded_cluster.h"
+#include "core/local_mode_runtime.h"
 #include "rayd/api.h"
 #include "rayd/base/logging.h"
 #include "rayd/runtime/cluster.h"
@@ -28,7 +30,8 @@ namespace {
 
 struct Driver {
   std::unique_ptr<core::EmbeddedCluster> cluster;  // null when joined to a running cluster
-  std::unique_ptr<core::CoreWorker> worker;
+  std::unique_ptr<core::CoreWorker> worker;        // null in local mode...
+  std::unique_ptr<core::LocalModeRuntime> local;   // ...which runs everything in here
   std::string gcs_address;
   std::string token;
 };
@@ -105,6 +108,35 @@ std::string LocalIpToward(const std::string& gcs_address) {
   return ip;
 }
 
+// This process's argv as the kernel has it: how a worker was started, and so how it starts the
+// workers of the tasks and actors it submits.
+std::vector<std::string> OwnCommandLine() {
+  std::vector<std::string> argv;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(in, arg, '\0')) argv.push_back(arg);
+  if (argv.empty()) argv.push_back(SelfExecutable());
+  return argv;
+}
+
+// The launch environment a worker was started with: the variables its node listed in
+// RAYD_LAUNCH_ENV_KEYS (the job's code search path, runtime env, namespace, ...).
+std::map<std::string, std::string> OwnLaunchEnv() {
+  std::map<std::string, std::string> env;
+  const std::string keys = Env("RAYD_LAUNCH_ENV_KEYS");
+  size_t start = 0;
+  while (start < keys.size()) {
+    size_t end = keys.find(',', start);
+    if (end == std::string::npos) end = keys.size();
+    const std::string key = keys.substr(start, end - start);
+    if (const char* value = std::getenv(key.c_str()); value != nullptr && !key.empty()) {
+      env[key] = value;
+    }
+    start = end + 1;
+  }
+  return env;
+}
+
 [[noreturn]] void RunWorker() {
   // Ctrl-C in the driver's terminal reaches its whole process group, workers included; they
   // belong to their node, which ends them, so the driver alone decides what Ctrl-C means.
@@ -125,6 +157,12 @@ std::string LocalIpToward(const std::string& gcs_address) {
   }
   options.job_id = *job;
   options.worker_id = *worker;
+  // A worker submits tasks and creates actors exactly as its driver does: its own workers run
+  // the same command with the same launch environment.
+  options.launch_argv = OwnCommandLine();
+  options.launch_env = OwnLaunchEnv();
+  options.ray_namespace = Env("RAYD_NAMESPACE").empty() ? job->Hex() : Env("RAYD_NAMESPACE");
+  options.default_detached = Env("RAYD_DEFAULT_ACTOR_LIFETIME") == "detached";
   auto cw = core::CoreWorker::Start(options);
   if (!cw.ok()) {
     spdlog::critical("worker could not start: {}", cw.status().ToString());
@@ -150,7 +188,7 @@ std::string FindToken(const RaydConfig& config, const std::string& temp_root) {
 void Init(RaydConfig config, int argc, char** argv) {
   if (!Env("RAYD_WORKER_MODE").empty()) RunWorker();
   std::lock_guard lock(g_mu);
-  if (g_driver != nullptr) throw RaydError("rayd is already initialised");
+  if (g_driver != nullptr) return;  // as in Ray, a second Init does nothing
   std::signal(SIGPIPE, SIG_IGN);
   // Until we know where the session's logs go, only problems reach stderr.
   InitLogging("driver", "");
@@ -163,6 +201,18 @@ void Init(RaydConfig config, int argc, char** argv) {
   options.job_id = JobId::FromRandom();
   options.ray_namespace = config.ray_namespace.empty() ? options.job_id.Hex()
                                                        : config.ray_namespace;
+  options.default_detached = config.default_actor_lifetime == ActorLifetime::DETACHED;
+  if (config.local_mode) {
+    driver->local = std::make_unique<core::LocalModeRuntime>(options.ray_namespace);
+    internal::SetCurrentRuntime(driver->local.get());
+    g_driver = driver.release();
+    return;
+  }
+  // What every worker of the job starts with (and passes on to the workers it starts): the
+  // job's runtime env, its namespace and its actors' default lifetime.
+  options.launch_env = internal::EnvVarsOf(config.runtime_env);
+  options.launch_env["RAYD_NAMESPACE"] = options.ray_namespace;
+  if (options.default_detached) options.launch_env["RAYD_DEFAULT_ACTOR_LIFETIME"] = "detached";
   options.entrypoint = argc > 0 && argv ? argv[0] : SelfExecutable();
   options.launch_argv = {SelfExecutable()};
   std::string search_path;
@@ -181,7 +231,8 @@ void Init(RaydConfig config, int argc, char** argv) {
 
   std::string address = config.address.empty() ? Env("RAYD_ADDRESS") : config.address;
   if (address.empty()) {
-    NodeResourceOptions resources;
+    core::EmbeddedClusterOptions embedded;
+    NodeResourceOptions& resources = embedded.resources;
     if (config.num_cpus >= 0) resources.num_cpus = config.num_cpus;
     if (config.num_gpus >= 0) resources.num_gpus = config.num_gpus;
     if (config.object_store_memory >= 0) {
@@ -190,11 +241,18 @@ void Init(RaydConfig config, int argc, char** argv) {
     for (const auto& [name, amount] : config.resources) {
       resources.custom.Set(name, scheduler::FixedPoint::FromDouble(amount));
     }
-    auto cluster = core::EmbeddedCluster::Start(resources, temp_root);
+    if (config.infeasible_timeout_s < 0) {
+      throw RaydError("rayd::Init: RaydConfig::infeasible_timeout_s must be >= 0, got " +
+                      std::to_string(config.infeasible_timeout_s));
+    }
+    embedded.infeasible_timeout = Millis(int64_t{config.infeasible_timeout_s} * 1000);
+    embedded.dashboard_port = config.dashboard_port;
+    internal::ThrowIfError(core::ApplyHeadArgs(config.head_args, &embedded));
+    auto cluster = core::EmbeddedCluster::Start(embedded, temp_root);
     if (!cluster.ok()) throw RaydError("rayd::Init: " + cluster.status().message());
     driver->cluster = std::move(*cluster);
-    if (config.dashboard_port >= 0) {
-      auto url = driver->cluster->StartDashboard(config.dashboard_port);
+    if (embedded.dashboard_port >= 0) {
+      auto url = driver->cluster->StartDashboard(embedded.dashboard_port);
       if (url.ok()) {
         std::cerr << "rayd: dashboard at " << *url << "\n";
       } else {
@@ -237,8 +295,9 @@ void Shutdown() {
     g_driver = nullptr;
   }
   internal::SetCurrentRuntime(nullptr);
-  driver->worker->Shutdown();
+  if (driver->worker) driver->worker->Shutdown();
   driver->worker.reset();
+  driver->local.reset();
   driver->cluster.reset();
 }
 
@@ -250,9 +309,24 @@ ClusterEndpoint DriverClusterEndpoint() {
 }
 }  // namespace internal
 
-bool IsInitialized() {
-  std::lock_guard lock(g_mu);
-  return g_driver != nullptr;
+// True in drivers after Init and in workers (whose runtime is installed before their first
+// task).
+bool IsInitialized() { return internal::CurrentRuntime() != nullptr; }
+
+bool IsLocalMode() {
+  internal::Runtime* runtime = internal::CurrentRuntime();
+  return runtime != nullptr && runtime->IsLocalMode();
+}
+
+std::string GetNamespace() { return internal::RequireRuntime().GetNamespace(); }
+
+bool WasCurrentActorRestarted() { return internal::RequireRuntime().WasCurrentActorRestarted(); }
+
+void ExitActor() {
+  if (!internal::InActorCall()) {
+    throw RaydError("rayd::ExitActor: called outside an actor's method");
+  }
+  throw internal::ActorExitRequest{};
 }
 
 namespace {

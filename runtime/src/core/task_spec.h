@@ -2,6 +2,7 @@
 // Task specs (with their scheduling options), object values and placement-group requests as
 // plain values, and their one conversion to Cap'n Proto.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct TaskSpec {
   int max_concurrency = 1;
   int attempt = 0;
   SchedulingOptions scheduling;
+  // Caller side only (not on the wire): environment variables its worker must have (the
+  // task's runtime env), on top of the job's launch environment.
+  std::map<std::string, std::string> env;
 };
 
 void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out);

@@ -12,7 +12,7 @@ using internal::ErrorKind;
 // Tasks pushed to one leased worker before waiting for replies: enough to hide the round
 // trip, few enough that other leases still get work.
 constexpr int kMaxInFlightPerLease = 16;
-constexpr int kMaxPendingLeaseRequests = 2;
+constexpr int kMaxPendingLeaseRequests = 4;
 constexpr Millis kLeaseIdleTimeout{200};
 
 // The shape of a task for lease reuse: its resources and scheduling options, as a cheap string
@@ -41,12 +41,29 @@ std::string ShapeKey(const TaskSpec& spec) {
   return key;
 }
 
+std::string ShapeKeyWithEnv(const TaskSpec& spec) {
+  std::string key = ShapeKey(spec);
+  if (spec.env.empty()) return key;
+  key += "|env";
+  for (const auto& [name, value] : spec.env) {
+    key += std::to_string(name.size()) + ':' + name + std::to_string(value.size()) + ':' + value;
+  }
+  return key;
+}
+
 }  // namespace
 
-void FillLaunch(const SubmitterContext& ctx, proto::WorkerLaunch::Builder out) {
+void FillLaunch(const SubmitterContext& ctx, const std::map<std::string, std::string>& env,
+                proto::WorkerLaunch::Builder out) {
   auto argv = out.initArgv(static_cast<unsigned>(ctx.launch_argv.size()));
   for (unsigned i = 0; i < ctx.launch_argv.size(); ++i) argv.set(i, ctx.launch_argv[i]);
-  runtime::FillLabels(ctx.launch_env, [&](unsigned n) { return out.initEnv(n); });
+  if (env.empty()) {
+    runtime::FillLabels(ctx.launch_env, [&](unsigned n) { return out.initEnv(n); });
+    return;
+  }
+  std::map<std::string, std::string> merged = ctx.launch_env;
+  for (const auto& [name, value] : env) merged[name] = value;
+  runtime::FillLabels(merged, [&](unsigned n) { return out.initEnv(n); });
 }
 
 TaskSubmitter::TaskSubmitter(SubmitterContext& ctx) : ctx_(ctx), idle_timer_(ctx.loop) {
@@ -59,10 +76,11 @@ void TaskSubmitter::Submit(TaskSpec spec) {
   if (ctx_.stopping) {
     return ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
   }
-  const std::string key = ShapeKey(spec);
+  const std::string key = ShapeKeyWithEnv(spec);
   auto& shape = shapes_[key];
   shape.resources = spec.resources;
   shape.scheduling = spec.scheduling;
+  shape.env = spec.env;
   shape.queue.push_back(std::move(spec));
   Pump(key);
 }
@@ -70,11 +88,13 @@ void TaskSubmitter::Submit(TaskSpec spec) {
 void TaskSubmitter::Pump(const std::string& key) {
   if (ctx_.stopping) return;
   auto& shape = shapes_[key];
-  // Hand queued tasks to leases with room, least loaded first.
+  // Hand queued tasks to leases with room, least loaded first: idle ones only, unless no more
+  // leases can be had now (then behind busy workers too).
+  const int max_in_flight = shape.saturated ? kMaxInFlightPerLease : 1;
   while (!shape.queue.empty()) {
     std::shared_ptr<Lease> best;
     for (auto& lease : shape.leases) {
-      if (lease->dead || lease->in_flight >= kMaxInFlightPerLease) continue;
+      if (lease->dead || lease->in_flight >= max_in_flight) continue;
       if (!best || lease->in_flight < best->in_flight) best = lease;
     }
     if (!best) break;
@@ -82,11 +102,13 @@ void TaskSubmitter::Pump(const std::string& key) {
     shape.queue.pop_front();
     Push(key, best, std::move(spec));
   }
-  // More work than the leases can take: ask for more workers.
-  const size_t capacity = shape.leases.size() * kMaxInFlightPerLease;
-  if (!shape.queue.empty() && shape.pending_requests < kMaxPendingLeaseRequests &&
-      (shape.leases.empty() || shape.queue.size() > capacity / 4)) {
+  // Tasks wait: ask for more workers, as many requests as there are waiting tasks (bounded).
+  const int wanted = static_cast<int>(
+      std::min<size_t>(shape.queue.size(), static_cast<size_t>(kMaxPendingLeaseRequests)));
+  while (shape.pending_requests < wanted) {
+    const int before = shape.pending_requests;
     AskForLease(key);
+    if (shape.pending_requests == before) break;  // waiting for a group, or failed the queue
   }
 }
 
@@ -201,7 +223,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
     auto r = b.initAs<proto::RequestLeaseRequest>();
     r.setJobId(ctx_.job_id.Hex());
     runtime::FillResources(shape.resources, [&](unsigned n) { return r.initResources(n); });
-    FillLaunch(ctx_, r.initLaunch());
+    FillLaunch(ctx_, shape.env, r.initLaunch());
     r.setGrantOrReject(no_spill);
     ToProto(shape.scheduling, r.initScheduling());
   };
@@ -218,6 +240,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
                 return;
               }
               auto granted = reply.getGranted();
+              shape.saturated = !granted.getMoreRoom();
               auto lease = std::make_shared<Lease>();
               lease->lease_id = granted.getLeaseId();
               lease->worker_address = granted.getWorkerAddress();

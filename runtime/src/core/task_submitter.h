@@ -1,12 +1,18 @@
 #pragma once
 // TaskSubmitter: runs normal tasks on leased workers.
 //
-// How it works: tasks are grouped by shape (resources and scheduling options). For each shape
-// the submitter asks the local node daemon for worker leases (following spillbacks to other
-// nodes; the node honours label selectors and node affinity), pushes tasks straight to the
-// leased workers (a few in flight per worker), reuses a lease for the next task of the same
+// How it works: tasks are grouped by shape (resources, scheduling options and worker
+// environment). For each shape the submitter asks the local node daemon for worker leases
+// (following spillbacks to other nodes; the node honours label selectors and node affinity),
+// pushes tasks straight to the leased workers, reuses a lease for the next task of the same
 // shape, and returns it after a short idle time. The head is not on this path. A worker that
 // dies fails its in-flight tasks, which are retried up to max_retries.
+//
+// Spreading before queueing: a task goes to an idle lease, and while tasks wait the submitter
+// keeps asking for more leases, so independent tasks run in parallel on the free CPUs. Only
+// when the last grant said the node had no room for another lease of the shape (and until a
+// grant says it has) are tasks queued behind busy workers, up to kMaxInFlightPerLease each,
+// which keeps tiny tasks flowing without a round trip between them.
 //
 // Placement groups: a shape that targets a group asks the GCS once where the group's bundles
 // are (GET_PLACEMENT_GROUP, waiting until it is created; the answer is cached per group) and
@@ -48,8 +54,9 @@ struct SubmitterContext {
   bool stopping = false;
 };
 
-// Fills a WorkerLaunch message from the context.
-void FillLaunch(const SubmitterContext& ctx, proto::WorkerLaunch::Builder out);
+// Fills a WorkerLaunch message from the context, with `env` on top of its launch environment.
+void FillLaunch(const SubmitterContext& ctx, const std::map<std::string, std::string>& env,
+                proto::WorkerLaunch::Builder out);
 
 class TaskSubmitter {
  public:
@@ -75,8 +82,11 @@ class TaskSubmitter {
     scheduler::ResourceSet resources;
     SchedulingOptions scheduling;
     std::deque<TaskSpec> queue;
+    std::map<std::string, std::string> env;
     std::vector<std::shared_ptr<Lease>> leases;
     int pending_requests = 0;
+    // The last grant said no lease of this shape would fit now: queue behind busy workers.
+    bool saturated = false;
   };
   // A placement group as the GCS last described it, for the shapes that target it.
   struct Group {

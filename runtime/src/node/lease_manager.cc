@@ -154,6 +154,8 @@ void LeaseManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Register(proto::Method::PREPARE_BUNDLES, [this](auto& c) { HandlePrepareBundles(c); });
   dispatcher.Register(proto::Method::COMMIT_BUNDLES, [this](auto& c) { HandleCommitBundles(c); });
   dispatcher.Register(proto::Method::CANCEL_BUNDLES, [this](auto& c) { HandleCancelBundles(c); });
+  dispatcher.Register(proto::Method::SET_WORKER_BLOCKED,
+                      [this](auto& c) { HandleSetWorkerBlocked(c); });
 }
 
 void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
@@ -416,6 +418,8 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
                                         " of placement group " + allocation.bundle->group_id
                                   : "");
   const std::vector<int>& gpu_ids = allocation.gpu_ids;
+  const ResourcePool* pool = PoolOf(allocation);
+  const bool more_room = pool != nullptr && pool->resources.IsAvailable(request->resources);
   request->call->Reply([&](capnp::AnyPointer::Builder b) {
     auto granted = b.initAs<proto::RequestLeaseReply>().initGranted();
     granted.setLeaseId(lease_id);
@@ -424,7 +428,34 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
     granted.setNodeId(node_id_.Hex());
     auto ids = granted.initGpuIds(static_cast<unsigned>(gpu_ids.size()));
     for (unsigned i = 0; i < gpu_ids.size(); ++i) ids.set(i, gpu_ids[i]);
+    granted.setMoreRoom(more_room);
   });
+}
+
+void LeaseManager::HandleSetWorkerBlocked(const rpc::CallPtr& call) {
+  auto params = call->Params<proto::SetWorkerBlockedRequest>();
+  auto worker_id = WorkerId::FromHex(params.getWorkerId().cStr());
+  if (!worker_id.ok()) return call->Fail(worker_id.status());
+  Worker* worker = pool_.Find(*worker_id);
+  auto it = worker ? leases_.find(worker->lease_id) : leases_.end();
+  // A worker without a lease here (an actor's calls, a lease just returned): nothing to lend.
+  if (it == leases_.end() || it->second.for_actor) return call->Reply();
+  Lease& lease = it->second;
+  ResourcePool* pool = PoolOf(lease.allocation);
+  const bool blocked = params.getBlocked();
+  if (pool == nullptr || blocked == lease.blocked) return call->Reply();
+  lease.blocked = blocked;
+  scheduler::ResourceSet cpus;
+  cpus.Set(scheduler::kCPU, lease.resources.Get(scheduler::kCPU));
+  if (blocked) {
+    const scheduler::ResourceSet lend = cpus - lease.lent;
+    pool->resources.Release(lend);
+    lease.lent += lend;
+    call->Reply();
+    return DispatchQueue();
+  }
+  if (pool->resources.TryAllocate(lease.lent)) lease.lent = {};
+  call->Reply();
 }
 
 void LeaseManager::HandleReturn(const rpc::CallPtr& call) {
@@ -436,7 +467,7 @@ void LeaseManager::HandleReturn(const rpc::CallPtr& call) {
   }
   Lease lease = std::move(it->second);
   leases_.erase(it);
-  Release(lease.resources, lease.allocation);
+  Release(lease.held(), lease.allocation);
   Worker* worker = pool_.Find(lease.worker_id);
   if (worker && worker->state == WorkerState::kLeased) {
     if (params.getKillWorker()) {
@@ -470,7 +501,7 @@ void LeaseManager::HandleJobFinished(const rpc::CallPtr& call) {
 void LeaseManager::OnWorkerExit(const Worker& worker) {
   auto it = leases_.find(worker.lease_id);
   if (it == leases_.end() || it->second.worker_id != worker.id) return;
-  Release(it->second.resources, it->second.allocation);
+  Release(it->second.held(), it->second.allocation);
   leases_.erase(it);
   DispatchQueue();
 }
@@ -492,7 +523,7 @@ void LeaseManager::Abandon(const Status& why) {
     if (worker && worker->state == WorkerState::kLeased && worker->lease_id == lease_id) {
       pool_.Kill(*worker, why.message());
     }
-    Release(lease.resources, lease.allocation);
+    Release(lease.held(), lease.allocation);
   }
   leases_.clear();
 }

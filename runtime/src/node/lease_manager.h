@@ -14,6 +14,12 @@
 // - Queued requests are served in arrival order whenever resources are released; a request
 //   that does not fit yet does not block later ones that do. Requests whose caller has hung up
 //   are dropped.
+// - A grant says whether another lease of the same shape would fit right now (moreRoom): the
+//   submitter queues tasks behind busy workers only when it would not.
+// - SET_WORKER_BLOCKED: while the task of a leased worker waits in Get/Wait, the lease's CPUs
+//   go back to its pool (Ray's rule, so that the tasks it waits for can run); unblocking takes
+//   them back if they are free, else the lease runs on without them (oversubscribed) and holds
+//   only what it took back.
 // - RETURN_LEASE releases the resources; the worker is killed (asked to, or it held an actor)
 //   or goes back to the pool's idle list. A worker that exits releases its lease too.
 //
@@ -42,8 +48,8 @@
 //   room, else the request is served here like any other. A grantOrReject request this node's
 //   labels or affinity exclude fails ResourceExhausted.
 //
-// Invariants: every entry of `leases_` holds its resources (and GPU units) in the pool it was
-// drawn from: the node's (`node_`) or its bundle's; its worker is LEASED with that lease id.
+// Invariants: every entry of `leases_` holds its resources minus what it lent while blocked
+// (and all its GPU units) in the pool it was drawn from: the node's (`node_`) or its bundle's; its worker is LEASED with that lease id.
 // Every bundle in `bundles_` holds its whole reservation (and the GPU devices its own pool
 // hands out) in the node's pool. Queued requests hold nothing.
 //
@@ -126,7 +132,8 @@ class LeaseManager {
   LeaseManager(const LeaseManager&) = delete;
   LeaseManager& operator=(const LeaseManager&) = delete;
 
-  // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED, PREPARE_BUNDLES, COMMIT_BUNDLES, CANCEL_BUNDLES.
+  // REQUEST_LEASE, RETURN_LEASE, JOB_FINISHED, PREPARE_BUNDLES, COMMIT_BUNDLES, CANCEL_BUNDLES,
+  // SET_WORKER_BLOCKED.
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
   // The node's free resources: reserved bundles are not part of them.
@@ -186,6 +193,11 @@ class LeaseManager {
     scheduler::ResourceSet resources;
     Allocation allocation;
     bool for_actor = false;
+    // The part of `resources` given back while its worker was blocked and not taken back: the
+    // lease holds resources - lent.
+    scheduler::ResourceSet lent;
+    bool blocked = false;
+    scheduler::ResourceSet held() const { return resources - lent; }
   };
   using NodesFn = std::function<void(Result<std::vector<NodeInfo>>)>;
 
@@ -195,6 +207,7 @@ class LeaseManager {
   void HandlePrepareBundles(const rpc::CallPtr& call);
   void HandleCommitBundles(const rpc::CallPtr& call);
   void HandleCancelBundles(const rpc::CallPtr& call);
+  void HandleSetWorkerBlocked(const rpc::CallPtr& call);
 
   // Whether `bundle` may serve a request with `scheduling`: committed, and the index it names.
   static bool Serves(const BundleKey& key, const Bundle& bundle,

@@ -64,6 +64,7 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
   });
   pool_.RegisterMethods(dispatcher_);
   lease_manager_.RegisterMethods(dispatcher_);
+  app_metrics_.RegisterMethods(dispatcher_);
   pool_.SetOnExit([this](Worker& w, WorkerState previous) { OnWorkerExit(w, previous); });
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "node/app_metrics.h"
 #include "node/lease_manager.h"
 #include "node/object_service.h"
 #include "node/worker_pool.h"
@@ -57,7 +58,8 @@ class NodeDaemon {
   bool registered() const { return registered_; }
   const LeaseManager& lease_manager() const { return lease_manager_; }
   // This node's figures in Prometheus' text format (node_metrics.cc): resources, workers,
-  // leases, and its object store's use, spills and restores.
+  // leases, its object store's use, spills and restores, and its processes' application
+  // metrics.
   std::string MetricsText() const;
 
  private:
@@ -84,6 +86,7 @@ class NodeDaemon {
   WorkerPool pool_;             // refers to node_id_
   LeaseManager lease_manager_;  // refers to pool_, node_id_ and gcs_
   std::unique_ptr<ObjectService> objects_;  // created by Start
+  AppMetrics app_metrics_;
   Timer heartbeat_timer_;
   Timer join_timer_;
   Timer retry_timer_;

@@ -82,6 +82,7 @@ std::string NodeDaemon::MetricsText() const {
     text.Family(f.name, f.type, f.help);
     text.Sample(f.name, {{"node_id", node}}, f.value);
   }
+  app_metrics_.Render(text, node);
   return text.str();
 }
 

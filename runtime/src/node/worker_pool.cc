@@ -94,7 +94,13 @@ std::vector<std::string> WorkerPool::BuildEnv(const Worker& worker) const {
   if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end() && !it->second.empty()) {
     physical = Split(it->second, ',');
   }
-  for (const auto& [k, v] : worker.launch.env) env[k] = v;
+  std::string launch_keys;
+  for (const auto& [k, v] : worker.launch.env) {
+    env[k] = v;
+    launch_keys += (launch_keys.empty() ? "" : ",") + k;
+  }
+  // The worker passes its launch environment on to the workers of what it submits.
+  env["RAYD_LAUNCH_ENV_KEYS"] = launch_keys;
   env["RAYD_WORKER_MODE"] = "1";
   env["RAYD_WORKER_ID"] = worker.id.Hex();
   env["RAYD_JOB_ID"] = worker.job_id.Hex();

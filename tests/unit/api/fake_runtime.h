@@ -159,6 +159,7 @@ class FakeRuntime : public internal::Runtime {
   }
   std::vector<int> GetGpuIds() override { return {3}; }
   std::string GetNodeId() override { return "fake-node"; }
+  std::string GetNamespace() override { return "fake-namespace"; }
 
   // An object that never becomes ready.
   ObjectId NewPendingObject() {

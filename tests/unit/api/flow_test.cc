@@ -192,7 +192,8 @@ TEST_CASE("exceptions in remote code surface as RemoteError", "[api][flow][error
     FAIL("Get did not throw");
   } catch (const RemoteError& e) {
     CHECK(e.remote_type() == "flowtest::Boom");
-    CHECK(std::string(e.what()) == "boom 7");
+    CHECK(std::string(e.what()) == "flowtest::Boom: boom 7");
+    CHECK(e.remote_message() == "boom 7");
   }
   try {
     Get(Task(othertu::At).Remote(std::vector<int>{1}, 5));
@@ -250,8 +251,8 @@ TEST_CASE("unregistered functions and a missing runtime are RaydErrors", "[api][
   CHECK(copy == orphan);
 
   FakeRuntime fake;
-  CHECK_THROWS_WITH(Task(flowtest::NotRemote).Remote(1),
-                    "function is not registered with RAYD_REMOTE");
+  // Ray's rule: an unregistered function is refused at Task(f), before any Remote().
+  CHECK_THROWS_WITH(Task(flowtest::NotRemote), "function is not registered with RAYD_REMOTE");
   CHECK(GetNodeId() == "fake-node");
   CHECK(GetGpuIds() == std::vector<int>{3});
 }

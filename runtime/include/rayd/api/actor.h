@@ -23,6 +23,7 @@
 #include "rayd/api/function_traits.h"
 #include "rayd/api/object_ref.h"
 #include "rayd/api/placement_group.h"
+#include "rayd/api/runtime_env.h"
 #include "rayd/api/serializer.h"
 #include "rayd/internal/runtime.h"
 
@@ -36,23 +37,39 @@ class ActorTaskCaller {
  public:
   using ReturnType = typename Traits::Return;
 
-  ActorTaskCaller(ActorId actor, M method) : actor_(std::move(actor)), method_(method) {}
+  // Throws RaydError when `method` is not registered with RAYD_REMOTE.
+  ActorTaskCaller(ActorId actor, M method)
+      : actor_(std::move(actor)), name_(&internal::RemoteName(method)) {}
 
-  // Submits the call; throws RaydError when rayd is not initialised, the method is not
-  // registered with RAYD_REMOTE, or the handle is nil.
+  // Ray's call options. A call runs on its actor's reservation, so resources asked for one call
+  // are accepted and not reserved again (docs/ray-compat.md); the name is for logs.
+  ActorTaskCaller& SetName(std::string name) {
+    call_name_ = std::move(name);
+    return *this;
+  }
+  ActorTaskCaller& SetResource(const std::string& name, double amount) {
+    (void)name, (void)amount;
+    return *this;
+  }
+  ActorTaskCaller& SetResources(const std::map<std::string, double>& resources) {
+    (void)resources;
+    return *this;
+  }
+
+  // Submits the call; throws RaydError when rayd is not initialised or the handle is nil.
   template <typename... Args>
   ObjectRef<ReturnType> Remote(Args&&... args) {
     internal::Runtime& runtime = internal::RequireRuntime();
     if (actor_.IsNil()) throw RaydError("call on a nil ActorHandle");
-    const std::string& name = internal::RemoteName(method_);
     std::vector<internal::TaskArg> packed = internal::PackArgs<M>(std::forward<Args>(args)...);
-    return ObjectRef<ReturnType>(runtime.SubmitActorTask(actor_, name, std::move(packed)),
+    return ObjectRef<ReturnType>(runtime.SubmitActorTask(actor_, *name_, std::move(packed)),
                                  std::string());
   }
 
  private:
   ActorId actor_;
-  M method_;
+  const std::string* name_;  // the registry's, which is never destroyed
+  std::string call_name_;
 };
 
 template <typename T>
@@ -102,7 +119,8 @@ class ActorCreator {
  public:
   using ActorType = std::remove_pointer_t<typename Traits::Return>;
 
-  explicit ActorCreator(F factory) : factory_(factory) {}
+  // Throws RaydError when `factory` is not registered with RAYD_REMOTE.
+  explicit ActorCreator(F factory) : name_(&internal::RemoteName(factory)) {}
 
   // A name makes the actor findable with GetActor; it must be unique in its namespace.
   ActorCreator& SetName(std::string name) {
@@ -162,9 +180,14 @@ class ActorCreator {
     options_.scheduling.affinity_soft = soft;
     return *this;
   }
-  // A detached actor outlives its driver until killed.
+  // A detached actor outlives its driver until killed. Unset: RaydConfig::default_actor_lifetime.
   ActorCreator& SetDetached(bool detached = true) {
     options_.detached = detached;
+    return *this;
+  }
+  // The actor's worker environment variables (rayd/api/runtime_env.h), on top of the job's.
+  ActorCreator& SetRuntimeEnv(const RuntimeEnv& env) {
+    runtime_env_ = env;
     return *this;
   }
 
@@ -174,9 +197,9 @@ class ActorCreator {
   template <typename... Args>
   ActorHandle<ActorType> Remote(Args&&... args) {
     internal::Runtime& runtime = internal::RequireRuntime();
-    const std::string& name = internal::RemoteName(factory_);
+    if (!runtime_env_.Empty()) options_.env = internal::EnvVarsOf(runtime_env_);
     std::vector<internal::TaskArg> packed = internal::PackArgs<F>(std::forward<Args>(args)...);
-    Result<ActorId> created = runtime.CreateActor(name, std::move(packed), options_);
+    Result<ActorId> created = runtime.CreateActor(*name_, std::move(packed), options_);
     internal::ThrowIfError(created.status());
     return ActorHandle<ActorType>(std::move(created).value());
   }
@@ -184,8 +207,9 @@ class ActorCreator {
   const internal::ActorOptions& options() const { return options_; }
 
  private:
-  F factory_;
+  const std::string* name_;  // the registry's, which is never destroyed
   internal::ActorOptions options_;
+  RuntimeEnv runtime_env_;
 };
 
 template <typename F>

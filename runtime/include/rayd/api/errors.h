@@ -4,11 +4,13 @@
 //
 //   RaydError            the runtime could not do what was asked (not initialised, function not
 //                        registered, a value that does not decode, an internal failure)
-//   ├─ RemoteError       user code in a task or actor method threw; what() is its message
+//   ├─ RemoteError       user code in a task or actor method threw; what() is
+//   │                    "<its type>: <its message>" ("std::logic_error: bad input")
 //   ├─ ActorDiedError    the actor died (killed, or out of restarts) before answering
 //   ├─ ObjectLostError   every copy of the object was lost and it cannot be rebuilt
 //   ├─ TimeoutError      Get / Wait with a timeout ran out
-//   └─ InfeasibleError   no node of the cluster could ever satisfy the resource request
+//   ├─ InfeasibleError   no node of the cluster could ever satisfy the resource request
+//   └─ RuntimeEnvError   a RuntimeEnv field that cannot be set, read or used
 
 #include <stdexcept>
 #include <string>
@@ -27,12 +29,17 @@ class RaydError : public std::runtime_error {
 class RemoteError : public RaydError {
  public:
   // `remote_type`: the demangled type of what the user code threw ("std::out_of_range").
-  RemoteError(std::string remote_type, const std::string& message)
-      : RaydError(message), remote_type_(std::move(remote_type)) {}
+  RemoteError(std::string remote_type, std::string message)
+      : RaydError(remote_type + ": " + message),
+        remote_type_(std::move(remote_type)),
+        remote_message_(std::move(message)) {}
   const std::string& remote_type() const { return remote_type_; }
+  // What the remote exception's what() said, without its type.
+  const std::string& remote_message() const { return remote_message_; }
 
  private:
   std::string remote_type_;
+  std::string remote_message_;
 };
 
 class ActorDiedError : public RaydError {
@@ -58,6 +65,11 @@ class TimeoutError : public RaydError {
 };
 
 class InfeasibleError : public RaydError {
+ public:
+  using RaydError::RaydError;
+};
+
+class RuntimeEnvError : public RaydError {
  public:
   using RaydError::RaydError;
 };

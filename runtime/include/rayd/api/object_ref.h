@@ -14,6 +14,7 @@
 // thread; one instance must not be written while another thread reads it.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -55,6 +56,10 @@ class ObjectRefBase {
 
 }  // namespace internal
 
+// What Get gives for an ObjectRef<T>: a shared_ptr<T>, nothing for void.
+template <typename T>
+using GetResult = std::conditional_t<std::is_void_v<T>, void, std::shared_ptr<T>>;
+
 template <typename T>
 class ObjectRef : public internal::ObjectRefBase {
  public:
@@ -69,6 +74,10 @@ class ObjectRef : public internal::ObjectRefBase {
 
   // The object id as 32 hex digits.
   std::string ID() const { return id().Hex(); }
+
+  // rayd::Get(*this) and rayd::Get(*this, timeout_ms) (rayd/api/objects.h), as members.
+  GetResult<T> Get() const;
+  GetResult<T> Get(int timeout_ms) const;
 
   friend bool operator==(const ObjectRef& a, const ObjectRef& b) { return a.id() == b.id(); }
 };

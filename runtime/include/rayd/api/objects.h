@@ -31,8 +31,6 @@
 namespace rayd {
 
 template <typename T>
-using GetResult = std::conditional_t<std::is_void_v<T>, void, std::shared_ptr<T>>;
-template <typename T>
 using GetAllResult = std::conditional_t<std::is_void_v<T>, void, std::vector<std::shared_ptr<T>>>;
 
 template <typename T>
@@ -179,6 +177,16 @@ GetResult<T> Get(const ObjectRef<T>& ref, int timeout_ms) {
 template <typename T>
 GetResult<T> Get(const ObjectRef<T>& ref) {
   return Get(ref, -1);
+}
+
+template <typename T>
+GetResult<T> ObjectRef<T>::Get() const {
+  return rayd::Get(*this, -1);
+}
+
+template <typename T>
+GetResult<T> ObjectRef<T>::Get(int timeout_ms) const {
+  return rayd::Get(*this, timeout_ms);
 }
 
 // All the objects, in order; throws the first error found.

@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -44,31 +45,38 @@ inline constexpr char kNodeIdLabel[] = "rayd.io/node-id";
 
 enum class PlacementStrategy { PACK = 0, SPREAD = 1, STRICT_PACK = 2, STRICT_SPREAD = 3 };
 
+// Ray's field order, so that {name, bundles, strategy} initialises it as in Ray.
 struct PlacementGroupCreationOptions {
   std::string name;  // empty: anonymous; else unique in its namespace until removed
-  std::vector<std::map<std::string, double>> bundles;  // each {resource: amount}, not empty
+  std::vector<std::unordered_map<std::string, double>> bundles;  // each {resource: amount}
+  PlacementStrategy strategy = PlacementStrategy::PACK;
   // Per bundle (empty, or one per bundle): labels its node must carry. Every node carries
   // kNodeIdLabel = its node id, so {{kNodeIdLabel, rayd::GetNodeId()}} pins a bundle to this node.
   std::vector<std::map<std::string, std::string>> bundle_label_selector;
-  PlacementStrategy strategy = PlacementStrategy::PACK;
   bool detached = false;      // outlives its job until removed
   std::string ray_namespace;  // empty: the job's namespace
 };
 
 enum class PlacementGroupState { PENDING, CREATED, RESCHEDULING, REMOVED, FAILED };
 
-// A handle on a placement group: a plain value (its id and how it was asked for).
+// A handle on a placement group: a plain value (its id and how it was asked for). An empty
+// handle (Empty()) is what the lookups give for a group that does not exist, as in Ray.
 class PlacementGroup {
  public:
   PlacementGroup() = default;
-  explicit PlacementGroup(internal::PlacementGroupInfo info) : info_(std::move(info)) {}
+  explicit PlacementGroup(internal::PlacementGroupInfo info) : info_(std::move(info)) {
+    for (const auto& bundle : info_.bundles) bundles_.emplace_back(bundle.begin(), bundle.end());
+  }
 
-  // The group's id as 32 hex digits ("" for a nil handle).
+  // The group's id as 32 hex digits ("" for an empty handle).
   const std::string& GetID() const { return info_.id; }
   const std::string& GetName() const { return info_.name; }
-  const std::vector<std::map<std::string, double>>& GetBundles() const { return info_.bundles; }
+  const std::vector<std::unordered_map<std::string, double>>& GetBundles() const {
+    return bundles_;
+  }
   PlacementStrategy GetStrategy() const { return static_cast<PlacementStrategy>(info_.strategy); }
-  bool IsNil() const { return info_.id.empty(); }
+  bool Empty() const { return info_.id.empty(); }
+  bool IsNil() const { return Empty(); }
 
   // Blocks until every bundle is reserved (true) or `timeout_seconds` pass (false; negative:
   // wait forever). Throws InfeasibleError when the group failed as infeasible, RaydError when
@@ -103,6 +111,7 @@ class PlacementGroup {
   }
 
   internal::PlacementGroupInfo info_;
+  std::vector<std::unordered_map<std::string, double>> bundles_;
 };
 
 // Records the group with the head and returns at once; the bundles are reserved in the
@@ -112,7 +121,7 @@ inline PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions& 
   internal::PlacementGroupOptions o;
   o.name = options.name;
   o.ray_namespace = options.ray_namespace;
-  o.bundles = options.bundles;
+  for (const auto& bundle : options.bundles) o.bundles.emplace_back(bundle.begin(), bundle.end());
   o.bundle_label_selector = options.bundle_label_selector;
   o.strategy = static_cast<int>(options.strategy);
   o.detached = options.detached;
@@ -135,21 +144,30 @@ inline void RemovePlacementGroup(const std::string& placement_group_id) {
   internal::ThrowIfError(internal::RequireRuntime().RemovePlacementGroup(placement_group_id));
 }
 
-// The group with this id, if the head knows it (removed ones included).
-inline std::optional<PlacementGroup> GetPlacementGroupById(const std::string& placement_group_id) {
+// The group with this id, if the head knows it (removed ones included); else an empty handle.
+inline PlacementGroup GetPlacementGroupById(const std::string& placement_group_id) {
   auto found = internal::RequireRuntime().GetPlacementGroup(placement_group_id, "", "");
   internal::ThrowIfError(found.status());
-  if (!found->has_value()) return std::nullopt;
+  if (!found->has_value()) return PlacementGroup();
   return PlacementGroup(std::move(**found));
 }
 
-// The group named `name` in `ray_namespace` (empty: the job's) that is not removed, if any.
-inline std::optional<PlacementGroup> GetPlacementGroup(const std::string& name,
-                                                       const std::string& ray_namespace = "") {
+// The group named `name` in `ray_namespace` (empty: the job's) that is not removed; else an
+// empty handle.
+inline PlacementGroup GetPlacementGroup(const std::string& name,
+                                        const std::string& ray_namespace = "") {
   auto found = internal::RequireRuntime().GetPlacementGroup("", name, ray_namespace);
   internal::ThrowIfError(found.status());
-  if (!found->has_value()) return std::nullopt;
+  if (!found->has_value()) return PlacementGroup();
   return PlacementGroup(std::move(**found));
+}
+
+// PlacementGroup::Wait by id (Ray's ray::WaitPlacementGroupReady).
+inline bool WaitPlacementGroupReady(const std::string& placement_group_id,
+                                    int64_t timeout_seconds) {
+  internal::PlacementGroupInfo info;
+  info.id = placement_group_id;
+  return PlacementGroup(std::move(info)).Wait(static_cast<int>(timeout_seconds));
 }
 
 // Every group the head knows, removed ones included, in creation order.

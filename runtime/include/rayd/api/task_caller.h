@@ -4,9 +4,10 @@
 //   rayd::ObjectRef<int> sum = rayd::Task(Plus).SetResource("CPU", 2).Remote(1, 2);
 //
 // The builder is a plain value: options may be set on a temporary, as above, or on a named
-// TaskCaller that is then used for many Remote() calls. Remote() throws RaydError when rayd is
-// not initialised or `f` was not registered with RAYD_REMOTE; errors of the call itself
-// arrive through the returned ref (Get rethrows them).
+// TaskCaller that is then used for many Remote() calls. Task(f) throws RaydError when `f` was
+// not registered with RAYD_REMOTE, Remote() when rayd is not initialised or the runtime env is
+// bad (RuntimeEnvError); errors of the call itself arrive through the returned ref (Get
+// rethrows them).
 
 #include <map>
 #include <string>
@@ -16,6 +17,7 @@
 #include "rayd/api/function_traits.h"
 #include "rayd/api/object_ref.h"
 #include "rayd/api/placement_group.h"
+#include "rayd/api/runtime_env.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {
@@ -32,7 +34,8 @@ class TaskCaller {
  public:
   using ReturnType = typename Traits::Return;
 
-  explicit TaskCaller(F f) : f_(f) {}
+  // Throws RaydError when `f` is not registered with RAYD_REMOTE.
+  explicit TaskCaller(F f) : name_(&internal::RemoteName(f)) {}
 
   // Adds (or replaces) one resource requirement; without any the task needs {"CPU": 1}.
   TaskCaller& SetResource(const std::string& name, double amount) {
@@ -73,25 +76,32 @@ class TaskCaller {
     options_.name = std::move(name);
     return *this;
   }
+  // The worker's environment variables (rayd/api/runtime_env.h), on top of the job's. Checked
+  // at Remote(): RuntimeEnvError for what rayd cannot honour.
+  TaskCaller& SetRuntimeEnv(const RuntimeEnv& env) {
+    runtime_env_ = env;
+    return *this;
+  }
 
   // Submits the call and returns a ref to its result (ObjectRef<void> for void functions).
   template <typename... Args>
   ObjectRef<ReturnType> Remote(Args&&... args) {
     internal::Runtime& runtime = internal::RequireRuntime();
-    const std::string& name = internal::RemoteName(f_);
+    if (!runtime_env_.Empty()) options_.env = internal::EnvVarsOf(runtime_env_);
     std::vector<internal::TaskArg> packed = internal::PackArgs<F>(std::forward<Args>(args)...);
-    return ObjectRef<ReturnType>(runtime.SubmitTask(name, std::move(packed), options_),
+    return ObjectRef<ReturnType>(runtime.SubmitTask(*name_, std::move(packed), options_),
                                  std::string());
   }
 
   const internal::TaskOptions& options() const { return options_; }
 
  private:
-  F f_;
+  const std::string* name_;  // the registry's, which is never destroyed
   internal::TaskOptions options_;
+  RuntimeEnv runtime_env_;
 };
 
-// `f` must be registered with RAYD_REMOTE (checked at Remote()).
+// `f` must be registered with RAYD_REMOTE (RaydError here otherwise).
 template <typename F>
 TaskCaller<F> Task(F f) {
   return TaskCaller<F>(f);

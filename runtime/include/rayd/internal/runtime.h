@@ -122,6 +122,9 @@ struct TaskOptions {
   int max_retries = 3;                      // retries when the worker dies; 0 = none
   std::string name;                         // for logs and `rayd list`
   SchedulingOptions scheduling;
+  // Environment variables of the worker that runs it (its runtime env's env_vars), on top of
+  // the job's and the submitting task's.
+  std::map<std::string, std::string> env;
 };
 
 struct ActorOptions {
@@ -131,8 +134,10 @@ struct ActorOptions {
   int max_restarts = 0;                     // -1: unlimited
   int max_task_retries = 0;                 // -1: unlimited
   int max_concurrency = 1;
-  bool detached = false;                    // outlives its driver
+  // Outlives its driver. Unset: the job's default (RaydConfig::default_actor_lifetime).
+  std::optional<bool> detached;
   SchedulingOptions scheduling;
+  std::map<std::string, std::string> env;   // as TaskOptions::env
 };
 
 // A placement group as the API creates it (strategy: 0 PACK, 1 SPREAD, 2 STRICT_PACK,
@@ -274,7 +279,19 @@ class Runtime {
   // GPU ids assigned to this worker (empty on the driver unless it reserved some).
   virtual std::vector<int> GetGpuIds() = 0;
   virtual std::string GetNodeId() = 0;
+
+  // The job's namespace (named actors and placement groups live in it).
+  virtual std::string GetNamespace() = 0;
+  // Inside an actor's method or factory: whether this instance is a restart (its process died
+  // and the factory ran again). False elsewhere.
+  virtual bool WasCurrentActorRestarted() { return false; }
+  // True when tasks and actors run inside this process (RaydConfig::local_mode).
+  virtual bool IsLocalMode() const { return false; }
 };
+
+// Thrown by rayd::ExitActor inside an actor's method: the worker answers the call with
+// ActorDiedError, then the actor ends for good (no restart). Never reaches user code elsewhere.
+struct ActorExitRequest {};
 
 // Where this driver's cluster is (its GCS address and token), for tools that start more
 // daemons into it (benchmarks, tests). Empty when not a driver.
@@ -288,6 +305,11 @@ ClusterEndpoint DriverClusterEndpoint();
 // after Shutdown.
 Runtime* CurrentRuntime();
 void SetCurrentRuntime(Runtime* runtime);
+
+// Whether the calling thread is running an actor's factory or method (the runtime sets it
+// around each; rayd::ExitActor checks it).
+bool InActorCall();
+void SetInActorCall(bool in_actor_call);
 
 }  // namespace internal
 }  // namespace rayd

@@ -1,0 +1,490 @@
+// Ray's C++ contract, as a Ray user relies on it after renaming ray:: to rayd::: tasks and
+// actors that submit tasks and create actors (on every node), independent tasks that run in
+// parallel, and the API items of Ray's C++ surface (ObjectRef::Get, RAYD_FUNC, namespaces,
+// RuntimeEnv, actor restarts and ExitActor, local mode, application metrics, infeasible
+// requests, head_args, default actor lifetime).
+//
+// The functions below run in worker processes re-run from this binary (runtime_test's main).
+// Multi-node tests start a real head and a second node with `rayd start`.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <rayd/api.h>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime_harness.h"
+#include "test_util.h"
+
+namespace contract {
+
+using namespace std::chrono_literals;
+
+// ---- Nesting ----------------------------------------------------------------------------------
+
+// depth + 1, computed by a chain of `depth` nested tasks.
+int Nest(int depth) {
+  if (depth == 0) return 1;
+  return *rayd::Task(Nest).Remote(depth - 1).Get() + 1;
+}
+
+// Hands the ref down `depth` levels of tasks; the deepest one reads it.
+int PassDown(rayd::ObjectRef<int> ref, int depth) {
+  if (depth == 0) return *ref.Get();
+  return *rayd::Task(PassDown).Remote(ref, depth - 1).Get();
+}
+
+int Square(int x) { return x * x; }
+
+// Fans out from a worker: the sum of the squares of 0..n-1, each a task of its own.
+int SumOfSquares(int n) {
+  std::vector<rayd::ObjectRef<int>> refs;
+  for (int i = 0; i < n; ++i) refs.push_back(rayd::Task(Square).Remote(i));
+  int sum = 0;
+  for (const auto& v : rayd::Get(refs)) sum += *v;
+  return sum;
+}
+
+class Child {
+ public:
+  static Child* Create(int value) { return new Child(value); }
+  explicit Child(int value) : value_(value) {}
+  std::string Node() { return rayd::GetNodeId(); }
+  int Value() { return value_; }
+
+ private:
+  int value_;
+};
+
+class Parent {
+ public:
+  static Parent* Create() { return new Parent(); }
+  std::string Node() { return rayd::GetNodeId(); }
+  // Creates a child actor on `node_id` and asks it where it runs and what it holds.
+  std::string SpawnOn(std::string node_id) {
+    auto child = rayd::Actor(Child::Create).SetNodeAffinity(node_id).Remote(7);
+    return *child.Task(&Child::Node).Remote().Get() + ":" +
+           std::to_string(*child.Task(&Child::Value).Remote().Get());
+  }
+  // A task submitted from an actor.
+  int TaskFromActor(int n) { return *rayd::Task(SumOfSquares).Remote(n).Get(); }
+};
+
+// ---- Parallelism ------------------------------------------------------------------------------
+
+struct Interval {
+  int64_t start_us = 0;
+  int64_t end_us = 0;
+  int pid = 0;
+  MSGPACK_DEFINE(start_us, end_us, pid);
+};
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Interval SleepFor(int ms) {
+  Interval interval;
+  interval.start_us = NowUs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  interval.end_us = NowUs();
+  interval.pid = getpid();
+  return interval;
+}
+
+// ---- API items --------------------------------------------------------------------------------
+
+int Overloaded() { return 100; }
+int Overloaded(int a) { return a; }
+int Overloaded(int a, int b) { return a + b; }
+
+bool SeesInitialized() { return rayd::IsInitialized(); }
+std::string NamespaceInWorker() { return rayd::GetNamespace(); }
+
+std::string Getenv(std::string name) {
+  const char* value = std::getenv(name.c_str());
+  return value ? value : "<unset>";
+}
+
+int OwnPid() { return getpid(); }
+
+int NotRemote(int x) { return x; }  // never registered
+
+void Throws() { throw std::logic_error("bad input"); }
+
+// Records application metrics in a worker.
+int RecordMetrics(int n) {
+  rayd::Counter calls("contract_calls_total", "Calls of RecordMetrics.", "calls", {"kind"});
+  rayd::Gauge level("contract_level", "Last n.", "items");
+  rayd::Histogram sizes("contract_sizes", "Sizes seen.", "items", {1, 10, 100}, {"kind"});
+  rayd::Sum total("contract_sum", "Sum of n.", "items");
+  for (int i = 0; i < n; ++i) {
+    calls.Inc(1, {{"kind", "worker"}});
+    sizes.Observe(i * 7, {{"kind", "worker"}});
+  }
+  level.Set(n);
+  total.Record(n);
+  return n;
+}
+
+class Counter {
+ public:
+  static Counter* Create(int start) { return new Counter(start); }
+  explicit Counter(int start) : n_(start) {}
+  int Add(int x) { return n_ += x; }
+  int Add(int x, int y) { return n_ += x + y; }
+  int Get() const { return n_; }
+  bool Restarted() { return rayd::WasCurrentActorRestarted(); }
+  int Pid() { return getpid(); }
+  int Quit() { rayd::ExitActor(); }
+  std::string Env(std::string name) { return Getenv(name); }
+
+ private:
+  int n_;
+};
+
+}  // namespace contract
+
+RAYD_REMOTE(contract::Nest, contract::PassDown, contract::Square, contract::SumOfSquares,
+            contract::Child::Create, &contract::Child::Node, &contract::Child::Value,
+            contract::Parent::Create, &contract::Parent::Node, &contract::Parent::SpawnOn,
+            &contract::Parent::TaskFromActor, contract::SleepFor, contract::SeesInitialized,
+            contract::NamespaceInWorker, contract::Getenv, contract::OwnPid, contract::Throws,
+            contract::RecordMetrics);
+RAYD_REMOTE(RAYD_FUNC(contract::Overloaded), RAYD_FUNC(contract::Overloaded, int),
+            RAYD_FUNC(contract::Overloaded, int, int));
+RAYD_REMOTE(contract::Counter::Create, RAYD_FUNC(&contract::Counter::Add, int),
+            RAYD_FUNC(&contract::Counter::Add, int, int), &contract::Counter::Get,
+            &contract::Counter::Restarted, &contract::Counter::Pid, &contract::Counter::Quit,
+            &contract::Counter::Env);
+
+namespace {
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using rayd::testing::FreeTcpPort;
+using rayd::testing::HttpGet;
+using rayd::testing::TempDir;
+using rayd::testing::WaitFor;
+using rayd_runtime_test::CliCluster;
+using rayd_runtime_test::ThrownMessage;
+using namespace contract;
+
+constexpr int kGetTimeoutMs = 60000;
+
+// A head (2 CPUs) and a second node (2 CPUs) started with `rayd start`, and this process as
+// their driver.
+struct TwoNodes {
+  CliCluster cluster;
+  std::string head;
+  std::string second;
+  explicit TwoNodes(const std::string& ray_namespace = "") {
+    head = cluster.StartHead(2);
+    second = cluster.Start({"--address", cluster.address(), "--num-cpus", "2"});
+    cluster.InitDriver(ray_namespace);
+  }
+};
+
+TEST_CASE("nested: tasks submit tasks three levels deep, refs are passed down", "[integration]") {
+  TwoNodes nodes;
+  CHECK(*rayd::Task(Nest).Remote(3).Get(kGetTimeoutMs) == 4);
+  auto ref = rayd::Put(41);
+  CHECK(*rayd::Task(PassDown).Remote(ref, 3).Get(kGetTimeoutMs) == 41);
+  // Fan-out from a worker: more tasks than the two nodes have CPUs, every one of them nested.
+  std::vector<rayd::ObjectRef<int>> sums;
+  for (int i = 0; i < 6; ++i) sums.push_back(rayd::Task(SumOfSquares).Remote(5));
+  for (const auto& s : rayd::Get(sums, kGetTimeoutMs)) CHECK(*s == 30);
+}
+
+TEST_CASE("nested: an actor creates an actor on the other node and submits tasks",
+          "[integration]") {
+  TwoNodes nodes;
+  auto parent = rayd::Actor(Parent::Create).SetNodeAffinity(nodes.head).Remote();
+  CHECK(*parent.Task(&Parent::Node).Remote().Get(kGetTimeoutMs) == nodes.head);
+  CHECK(*parent.Task(&Parent::SpawnOn).Remote(nodes.second).Get(kGetTimeoutMs) ==
+        nodes.second + ":7");
+  CHECK(*parent.Task(&Parent::TaskFromActor).Remote(4).Get(kGetTimeoutMs) == 14);
+}
+
+TEST_CASE("parallel: four sleeping tasks on four CPUs overlap", "[integration]") {
+  TempDir dir;
+  ::unsetenv("RAYD_ADDRESS");
+  rayd::RaydConfig config;
+  config.temp_dir = dir.path();
+  config.num_cpus = 4;
+  rayd::Init(config);
+  std::vector<rayd::ObjectRef<Interval>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(SleepFor).Remote(1500));
+  std::vector<Interval> intervals;
+  for (const auto& r : rayd::Get(refs, kGetTimeoutMs)) intervals.push_back(*r);
+  rayd::Shutdown();
+  const auto last_start = std::max_element(intervals.begin(), intervals.end(), [](auto& a, auto& b) {
+                            return a.start_us < b.start_us;
+                          })->start_us;
+  const auto first_end = std::min_element(intervals.begin(), intervals.end(), [](auto& a, auto& b) {
+                           return a.end_us < b.end_us;
+                         })->end_us;
+  INFO("the last task started " << (last_start - first_end) / 1000
+                                << " ms after the first one ended");
+  CHECK(last_start < first_end);  // every interval overlaps every other
+  std::set<int> pids;
+  for (const auto& i : intervals) pids.insert(i.pid);
+  CHECK(pids.size() == 4);
+}
+
+TEST_CASE("api: ObjectRef::Get, a second Init, IsInitialized in workers, RAYD_FUNC",
+          "[integration]") {
+  rayd_runtime_test::EmbeddedRayd rt;
+  rayd::RaydConfig again;
+  again.num_cpus = 1;
+  rayd::Init(again);  // does nothing: still the same cluster
+  CHECK(rayd::IsInitialized());
+  auto plus = rayd::Task(Square).Remote(9);
+  CHECK(*plus.Get() == 81);
+  CHECK(*plus.Get(kGetTimeoutMs) == 81);
+  CHECK(*rayd::Task(SeesInitialized).Remote().Get(kGetTimeoutMs));
+
+  CHECK(*rayd::Task(RAYD_FUNC(Overloaded)).Remote().Get(kGetTimeoutMs) == 100);
+  CHECK(*rayd::Task(RAYD_FUNC(Overloaded, int)).Remote(5).Get(kGetTimeoutMs) == 5);
+  CHECK(*rayd::Task(RAYD_FUNC(Overloaded, int, int)).Remote(5, 6).Get(kGetTimeoutMs) == 11);
+  auto counter = rayd::Actor(Counter::Create).Remote(1);
+  CHECK(*counter.Task(RAYD_FUNC(&Counter::Add, int)).Remote(2).Get(kGetTimeoutMs) == 3);
+  CHECK(*counter.Task(RAYD_FUNC(&Counter::Add, int, int)).Remote(2, 3).Get(kGetTimeoutMs) == 8);
+  CHECK(*counter.Task(&Counter::Get).SetName("get").Remote().Get(kGetTimeoutMs) == 8);
+
+  // Errors: an unregistered function at Task(f); a remote exception names its type first.
+  CHECK_THROWS_WITH(rayd::Task(NotRemote), Contains("not registered"));
+  CHECK_THAT(ThrownMessage<rayd::RemoteError>([] { rayd::Task(Throws).Remote().Get(); }),
+             StartsWith("std::logic_error: bad input"));
+}
+
+TEST_CASE("api: actor restarts are visible, ExitActor ends an actor for good", "[integration]") {
+  rayd_runtime_test::EmbeddedRayd rt;
+  auto counter = rayd::Actor(Counter::Create).SetName("restartable").SetMaxRestarts(2).Remote(0);
+  CHECK_FALSE(*counter.Task(&Counter::Restarted).Remote().Get(kGetTimeoutMs));
+  CHECK_FALSE(rayd::WasCurrentActorRestarted());  // the driver is no actor
+  const int pid = *counter.Task(&Counter::Pid).Remote().Get(kGetTimeoutMs);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  REQUIRE(WaitFor(
+      [&] {
+        try {
+          return *counter.Task(&Counter::Restarted).Remote().Get(kGetTimeoutMs);
+        } catch (const rayd::RaydError&) {
+          return false;  // calls that met the dead process
+        }
+      },
+      30s));
+
+  CHECK_THROWS_AS(counter.Task(&Counter::Quit).Remote().Get(kGetTimeoutMs), rayd::ActorDiedError);
+  // Not restarted although max_restarts allows it: gone, and its name free.
+  CHECK_THROWS_AS(counter.Task(&Counter::Get).Remote().Get(kGetTimeoutMs), rayd::ActorDiedError);
+  REQUIRE(WaitFor([] { return !rayd::GetActor<Counter>("restartable").has_value(); }, 20s));
+  CHECK_THROWS_WITH(rayd::ExitActor(), Contains("outside an actor"));
+}
+
+TEST_CASE("api: namespaces for named actors, in the driver and in workers", "[integration]") {
+  TempDir dir;
+  ::unsetenv("RAYD_ADDRESS");
+  rayd::RaydConfig config;
+  config.temp_dir = dir.path();
+  config.num_cpus = 2;
+  config.ray_namespace = "team";
+  rayd::Init(config);
+  CHECK(rayd::GetNamespace() == "team");
+  CHECK(*rayd::Task(NamespaceInWorker).Remote().Get(kGetTimeoutMs) == "team");
+  rayd::Actor(Counter::Create).SetName("shared").Remote(5);
+  rayd::Actor(Counter::Create).SetName("shared").SetNamespace("other").Remote(6);
+  auto mine = rayd::GetActor<Counter>("shared");
+  auto theirs = rayd::GetActor<Counter>("shared", "other");
+  REQUIRE(mine.has_value());
+  REQUIRE(theirs.has_value());
+  CHECK(*mine->Task(&Counter::Get).Remote().Get(kGetTimeoutMs) == 5);
+  CHECK(*theirs->Task(&Counter::Get).Remote().Get(kGetTimeoutMs) == 6);
+  CHECK_FALSE(rayd::GetActor<Counter>("shared", "nobody").has_value());
+  // A taken name in its namespace is refused.
+  CHECK_THROWS_AS(rayd::Actor(Counter::Create).SetName("shared").Remote(7), rayd::RaydError);
+  rayd::Shutdown();
+}
+
+TEST_CASE("api: runtime env variables reach job, task and actor workers", "[integration]") {
+  TempDir dir;
+  ::unsetenv("RAYD_ADDRESS");
+  rayd::RaydConfig config;
+  config.temp_dir = dir.path();
+  config.num_cpus = 2;
+  config.runtime_env.Set("env_vars", std::map<std::string, std::string>{
+                                         {"CONTRACT_JOB", "job"}, {"CONTRACT_BOTH", "job"}});
+  rayd::Init(config);
+  CHECK(*rayd::Task(Getenv).Remote("CONTRACT_JOB").Get(kGetTimeoutMs) == "job");
+
+  rayd::RuntimeEnv task_env;
+  task_env.Set("env_vars", std::map<std::string, std::string>{{"CONTRACT_BOTH", "task"}});
+  CHECK(task_env.Contains("env_vars"));
+  CHECK(task_env.GetJsonStr("env_vars") == R"({"CONTRACT_BOTH":"task"})");
+  auto with_env = rayd::Task(Getenv).SetRuntimeEnv(task_env);
+  CHECK(*with_env.Remote("CONTRACT_BOTH").Get(kGetTimeoutMs) == "task");
+  CHECK(*with_env.Remote("CONTRACT_JOB").Get(kGetTimeoutMs) == "job");
+  CHECK(*rayd::Task(Getenv).Remote("CONTRACT_BOTH").Get(kGetTimeoutMs) == "job");
+
+  rayd::RuntimeEnv actor_env;
+  actor_env.SetJsonStr("env_vars", R"({"CONTRACT_ACTOR": "actor"})");
+  auto actor = rayd::Actor(Counter::Create).SetRuntimeEnv(actor_env).Remote(0);
+  CHECK(*actor.Task(&Counter::Env).Remote("CONTRACT_ACTOR").Get(kGetTimeoutMs) == "actor");
+  CHECK(*actor.Task(&Counter::Env).Remote("CONTRACT_JOB").Get(kGetTimeoutMs) == "job");
+
+  // What rayd cannot honour is refused at submission, naming the field.
+  rayd::RuntimeEnv pip;
+  pip.Set("pip", std::vector<std::string>{"requests"});
+  CHECK_THROWS_WITH(rayd::Task(Getenv).SetRuntimeEnv(pip).Remote("X"), Contains("'pip'"));
+  rayd::RuntimeEnv bad;
+  bad.SetJsonStr("env_vars", R"({"N": 1})");
+  CHECK_THROWS_AS(rayd::Actor(Counter::Create).SetRuntimeEnv(bad).Remote(0),
+                  rayd::RuntimeEnvError);
+  CHECK_THROWS_AS(bad.SetJsonStr("env_vars", "{not json"), rayd::RuntimeEnvError);
+  CHECK(bad.Remove("env_vars"));
+  CHECK(bad.Empty());
+  rayd::Shutdown();
+}
+
+TEST_CASE("api: local mode runs everything inside the driver", "[integration]") {
+  ::unsetenv("RAYD_ADDRESS");
+  rayd::RaydConfig config;
+  config.local_mode = true;
+  rayd::Init(config);
+  CHECK(rayd::IsLocalMode());
+  CHECK(*rayd::Task(OwnPid).Remote().Get() == getpid());
+  CHECK(*rayd::Task(Nest).Remote(3).Get() == 4);
+  auto counter = rayd::Actor(Counter::Create).SetName("local").Remote(10);
+  CHECK(*counter.Task(RAYD_FUNC(&Counter::Add, int)).Remote(5).Get() == 15);
+  CHECK(*counter.Task(&Counter::Pid).Remote().Get() == getpid());
+  REQUIRE(rayd::GetActor<Counter>("local").has_value());
+  CHECK(*rayd::Get(rayd::Put(std::string("x"))) == "x");
+  CHECK_THROWS_AS(rayd::Task(Throws).Remote().Get(), rayd::RemoteError);
+  CHECK_THROWS_AS(counter.Task(&Counter::Quit).Remote().Get(), rayd::ActorDiedError);
+  CHECK_THROWS_AS(counter.Task(&Counter::Get).Remote().Get(), rayd::ActorDiedError);
+  rayd::Shutdown();
+  CHECK_FALSE(rayd::IsInitialized());
+}
+
+TEST_CASE("api: head_args configure the embedded head, default lifetime detaches actors",
+          "[integration]") {
+  ::unsetenv("RAYD_ADDRESS");
+  TempDir dir;
+  rayd::RaydConfig bad;
+  bad.temp_dir = dir.path();
+  bad.head_args = {"--port", "7000"};
+  CHECK_THROWS_WITH(rayd::Init(bad), Contains("--port"));
+  bad.head_args = {"--num-cpus", "many"};
+  CHECK_THROWS_WITH(rayd::Init(bad), Contains("--num-cpus"));
+  CHECK_FALSE(rayd::IsInitialized());
+
+  rayd::RaydConfig config;
+  config.temp_dir = dir.path();
+  config.head_args = {"--num-cpus=3", "--resources", R"({"accelerator": 2})"};
+  config.default_actor_lifetime = rayd::ActorLifetime::DETACHED;
+  rayd::Init(config);
+  auto resources = rayd::ClusterResources();
+  CHECK(resources["CPU"] == 3);
+  CHECK(resources["accelerator"] == 2);
+  rayd::Actor(Counter::Create).SetName("kept").Remote(1);
+  rayd::Actor(Counter::Create).SetName("not-kept").SetDetached(false).Remote(1);
+  REQUIRE(rayd::GetActor<Counter>("kept").has_value());
+  std::string out;
+  const auto endpoint = rayd::internal::DriverClusterEndpoint();
+  REQUIRE(rayd::testing::RunCommand({RAYD_BINARY, "list", "actors", "--format", "json",
+                                     "--address", endpoint.gcs_address, "--token",
+                                     endpoint.token},
+                                    &out, {}, 30s) == 0);
+  const auto actors = nlohmann::json::parse(out);
+  int detached = 0, attached = 0;
+  for (const auto& a : actors) {
+    if (a.value("name", "") == "kept" && a.value("detached", false)) ++detached;
+    if (a.value("name", "") == "not-kept" && !a.value("detached", true)) ++attached;
+  }
+  CHECK(detached == 1);
+  CHECK(attached == 1);
+  rayd::Shutdown();
+}
+
+TEST_CASE("api: application metrics reach the node's /metrics", "[integration]") {
+  CliCluster cluster;
+  const std::string token = "contract-metrics-token";
+  const int metrics_port = FreeTcpPort();
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "2", "--token",
+                 token, "--metrics-port", std::to_string(metrics_port)});
+  cluster.InitDriver();
+  CHECK(*rayd::Task(RecordMetrics).Remote(20).Get(kGetTimeoutMs) == 20);
+  CHECK(*rayd::Task(RecordMetrics).Remote(5).Get(kGetTimeoutMs) == 5);
+  rayd::Counter driver_calls("contract_calls_total", "Calls of RecordMetrics.", "calls", {"kind"});
+  driver_calls.Inc(1, {{"kind", "driver"}});
+  CHECK_THROWS_AS(driver_calls.Inc(-1), rayd::RaydError);
+  CHECK_THROWS_AS(driver_calls.Inc(1, {{"nope", "x"}}), rayd::RaydError);
+  CHECK_THROWS_AS(rayd::Gauge("contract_calls_total", "", ""), rayd::RaydError);
+
+  std::string body;
+  const bool seen = WaitFor(
+      [&] {
+        body = HttpGet(metrics_port, "/metrics", "Authorization: Bearer " + token + "\r\n").body;
+        return body.find("kind=\"driver\"") != std::string::npos &&
+               body.find("contract_sum{") != std::string::npos;
+      },
+      30s);
+  INFO(body);
+  REQUIRE(seen);
+  // Two worker runs (maybe in one worker, maybe two) add up: 25 calls, buckets cumulative.
+  CHECK(std::regex_search(body, std::regex(R"(contract_calls_total\{[^}]*kind="worker"[^}]*\} 25\n)")));
+  CHECK(std::regex_search(body, std::regex(R"(contract_sum\{[^}]*\} 25\n)")));
+  CHECK(std::regex_search(body, std::regex(R"(contract_sizes_count\{[^}]*\} 25\n)")));
+  CHECK(std::regex_search(body, std::regex(R"(contract_sizes_bucket\{[^}]*le="\+Inf"[^}]*\} 25\n)")));
+  CHECK(std::regex_search(body, std::regex(R"(contract_sizes_bucket\{[^}]*le="1"[^}]*\} 2\n)")));
+  CHECK(std::regex_search(body, std::regex(R"(# TYPE contract_sizes histogram)")));
+  CHECK(std::regex_search(body, std::regex(R"(contract_level\{[^}]*\} (20|5)\n)")));
+}
+
+TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with InfeasibleError",
+          "[integration]") {
+  ::unsetenv("RAYD_ADDRESS");
+  TempDir dir;
+  rayd::RaydConfig config;
+  config.temp_dir = dir.path();
+  config.num_cpus = 2;
+  config.infeasible_timeout_s = 3;
+  rayd::Init(config);
+  auto task = rayd::Task(Square).SetResource("unobtainium", 1).Remote(2);
+  auto actor = rayd::Actor(Counter::Create).SetResource("unobtainium", 1).Remote(0);
+  auto call = actor.Task(&Counter::Get).Remote();
+  auto pg = rayd::CreatePlacementGroup({"", {{{"unobtainium", 1}}}, rayd::PlacementStrategy::PACK});
+  // Pending while a node that fits could still join.
+  CHECK_THROWS_AS(task.Get(500), rayd::TimeoutError);
+  CHECK_FALSE(pg.Wait(1));
+  // Then refused, all three alike.
+  CHECK_THROWS_AS(task.Get(kGetTimeoutMs), rayd::InfeasibleError);
+  CHECK_THROWS_AS(call.Get(kGetTimeoutMs), rayd::InfeasibleError);
+  CHECK(WaitFor(
+      [&] {
+        try {
+          pg.Wait(1);
+          return false;
+        } catch (const rayd::InfeasibleError&) {
+          return true;
+        }
+      },
+      30s));
+  // Ray's lookups answer an empty group for what does not exist.
+  CHECK(rayd::GetPlacementGroup("no-such-group").Empty());
+  CHECK(rayd::GetPlacementGroupById(std::string(32, '0')).Empty());
+  rayd::Shutdown();
+}
+
+}  // namespace
