@@ -37,6 +37,20 @@ TEST_CASE("the quickstart runs on an embedded cluster", "[e2e][example]") {
   CheckQuickstartOutput(out);
 }
 
+TEST_CASE("the README's ported Ray program runs on an embedded cluster", "[e2e][example]") {
+  TempDir root;
+  std::string out;
+  int rc = RunCommand({RAY_PORT_BINARY}, &out,
+                      {{"RAYD_TEMP_DIR", root.path()}, {"RAYD_ADDRESS", ""}}, 120s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  for (const char* line : {"Fib(6) = 8\n", "Sum(1, 2) = 3\n", "MODE in a worker = fast\n",
+                           "Relay = hello again, ray\n",
+                           "namespace = team, found by name: yes\n"}) {
+    CHECK(out.find(line) != std::string::npos);
+  }
+}
+
 TEST_CASE("the quickstart runs against rayd start --head", "[e2e][example]") {
   TempDir root;
   const std::string port = std::to_string(FreeTcpPort());

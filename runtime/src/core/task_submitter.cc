@@ -90,7 +90,8 @@ void TaskSubmitter::Pump(const std::string& key) {
   auto& shape = shapes_[key];
   // Hand queued tasks to leases with room, least loaded first: idle ones only, unless no more
   // leases can be had now (then behind busy workers too).
-  const int max_in_flight = shape.saturated ? kMaxInFlightPerLease : 1;
+  const bool hold_back = shape.lease_failed && !shape.leases.empty();
+  const int max_in_flight = shape.saturated || hold_back ? kMaxInFlightPerLease : 1;
   while (!shape.queue.empty()) {
     std::shared_ptr<Lease> best;
     for (auto& lease : shape.leases) {
@@ -103,8 +104,9 @@ void TaskSubmitter::Pump(const std::string& key) {
     Push(key, best, std::move(spec));
   }
   // Tasks wait: ask for more workers, as many requests as there are waiting tasks (bounded).
-  const int wanted = static_cast<int>(
-      std::min<size_t>(shape.queue.size(), static_cast<size_t>(kMaxPendingLeaseRequests)));
+  const int wanted = hold_back ? 0
+                              : static_cast<int>(std::min<size_t>(
+                                    shape.queue.size(), static_cast<size_t>(kMaxPendingLeaseRequests)));
   while (shape.pending_requests < wanted) {
     const int before = shape.pending_requests;
     AskForLease(key);
@@ -241,6 +243,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
               }
               auto granted = reply.getGranted();
               shape.saturated = !granted.getMoreRoom();
+              shape.lease_failed = false;
               auto lease = std::make_shared<Lease>();
               lease->lease_id = granted.getLeaseId();
               lease->worker_address = granted.getWorkerAddress();
@@ -269,7 +272,8 @@ void TaskSubmitter::OnLeaseFailed(const std::string& key, const Status& status) 
     return;
   }
   if (!shape.leases.empty() || shape.pending_requests > 0) {
-    Pump(key);  // other leases can still run the queue
+    shape.lease_failed = true;  // no asking again in a loop: the other leases run the queue
+    Pump(key);
     return;
   }
   const bool infeasible = status.code() == StatusCode::kResourceExhausted;

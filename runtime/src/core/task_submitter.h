@@ -85,8 +85,10 @@ class TaskSubmitter {
     std::map<std::string, std::string> env;
     std::vector<std::shared_ptr<Lease>> leases;
     int pending_requests = 0;
-    // The last grant said no lease of this shape would fit now: queue behind busy workers.
+    // The last grant said no lease of this shape would fit now, or the last request failed
+    // while other leases run: queue behind busy workers instead of asking again.
     bool saturated = false;
+    bool lease_failed = false;
   };
   // A placement group as the GCS last described it, for the shapes that target it.
   struct Group {

@@ -386,9 +386,13 @@ void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
     }
   }
   std::weak_ptr<bool> alive = alive_;
+  ++starting_grants_[request->job_id];
   pool_.StartWorker(request->job_id, request->launch, gpu_ids, request->for_actor,
                     [this, alive, request, allocation](Result<Worker*> worker) {
                       if (alive.expired()) return;
+                      if (--starting_grants_[request->job_id] <= 0) {
+                        starting_grants_.erase(request->job_id);
+                      }
                       if (!worker.ok() || CallerGone(request->call)) {
                         // A registered worker nobody wants stays idle in the pool.
                         Release(request->resources, allocation);
@@ -418,8 +422,11 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
                                         " of placement group " + allocation.bundle->group_id
                                   : "");
   const std::vector<int>& gpu_ids = allocation.gpu_ids;
+  // Room for another lease of this shape: free resources now, or other grants of the job whose
+  // workers are still starting (they hold resources that will be the caller's soon).
   const ResourcePool* pool = PoolOf(allocation);
-  const bool more_room = pool != nullptr && pool->resources.IsAvailable(request->resources);
+  const bool more_room = (pool != nullptr && pool->resources.IsAvailable(request->resources)) ||
+                         starting_grants_.count(request->job_id) > 0;
   request->call->Reply([&](capnp::AnyPointer::Builder b) {
     auto granted = b.initAs<proto::RequestLeaseReply>().initGranted();
     granted.setLeaseId(lease_id);

@@ -14,8 +14,9 @@
 // - Queued requests are served in arrival order whenever resources are released; a request
 //   that does not fit yet does not block later ones that do. Requests whose caller has hung up
 //   are dropped.
-// - A grant says whether another lease of the same shape would fit right now (moreRoom): the
-//   submitter queues tasks behind busy workers only when it would not.
+// - A grant says whether another lease of the same shape would fit right now, or more grants
+//   of the job are on their way (their workers are starting): moreRoom. The submitter queues
+//   tasks behind busy workers only when neither holds.
 // - SET_WORKER_BLOCKED: while the task of a leased worker waits in Get/Wait, the lease's CPUs
 //   go back to its pool (Ray's rule, so that the tasks it waits for can run); unblocking takes
 //   them back if they are free, else the lease runs on without them (oversubscribed) and holds
@@ -258,6 +259,7 @@ class LeaseManager {
   uint64_t task_leases_granted_ = 0;
   uint64_t actor_leases_granted_ = 0;
   std::set<JobId> prestarted_;           // jobs whose workers were prestarted
+  std::map<JobId, int> starting_grants_; // allocated requests whose worker is starting, by job
   std::list<RequestPtr> queue_;          // arrival order
   struct Waiting {
     RequestPtr request;
