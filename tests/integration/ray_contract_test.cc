@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <rayd/api.h>
 #include <regex>
 #include <set>
@@ -196,6 +197,26 @@ struct TwoNodes {
   }
 };
 
+// An embedded cluster of 2 CPUs in its own temp root, after `tweak` has its say; shut down
+// at the end of the scope.
+class Embedded {
+ public:
+  explicit Embedded(const std::function<void(rayd::RaydConfig&)>& tweak = {}) {
+    ::unsetenv("RAYD_ADDRESS");
+    rayd::RaydConfig config;
+    config.temp_dir = dir_.path();
+    config.num_cpus = 2;
+    if (tweak) tweak(config);
+    rayd::Init(config);
+  }
+  ~Embedded() { rayd::Shutdown(); }
+  Embedded(const Embedded&) = delete;
+  Embedded& operator=(const Embedded&) = delete;
+
+ private:
+  TempDir dir_;
+};
+
 TEST_CASE("nested: tasks submit tasks three levels deep, refs are passed down", "[integration]") {
   TwoNodes nodes;
   CHECK(*rayd::Task(Nest).Remote(3).Get(kGetTimeoutMs) == 4);
@@ -218,17 +239,13 @@ TEST_CASE("nested: an actor creates an actor on the other node and submits tasks
 }
 
 TEST_CASE("parallel: four sleeping tasks on four CPUs overlap", "[integration]") {
-  TempDir dir;
-  ::unsetenv("RAYD_ADDRESS");
-  rayd::RaydConfig config;
-  config.temp_dir = dir.path();
-  config.num_cpus = 4;
-  rayd::Init(config);
-  std::vector<rayd::ObjectRef<Interval>> refs;
-  for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(SleepFor).Remote(1500));
   std::vector<Interval> intervals;
-  for (const auto& r : rayd::Get(refs, kGetTimeoutMs)) intervals.push_back(*r);
-  rayd::Shutdown();
+  {
+    Embedded cluster([](rayd::RaydConfig& c) { c.num_cpus = 4; });
+    std::vector<rayd::ObjectRef<Interval>> refs;
+    for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(SleepFor).Remote(1500));
+    for (const auto& r : rayd::Get(refs, kGetTimeoutMs)) intervals.push_back(*r);
+  }
   const auto last_start = std::max_element(intervals.begin(), intervals.end(), [](auto& a, auto& b) {
                             return a.start_us < b.start_us;
                           })->start_us;
@@ -294,13 +311,7 @@ TEST_CASE("api: actor restarts are visible, ExitActor ends an actor for good", "
 }
 
 TEST_CASE("api: namespaces for named actors, in the driver and in workers", "[integration]") {
-  TempDir dir;
-  ::unsetenv("RAYD_ADDRESS");
-  rayd::RaydConfig config;
-  config.temp_dir = dir.path();
-  config.num_cpus = 2;
-  config.ray_namespace = "team";
-  rayd::Init(config);
+  Embedded cluster([](rayd::RaydConfig& c) { c.ray_namespace = "team"; });
   CHECK(rayd::GetNamespace() == "team");
   CHECK(*rayd::Task(NamespaceInWorker).Remote().Get(kGetTimeoutMs) == "team");
   rayd::Actor(Counter::Create).SetName("shared").Remote(5);
@@ -314,18 +325,13 @@ TEST_CASE("api: namespaces for named actors, in the driver and in workers", "[in
   CHECK_FALSE(rayd::GetActor<Counter>("shared", "nobody").has_value());
   // A taken name in its namespace is refused.
   CHECK_THROWS_AS(rayd::Actor(Counter::Create).SetName("shared").Remote(7), rayd::RaydError);
-  rayd::Shutdown();
 }
 
 TEST_CASE("api: runtime env variables reach job, task and actor workers", "[integration]") {
-  TempDir dir;
-  ::unsetenv("RAYD_ADDRESS");
-  rayd::RaydConfig config;
-  config.temp_dir = dir.path();
-  config.num_cpus = 2;
-  config.runtime_env.Set("env_vars", std::map<std::string, std::string>{
-                                         {"CONTRACT_JOB", "job"}, {"CONTRACT_BOTH", "job"}});
-  rayd::Init(config);
+  Embedded cluster([](rayd::RaydConfig& c) {
+    c.runtime_env.Set("env_vars", std::map<std::string, std::string>{{"CONTRACT_JOB", "job"},
+                                                                     {"CONTRACT_BOTH", "job"}});
+  });
   CHECK(*rayd::Task(Getenv).Remote("CONTRACT_JOB").Get(kGetTimeoutMs) == "job");
 
   rayd::RuntimeEnv task_env;
@@ -354,7 +360,6 @@ TEST_CASE("api: runtime env variables reach job, task and actor workers", "[inte
   CHECK_THROWS_AS(bad.SetJsonStr("env_vars", "{not json"), rayd::RuntimeEnvError);
   CHECK(bad.Remove("env_vars"));
   CHECK(bad.Empty());
-  rayd::Shutdown();
 }
 
 TEST_CASE("api: local mode runs everything inside the driver", "[integration]") {
@@ -454,13 +459,7 @@ TEST_CASE("api: application metrics reach the node's /metrics", "[integration]")
 
 TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with InfeasibleError",
           "[integration]") {
-  ::unsetenv("RAYD_ADDRESS");
-  TempDir dir;
-  rayd::RaydConfig config;
-  config.temp_dir = dir.path();
-  config.num_cpus = 2;
-  config.infeasible_timeout_s = 3;
-  rayd::Init(config);
+  Embedded cluster([](rayd::RaydConfig& c) { c.infeasible_timeout_s = 3; });
   auto task = rayd::Task(Square).SetResource("unobtainium", 1).Remote(2);
   auto actor = rayd::Actor(Counter::Create).SetResource("unobtainium", 1).Remote(0);
   auto call = actor.Task(&Counter::Get).Remote();
@@ -484,7 +483,6 @@ TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with Infeasi
   // Ray's lookups answer an empty group for what does not exist.
   CHECK(rayd::GetPlacementGroup("no-such-group").Empty());
   CHECK(rayd::GetPlacementGroupById(std::string(32, '0')).Empty());
-  rayd::Shutdown();
 }
 
 }  // namespace

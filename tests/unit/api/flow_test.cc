@@ -16,16 +16,16 @@
 int Plus(int a, int b) { return a + b; }
 RAYD_REMOTE(Plus);
 
-class Counter {
+class Tally {
  public:
-  explicit Counter(int start) : n_(start) {}
-  static Counter* FactoryCreate(int start) { return new Counter(start); }
+  explicit Tally(int start) : n_(start) {}
+  static Tally* FactoryCreate(int start) { return new Tally(start); }
   int Add(int x) { return n_ += x; }
 
  private:
   int n_;
 };
-RAYD_REMOTE(Counter::FactoryCreate, &Counter::Add);
+RAYD_REMOTE(Tally::FactoryCreate, &Tally::Add);
 
 namespace flowtest {
 
@@ -37,8 +37,8 @@ int Explode(int code) { throw Boom("boom " + std::to_string(code)); }
 void Log(std::string line) {
   if (line.empty()) throw std::invalid_argument("empty line");
 }
-int AddThrough(rayd::ActorHandle<Counter> counter, int x) {
-  return *rayd::Get(counter.Task(&Counter::Add).Remote(x));
+int AddThrough(rayd::ActorHandle<Tally> counter, int x) {
+  return *rayd::Get(counter.Task(&Tally::Add).Remote(x));
 }
 std::vector<rayd::ObjectRef<int>> MakeRefs(int n) {
   std::vector<rayd::ObjectRef<int>> refs;
@@ -71,16 +71,16 @@ TEST_CASE("the section-8 example runs end to end", "[api][flow]") {
     rayd::ObjectRef<int> sum = rayd::Task(Plus).Remote(1, 2);
     int three = *rayd::Get(sum);
     CHECK(three == 3);
-    rayd::ActorHandle<Counter> counter =
-        rayd::Actor(Counter::FactoryCreate).SetName("c").SetMaxRestarts(2).Remote(0);
+    rayd::ActorHandle<Tally> counter =
+        rayd::Actor(Tally::FactoryCreate).SetName("c").SetMaxRestarts(2).Remote(0);
     CHECK(fake.last_actor_options.name == "c");
     CHECK(fake.last_actor_options.max_restarts == 2);
-    auto five = counter.Task(&Counter::Add).Remote(5);
+    auto five = counter.Task(&Tally::Add).Remote(5);
     rayd::WaitResult<int> w = rayd::Wait(std::vector{five}, 1, /*timeout_ms=*/1000);
     REQUIRE(w.ready.size() == 1);
     CHECK(w.unready.empty());
     CHECK(*rayd::Get(w.ready[0]) == 5);
-    CHECK(*rayd::Get(counter.Task(&Counter::Add).Remote(2)) == 7);  // state kept
+    CHECK(*rayd::Get(counter.Task(&Tally::Add).Remote(2)) == 7);  // state kept
     auto big = rayd::Put(std::vector<float>(1 << 20));
     CHECK(rayd::Get(big)->size() == (1u << 20));
     CHECK(sum.ID().size() == 32);
@@ -140,23 +140,23 @@ TEST_CASE("refs as arguments: resolved to values or passed as refs", "[api][flow
 
 TEST_CASE("actor handles can be passed to tasks and found by name", "[api][flow]") {
   FakeRuntime fake;
-  auto counter = Actor(Counter::FactoryCreate).SetName("shared", "ns").Remote(10);
+  auto counter = Actor(Tally::FactoryCreate).SetName("shared", "ns").Remote(10);
   CHECK(*Get(Task(flowtest::AddThrough).Remote(counter, 5)) == 15);
-  std::optional<ActorHandle<Counter>> found = GetActor<Counter>("shared", "ns");
+  std::optional<ActorHandle<Tally>> found = GetActor<Tally>("shared", "ns");
   REQUIRE(found.has_value());
   CHECK(found->ID() == counter.ID());
-  CHECK(*Get(found->Task(&Counter::Add).Remote(1)) == 16);
-  CHECK_FALSE(GetActor<Counter>("shared").has_value());  // another namespace
-  CHECK_FALSE(GetActor<Counter>("nobody", "ns").has_value());
+  CHECK(*Get(found->Task(&Tally::Add).Remote(1)) == 16);
+  CHECK_FALSE(GetActor<Tally>("shared").has_value());  // another namespace
+  CHECK_FALSE(GetActor<Tally>("nobody", "ns").has_value());
 
   counter.Kill();
   CHECK(fake.last_kill_no_restart);
-  CHECK_THROWS_AS(Get(counter.Task(&Counter::Add).Remote(1)), ActorDiedError);
-  CHECK_FALSE(GetActor<Counter>("shared", "ns").has_value());
+  CHECK_THROWS_AS(Get(counter.Task(&Tally::Add).Remote(1)), ActorDiedError);
+  CHECK_FALSE(GetActor<Tally>("shared", "ns").has_value());
   counter.Kill(false);
   CHECK_FALSE(fake.last_kill_no_restart);
-  CHECK_THROWS_AS(ActorHandle<Counter>(ActorId::FromRandom()).Kill(), RaydError);
-  CHECK_THROWS_AS(ActorHandle<Counter>().Task(&Counter::Add).Remote(1), RaydError);
+  CHECK_THROWS_AS(ActorHandle<Tally>(ActorId::FromRandom()).Kill(), RaydError);
+  CHECK_THROWS_AS(ActorHandle<Tally>().Task(&Tally::Add).Remote(1), RaydError);
 }
 
 TEST_CASE("actor options and creation errors", "[api][flow]") {
@@ -280,8 +280,8 @@ TEST_CASE("local ref counting is balanced", "[api][flow][refs]") {
     Get(Task(othertu::SumAll).Remote(std::vector{a, r, a}));
     Get(Task(othertu::Deref).Remote(r));
     Wait(std::vector{a, r}, 2, 0);
-    auto counter = Actor(Counter::FactoryCreate).Remote(0);
-    Get(counter.Task(&Counter::Add).Remote(r));
+    auto counter = Actor(Tally::FactoryCreate).Remote(0);
+    Get(counter.Task(&Tally::Add).Remote(r));
     CHECK(*Get(Task(Plus).Remote(Put(1), Put(2))) == 3);  // temporaries live through Remote
     Get(Task(flowtest::MakeRefs).Remote(4));
   }
