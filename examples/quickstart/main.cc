@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   try {
     rayd::Get(rayd::Task(Fail).Remote(7));
   } catch (const rayd::RemoteError& e) {
-    std::cout << "Fail(7) raised " << e.remote_type() << ": " << e.what() << "\n";
+    std::cout << "Fail(7) raised " << e.remote_type() << ": " << e.remote_message() << "\n";
   }
 
   counter.Kill();

@@ -72,7 +72,13 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
     internal::SetInActorCall(is_actor);
     t_in_normal_task = !is_actor;
     bool exit_actor = false;
-    ObjectValue value = Execute(*spec, &exit_actor);
+    // After rayd::ExitActor the actor is gone for its callers at once, even before the GCS has
+    // its worker killed: calls queued behind (or arriving meanwhile) fail without running.
+    ObjectValue value =
+        actor_exited_ && spec->kind == TaskSpec::Kind::ACTOR_TASK
+            ? ErrorValue(ErrorKind::kActorDied, "the actor exited (rayd::ExitActor)")
+            : Execute(*spec, &exit_actor);
+    if (exit_actor) actor_exited_ = true;
     internal::SetInActorCall(false);
     t_in_normal_task = false;
     value = hooks_.store_result(spec->return_id, std::move(value), spec->caller_address);

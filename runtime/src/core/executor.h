@@ -78,6 +78,7 @@ class Executor {
   std::unique_ptr<ThreadPool> actor_pool_;
   ActorId actor_id_;
   std::atomic<bool> actor_restarted_{false};
+  std::atomic<bool> actor_exited_{false};  // a call ran rayd::ExitActor
   std::shared_ptr<void> actor_;  // the actor instance, once created
 };
 
