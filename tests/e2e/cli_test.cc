@@ -255,14 +255,9 @@ TEST_CASE("rayd start --head --block serves in the foreground and exits 0 on SIG
   CHECK(IsOneLine(out, "rayd status: "));
 }
 
-// PRODUCT BUG, marked [!mayfail] so the failure is reported without failing the run; drop the
-// tag once fixed. `rayd start --head --port 0` passes validation ("--port must be in
-// 0..65535", cli/start.cc) and the head binds an ephemeral port, but it advertises the port it
-// was given: runtime/src/head/daemons.cc builds gcs_address from options.port before Listen
-// and writes "127.0.0.1:0" to the session's gcs_address and the start banner, so no node,
-// driver or `rayd status` can reach the head. Fix: after Listen, use the bound TCP address
-// (server.bound_addresses()) for gcs_address / GcsConfig, or reject --port 0 in RunStart.
-TEST_CASE("rayd start --head --port 0 advertises the port it bound", "[e2e][!mayfail]") {
+// `rayd start --head --port 0` binds an ephemeral port and advertises that one (once a known
+// bug, marked [!mayfail]; it passes now and counts like every test).
+TEST_CASE("rayd start --head --port 0 advertises the port it bound", "[e2e]") {
   Sandbox sandbox;
   std::string out;
   REQUIRE(sandbox.Rayd({"start", "--head", "--port", "0", "--num-cpus", "1"}, &out) == 0);
