@@ -256,7 +256,7 @@ TEST_CASE("rayd start --head --block serves in the foreground and exits 0 on SIG
 }
 
 // `rayd start --head --port 0` binds an ephemeral port and advertises that one (once a known
-// bug, marked [!mayfail]; it passes now and counts like every test).
+// bug whose test was allowed to fail; it passes now and counts like every test).
 TEST_CASE("rayd start --head --port 0 advertises the port it bound", "[e2e]") {
   Sandbox sandbox;
   std::string out;
