@@ -15,12 +15,16 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <rayd/api.h>
 #include <regex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "runtime_harness.h"
 #include "test_util.h"
@@ -460,6 +464,22 @@ TEST_CASE("api: application metrics reach the node's /metrics", "[integration]")
 TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with InfeasibleError",
           "[integration]") {
   Embedded cluster([](rayd::RaydConfig& c) { c.infeasible_timeout_s = 3; });
+  // The driver's log says why nothing happens, once per kind of request.
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+  spdlog::default_logger()->sinks().push_back(log);
+  struct Unhook {
+    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink;
+    ~Unhook() { std::erase(spdlog::default_logger()->sinks(), sink); }
+  } unhook{log};
+  auto warned = [&](const std::string& what) {
+    for (const auto& line : log->last_formatted()) {
+      if (line.find(what + " needs {unobtainium") != std::string::npos &&
+          line.find("which no node of the cluster has") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
   auto task = rayd::Task(Square).SetResource("unobtainium", 1).Remote(2);
   auto actor = rayd::Actor(Counter::Create).SetResource("unobtainium", 1).Remote(0);
   auto call = actor.Task(&Counter::Get).Remote();
@@ -467,6 +487,9 @@ TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with Infeasi
   // Pending while a node that fits could still join.
   CHECK_THROWS_AS(task.Get(500), rayd::TimeoutError);
   CHECK_FALSE(pg.Wait(1));
+  CHECK(WaitFor([&] { return warned("task contract::Square"); }, 10s));
+  CHECK(warned("actor contract::Counter::Create"));
+  CHECK(warned("placement group " + pg.GetID()));
   // Then refused, all three alike.
   CHECK_THROWS_AS(task.Get(kGetTimeoutMs), rayd::InfeasibleError);
   CHECK_THROWS_AS(call.Get(kGetTimeoutMs), rayd::InfeasibleError);

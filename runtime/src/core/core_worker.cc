@@ -84,6 +84,8 @@ Status CoreWorker::Connect() {
       new SubmitterContext{loop_, store_, clients_, *objects_, *gcs_, options_.node_address,
                            options_.job_id, options_.launch_argv, options_.launch_env});
   RAYD_RETURN_IF_ERROR(RunOnLoop([this](auto done) {
+    warner_ = std::make_unique<InfeasibleWarner>(*submit_ctx_);
+    submit_ctx_->warner = warner_.get();
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
     actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
     metrics_timer_ = std::make_unique<Timer>(loop_);
@@ -319,6 +321,8 @@ void CoreWorker::Shutdown() {
     metrics_timer_.reset();
     actors_.reset();
     tasks_.reset();
+    if (submit_ctx_) submit_ctx_->warner = nullptr;
+    warner_.reset();
     done(Status::Ok());
   }).IgnoreError();
   loop_.Stop();
@@ -581,6 +585,9 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
         r.setDetached(req->options.detached.value_or(options_.default_detached));
         FillLaunch(*submit_ctx_, req->options.env, r.initLaunch());
       };
+      if (warner_ && req->spec.scheduling.placement_group_id.empty()) {
+        warner_->Watch("actor", "actor " + req->spec.function_name, req->spec.resources);
+      }
       gcs_->Call(proto::Method::CREATE_ACTOR, fill, Millis(30000),
                  [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
     });
@@ -867,6 +874,29 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
             b.initAs<proto::CreatePlacementGroupRequest>().initGroup());
   };
   RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::CREATE_PLACEMENT_GROUP, fill, kGcsCallTimeout));
+  // Each bundle must fit some node; a strictly packed group must fit one node whole.
+  std::vector<scheduler::ResourceSet> bundles;
+  scheduler::ResourceSet whole;
+  for (const auto& bundle : options.bundles) {
+    scheduler::ResourceSet set;
+    for (const auto& [name, amount] : bundle) {
+      set.Set(name, scheduler::FixedPoint::FromDouble(amount));
+    }
+    whole += set;
+    bundles.push_back(std::move(set));
+  }
+  if (options.strategy == static_cast<int>(proto::PlacementStrategy::STRICT_PACK)) {
+    bundles = {whole};
+  }
+  const std::string what =
+      "placement group " + (options.name.empty() ? id : "'" + options.name + "'");
+  loop_.Post([this, what, bundles = std::move(bundles)] {
+    if (!warner_) return;
+    for (size_t i = 0; i < bundles.size(); ++i) {
+      warner_->Watch("placement group", bundles.size() == 1 ? what : what + " bundle " + std::to_string(i),
+                     bundles[i]);
+    }
+  });
   return id;
 }
 

@@ -17,6 +17,7 @@
 #include "core/actor_submitter.h"
 #include "core/client_pool.h"
 #include "core/executor.h"
+#include "core/infeasible_warner.h"
 #include "core/memory_store.h"
 #include "core/object_manager.h"
 #include "core/store_client.h"
@@ -166,6 +167,7 @@ class CoreWorker : public internal::Runtime {
   std::unique_ptr<ObjectManager> objects_;
   std::unique_ptr<rpc::RpcClient> gcs_;
   std::unique_ptr<SubmitterContext> submit_ctx_;
+  std::unique_ptr<InfeasibleWarner> warner_;
   std::unique_ptr<TaskSubmitter> tasks_;
   std::unique_ptr<ActorSubmitter> actors_;
   std::unique_ptr<Executor> executor_;

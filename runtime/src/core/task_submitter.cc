@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/node_info.h"
+#include "core/infeasible_warner.h"
 
 namespace rayd::core {
 namespace {
@@ -77,7 +78,12 @@ void TaskSubmitter::Submit(TaskSpec spec) {
     return ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem, "rayd is shutting down"));
   }
   const std::string key = ShapeKeyWithEnv(spec);
-  auto& shape = shapes_[key];
+  auto [it, fresh] = shapes_.try_emplace(key);
+  auto& shape = it->second;
+  // A group's bundles were checked when it was placed; other shapes may fit no node.
+  if (fresh && ctx_.warner && spec.scheduling.placement_group_id.empty()) {
+    ctx_.warner->Watch("task", "task " + spec.function_name, spec.resources);
+  }
   shape.resources = spec.resources;
   shape.scheduling = spec.scheduling;
   shape.env = spec.env;

@@ -36,6 +36,7 @@
 
 namespace rayd::core {
 
+class InfeasibleWarner;
 class ObjectManager;
 
 struct SubmitterContext {
@@ -49,6 +50,8 @@ struct SubmitterContext {
   // How node daemons start this job's workers (filled into lease requests).
   std::vector<std::string> launch_argv;
   std::map<std::string, std::string> launch_env;
+  // Warns in the log about requests no node can hold (set once the submitters exist).
+  InfeasibleWarner* warner = nullptr;
   // Set (on the loop) when the core worker shuts down: replies and failures that arrive after
   // it are dropped, so nothing retries or touches a submitter being torn down.
   bool stopping = false;
