@@ -94,6 +94,9 @@ void WhereLoop(const json& config) {
   std::ofstream(config.at("out_dir").get<std::string>() + "/node_rank" +
                 std::to_string(context.world_rank))
       << rayd::GetNodeId();
+  std::ofstream(config.at("out_dir").get<std::string>() + "/device." +
+                std::to_string(context.world_rank))
+      << context.device;
   rt::Report({{"world_size", context.world_size}});
 }
 RAYD_TRAIN_LOOP(WhereLoop);
@@ -346,6 +349,28 @@ TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 u
                                   {.name = "x", .storage_path = storage.path()})
                           .Fit(),
                       Catch::Contains("use_gpu"));
+  }
+  SECTION("ranks of one gang sharing a GPU are refused before anything starts") {
+    CHECK_THROWS_WITH(
+        rt::Trainer("WhereLoop", {},
+                    {.num_workers = 2, .use_gpu = true, .resources_per_worker = {{"GPU", 0.5}}},
+                    {.name = "x", .storage_path = storage.path()})
+            .Fit(),
+        Catch::Contains("ScalingConfig.resources_per_worker.GPU: 0.5") &&
+            Catch::Contains("NCCL refuses"));
+  }
+  SECTION("use_gpu in a CPU build trains on the CPU, and the context says so") {
+    if (rt::NcclBuilt()) return;  // this cluster's GPUs are declared, not real: tests/gpu
+    TempDir out;
+    rt::TrainResult result =
+        rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
+                    {.num_workers = 2, .use_gpu = true},
+                    {.name = "cpu-gpus", .storage_path = storage.path()})
+            .Fit();
+    INFO(result.error);
+    REQUIRE(result.ok());
+    CHECK(rayd::testing::ReadFile(out.path() + "/device.0") == "cpu");
+    CHECK(rayd::testing::ReadFile(out.path() + "/device.1") == "cpu");
   }
   SECTION("an unknown train loop is refused before anything starts") {
     CHECK_THROWS_WITH(rt::Trainer("NoSuchLoop", {}, {.num_workers = 1},

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -15,13 +16,18 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
   if (options.bucket_cap_bytes <= 0 || options.first_bucket_cap_bytes <= 0) {
     return Status::InvalidArgument("bucket caps must be positive");
   }
+  // Gloo reduces CPU tensors, NCCL CUDA tensors of one device (the rank's).
+  const bool nccl = group.backend() == CollectiveBackend::kNccl;
+  std::optional<torch::Device> device;
   for (const auto& tensor : module.parameters()) {
-    if (!tensor.device().is_cpu() || tensor.is_sparse()) {
+    const bool placed = nccl ? tensor.device().is_cuda() : tensor.device().is_cpu();
+    if (!placed || tensor.is_sparse() || (device && tensor.device() != *device)) {
       return Status::InvalidArgument(
-          "DistributedDataParallel over Gloo needs dense CPU "
-          "parameters, got a " +
-          tensor.toString());
+          std::string("DistributedDataParallel over ") + (nccl ? "NCCL" : "Gloo") + " needs " +
+          (nccl ? "dense parameters on one CUDA device" : "dense CPU parameters") + ", got a " +
+          tensor.toString() + " on " + tensor.device().str());
     }
+    device = tensor.device();
   }
   std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel(module, group));
   std::vector<torch::Tensor> everything = module.parameters();
@@ -86,8 +92,9 @@ void DistributedDataParallel::BuildBuckets(int64_t first_bucket_cap_bytes,
   int64_t bucket_elements = 0;
   auto close_bucket = [&] {
     if (buckets_.empty() || buckets_.back().flat.defined()) return;
-    const auto dtype = params_[buckets_.back().params.front()].scalar_type();
-    buckets_.back().flat = torch::zeros({bucket_elements}, torch::TensorOptions().dtype(dtype));
+    const torch::Tensor& first = params_[buckets_.back().params.front()];
+    buckets_.back().flat = torch::zeros(
+        {bucket_elements}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
   };
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& param = params_[i];

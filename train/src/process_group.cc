@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "c10d_error.h"
+#include "cuda_support.h"
 
 namespace rayd::train {
 
@@ -49,23 +50,36 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rend
                                    " is outside a world of size " +
                                    std::to_string(options.world_size));
   }
+  const bool nccl = options.backend == CollectiveBackend::kNccl;
   const std::string where = "rank " + std::to_string(options.rank) + " of " +
-                            std::to_string(options.world_size) + " forming a Gloo group at " +
+                            std::to_string(options.world_size) + " forming " +
+                            (nccl ? "an NCCL" : "a Gloo") + " group at " +
                             rendezvous->host() + ":" + std::to_string(rendezvous->port()) +
                             " (timeout " + std::to_string(options.timeout.count()) + " ms)";
   try {
     // The store's timeout bounds the handshake's waits for the peers' addresses.
     rendezvous->store()->setTimeout(options.timeout);
+    if (nccl) {
+      Result<c10::intrusive_ptr<C10dBackend>> group = cuda::MakeNcclGroup(
+          rendezvous->store(), options.rank, options.world_size, options.timeout);
+      if (!group.ok()) return Status(group.status().code(), where + ": " + group.status().message());
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(std::move(rendezvous), std::move(group).value(), options));
+    }
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
-    c10::intrusive_ptr<c10d::ProcessGroup> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+    c10::intrusive_ptr<C10dBackend> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         rendezvous->store(), options.rank, options.world_size, gloo_options);
     return std::unique_ptr<ProcessGroup>(
         new ProcessGroup(std::move(rendezvous), std::move(group), options));
   } catch (...) {
     return StatusFromC10dException(std::current_exception(), where);
   }
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (group_ && options_.backend == CollectiveBackend::kNccl) cuda::ShutdownNcclGroup(*group_);
 }
 
 Status ProcessGroup::Barrier() {
@@ -76,6 +90,8 @@ Status ProcessGroup::Barrier() {
     return StatusFromC10dException(std::current_exception(), "barrier");
   }
 }
+
+bool NcclBuilt() { return cuda::Built(); }
 
 Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string_view what) {
   try {

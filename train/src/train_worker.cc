@@ -3,6 +3,8 @@
 
 #include "train_worker.h"
 
+#include <spdlog/spdlog.h>
+
 #include <rayd/train/session.h>
 #include <unistd.h>
 
@@ -12,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+
+#include "cuda_support.h"
 
 namespace rayd::train {
 namespace {
@@ -92,6 +96,7 @@ const TrainContext& GetContext() { return RequireSession("GetContext").context; 
 
 PreparedModel& PrepareModel(torch::nn::Module& module) {
   Session& session = RequireSession("PrepareModel");
+  if (session.context.device != "cpu") module.to(torch::Device(session.context.device));
   Result<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Create(module, *session.group);
   if (!ddp.ok()) throw RaydError("PrepareModel: " + ddp.status().message());
@@ -209,7 +214,24 @@ bool TrainWorker::Run(RunSpec spec) {
     if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
     rendezvous = std::move(joined).value();
   }
+  // use_gpu: NCCL on this rank's first visible GPU, or Gloo on the CPU in a build without CUDA
+  // LibTorch (the GPUs stay reserved; the log says why they go unused).
+  const bool on_gpu = spec.use_gpu && cuda::Built();
+  if (spec.use_gpu && !on_gpu && spec.world_rank == 0) {
+    spdlog::warn("use_gpu: rayd was built against a LibTorch without CUDA, so rank 0 of {} "
+                 "trains on the CPU over Gloo (build with -DRAYD_WITH_CUDA=ON: docs/gpu.md)",
+                 spec.run_name);
+  }
+  // Runs last, after the session (its group, models and buckets) is gone: a reused rank gives
+  // the last run's cached device memory back before the next one starts.
+  struct ReleaseDeviceMemory {
+    bool on_gpu;
+    ~ReleaseDeviceMemory() {
+      if (on_gpu) cuda::ReleaseCachedMemory();
+    }
+  } release_device_memory{on_gpu};
   ProcessGroupOptions options;
+  options.backend = on_gpu ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
   options.rank = spec.world_rank;
   options.world_size = spec.world_size;
   options.local_address = NodeAddress();
@@ -224,7 +246,8 @@ bool TrainWorker::Run(RunSpec spec) {
                      .local_rank = spec.local_rank,
                      .local_world_size = spec.local_world_size,
                      .node_rank = spec.node_rank,
-                     .run_name = spec.run_name};
+                     .run_name = spec.run_name,
+                     .device = on_gpu ? "cuda:0" : "cpu"};
   session.worker = this;
   session.group = std::move(group).value();
   // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.

@@ -48,11 +48,12 @@ struct RunSpec {
   int node_rank = 0;
   std::string run_name;
   int collective_timeout_s = 60;
+  bool use_gpu = false;  // train on this rank's GPU over NCCL (see ScalingConfig::use_gpu)
   bool has_checkpoint = false;
   CheckpointFiles checkpoint;
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
-                 local_world_size, node_rank, run_name, collective_timeout_s, has_checkpoint,
-                 checkpoint);
+                 local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
+                 has_checkpoint, checkpoint);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <filesystem>
 #include <map>
@@ -324,6 +325,7 @@ Attempt RunAttempt(const std::string& loop, const nlohmann::json& config,
   common.rendezvous_key = gang->rendezvous_key();
   common.run_name = run_name;
   common.collective_timeout_s = scaling.collective_timeout_s;
+  common.use_gpu = scaling.use_gpu;
   if (std::optional<std::string> resume_from = store.Latest()) {
     Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*resume_from);
     if (!files.ok()) return {Attempt::End::kFailed, files.status().message()};
@@ -370,6 +372,16 @@ void GangPool::Put(const std::string& shape, std::unique_ptr<internal::Gang> gan
   idle_ = std::make_unique<Idle>(Idle{shape, std::move(gang)});
 }
 
+std::string CheckGpuSharing(const ScalingConfig& scaling) {
+  if (!scaling.use_gpu || scaling.num_workers == 1) return "";
+  const double gpus = WorkerBundle(scaling).at("GPU");
+  if (gpus >= 1 && gpus == std::floor(gpus)) return "";
+  std::ostringstream amount;
+  amount << gpus;
+  return amount.str() + " would put ranks of one group on the same GPU, which NCCL refuses; give each worker "
+         "whole GPUs, or share a GPU between single-worker trials (num_workers: 1)";
+}
+
 std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling) {
   std::map<std::string, double> bundle = scaling.resources_per_worker;
   if (bundle.empty()) bundle = {{"CPU", 1}};
@@ -394,6 +406,9 @@ TrainResult Trainer::Fit(const FitOptions& options) {
     throw RaydError(unknown);
   }
   ScalingConfig scaling = scaling_;
+  if (std::string why = CheckGpuSharing(scaling_); !why.empty()) {
+    throw RaydError("ScalingConfig.resources_per_worker.GPU: " + why);
+  }
   scaling.num_workers = ResolveNumWorkers(scaling_);
   std::string run_dir = (std::filesystem::path(run_.storage_path) / run_.name).string();
   Result<CheckpointStore> store = CheckpointStore::Open(run_dir, run_.checkpoint);

@@ -451,6 +451,9 @@ rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
     for (const auto& [name, amount] : resources.entries()) {
       out.resources_per_worker[name] = NonNegative(amount);
     }
+    if (const Field* gpu = resources.Find("GPU")) {
+      if (std::string why = rayd::train::CheckGpuSharing(out); !why.empty()) Fail(*gpu, why);
+    }
   }
   if (const Field* x = map.Find("placement_strategy")) {
     std::string s = OneOf(*x, {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"});

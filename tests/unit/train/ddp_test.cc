@@ -304,5 +304,28 @@ TEST_CASE("a rank whose peer dies mid-training fails instead of hanging", "[trai
         std::string::npos);
 }
 
+TEST_CASE("DDP refuses parameters that are not where the group reduces", "[train][ddp]") {
+  auto group = OneRankGroup();
+  torch::nn::Module model;
+  model.register_parameter("sparse", torch::eye(3).to_sparse());
+  auto ddp = DistributedDataParallel::Create(model, *group);
+  REQUIRE_FALSE(ddp.ok());
+  CHECK_THAT(ddp.status().message(), Catch::Contains("over Gloo needs dense CPU parameters"));
+}
+
+TEST_CASE("an NCCL group in a build without CUDA LibTorch is refused with the reason",
+          "[train][ddp]") {
+  if (NcclBuilt()) return;  // the GPU build forms real NCCL groups: tests/gpu covers them
+  auto rendezvous = Rendezvous::Host("127.0.0.1", 0, 10s);
+  REQUIRE(rendezvous.ok());
+  auto group = ProcessGroup::Connect(
+      std::move(rendezvous).value(),
+      {.backend = CollectiveBackend::kNccl, .rank = 0, .world_size = 1, .timeout = 10s});
+  REQUIRE_FALSE(group.ok());
+  CHECK(group.status().code() == StatusCode::kUnimplemented);
+  CHECK_THAT(group.status().message(), Catch::Contains("forming an NCCL group") &&
+                                           Catch::Contains("-DRAYD_WITH_CUDA=ON"));
+}
+
 }  // namespace
 }  // namespace rayd::train

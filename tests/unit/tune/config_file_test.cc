@@ -410,6 +410,22 @@ TEST_CASE("Missing required keys and scheduler requirements fail", "[tune]") {
              Contains("tune.scheduler.reduction_factor: must be greater than 1"));
 }
 
+TEST_CASE("ranks of one group never share a GPU, single-worker trials may", "[tune]") {
+  CHECK_THAT(TuneError(Tune("scaling:\n  num_workers: 2\n  use_gpu: true\n"
+                            "  resources_per_worker: {CPU: 1, GPU: 0.5}\n")),
+             Contains("tune.yaml:6: scaling.resources_per_worker.GPU: 0.5 would put ranks of "
+                      "one group on the same GPU, which NCCL refuses"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: -1, use_gpu: true, "
+                            "resources_per_worker: {GPU: 1.5}}\n")),
+             Contains("scaling.resources_per_worker.GPU: 1.5 would put"));
+  // Four trials of one rank each on one GPU; whole GPUs for a gang; no GPU training at all.
+  CHECK(TuneError(Tune("scaling: {num_workers: 1, use_gpu: true, "
+                       "resources_per_worker: {GPU: 0.25}}\n")).empty());
+  CHECK(TuneError(Tune("scaling: {num_workers: 2, use_gpu: true, "
+                       "resources_per_worker: {GPU: 2}}\n")).empty());
+  CHECK(TuneError(Tune("scaling: {num_workers: 2, resources_per_worker: {GPU: 0.5}}\n")).empty());
+}
+
 TEST_CASE("num_workers -1 needs use_gpu and the alias is exclusive", "[tune]") {
   CHECK_THAT(TuneError(Tune("scaling:\n  num_processes: -1\n")),
              Contains("tune.yaml:4: scaling.num_processes: -1 (one worker per GPU) needs "

@@ -16,7 +16,7 @@
 //   arrives the bucket is divided by the world size and an asynchronous all-reduce (sum) is
 //   launched for it, while backward goes on computing the earlier layers.
 // - Buckets are launched strictly in index order (a ready bucket waits for the ones before it):
-//   Gloo pairs collectives by issue order, so every rank must issue the same sequence.
+//   Gloo and NCCL pair collectives by issue order, so every rank must issue the same sequence.
 // - FinishBackward() launches what is left (a parameter that got no gradient this step counts
 //   as zero, on this rank) and waits for every bucket. Call it after loss.backward() and before
 //   optimizer.step().
@@ -41,7 +41,9 @@
 //
 // Threading: the module, this object and the process group belong to the train loop's thread.
 // The gradient hooks run on the thread that runs backward (for CPU tensors, the one calling
-// backward()); Gloo runs the all-reduces on its own threads.
+// backward(); for CUDA tensors, autograd's device thread); Gloo runs the all-reduces on its own
+// threads, NCCL on its own CUDA stream, so on a GPU the buckets' all-reduces overlap the rest
+// of backward as on the CPU. The buckets live on the parameters' device.
 
 #include <rayd/base/status.h>
 #include <rayd/train/process_group.h>
@@ -72,7 +74,8 @@ class DistributedDataParallel {
  public:
   // Broadcasts rank 0's parameters and buffers of `module` and installs the gradient hooks.
   // `module` and `group` must outlive the returned object. Fails if the broadcast fails (a
-  // peer gone or timed out) or a parameter is not a dense CPU tensor.
+  // peer gone or timed out) or a parameter is not where the group's backend reduces (dense CPU
+  // tensors for Gloo, dense tensors on one CUDA device for NCCL).
   static Result<std::unique_ptr<DistributedDataParallel>> Create(
       torch::nn::Module& module, ProcessGroup& group, DistributedDataParallelOptions options = {});
   // Removes the gradient hooks from the module. Not during a backward pass.

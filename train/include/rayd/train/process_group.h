@@ -15,9 +15,15 @@
 // at the one place that calls c10d to form the group, and returned as rayd::Status with
 // c10d's message kept.
 //
+// Backends: Gloo for CPU tensors (every build), NCCL for CUDA tensors (only when rayd is built
+// against a LibTorch with CUDA and NCCL: -DRAYD_WITH_CUDA=ON, see docs/gpu.md). An NCCL group
+// runs with c10d's asynchronous error handling, so a collective that outlives the timeout
+// aborts the communicator and fails instead of hanging.
+//
 // Threading: a ProcessGroup is used by one thread at a time (the rank's train loop, or the
 // autograd thread running its gradient hooks during backward). Gloo runs the collectives on
-// its own threads; the c10d Work handles they return may be waited on from any thread.
+// its own threads (NCCL on its own CUDA stream); the c10d Work handles they return may be
+// waited on from any thread.
 
 #include <rayd/base/status.h>
 
@@ -28,9 +34,19 @@
 #include <string_view>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 #include <utility>
 
 namespace rayd::train {
+
+// The c10d class that Gloo's and NCCL's groups derive from and that runs collectives:
+// ProcessGroup up to PyTorch 1.13 (Debian's LibTorch), Backend from 2.0 on, where ProcessGroup
+// became a dispatcher over backends. allreduce, broadcast and barrier read the same on both.
+#if TORCH_VERSION_MAJOR >= 2
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
 
 inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{60'000};
 
@@ -62,7 +78,13 @@ class Rendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
+enum class CollectiveBackend {
+  kGloo,  // CPU tensors
+  kNccl,  // CUDA tensors, one device per rank
+};
+
 struct ProcessGroupOptions {
+  CollectiveBackend backend = CollectiveBackend::kGloo;
   int rank = 0;
   int world_size = 1;
   // The address this rank's Gloo device binds and advertises to its peers: loopback for a
@@ -72,7 +94,7 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
-// One rank's membership in a Gloo process group (CPU tensors).
+// One rank's membership in a Gloo or NCCL process group.
 class ProcessGroup {
  public:
   // Forms the group: blocks until all `options.world_size` ranks have connected through
@@ -80,17 +102,22 @@ class ProcessGroup {
   static Result<std::unique_ptr<ProcessGroup>> Connect(std::unique_ptr<Rendezvous> rendezvous,
                                                        const ProcessGroupOptions& options);
 
+  CollectiveBackend backend() const { return options_.backend; }
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+  // An NCCL group ends its communicator here (c10d warns about one left to its destructor).
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   // The c10d group, for collectives of its own (DistributedDataParallel uses it).
-  c10d::ProcessGroup& c10d() { return *group_; }
+  C10dBackend& c10d() { return *group_; }
 
   // Blocks until every rank has reached the barrier (or the timeout passes).
   Status Barrier();
 
  private:
-  ProcessGroup(std::unique_ptr<Rendezvous> rendezvous, c10::intrusive_ptr<c10d::ProcessGroup> group,
+  ProcessGroup(std::unique_ptr<Rendezvous> rendezvous, c10::intrusive_ptr<C10dBackend> group,
                ProcessGroupOptions options)
       : rendezvous_(std::move(rendezvous)),
         group_(std::move(group)),
@@ -98,9 +125,13 @@ class ProcessGroup {
 
   // Declared in dependency order: the group talks through the rendezvous's store.
   std::unique_ptr<Rendezvous> rendezvous_;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<C10dBackend> group_;
   ProcessGroupOptions options_;
 };
+
+// Whether this build can form NCCL groups: rayd built against a LibTorch with CUDA and NCCL
+// (-DRAYD_WITH_CUDA=ON, docs/gpu.md). Debian's LibTorch is CPU-only.
+bool NcclBuilt();
 
 // Waits for a c10d Work to finish within `timeout`, turning c10d's exceptions into a Status
 // ("<what>: <c10d's message>"): DeadlineExceeded when it timed out, Unavailable when a peer's

@@ -55,8 +55,12 @@ struct ScalingConfig {
   // Ranks of the job. -1 (TorchDistributor's num_processes=-1): one per GPU in the cluster,
   // counted when Fit starts (needs use_gpu).
   int num_workers = 1;
-  // Asks each bundle for a GPU too (NCCL is not built here: the CPU LibTorch has no CUDA, so
-  // the group stays Gloo).
+  // Asks each bundle for a GPU too (resources_per_worker's "GPU", 1 when unset), and trains on
+  // it over NCCL: each rank's model and gradients live on its device (TrainContext::device).
+  // Ranks of one group never share a GPU (NCCL refuses it), so with more than one worker the
+  // GPUs per worker must be whole; a single-rank run may take a fraction (trials sharing a
+  // GPU). A build against a CPU-only LibTorch reserves the GPUs and trains on the CPU over
+  // Gloo, saying so in each rank's log.
   bool use_gpu = false;
   // Resources of one worker's bundle; empty means {"CPU": 1}.
   std::map<std::string, double> resources_per_worker;
@@ -182,6 +186,10 @@ struct TrainContext {
   int local_world_size = 1;  // ranks on this node
   int node_rank = 0;         // nodes numbered in order of their lowest rank
   std::string run_name;
+  // Where this rank trains: "cuda:0" with use_gpu (the first of the GPUs its bundle holds,
+  // the only ones it sees), else "cpu". PrepareModel moves the model there; make the data
+  // there too (torch::Device(GetContext().device)).
+  std::string device = "cpu";
 };
 
 // Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw
@@ -212,6 +220,11 @@ Result<std::string> AddCheckpoint(const std::string& run_dir, const std::string&
 
 // One worker's bundle: resources_per_worker ({"CPU": 1} when empty), plus a GPU with use_gpu.
 std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling);
+
+// Empty when `scaling` keeps every rank of a group on GPUs of its own; else why its
+// resources_per_worker.GPU does not. NCCL refuses two ranks of one communicator on one GPU, so
+// with use_gpu and more than one worker each worker's GPUs must be whole.
+std::string CheckGpuSharing(const ScalingConfig& scaling);
 
 }  // namespace rayd::train
 
