@@ -14,6 +14,10 @@
 // signal (0.08), data_seed (0). One epoch is one training_iteration: rank 0 reports the
 // validation loss and accuracy and the mean training loss, with a checkpoint (model.pt and the
 // epoch), and a resumed run continues after its checkpoint's epoch.
+//
+// With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
+// its samples differ from a CPU run's: each device has its own generator), the loss is summed
+// there and read once per epoch. Checkpoints hold CPU tensors, so a run may resume on either.
 
 #include <rayd/train/sampler.h>
 #include <rayd/train/session.h>
@@ -36,13 +40,15 @@ struct Dataset {
   torch::Tensor y;  // [n] int64
 };
 
-// Samples of the generated classification task; `offset` keeps train and validation draws apart.
-Dataset Generate(int64_t n, double signal, int64_t seed, int64_t offset) {
+// Samples of the generated classification task, drawn on `device`; `offset` keeps train and
+// validation draws apart.
+Dataset Generate(int64_t n, double signal, int64_t seed, int64_t offset, torch::Device device) {
+  const auto on = torch::TensorOptions().device(device);
   torch::manual_seed(seed);
-  torch::Tensor prototypes = torch::randn({kClasses, kInputs});
+  torch::Tensor prototypes = torch::randn({kClasses, kInputs}, on);
   torch::manual_seed(seed * 1'000'003 + offset);
-  torch::Tensor y = torch::randint(kClasses, {n}, torch::kInt64);
-  torch::Tensor x = prototypes.index_select(0, y) * signal + torch::randn({n, kInputs});
+  torch::Tensor y = torch::randint(kClasses, {n}, on.dtype(torch::kInt64));
+  torch::Tensor x = prototypes.index_select(0, y) * signal + torch::randn({n, kInputs}, on);
   return {x, y};
 }
 
@@ -65,28 +71,29 @@ void MlpClassifier(const nlohmann::json& config) {
   const int64_t data_seed = config.value("data_seed", 0);
 
   const rt::TrainContext& context = rt::GetContext();
-  Dataset val = Generate(val_size, signal, data_seed, 0);
+  const torch::Device device(context.device);
+  Dataset val = Generate(val_size, signal, data_seed, 0, device);
 
   // Rank 0's initial parameters are broadcast anyway; the seed makes runs repeatable.
   torch::manual_seed(42);
   torch::nn::Sequential model = MakeModel(hidden);
   int start_epoch = 0;
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
-    torch::load(model, *checkpoint + "/model.pt");
+    torch::load(model, *checkpoint + "/model.pt", torch::Device(torch::kCPU));
     std::ifstream(*checkpoint + "/epoch") >> start_epoch;
     ++start_epoch;
   }
-  rt::PreparedModel& ddp = rt::PrepareModel(*model);
+  rt::PreparedModel& ddp = rt::PrepareModel(*model);  // moves it to `device`
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(lr).momentum(momentum));
   rt::DistributedSampler sampler(train_size, context.world_size, context.world_rank);
 
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
-    Dataset train = Generate(train_size, signal, data_seed, epoch + 1);
+    Dataset train = Generate(train_size, signal, data_seed, epoch + 1, device);
     sampler.SetEpoch(epoch);
     std::vector<int64_t> indices = sampler.Indices();
-    torch::Tensor order = torch::tensor(indices, torch::kInt64);
-    double train_loss = 0;
+    torch::Tensor order = torch::tensor(indices, torch::kInt64).to(device);
+    torch::Tensor train_loss = torch::zeros({}, torch::TensorOptions().device(device));
     int64_t steps = 0;
     model->train();
     for (int64_t begin = 0; begin < static_cast<int64_t>(indices.size()); begin += batch_size) {
@@ -97,7 +104,7 @@ void MlpClassifier(const nlohmann::json& config) {
       loss.backward();
       ddp.FinishBackward();
       optimizer.step();
-      train_loss += loss.item<double>();
+      train_loss += loss.detach();
       ++steps;
     }
     model->eval();
@@ -107,7 +114,8 @@ void MlpClassifier(const nlohmann::json& config) {
     const double accuracy = logits.argmax(1).eq(val.y).to(torch::kFloat64).mean().item<double>();
     std::map<std::string, double> metrics = {{"loss", val_loss},
                                              {"accuracy", accuracy},
-                                             {"train_loss", train_loss / std::max<int64_t>(steps, 1)},
+                                             {"train_loss", train_loss.item<double>() /
+                                                                std::max<int64_t>(steps, 1)},
                                              {"epoch", epoch}};
     if (context.world_rank != 0) {
       rt::Report(metrics);  // only rank 0's reports are kept
@@ -116,7 +124,15 @@ void MlpClassifier(const nlohmann::json& config) {
     const fs::path staging =
         fs::temp_directory_path() / ("rayd_mlp_" + std::to_string(::getpid()));
     fs::create_directories(staging);
-    torch::save(model, (staging / "model.pt").string());
+    if (device.is_cpu()) {
+      torch::save(model, (staging / "model.pt").string());
+    } else {
+      torch::nn::Sequential on_cpu = MakeModel(hidden);  // a copy any device can load
+      auto from = model->parameters();
+      auto to = on_cpu->parameters();
+      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+      torch::save(on_cpu, (staging / "model.pt").string());
+    }
     std::ofstream(staging / "epoch") << epoch;
     rt::Report(metrics, staging.string());
     fs::remove_all(staging);
