@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <iomanip>
@@ -78,8 +79,11 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   return out.str();
 }
 
+// The Tuner that Ctrl-C stops (one per `rayd tune` process).
+std::atomic<tune::Tuner*> g_interruptible{nullptr};
+
 void OnInterrupt(int) {
-  tune::RequestStop();
+  if (tune::Tuner* tuner = g_interruptible.load()) tuner->RequestStop();
   // A second Ctrl-C ends the process the usual way.
   std::signal(SIGINT, SIG_DFL);
 }
@@ -122,10 +126,21 @@ int RunTuneCommand(const TuneArgs& args) {
   }
   try {
     Init(DriverConfig(args.address, *libraries));
-    std::signal(SIGINT, OnInterrupt);
     tune::Tuner tuner(file.trainable, file.param_space, file.tune, file.run);
-    tune::ResultGrid grid = tuner.Fit();
-    std::signal(SIGINT, SIG_DFL);
+    tune::ResultGrid grid = [&] {
+      // Ctrl-C stops this Tuner for as long as its Fit runs, however Fit ends.
+      struct Interruptible {
+        explicit Interruptible(tune::Tuner& tuner) {
+          g_interruptible = &tuner;
+          std::signal(SIGINT, OnInterrupt);
+        }
+        ~Interruptible() {
+          std::signal(SIGINT, SIG_DFL);
+          g_interruptible = nullptr;
+        }
+      } interruptible(tuner);
+      return tuner.Fit();
+    }();
     int unfinished = 0;
     for (const auto& trial : grid.trials()) {
       if (trial.status != "TERMINATED" && trial.status != "ERROR") ++unfinished;

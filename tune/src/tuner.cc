@@ -39,8 +39,6 @@ using internal::Trial;
 using internal::TrialStatus;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<bool> g_stop_requested{false};
-
 constexpr auto kSaveInterval = std::chrono::milliseconds(500);
 
 // What a trial thread tells the controller.
@@ -87,8 +85,9 @@ class Controller {
  public:
   Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
              std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir,
-             internal::TrialTracking tracking)
-      : trainable_(trainable),
+             internal::TrialTracking tracking, const std::atomic<bool>& stop_requested)
+      : stop_requested_(stop_requested),
+        trainable_(trainable),
         tune_(tune),
         run_(run),
         scheduler_(std::move(scheduler)),
@@ -117,19 +116,19 @@ class Controller {
     Save();
     auto last_table = Clock::now() - std::chrono::hours(1);
     while (true) {
-      if (!g_stop_requested) LaunchWhatFits();
+      if (!stop_requested_) LaunchWhatFits();
       // Gangs no new trial took: give their resources back, so trials still waiting for their
       // placement group (more slots than the cluster holds) get them.
       free_pools_.clear();
       if (running_.empty()) {
-        if (g_stop_requested || !FinishStrandedPauses()) break;
+        if (stop_requested_ || !FinishStrandedPauses()) break;
         continue;
       }
       std::optional<Event> event = NextEvent(std::chrono::milliseconds(200));
       if (event) Handle(std::move(*event));
       if (save_pending_) Save();
       feed_.Publish(trials_, /*finished=*/false);
-      if (g_stop_requested) InterruptAll();
+      if (stop_requested_) InterruptAll();
       if (tune_.progress_interval_s > 0 &&
           Clock::now() - last_table >= std::chrono::duration<double>(tune_.progress_interval_s)) {
         PrintTable();
@@ -281,7 +280,7 @@ class Controller {
     tracking_.OnResult(t, result.metrics);
     feed_.OnResult(t, result.metrics);
     if (r.pending != Pending::kNone) return false;  // already on its way out
-    if (g_stop_requested) {
+    if (stop_requested_) {
       r.pending = Pending::kInterrupt;
       return false;
     }
@@ -419,6 +418,7 @@ class Controller {
               << std::endl;
   }
 
+  const std::atomic<bool>& stop_requested_;  // the Tuner's: set by RequestStop
   const Trainable& trainable_;
   const TuneConfig& tune_;
   const train::RunConfig& run_;
@@ -463,8 +463,6 @@ std::vector<Trial> NewTrials(const Trainable& trainable, const ParamSpace& space
 }
 
 }  // namespace
-
-void RequestStop() { g_stop_requested = true; }
 
 Tuner::Tuner(Trainable trainable, ParamSpace param_space, TuneConfig tune, train::RunConfig run)
     : trainable_(std::move(trainable)),
@@ -529,9 +527,8 @@ ResultGrid Tuner::Fit() {
   Result<internal::TrialTracking> tracking =
       internal::TrialTracking::Open(run_, scheduler->name(), dir);
   if (!tracking.ok()) throw RaydError("MLflow tracking: " + tracking.status().message());
-  g_stop_requested = false;
   Controller controller(trainable_, tune_, run_, std::move(scheduler), dir,
-                        std::move(tracking).value());
+                        std::move(tracking).value(), *stop_requested_);
   return controller.Run(std::move(trials), max_concurrent);
 }
 

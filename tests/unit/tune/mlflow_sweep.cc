@@ -1,7 +1,8 @@
 // A real sweep writing MLflow runs: a Tuner on an embedded 2-CPU cluster runs a toy train loop
 // (no LibTorch) on 2 ranks in worker processes, one trial finishing, one stopped by `stop`, one failing;
 // then mlruns/ holds one run per trial in the experiment named after the sweep, with the
-// results the driver received from rank 0.
+// results the driver received from rank 0. Also: two Tuners in one process, one of them
+// stopped, the other running on to the end.
 
 #include <rayd/api.h>
 #include <rayd/train/trainer.h>
@@ -9,12 +10,14 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -36,6 +39,15 @@ void MlflowToyLoop(const json& config) {
 }
 RAYD_TRAIN_LOOP(MlflowToyLoop);
 
+// `steps` results, one every 50 ms: a trial that runs long enough to be stopped mid-way.
+void PacedToyLoop(const json& config) {
+  for (int i = 1; i <= config.at("steps").get<int>(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rayd::train::Report({{"score", i}});
+  }
+}
+RAYD_TRAIN_LOOP(PacedToyLoop);
+
 std::string Read(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -47,15 +59,19 @@ size_t LineCount(const std::string& text) {
   return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-TEST_CASE("a Tuner sweep writes one MLflow run per trial", "[tune][mlflow]") {
-  rayd::testing::TempDir dir;
+// An embedded 2-CPU cluster whose session lives in `dir`.
+void InitEmbedded(const rayd::testing::TempDir& dir) {
   ::unsetenv("RAYD_ADDRESS");
   ::unsetenv("RAYD_TOKEN");
   rayd::RaydConfig config;
   config.temp_dir = dir.path() + "/session";
   config.num_cpus = 2;
   rayd::Init(config);
+}
 
+TEST_CASE("a Tuner sweep writes one MLflow run per trial", "[tune][mlflow]") {
+  rayd::testing::TempDir dir;
+  InitEmbedded(dir);
   rayd::tune::Tuner tuner(
       {.train_loop = "MlflowToyLoop", .scaling = {.num_workers = 2}},
       {{{"case"}, rayd::tune::Domain::GridSearch({1, 2, 3})}, {{"opt", "lr"}, 0.5}},
@@ -106,6 +122,43 @@ TEST_CASE("a Tuner sweep writes one MLflow run per trial", "[tune][mlflow]") {
   }
   std::sort(experiments.begin(), experiments.end());
   CHECK(experiments == std::vector<std::string>{".trash", "0", "1"});
+}
+
+TEST_CASE("a stop asked of one Tuner leaves another Tuner in the process running", "[tune]") {
+  rayd::testing::TempDir dir;
+  InitEmbedded(dir);
+  auto sweep = [&](const std::string& name, int steps) {
+    return rayd::tune::Tuner({.train_loop = "PacedToyLoop"}, {{{"steps"}, steps}},
+                             {.metric = "score", .mode = "max"},
+                             {.name = name, .storage_path = dir.path() + "/results"});
+  };
+  rayd::tune::Tuner stopped = sweep("stopped", 400);  // 20 s unless stopped
+  rayd::tune::Tuner other = sweep("other", 40);
+  rayd::tune::ResultGrid stopped_grid;
+  std::thread stopped_fit([&] { stopped_grid = stopped.Fit(); });
+  rayd::tune::ResultGrid other_grid;
+  std::thread other_fit([&] { other_grid = other.Fit(); });
+  // Once the first sweep's trial has reported, stop that sweep alone.
+  const fs::path first_results = fs::path(dir.path()) / "results" / "stopped";
+  CHECK(rayd::testing::WaitFor(
+      [&] {
+        std::error_code ec;
+        for (const auto& trial : fs::directory_iterator(first_results, ec)) {
+          if (fs::file_size(trial.path() / "result.json", ec) > 0 && !ec) return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(60)));
+  stopped.RequestStop();
+  stopped_fit.join();
+  other_fit.join();
+  rayd::Shutdown();
+  REQUIRE(stopped_grid.size() == 1);
+  CHECK(stopped_grid[0].status == "PENDING");  // resumable, not finished
+  CHECK(stopped_grid[0].history.size() < 400);
+  REQUIRE(other_grid.size() == 1);
+  CHECK(other_grid[0].status == "TERMINATED");
+  CHECK(other_grid[0].history.size() == 40);
 }
 
 }  // namespace

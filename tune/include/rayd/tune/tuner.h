@@ -27,7 +27,9 @@
 #include <rayd/tune/schedulers.h>
 #include <rayd/tune/search_space.h>
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -108,15 +110,19 @@ class Tuner {
   // scheduler options, a gang larger than the cluster) before any trial starts.
   ResultGrid Fit();
 
+  // Asks this Tuner's Fit to stop (Ctrl-C): running trials stop at their next result and stay
+  // resumable with TuneConfig::resume; Fit then returns what it has (at once, when asked
+  // before it started). Callable from any thread and from a signal handler (it only sets a
+  // lock-free flag); other Tuners in the process are not affected.
+  void RequestStop() noexcept { stop_requested_->store(true); }
+
  private:
   Trainable trainable_;
   ParamSpace param_space_;
   TuneConfig tune_;
   rayd::train::RunConfig run_;
+  // Shared, so a Tuner stays movable; the flag itself never moves while Fit reads it.
+  std::shared_ptr<std::atomic<bool>> stop_requested_ = std::make_shared<std::atomic<bool>>(false);
 };
-
-// Asks the Fit in progress to stop (Ctrl-C): running trials stop at their next result and stay
-// resumable with TuneConfig::resume; Fit then returns what it has. Async-signal-safe.
-void RequestStop();
 
 }  // namespace rayd::tune
