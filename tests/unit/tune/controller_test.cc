@@ -1,0 +1,248 @@
+// The Tuner's controller on scripted runs (no cluster, no threads): a runner that plays each
+// trial's learning curve one result at a time, each only after the controller has answered
+// the last, as a Trainer's run does. Checks the order of results, max_concurrent, failures,
+// TuneConfig::stop, ASHA stopping and pausing (promotion) trials, and a stop request followed
+// by a resume from experiment_state.json.
+
+#include "controller.h"
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using rayd::testing::TempDir;
+using namespace rayd::tune;
+using namespace rayd::tune::internal;
+
+// Plays, for each trial, the curve its config names: results {score, training_iteration}, then
+// the end of the run; or an error after `fail_after` results. A trial's place in its curve
+// survives its runs (a paused or interrupted trial goes on where it stopped, as a Trainer
+// resuming from its checkpoint does). Each result is appended to the trial's result.json, as
+// the Trainer persists it before the controller hears of it.
+class ScriptedRunner : public TrialRunner {
+ public:
+  std::map<std::string, std::vector<double>> curves;  // by config["curve"]
+  std::map<std::string, int> fail_after;              // by config["curve"]
+  // Called before each result is posted, with the trial's id and the result's iteration.
+  std::function<void(const std::string&, int)> before_result;
+
+  std::vector<std::string> starts;  // trial ids, in the order their runs started
+  size_t most_running = 0;
+
+  void SetPost(PostFn post) override { post_ = std::move(post); }
+
+  void Start(const RunRequest& request) override {
+    starts.push_back(request.trial_id);
+    Play& play = plays_[request.trial_id];
+    play.trial = request.trial;
+    play.curve = request.config.at("curve").get<std::string>();
+    play.dir = fs::path(request.experiment_dir) / request.run_dir_name;
+    fs::create_directories(play.dir);
+    running_[request.trial] = request.trial_id;
+    most_running = std::max(most_running, running_.size());
+    Next(play);
+  }
+
+  void Answer(size_t trial, bool go_on) override {
+    Play& play = plays_.at(running_.at(trial));
+    if (go_on) return Next(play);
+    rayd::train::TrainResult ended;
+    ended.stopped = true;
+    post_({RunEvent::Kind::kDone, trial, {}, ended});
+  }
+
+  void Finished(size_t trial) override { running_.erase(trial); }
+  void ReleaseIdle() override {}
+
+ private:
+  struct Play {
+    size_t trial = 0;
+    std::string curve;
+    fs::path dir;
+    int reported = 0;
+  };
+
+  void Next(Play& play) {
+    const std::vector<double>& curve = curves.at(play.curve);
+    auto fails = fail_after.find(play.curve);
+    rayd::train::TrainResult ended;
+    if (fails != fail_after.end() && play.reported == fails->second) {
+      ended.error = "scripted failure of curve " + play.curve;
+      return post_({RunEvent::Kind::kDone, play.trial, {}, ended});
+    }
+    if (play.reported == static_cast<int>(curve.size())) {
+      return post_({RunEvent::Kind::kDone, play.trial, {}, ended});
+    }
+    const int iteration = ++play.reported;
+    if (before_result) before_result(running_.at(play.trial), iteration);
+    rayd::train::ReportedResult result;
+    result.metrics = {{"score", curve[iteration - 1]},
+                      {"training_iteration", iteration},
+                      {"time_total_s", iteration}};
+    std::ofstream(play.dir / "result.json", std::ios::app) << json(result.metrics).dump() << "\n";
+    post_({RunEvent::Kind::kResult, play.trial, result, {}});
+  }
+
+  PostFn post_;
+  std::map<std::string, Play> plays_;       // by trial id
+  std::map<size_t, std::string> running_;  // trial index -> id
+};
+
+std::vector<Trial> MakeTrials(const std::vector<std::string>& curves) {
+  std::vector<Trial> trials;
+  for (size_t i = 0; i < curves.size(); ++i) {
+    Trial t;
+    t.index = static_cast<int>(i);
+    t.id = "ctl00_0000" + std::to_string(i);
+    t.dir_name = "scripted_" + t.id;
+    t.config = {{"curve", curves[i]}};
+    trials.push_back(std::move(t));
+  }
+  return trials;
+}
+
+// One sweep over `trials` on `runner`, maximising score.
+struct Sweep {
+  TempDir dir;
+  Trainable trainable{"scripted", {}};
+  TuneConfig tune{.metric = "score", .mode = "max"};
+  rayd::train::RunConfig run{.name = "ctl", .storage_path = ""};
+  std::atomic<bool> stop_requested{false};
+
+  ResultGrid Run(ScriptedRunner& runner, std::vector<Trial> trials, int max_concurrent) {
+    run.storage_path = dir.path();
+    auto tracking = TrialTracking::Open(run, "scripted", dir.path());
+    REQUIRE(tracking.ok());
+    Controller controller(trainable, tune, run, MakeScheduler(tune.scheduler, tune.metric, tune.mode, 1),
+                          dir.path(), std::move(tracking).value(), stop_requested, runner);
+    return controller.Run(std::move(trials), max_concurrent);
+  }
+};
+
+std::vector<double> Scores(const TrialResult& trial) {
+  std::vector<double> scores;
+  for (const Metrics& m : trial.history) scores.push_back(m.at("score"));
+  return scores;
+}
+
+TEST_CASE("the controller runs every trial to its end, in order, max_concurrent at a time",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"a", {1, 2, 3}}, {"b", {4, 5}}, {"c", {6}}};
+  Sweep sweep;
+  ResultGrid grid = sweep.Run(runner, MakeTrials({"a", "b", "c", "a", "b"}), 2);
+  REQUIRE(grid.size() == 5);
+  CHECK(grid.num_terminated() == 5);
+  CHECK(runner.most_running == 2);
+  CHECK(runner.starts == std::vector<std::string>{"ctl00_00000", "ctl00_00001", "ctl00_00002",
+                                                  "ctl00_00003", "ctl00_00004"});
+  CHECK(Scores(grid[0]) == std::vector<double>{1, 2, 3});
+  CHECK(Scores(grid[4]) == std::vector<double>{4, 5});
+  // The controller's own files: progress.csv (a header and a row per result) and the state.
+  std::ifstream progress(fs::path(grid[0].path) / "progress.csv");
+  int lines = 0;
+  for (std::string line; std::getline(progress, line);) ++lines;
+  CHECK(lines == 4);
+  auto state = LoadExperimentState(grid.experiment_path());
+  REQUIRE(state.ok());
+  for (const Trial& t : state->trials) CHECK(t.status == TrialStatus::kTerminated);
+}
+
+TEST_CASE("a run that fails ends its trial in ERROR with the reason, the others go on",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"ok", {1, 2}}, {"bad", {1, 2, 3}}};
+  runner.fail_after = {{"bad", 1}};
+  Sweep sweep;
+  ResultGrid grid = sweep.Run(runner, MakeTrials({"ok", "bad", "ok"}), 3);
+  CHECK(grid.num_terminated() == 2);
+  CHECK(grid.num_errors() == 1);
+  CHECK(grid[1].status == "ERROR");
+  CHECK_THAT(grid[1].error, Catch::Contains("scripted failure of curve bad"));
+  CHECK(Scores(grid[1]) == std::vector<double>{1});
+  CHECK(fs::exists(fs::path(grid[1].path) / "error.txt"));
+}
+
+TEST_CASE("TuneConfig::stop and ASHA end runs early", "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"low", {1, 1, 1, 1}}, {"mid", {2, 2, 2, 2}}, {"high", {3, 3, 3, 3}}};
+  SECTION("stop at training_iteration 2") {
+    Sweep sweep;
+    sweep.tune.stop = {{"training_iteration", 2}};
+    ResultGrid grid = sweep.Run(runner, MakeTrials({"low", "high"}), 2);
+    CHECK(grid.num_terminated() == 2);
+    CHECK(Scores(grid[0]) == std::vector<double>{1, 1});
+    CHECK(Scores(grid[1]) == std::vector<double>{3, 3});
+  }
+  SECTION("ASHA stops what falls below its rungs; the best trial runs to max_t") {
+    Sweep sweep;
+    sweep.tune.scheduler = AshaConfig{.max_t = 4, .grace_period = 1, .reduction_factor = 2};
+    // One at a time, best first: each later trial is cut at the first rung it falls below.
+    ResultGrid grid = sweep.Run(runner, MakeTrials({"high", "mid", "low"}), 1);
+    CHECK(grid.num_terminated() == 3);
+    CHECK(grid[0].history.size() == 4);
+    CHECK(grid[2].history.size() < 4);
+  }
+}
+
+TEST_CASE("ASHA's promotion form pauses trials and brings promoted ones back",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"low", {1, 1, 1, 1}}, {"high", {3, 3, 3, 3}}, {"mid", {2, 2, 2, 2}},
+                   {"top", {4, 4, 4, 4}}};
+  Sweep sweep;
+  sweep.tune.scheduler =
+      AshaConfig{.max_t = 4, .grace_period = 1, .reduction_factor = 2, .promotion = true};
+  ResultGrid grid = sweep.Run(runner, MakeTrials({"low", "high", "mid", "top"}), 2);
+  CHECK(grid.num_terminated() == 4);
+  // Some trial paused at a rung and was started again when promoted.
+  std::map<std::string, int> runs;
+  for (const std::string& id : runner.starts) ++runs[id];
+  CHECK(std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.second > 1; }));
+  // A promoted trial's curve went on where it paused: no result twice, none lost.
+  for (const TrialResult& trial : grid.trials()) {
+    for (size_t i = 0; i < trial.history.size(); ++i) {
+      CHECK(trial.history[i].at("training_iteration") == static_cast<double>(i + 1));
+    }
+  }
+}
+
+TEST_CASE("a stop request ends running trials at their next result, and a resume finishes them",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"long", {1, 2, 3, 4, 5, 6}}};
+  Sweep sweep;
+  // Ctrl-C while the second trial reports its third result.
+  runner.before_result = [&](const std::string& id, int iteration) {
+    if (id == "ctl00_00001" && iteration == 3) sweep.stop_requested = true;
+  };
+  ResultGrid first = sweep.Run(runner, MakeTrials({"long", "long", "long", "long"}), 2);
+  CHECK(first.num_terminated() == 0);
+  for (const TrialResult& trial : first.trials()) CHECK(trial.status == "PENDING");
+  CHECK(runner.starts.size() == 2);  // nothing new started after the stop
+
+  // As `rayd tune --resume` after the process ended: the state file and result.json files
+  // are all there is.
+  sweep.stop_requested = false;
+  runner.before_result = nullptr;
+  auto state = LoadExperimentState(first.experiment_path());
+  REQUIRE(state.ok());
+  ResultGrid resumed = sweep.Run(runner, std::move(state->trials), 2);
+  CHECK(resumed.num_terminated() == 4);
+  for (const TrialResult& trial : resumed.trials()) {
+    CHECK(Scores(trial) == std::vector<double>{1, 2, 3, 4, 5, 6});
+  }
+}
+
+}  // namespace

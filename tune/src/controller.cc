@@ -1,0 +1,329 @@
+#include "controller.h"
+
+#include <rayd/api.h>
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace rayd::tune::internal {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSaveInterval = std::chrono::milliseconds(500);
+
+}  // namespace
+
+Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
+                       const train::RunConfig& run, std::unique_ptr<TrialScheduler> scheduler,
+                       std::string experiment_dir, TrialTracking tracking,
+                       const std::atomic<bool>& stop_requested, TrialRunner& runner)
+    : stop_requested_(stop_requested),
+      trainable_(trainable),
+      tune_(tune),
+      run_(run),
+      scheduler_(std::move(scheduler)),
+      dir_(std::move(experiment_dir)),
+      tracking_(std::move(tracking)),
+      feed_(run.name, tune.metric, tune.mode, scheduler_->name()),
+      runner_(runner) {
+  runner_.SetPost([this](RunEvent event) { Post(std::move(event)); });
+}
+
+ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
+  trials_ = std::move(trials);
+  for (const Trial& t : trials_) files_.emplace_back((fs::path(dir_) / t.dir_name).string());
+  max_concurrent_ = max_concurrent;
+  started_ = Clock::now();
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    Trial& t = trials_[i];
+    if (t.status == TrialStatus::kTerminated || t.status == TrialStatus::kError) continue;
+    scheduler_->OnTrialAdd(t.id, t.config);
+    // A resumed experiment feeds the scheduler what unfinished trials reported before.
+    for (const Metrics& m : t.history) {
+      scheduler_->OnTrialResult(t.id, {m, t.config, t.checkpoint.has_value()});
+      feed_.OnResult(t, m);
+    }
+    t.status = TrialStatus::kPending;
+    Status written = files_[i].WriteParams(t.config);
+    if (!written.ok()) throw RaydError(written.message());
+  }
+  Save();
+  auto last_table = Clock::now() - std::chrono::hours(1);
+  while (true) {
+    if (!stop_requested_) LaunchWhatFits();
+    // Gangs no new trial took: give their resources back, so trials still waiting for their
+    // placement group (more slots than the cluster holds) get them.
+    runner_.ReleaseIdle();
+    if (running_.empty()) {
+      if (stop_requested_ || !FinishStrandedPauses()) break;
+      continue;
+    }
+    std::optional<RunEvent> event = NextEvent(std::chrono::milliseconds(200));
+    if (event) Handle(std::move(*event));
+    if (save_pending_) Save();
+    feed_.Publish(trials_, /*finished=*/false);
+    if (stop_requested_) InterruptAll();
+    if (tune_.progress_interval_s > 0 &&
+        Clock::now() - last_table >= std::chrono::duration<double>(tune_.progress_interval_s)) {
+      PrintTable();
+      last_table = Clock::now();
+    }
+  }
+  Save(/*now=*/true);
+  feed_.Publish(trials_, /*finished=*/true);
+  tracking_.Close();
+  if (tune_.progress_interval_s > 0) PrintTable();
+  std::vector<TrialResult> results;
+  for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
+  return ResultGrid(dir_, std::move(results), tune_.metric, tune_.mode);
+}
+
+// Starts trials while slots are free: paused trials the scheduler wants back first, then
+// PBT's restarts (pending trials with a checkpoint), then new ones in order.
+void Controller::LaunchWhatFits() {
+  while (static_cast<int>(running_.size()) < max_concurrent_) {
+    std::optional<size_t> next;
+    if (std::optional<std::string> resume = scheduler_->ChooseTrialToResume()) {
+      next = IndexOf(*resume);
+      if (next && running_.count(*next)) {
+        // Told to pause but its run has not ended yet: it resumes as soon as it has.
+        resume_when_paused_.insert(*next);
+        continue;
+      }
+      if (next && trials_[*next].status != TrialStatus::kPaused) next.reset();
+    }
+    for (size_t i = 0; !next && i < trials_.size(); ++i) {
+      if (trials_[i].status == TrialStatus::kPending && trials_[i].checkpoint) next = i;
+    }
+    for (size_t i = 0; !next && i < trials_.size(); ++i) {
+      if (trials_[i].status == TrialStatus::kPending) next = i;
+    }
+    if (!next) return;
+    Start(*next);
+  }
+}
+
+// Nothing runs: resume a paused trial the scheduler still wants, else the paused trials are
+// finished (the scheduler will not bring them back). Returns false when the sweep is over.
+bool Controller::FinishStrandedPauses() {
+  bool paused = false;
+  for (const Trial& t : trials_) {
+    if (t.status == TrialStatus::kPending) return true;
+    paused = paused || t.status == TrialStatus::kPaused;
+  }
+  if (!paused) return false;
+  if (std::optional<std::string> resume = scheduler_->ChooseTrialToResume()) {
+    std::optional<size_t> index = IndexOf(*resume);
+    if (index && trials_[*index].status == TrialStatus::kPaused) {
+      Start(*index);
+      return true;
+    }
+  }
+  for (Trial& t : trials_) {
+    if (t.status != TrialStatus::kPaused) continue;
+    t.status = TrialStatus::kTerminated;
+    scheduler_->OnTrialComplete(t.id);
+    tracking_.OnStatus(t);
+  }
+  Save();
+  return false;
+}
+
+std::optional<size_t> Controller::IndexOf(const std::string& id) const {
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    if (trials_[i].id == id) return i;
+  }
+  return std::nullopt;
+}
+
+void Controller::Start(size_t index) {
+  Trial& t = trials_[index];
+  t.status = TrialStatus::kRunning;
+  Save();
+  running_[index] = Running{};
+  tracking_.OnStart(t);
+  runner_.Start({.trial = index,
+                 .trial_id = t.id,
+                 .experiment_dir = dir_,
+                 .run_dir_name = t.dir_name,
+                 .config = t.config});
+}
+
+void Controller::Post(RunEvent event) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  posted_.notify_one();
+}
+
+std::optional<RunEvent> Controller::NextEvent(std::chrono::milliseconds wait) {
+  std::unique_lock lock(mu_);
+  if (!posted_.wait_for(lock, wait, [this] { return !events_.empty(); })) return std::nullopt;
+  RunEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void Controller::Handle(RunEvent event) {
+  if (event.kind == RunEvent::Kind::kResult) {
+    runner_.Answer(event.trial, OnResult(event.trial, event.result));
+  } else {
+    runner_.Finished(event.trial);
+    OnDone(event.trial, event.ended);
+  }
+}
+
+// Records a result and decides whether the trial goes on.
+bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
+  Trial& t = trials_[index];
+  Running& r = running_.at(index);
+  t.last_result = result.metrics;
+  t.history.push_back(result.metrics);
+  if (result.checkpoint) t.checkpoint = result_checkpoint_[index] = *result.checkpoint;
+  auto total = result.metrics.find("time_total_s");
+  if (total != result.metrics.end()) t.time_total_s = total->second;
+  Status logged = files_[index].AppendProgress(result.metrics, t.config);
+  if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
+  tracking_.OnResult(t, result.metrics);
+  feed_.OnResult(t, result.metrics);
+  if (r.pending != Pending::kNone) return false;  // already on its way out
+  if (stop_requested_) {
+    r.pending = Pending::kInterrupt;
+    return false;
+  }
+  for (const auto& [metric, limit] : tune_.stop) {
+    auto value = result.metrics.find(metric);
+    if (value != result.metrics.end() && value->second >= limit) {
+      r.pending = Pending::kStop;
+      return false;
+    }
+  }
+  Decision decision =
+      scheduler_->OnTrialResult(t.id, {result.metrics, t.config, t.checkpoint.has_value()});
+  switch (decision.action) {
+    case Decision::Action::kContinue: return true;
+    case Decision::Action::kStop: r.pending = Pending::kStop; return false;
+    case Decision::Action::kPause: r.pending = Pending::kPause; return false;
+    case Decision::Action::kExploit:
+      if (Status cloned = Clone(index, decision.donor, &r.cloned); !cloned.ok()) {
+        // Keep training as it was rather than lose the trial.
+        std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << cloned.message()
+                  << "\n";
+        return true;
+      }
+      r.pending = Pending::kExploit;
+      r.new_config = decision.config;
+      return false;
+  }
+  return true;
+}
+
+// A trial's run ended: decide what the trial becomes.
+void Controller::OnDone(size_t index, const train::TrainResult& ended) {
+  Running& r = running_.at(index);
+  Pending pending = r.pending;
+  std::string cloned = r.cloned;
+  nlohmann::json new_config = r.new_config;
+  running_.erase(index);
+  Trial& t = trials_[index];
+  if (ended.checkpoint) t.checkpoint = ended.checkpoint;
+  t.num_failures += ended.restarts;
+  if (!ended.stopped && !ended.ok()) {
+    // The Trainer already retried within max_failures: the trial failed for good.
+    ++t.num_failures;
+    t.status = TrialStatus::kError;
+    t.error = ended.error;
+    Status logged = files_[index].AppendError(ended.error);
+    if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
+    scheduler_->OnTrialError(t.id);
+  } else if (pending == Pending::kPause) {
+    t.status = resume_when_paused_.erase(index) ? TrialStatus::kPending : TrialStatus::kPaused;
+  } else if (pending == Pending::kInterrupt) {
+    t.status = TrialStatus::kPending;  // resumed from its checkpoint by `--resume`
+  } else if (pending == Pending::kExploit) {
+    // Restarted first by LaunchWhatFits, from the clone, with the explored config.
+    t.checkpoint = cloned;
+    t.config = std::move(new_config);
+    Status written = files_[index].WriteParams(t.config);
+    if (!written.ok()) std::cerr << "rayd tune: " << written.message() << "\n";
+    t.status = TrialStatus::kPending;
+  } else {
+    t.status = TrialStatus::kTerminated;
+    scheduler_->OnTrialComplete(t.id);
+  }
+  tracking_.OnStatus(t);
+  Save();
+}
+
+// PBT: copies the donor's checkpoint into the trial's run directory as its newest, while the
+// trial's run is held in its on_report (so nothing else writes there); the trial's next run
+// resumes from it. The copy is of the checkpoint of the donor's last result (what the
+// scheduler ranked), even when the donor was itself exploited since; failing that (pruned by
+// num_to_keep), its latest. Checkpoints live on the driver (the Trainer ships every rank-0
+// checkpoint here) and reach the restarted ranks through their actor calls: no shared
+// filesystem.
+Status Controller::Clone(size_t index, const std::string& donor_id, std::string* cloned) {
+  std::optional<size_t> donor = IndexOf(donor_id);
+  if (!donor || !trials_[*donor].checkpoint) {
+    return Status::NotFound("donor trial " + donor_id + " has no checkpoint");
+  }
+  const std::string target = (fs::path(dir_) / trials_[index].dir_name).string();
+  Result<std::string> added = Status::NotFound("no ranked checkpoint");
+  if (auto ranked = result_checkpoint_.find(*donor); ranked != result_checkpoint_.end()) {
+    added = train::AddCheckpoint(target, ranked->second);
+  }
+  if (!added.ok()) added = train::AddCheckpoint(target, *trials_[*donor].checkpoint);
+  if (!added.ok()) return added.status();
+  *cloned = *added;
+  return Status::Ok();
+}
+
+// Ctrl-C: stop every running trial at its next result; they stay resumable.
+void Controller::InterruptAll() {
+  for (auto& [index, r] : running_) {
+    if (r.pending == Pending::kNone) r.pending = Pending::kInterrupt;
+  }
+}
+
+// Writes experiment_state.json, at most every kSaveInterval unless `now` (the file holds every
+// trial, so writing it on every change would cost O(trials) per change); Run writes it last
+// whatever happened. Between writes a crash loses only status changes: results and
+// checkpoints are on disk already, and a resumed trial that had finished resumes from its last
+// checkpoint and ends at once.
+void Controller::Save(bool now) {
+  if (!now && Clock::now() - last_save_ < kSaveInterval) {
+    save_pending_ = true;
+    return;
+  }
+  ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode,
+                                  trials_};
+  Status saved = SaveExperimentState(dir_, state);
+  if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
+  last_save_ = Clock::now();
+  save_pending_ = false;
+}
+
+void Controller::PrintTable() {
+  const int workers = std::max(trainable_.scaling.num_workers, 1);
+  const int running = static_cast<int>(running_.size());
+  std::ostringstream resources;
+  resources << "Resources requested: ";
+  if (running == 0) resources << "none";
+  bool first = true;
+  for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
+    if (running == 0) break;
+    resources << (first ? "" : ", ") << amount * workers * running << " " << name;
+    first = false;
+  }
+  resources << " (" << running << " trials x " << workers << " workers running; at most "
+            << max_concurrent_ << " at once)";
+  double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
+  std::cout << RenderTable(trials_, tune_.metric, scheduler_->Summary(), resources.str(), elapsed)
+            << std::endl;
+}
+
+}  // namespace rayd::tune::internal

@@ -1,0 +1,96 @@
+#pragma once
+// The Tuner's controller: drives every trial of a sweep from one thread and one event queue.
+//
+// It starts trials through a TrialRunner while slots are free (max_concurrent; paused trials
+// the scheduler wants back first, then PBT's restarts, then new trials in order), and handles
+// the runs' events one at a time, in arrival order: each result is recorded (progress.csv,
+// MLflow, the dashboard feed), checked against TuneConfig::stop and given to the scheduler,
+// and the run is told to go on or to end; each run's end decides what its trial becomes
+// (terminated, paused, errored, pending again for PBT's exploit or after a stop request).
+// experiment_state.json is saved after every change (throttled), so a crashed sweep resumes.
+//
+// Threading: Run() and everything it calls run on the calling thread; the runner's events
+// may be posted from any thread.
+
+#include <rayd/tune/tuner.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dashboard_feed.h"
+#include "trial.h"
+#include "trial_runner.h"
+#include "trial_tracking.h"
+
+namespace rayd::tune::internal {
+
+class Controller {
+ public:
+  // Everything passed by reference must outlive the controller. `stop_requested` is the
+  // Tuner's: once set, running trials stop at their next result and stay resumable.
+  Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
+             std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir,
+             TrialTracking tracking, const std::atomic<bool>& stop_requested,
+             TrialRunner& runner);
+
+  // Runs `trials` (new, or loaded by a resume) until none is left to run, or until a stop
+  // request has ended every running one; returns them as they ended.
+  ResultGrid Run(std::vector<Trial> trials, int max_concurrent);
+
+ private:
+  // What the controller decided about a running trial, applied when its run ends.
+  enum class Pending { kNone, kStop, kPause, kExploit, kInterrupt };
+  struct Running {
+    Pending pending = Pending::kNone;
+    std::string cloned;         // kExploit: the donor's checkpoint, copied into this trial
+    nlohmann::json new_config;  // kExploit
+  };
+
+  void LaunchWhatFits();
+  bool FinishStrandedPauses();
+  std::optional<size_t> IndexOf(const std::string& id) const;
+  void Start(size_t index);
+  void Post(RunEvent event);
+  std::optional<RunEvent> NextEvent(std::chrono::milliseconds wait);
+  void Handle(RunEvent event);
+  bool OnResult(size_t index, const train::ReportedResult& result);
+  void OnDone(size_t index, const train::TrainResult& ended);
+  Status Clone(size_t index, const std::string& donor_id, std::string* cloned);
+  void InterruptAll();
+  void Save(bool now = false);
+  void PrintTable();
+
+  const std::atomic<bool>& stop_requested_;
+  const Trainable& trainable_;
+  const TuneConfig& tune_;
+  const train::RunConfig& run_;
+  std::unique_ptr<TrialScheduler> scheduler_;
+  std::string dir_;
+  TrialTracking tracking_;
+  DashboardFeed feed_;
+  TrialRunner& runner_;
+  std::vector<Trial> trials_;
+  std::vector<TrialFiles> files_;
+  std::map<size_t, Running> running_;
+  std::map<size_t, std::string> result_checkpoint_;  // the checkpoint of each trial's last result
+  std::set<size_t> resume_when_paused_;  // promoted while their pausing run was still ending
+  int max_concurrent_ = 1;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_save_;
+  bool save_pending_ = false;
+
+  std::mutex mu_;
+  std::condition_variable posted_;
+  std::deque<RunEvent> events_;  // guarded by mu_
+};
+
+}  // namespace rayd::tune::internal
