@@ -27,7 +27,9 @@ using internal::ReportMessage;
 using internal::TrainWorker;
 
 constexpr int kStartTimeoutMs = 60'000;  // a rank actor starts (a worker process spawns)
-constexpr int kPollWaitMs = 200;         // how long one Poll waits on rank 0 for a report
+// How long one Poll may wait on rank 0 for a report. Poll answers at once when rank 0 reports
+// or its loop ends, so this bounds only how long a quiet rank 0 holds an actor call open.
+constexpr int kPollWaitMs = 10'000;
 constexpr int kPollTimeoutMs = 30'000;   // a Poll call is answered (rank 0 is not wedged)
 constexpr int kDrainTimeoutMs = 5'000;   // rank 0 hands over its last reports after a failure
 constexpr int kStopTimeoutMs = 5'000;    // a stopped single-rank loop reaches its next Report
@@ -135,14 +137,14 @@ std::string Describe(const std::map<std::string, double>& resources) {
   return out.str();
 }
 
-// Drains rank 0's reports into `store`, handing each to the caller's on_report. kGone with
-// `error` set when rank 0 is gone or a report cannot be persisted.
-Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
-               CheckpointStore& store, const FitOptions& options, std::string* error,
-               size_t* delivered = nullptr) {
+using Reports = ObjectRef<std::vector<ReportMessage>>;
+
+// Persists the reports a Poll of rank 0 answered, handing each to the caller's on_report.
+// kGone with `error` set when rank 0 is gone or a report cannot be persisted.
+Polled Deliver(const Reports& poll, int timeout_ms, CheckpointStore& store,
+               const FitOptions& options, std::string* error) {
   try {
-    auto reports = rayd::Get(rank0.Task(&TrainWorker::Poll).Remote(wait_ms), timeout_ms);
-    if (delivered != nullptr) *delivered = reports->size();
+    auto reports = rayd::Get(poll, timeout_ms);
     for (const ReportMessage& report : *reports) {
       Result<ReportedResult> persisted = store.Persist(report, options.result_fields);
       if (!persisted.ok()) {
@@ -156,6 +158,10 @@ Polled Collect(ActorHandle<TrainWorker>& rank0, int wait_ms, int timeout_ms,
     *error = std::string("polling rank 0: ") + e.what();
     return Polled::kGone;
   }
+}
+
+Reports Poll(ActorHandle<TrainWorker>& rank0, int wait_ms) {
+  return rank0.Task(&TrainWorker::Poll).Remote(wait_ms);
 }
 
 // Creates a rank actor per bundle of the reserved group and waits until each runs; fills the
@@ -255,43 +261,61 @@ bool StopOneRank(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bo
 }
 
 // Persists rank 0's reports until every Run has returned, or one failed, or the caller stopped
-// the run.
+// the run. Event-driven: one Poll of rank 0 is always in flight (it answers as soon as rank 0
+// reports), and the driver sleeps until that Poll answers or any rank's Run ends, whichever
+// comes first; a rank that dies is seen at once, and a quiet run costs one call per
+// kPollWaitMs. After rank 0's loop is over only the other ranks' Runs are awaited.
 Attempt Supervise(ActorHandle<TrainWorker>& rank0, const std::vector<ObjectRef<bool>>& runs,
                   CheckpointStore& store, const FitOptions& options) {
   std::string error;
-  size_t delivered = 0;
-  auto collect = [&](int wait_ms, int timeout_ms) -> std::optional<Attempt> {
-    switch (Collect(rank0, wait_ms, timeout_ms, store, options, &error, &delivered)) {
+  auto deliver = [&](const Reports& poll, int timeout_ms) -> std::optional<Attempt> {
+    switch (Deliver(poll, timeout_ms, store, options, &error)) {
       case Polled::kOk: return std::nullopt;
       case Polled::kStopped: return Attempt{Attempt::End::kStopped, "", StopOneRank(rank0, runs)};
       case Polled::kGone: break;
     }
     return Attempt{Attempt::End::kFailed, error};
   };
-  while (true) {
-    const auto polled = std::chrono::steady_clock::now();
-    if (auto ended = collect(kPollWaitMs, kPollTimeoutMs)) return *ended;
-    // A Poll back early with nothing means rank 0's loop is over: wait for the runs to return
-    // (the other ranks may take longer) instead of polling again at once.
-    const bool loop_over = delivered == 0 && std::chrono::steady_clock::now() - polled <
-                                                 std::chrono::milliseconds(kPollWaitMs / 2);
-    auto done = rayd::Wait(runs, static_cast<int>(runs.size()), loop_over ? kPollWaitMs : 0);
-    for (auto& run : done.ready) {
-      try {
-        rayd::Get(run);
-      } catch (const RaydError& e) {
-        size_t rank = 0;
-        while (rank < runs.size() && !(runs[rank].id() == run.id())) ++rank;
-        // Keep what rank 0 reported before the failure (it may still answer).
-        if (auto ended = collect(0, kDrainTimeoutMs); ended && ended->end == Attempt::End::kStopped) {
-          return *ended;
-        }
-        return {Attempt::End::kFailed, "rank " + std::to_string(rank) + ": " + e.what()};
-      }
+  std::optional<Reports> poll = Poll(rank0, kPollWaitMs);
+  std::vector<size_t> running(runs.size());  // ranks whose Run has not returned
+  for (size_t rank = 0; rank < runs.size(); ++rank) running[rank] = rank;
+  while (!running.empty()) {
+    std::vector<ObjectId> watched;
+    if (poll) watched.push_back(poll->id());
+    for (size_t rank : running) watched.push_back(runs[rank].id());
+    const int timeout_ms = poll ? kPollWaitMs + kPollTimeoutMs : -1;
+    rayd::internal::WaitOutcome woke =
+        rayd::internal::RequireRuntime().Wait(watched, 1, std::chrono::milliseconds(timeout_ms));
+    if (woke.ready.empty()) return {Attempt::End::kFailed, "rank 0 does not answer its Poll"};
+    if (poll && woke.ready.front() == 0) {
+      if (auto ended = deliver(*poll, 0)) return *ended;
+      poll.reset();
+      // Rank 0's loop is over once its Run has returned: poll no more then.
+      const bool rank0_running =
+          running.front() == 0 &&
+          !rayd::Wait(std::vector<ObjectRef<bool>>{runs[0]}, 1, 0).unready.empty();
+      if (rank0_running) poll = Poll(rank0, kPollWaitMs);
+      continue;
     }
-    if (done.unready.empty()) break;
+    const size_t rank = running[woke.ready.front() - (poll ? 1 : 0)];
+    try {
+      rayd::Get(runs[rank]);
+    } catch (const RaydError& e) {
+      // Keep what rank 0 reported before the failure (it may still answer).
+      if (!poll) poll = Poll(rank0, 0);
+      if (auto ended = deliver(*poll, kDrainTimeoutMs);
+          ended && ended->end == Attempt::End::kStopped) {
+        return *ended;
+      }
+      return {Attempt::End::kFailed, "rank " + std::to_string(rank) + ": " + e.what()};
+    }
+    running.erase(std::find(running.begin(), running.end(), rank));
   }
-  if (auto ended = collect(0, kPollTimeoutMs)) return *ended;
+  // Every Run returned: what rank 0 reported last.
+  if (poll) {
+    if (auto ended = deliver(*poll, kPollTimeoutMs)) return *ended;
+  }
+  if (auto ended = deliver(Poll(rank0, 0), kPollTimeoutMs)) return *ended;
   return {};
 }
 
