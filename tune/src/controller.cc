@@ -29,6 +29,9 @@ Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
       tracking_(std::move(tracking)),
       feed_(run.name, tune.metric, tune.mode, scheduler_->name()),
       runner_(runner) {
+  if (const auto* pbt = std::get_if<PbtConfig>(&tune.scheduler); pbt && !pbt->log_dir.empty()) {
+    lineage_.emplace(pbt->log_dir);
+  }
   runner_.SetPost([this](RunEvent event) { Post(std::move(event)); });
 }
 
@@ -215,6 +218,7 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
                   << "\n";
         return true;
       }
+      if (lineage_) lineage_->Append(decision.lineage);
       r.pending = Pending::kExploit;
       r.new_config = decision.config;
       return false;

@@ -4,7 +4,8 @@
 // It starts trials through a TrialRunner while slots are free (max_concurrent; paused trials
 // the scheduler wants back first, then PBT's restarts, then new trials in order), and handles
 // the runs' events one at a time, in arrival order: each result is recorded (progress.csv,
-// MLflow, the dashboard feed), checked against TuneConfig::stop and given to the scheduler,
+// MLflow, the dashboard feed), checked against TuneConfig::stop and given to the scheduler
+// (whose applied PBT exploits go to the lineage logs),
 // and the run is told to go on or to end; each run's end decides what its trial becomes
 // (terminated, paused, errored, pending again for PBT's exploit or after a stop request).
 // experiment_state.json is saved after every change (throttled), so a crashed sweep resumes.
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "dashboard_feed.h"
+#include "pbt_lineage.h"
 #include "trial.h"
 #include "trial_runner.h"
 #include "trial_tracking.h"
@@ -77,6 +79,7 @@ class Controller {
   std::string dir_;
   TrialTracking tracking_;
   DashboardFeed feed_;
+  std::optional<PbtLineageLog> lineage_;  // PBT with a log_dir
   TrialRunner& runner_;
   std::vector<Trial> trials_;
   std::vector<TrialFiles> files_;

@@ -13,10 +13,10 @@
 //    number), otherwise multiply by one of perturbation_factors, then bring the value back
 //    inside the domain (bounds, the step q; integers stay integers, truncated as Ray does).
 //    Ray does not clamp; a value the domain would not contain is resampled.
-// Each exploit appends Ray's policy line [target, donor, target iteration, donor iteration,
-// donor config, new config] to log_dir/pbt_global.txt and, after copying the donor's policy file
-// over the target's (so it holds the target's whole lineage), to pbt_policy_<target>.txt.
-// Iterations are the results' training_iteration (time_attr's value when absent), as Ray writes.
+// Each exploit's Decision carries Ray's policy line [target, donor, target iteration, donor
+// iteration, donor config, new config] (Decision::lineage), which the Tuner appends to the
+// lineage logs (pbt_lineage.h) when it applies the exploit. Iterations are the results'
+// training_iteration (time_attr's value when absent), as Ray writes.
 //
 // Simplified from Ray: ranks by the latest result (Ray by the one at the last perturbation
 // point) and never pauses a trial to yield to pending ones.
@@ -25,16 +25,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "sched_internal.h"
 
 namespace rayd::tune::internal {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct TrialState {
   nlohmann::json config;
@@ -119,7 +115,7 @@ class PbtScheduler final : public TrialScheduler {
     decision.action = Decision::Action::kExploit;
     decision.donor = donor_id;
     decision.config = Explore(donor.config);
-    if (!config_.log_dir.empty()) LogExploit(trial_id, trial, donor_id, donor, decision.config);
+    decision.lineage = PolicyLine(trial_id, trial, donor_id, donor, decision.config);
     spdlog::debug("pbt: trial {} exploits {} with config {}", trial_id, donor_id,
                   decision.config.dump());
     // The trial goes on from the donor's checkpoint: it takes on the donor's schedule too.
@@ -198,29 +194,16 @@ class PbtScheduler final : public TrialScheduler {
     return values[static_cast<size_t>(std::clamp(index + shift, ptrdiff_t{0}, last))];
   }
 
-  void LogExploit(const std::string& trial_id, const TrialState& trial, const std::string& donor_id,
-                  const TrialState& donor, const nlohmann::json& new_config) const {
+  static nlohmann::json PolicyLine(const std::string& trial_id, const TrialState& trial,
+                                   const std::string& donor_id, const TrialState& donor,
+                                   const nlohmann::json& new_config) {
     // Iterations are written as integers when they are (Ray's are ints).
     auto iteration = [](double v) {
       return v == std::floor(v) && std::fabs(v) < 9e15 ? nlohmann::json(static_cast<int64_t>(v))
                                                        : nlohmann::json(v);
     };
-    const nlohmann::json policy = {
-        trial_id,     donor_id,  iteration(trial.iteration), iteration(donor.iteration),
-        donor.config, new_config};
-    const fs::path dir = config_.log_dir;
-    const fs::path target = dir / ("pbt_policy_" + trial_id + ".txt");
-    const fs::path source = dir / ("pbt_policy_" + donor_id + ".txt");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (fs::exists(source, ec)) {
-      fs::copy_file(source, target, fs::copy_options::overwrite_existing, ec);
-    }
-    for (const fs::path& path : {dir / "pbt_global.txt", target}) {
-      std::ofstream out(path, std::ios::app);
-      out << policy.dump() << "\n";
-      if (!out) spdlog::warn("pbt: cannot append to {}", path.string());
-    }
+    return {trial_id,     donor_id,  iteration(trial.iteration), iteration(donor.iteration),
+            donor.config, new_config};
   }
 
   const PbtConfig config_;

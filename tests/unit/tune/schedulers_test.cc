@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "pbt_lineage.h"
+
 namespace {
 
 using rayd::tune::AshaConfig;
@@ -24,6 +26,7 @@ using rayd::tune::HyperBandConfig;
 using rayd::tune::MakeScheduler;
 using rayd::tune::MedianStoppingConfig;
 using rayd::tune::PbtConfig;
+using rayd::tune::internal::PbtLineageLog;
 using rayd::tune::SchedulerResult;
 using rayd::tune::TrialScheduler;
 using Action = Decision::Action;
@@ -524,7 +527,7 @@ TEST_CASE("PBT decisions are reproducible from the seed", "[tune]") {
   CHECK(distinct.size() > 1);
 }
 
-TEST_CASE("PBT writes Ray's lineage logs", "[tune]") {
+TEST_CASE("PBT describes each exploit in Ray's lineage logs", "[tune]") {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::temp_directory_path() / ("rayd_pbt_test_" + std::to_string(std::random_device{}()));
@@ -543,12 +546,14 @@ TEST_CASE("PBT writes Ray's lineage logs", "[tune]") {
     return out;
   };
 
-  PbtConfig c = Pbt();
-  c.log_dir = (dir / "exp").string();
-  auto pbt = MakeScheduler(c, "acc", "max", 5);
+  // The scheduler describes each exploit; the Tuner's PbtLineageLog writes what it applies.
+  auto pbt = MakeScheduler(Pbt(), "acc", "max", 5);
+  const PbtLineageLog log((dir / "exp").string());
   Decision d1 = ExploitOnce(*pbt, true);
   REQUIRE(d1.action == Action::kExploit);
   const json line1 = {"t3", "t0", 2, 1, DonorConfig(), d1.config};
+  CHECK(d1.lineage == line1);
+  log.Append(d1.lineage);
   CHECK(lines(dir / "exp" / "pbt_global.txt") == std::vector<json>{line1});
   CHECK(lines(dir / "exp" / "pbt_policy_t3.txt") == std::vector<json>{line1});
   CHECK(lines(dir / "exp" / "pbt_global.txt")[0][2].is_number_integer());
@@ -560,6 +565,8 @@ TEST_CASE("PBT writes Ray's lineage logs", "[tune]") {
   REQUIRE(d2.action == Action::kExploit);
   CHECK(d2.donor == "t3");
   const json line2 = {"t1", "t3", 4, 4, d1.config, d2.config};
+  CHECK(d2.lineage == line2);
+  log.Append(d2.lineage);
   CHECK(lines(dir / "exp" / "pbt_global.txt") == std::vector<json>{line1, line2});
   CHECK(lines(dir / "exp" / "pbt_policy_t1.txt") == std::vector<json>{line1, line2});
   CHECK(lines(dir / "exp" / "pbt_policy_t3.txt") == std::vector<json>{line1});

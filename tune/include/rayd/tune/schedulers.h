@@ -46,6 +46,10 @@ struct Decision {
   Action action = Action::kContinue;
   std::string donor;      // kExploit
   nlohmann::json config;  // kExploit: the perturbed config to continue with
+  // kExploit: Ray's policy line [target, donor, target iteration, donor iteration, donor
+  // config, new config], which the Tuner appends to the lineage logs when it applies the
+  // exploit (schedulers decide; they write nothing).
+  nlohmann::json lineage;
   static Decision Continue() { return {}; }
   static Decision Pause() { return {Action::kPause, {}, {}}; }
   static Decision Stop() { return {Action::kStop, {}, {}}; }
@@ -108,7 +112,8 @@ struct PbtConfig {
   double quantile_fraction = 0.25;
   double resample_probability = 0.25;
   std::vector<double> perturbation_factors = {1.2, 0.8};
-  // Directory for pbt_global.txt and pbt_policy_<trial>.txt (the experiment's); empty: none.
+  // Directory where the Tuner writes pbt_global.txt and pbt_policy_<trial>.txt (the
+  // experiment's by default); empty: none.
   std::string log_dir;
 };
 
