@@ -1,8 +1,8 @@
 #include "checkpoint_store.h"
 
+#include <rayd/train/run_directory.h>
+
 #include <algorithm>
-#include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,27 +13,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kResultFile = "result.json";
 constexpr const char* kCheckpointKey = "checkpoint_dir_name";
-constexpr const char* kPrefix = "checkpoint_";
 constexpr const char* kIteration = "training_iteration";
 constexpr const char* kTimeThisIter = "time_this_iter_s";
 constexpr const char* kTimeTotal = "time_total_s";
 constexpr const char* kTimestamp = "timestamp";
-
-std::string NameOf(int index) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "%s%06d", kPrefix, index);
-  return name;
-}
-
-// The index of a directory named checkpoint_NNNNNN, or -1.
-int IndexOf(const std::string& name) {
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stoi(digits);
-}
 
 }  // namespace
 
@@ -48,7 +32,7 @@ Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointCon
   CheckpointStore store(std::move(run_dir), std::move(config));
 
   std::map<int, std::optional<double>> scores;
-  std::ifstream results(fs::path(store.run_dir_) / kResultFile);
+  std::ifstream results(RunDirectory(store.run_dir_).ResultFile());
   for (std::string line; std::getline(results, line);) {
     nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
     if (!row.is_object()) continue;  // a line cut short by a crash
@@ -64,11 +48,11 @@ Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointCon
       if (!attribute.empty() && row.contains(attribute) && row[attribute].is_number()) {
         score = row[attribute].get<double>();
       }
-      scores[IndexOf(row[kCheckpointKey].get<std::string>())] = score;
+      scores[RunDirectory::CheckpointIndex(row[kCheckpointKey].get<std::string>())] = score;
     }
   }
   for (const auto& entry : fs::directory_iterator(store.run_dir_, ec)) {
-    int index = IndexOf(entry.path().filename().string());
+    int index = RunDirectory::CheckpointIndex(entry.path().filename().string());
     if (index < 0 || !entry.is_directory()) continue;
     auto score = scores.find(index);
     store.kept_.push_back({index, score == scores.end() ? std::nullopt : score->second});
@@ -80,7 +64,7 @@ Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointCon
 }
 
 std::string CheckpointStore::DirOf(int index) const {
-  return (fs::path(run_dir_) / NameOf(index)).string();
+  return RunDirectory(run_dir_).CheckpointDir(index);
 }
 
 std::optional<std::string> CheckpointStore::Latest() const {
@@ -117,12 +101,10 @@ Result<ReportedResult> CheckpointStore::Persist(const ReportMessage& report,
     auto found = report.metrics.find(config_.score_attribute);
     if (found != report.metrics.end()) score = found->second;
     kept_.push_back({index, score});
-    row[kCheckpointKey] = NameOf(index);
+    row[kCheckpointKey] = RunDirectory::CheckpointName(index);
     persisted.checkpoint = DirOf(index);
   }
-  std::ofstream results(fs::path(run_dir_) / kResultFile, std::ios::app);
-  results << row.dump() << '\n';
-  if (!results) return Status::Internal("cannot append to " + run_dir_ + "/" + kResultFile);
+  RAYD_RETURN_IF_ERROR(RunDirectory(run_dir_).AppendResult(row));
   last_metrics_ = persisted.metrics;
   RAYD_RETURN_IF_ERROR(Prune());
   return persisted;
@@ -157,17 +139,16 @@ Status CheckpointStore::Prune() {
 namespace rayd::train {
 
 Result<std::string> AddCheckpoint(const std::string& run_dir, const std::string& source) {
-  using internal::IndexOf;
-  using internal::NameOf;
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) return Status::Internal("cannot create " + run_dir + ": " + ec.message());
   int next = 0;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    if (entry.is_directory()) next = std::max(next, IndexOf(entry.path().filename().string()) + 1);
+    if (!entry.is_directory()) continue;
+    next = std::max(next, RunDirectory::CheckpointIndex(entry.path().filename().string()) + 1);
   }
-  const std::string target = (fs::path(run_dir) / NameOf(next)).string();
+  const std::string target = RunDirectory(run_dir).CheckpointDir(next);
   // Copied beside its final name and renamed, as Persist writes, so a crash never leaves a
   // partial checkpoint under a name a resume would pick.
   const std::string staging = target + ".tmp";

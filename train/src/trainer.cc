@@ -3,6 +3,7 @@
 
 #include <rayd/base/logging.h>
 #include <rayd/train/mlflow.h>
+#include <rayd/train/run_directory.h>
 #include <rayd/train/trainer.h>
 
 #include <algorithm>
@@ -114,16 +115,13 @@ int ResolveNumWorkers(const ScalingConfig& scaling) {
   return workers;
 }
 
-// params.json: what the run was asked to do, as MLflow-style params.
-Status WriteParams(const std::string& run_dir, const nlohmann::json& config, int num_workers) {
+// params.json of a Trainer's own run: the config and the workers, as MLflow-style params.
+nlohmann::json TrainerParams(const nlohmann::json& config, int num_workers) {
   nlohmann::json params = {{"config", config}, {"num_workers", num_workers}};
   if (config.is_object() && config.contains("batch_size") && config["batch_size"].is_number()) {
     params["effective_batch_size"] = config["batch_size"].get<double>() * num_workers;
   }
-  std::ofstream out(std::filesystem::path(run_dir) / "params.json");
-  out << params.dump(2) << '\n';
-  if (!out) return Status::Internal("cannot write " + run_dir + "/params.json");
-  return Status::Ok();
+  return params;
 }
 
 std::string Describe(const std::map<std::string, double>& resources) {
@@ -437,10 +435,9 @@ TrainResult Trainer::Fit(const FitOptions& options) {
   std::string run_dir = (std::filesystem::path(run_.storage_path) / run_.name).string();
   Result<CheckpointStore> store = CheckpointStore::Open(run_dir, run_.checkpoint);
   if (!store.ok()) throw RaydError(store.status().message());
-  if (options.write_params) {
-    Status written = WriteParams(run_dir, config_, scaling.num_workers);
-    if (!written.ok()) throw RaydError(written.message());
-  }
+  Status written = RunDirectory(run_dir).WriteParams(
+      options.params ? *options.params : TrainerParams(config_, scaling.num_workers));
+  if (!written.ok()) throw RaydError(written.message());
 
   // MLflow tracking from this driver: rank 0's reports, as Fit persists them.
   std::optional<MlflowRun> tracking;

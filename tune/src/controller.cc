@@ -50,8 +50,6 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
       feed_.OnResult(t, m);
     }
     t.status = TrialStatus::kPending;
-    Status written = files_[i].WriteParams(t.config);
-    if (!written.ok()) throw RaydError(written.message());
   }
   Save();
   auto last_table = Clock::now() - std::chrono::hours(1);
@@ -251,9 +249,7 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
   } else if (pending == Pending::kExploit) {
     // Restarted first by LaunchWhatFits, from the clone, with the explored config.
     t.checkpoint = cloned;
-    t.config = std::move(new_config);
-    Status written = files_[index].WriteParams(t.config);
-    if (!written.ok()) std::cerr << "rayd tune: " << written.message() << "\n";
+    t.config = std::move(new_config);  // its next run writes it to params.json
     t.status = TrialStatus::kPending;
   } else {
     t.status = TrialStatus::kTerminated;

@@ -1,5 +1,7 @@
 #include "trial.h"
 
+#include <rayd/base/files.h>
+
 #include <unistd.h>
 
 #include <charconv>
@@ -20,42 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kStateFile = "experiment_state.json";
-constexpr const char* kResultFile = "result.json";
-constexpr const char* kParamsFile = "params.json";
-constexpr const char* kProgressFile = "progress.csv";
-constexpr const char* kErrorFile = "error.txt";
-
-// Writes `contents` to `path` through a temporary file beside it and a rename, so a reader (or
-// a crash) sees either the old file or the new one, never a part.
-Status WriteFileAtomically(const fs::path& path, const std::string& contents) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec)
-    return Status::Internal("cannot create " + path.parent_path().string() + ": " + ec.message());
-  fs::path temp = path.parent_path() / ("." + path.filename().string() + ".tmp");
-  std::FILE* file = std::fopen(temp.c_str(), "wb");
-  if (file == nullptr) return Status::Internal("cannot write " + temp.string());
-  bool ok = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
-  ok = std::fflush(file) == 0 && ok;
-  ok = ::fsync(::fileno(file)) == 0 && ok;
-  ok = std::fclose(file) == 0 && ok;
-  if (ok) fs::rename(temp, path, ec);
-  if (!ok || ec) {
-    fs::remove(temp, ec);
-    return Status::Internal("cannot write " + path.string());
-  }
-  return Status::Ok();
-}
-
-Status AppendToFile(const fs::path& path, const std::string& contents) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  std::ofstream out(path, std::ios::app | std::ios::binary);
-  out << contents;
-  out.flush();
-  if (!out) return Status::Internal("cannot append to " + path.string());
-  return Status::Ok();
-}
 
 // ---- experiment_state.json ----
 
@@ -281,16 +247,6 @@ std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
   return records;
 }
 
-std::string IsoTimeNow() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
-}
-
 }  // namespace
 
 const char* ToString(TrialStatus status) {
@@ -339,7 +295,7 @@ Status SaveExperimentState(const std::string& experiment_dir, const ExperimentSt
   json doc{{"name", state.name},     {"trainable", state.trainable},
            {"metric", state.metric}, {"mode", state.mode},
            {"timestamp", now},       {"trials", std::move(trials)}};
-  return WriteFileAtomically(fs::path(experiment_dir) / kStateFile, doc.dump(2) + "\n");
+  return WriteFileAtomically((fs::path(experiment_dir) / kStateFile).string(), doc.dump(2) + "\n");
 }
 
 Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
@@ -372,18 +328,15 @@ Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
   }
   for (size_t i = 0; i < trials->size(); ++i) {
     RAYD_ASSIGN_OR_RETURN(Trial trial, TrialFromJson((*trials)[i], i));
-    trial.history = ReadHistory(fs::path(experiment_dir) / trial.dir_name / kResultFile);
+    trial.history = ReadHistory(
+        train::RunDirectory((fs::path(experiment_dir) / trial.dir_name).string()).ResultFile());
     state.trials.push_back(std::move(trial));
   }
   return state;
 }
 
-Status TrialFiles::WriteParams(const nlohmann::json& config) const {
-  return WriteFileAtomically(fs::path(dir_) / kParamsFile, config.dump(2) + "\n");
-}
-
 Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& config) {
-  fs::path path = fs::path(dir_) / kProgressFile;
+  const std::string path = dir_.ProgressFile();
   if (columns_.empty()) {
     // A resumed trial: carry on with the rows an earlier run wrote.
     std::ifstream in(path, std::ios::binary);
@@ -429,19 +382,6 @@ Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& c
   return WriteFileAtomically(path, text);
 }
 
-Status TrialFiles::AppendError(const std::string& error) const {
-  fs::path path = fs::path(dir_) / kErrorFile;
-  int failures = 0;
-  {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("Failure # ", 0) == 0) ++failures;
-    }
-  }
-  std::string block =
-      "Failure # " + std::to_string(failures + 1) + " (occurred at " + IsoTimeNow() + ")\n" + error;
-  if (block.empty() || block.back() != '\n') block += '\n';
-  return AppendToFile(path, block + "\n");
-}
+Status TrialFiles::AppendError(const std::string& error) const { return dir_.AppendError(error); }
 
 }  // namespace rayd::tune::internal

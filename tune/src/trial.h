@@ -3,6 +3,7 @@
 // controller thread only.
 
 #include <rayd/base/status.h>
+#include <rayd/train/run_directory.h>
 #include <rayd/tune/tuner.h>
 
 #include <nlohmann/json.hpp>
@@ -49,13 +50,12 @@ Status SaveExperimentState(const std::string& experiment_dir, const ExperimentSt
 // when it cannot be read. Fills each trial's history from its result.json (numeric fields).
 Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir);
 
-// A trial's own files other than result.json (the Trainer's) and checkpoints.
+// The files the Tuner keeps in a trial's run directory beside the Trainer's (result.json,
+// params.json, checkpoints); their names come from train::RunDirectory.
 class TrialFiles {
  public:
   explicit TrialFiles(std::string trial_dir) : dir_(std::move(trial_dir)) {}
-  const std::string& dir() const { return dir_; }
-  // params.json (pretty, rewritten).
-  Status WriteParams(const nlohmann::json& config) const;
+  const std::string& dir() const { return dir_.path(); }
   // progress.csv: one row per result. Columns are the first result's keys in order (metrics
   // sorted, then config/<path> columns flattened from `config`); a later result with new keys
   // rewrites the file with the union of columns. Values missing in a row are empty.
@@ -64,7 +64,7 @@ class TrialFiles {
   Status AppendError(const std::string& error) const;
 
  private:
-  std::string dir_;
+  train::RunDirectory dir_;
   std::vector<std::string> columns_;
   std::vector<std::vector<std::string>> rows_;  // kept to rewrite the file when columns grow
 };

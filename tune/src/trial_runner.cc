@@ -43,7 +43,7 @@ void TrainerRunner::Start(const RunRequest& request) {
   config.mlflow_tracking_uri.clear();
   train::Trainer trainer(trainable_.train_loop, request.config, trainable_.scaling, config);
   train::FitOptions options;
-  options.write_params = false;
+  options.params = request.config;  // Ray Tune's params.json: the trial's config
   if (free_pools_.empty()) free_pools_.push_back(std::make_shared<train::GangPool>());
   run->pool = std::move(free_pools_.back());
   free_pools_.pop_back();

@@ -270,18 +270,28 @@ TEST_CASE("Loading bad experiment state is InvalidArgument naming the problem", 
   CHECK(loaded->trials[0].last_result == Metrics{{"loss", 1}});
 }
 
-TEST_CASE("TrialFiles writes params.json", "[tune]") {
+TEST_CASE("a run directory names its files and writes params.json whole", "[tune]") {
   TempDir dir;
-  TrialFiles files((dir.path() / "mlp_3fa2c_00000").string());
+  rayd::train::RunDirectory run((dir.path() / "mlp_3fa2c_00000").string());
   json config = {{"lr", 0.01}, {"optim", {{"name", "sgd"}}}};
-  REQUIRE(files.WriteParams(config).ok());
+  REQUIRE(run.WriteParams(config).ok());
   fs::path params = dir.path() / "mlp_3fa2c_00000" / "params.json";
+  CHECK(run.ParamsFile() == params.string());
   CHECK(json::parse(ReadAll(params)) == config);
   CHECK(ReadAll(params).find('\n') != std::string::npos);  // pretty
   json changed = {{"lr", 0.02}};
-  REQUIRE(files.WriteParams(changed).ok());
+  REQUIRE(run.WriteParams(changed).ok());
   CHECK(json::parse(ReadAll(params)) == changed);
   CHECK(fs::exists(params.parent_path() / ".params.json.tmp") == false);
+  // Ray's names, and checkpoint directories numbered to six digits.
+  CHECK(fs::path(run.ResultFile()).filename() == "result.json");
+  CHECK(fs::path(run.ProgressFile()).filename() == "progress.csv");
+  CHECK(fs::path(run.ErrorFile()).filename() == "error.txt");
+  CHECK(rayd::train::RunDirectory::CheckpointName(12) == "checkpoint_000012");
+  CHECK(rayd::train::RunDirectory::CheckpointIndex("checkpoint_000012") == 12);
+  CHECK(rayd::train::RunDirectory::CheckpointIndex("checkpoint_000012.tmp") == -1);
+  CHECK(rayd::train::RunDirectory::CheckpointIndex("checkpoint_") == -1);
+  CHECK(rayd::train::RunDirectory::CheckpointIndex("params.json") == -1);
 }
 
 TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {

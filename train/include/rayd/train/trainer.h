@@ -142,9 +142,11 @@ struct FitOptions {
   std::function<bool(const ReportedResult&)> on_report;
   // Fields added to every result.json line (e.g. trial_id, config).
   nlohmann::json result_fields = nlohmann::json::object();
-  // Whether Fit writes params.json in the run directory: the config, num_workers and, when
-  // the config has batch_size (per worker), effective_batch_size = batch_size * num_workers.
-  bool write_params = true;
+  // What Fit writes to the run directory's params.json (rayd/train/run_directory.h). Unset:
+  // the config, num_workers and, when the config has batch_size (per worker),
+  // effective_batch_size = batch_size * num_workers. The Tuner sets the trial's config, as Ray
+  // Tune's params.json holds.
+  std::optional<nlohmann::json> params;
   // Reuse a finished run's gang from here, and leave this run's there when it finishes.
   std::shared_ptr<GangPool> reuse;
 };
