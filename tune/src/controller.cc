@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 
 namespace rayd::tune::internal {
 namespace {
@@ -18,7 +17,7 @@ constexpr auto kSaveInterval = std::chrono::milliseconds(500);
 
 Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
                        const train::RunConfig& run, std::unique_ptr<TrialScheduler> scheduler,
-                       std::string experiment_dir, TrialTracking tracking,
+                       std::string experiment_dir, std::vector<std::unique_ptr<ResultSink>> sinks,
                        const std::atomic<bool>& stop_requested, TrialRunner& runner)
     : stop_requested_(stop_requested),
       trainable_(trainable),
@@ -26,18 +25,13 @@ Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
       run_(run),
       scheduler_(std::move(scheduler)),
       dir_(std::move(experiment_dir)),
-      tracking_(std::move(tracking)),
-      feed_(run.name, tune.metric, tune.mode, scheduler_->name()),
+      sinks_(std::move(sinks)),
       runner_(runner) {
-  if (const auto* pbt = std::get_if<PbtConfig>(&tune.scheduler); pbt && !pbt->log_dir.empty()) {
-    lineage_.emplace(pbt->log_dir);
-  }
   runner_.SetPost([this](RunEvent event) { Post(std::move(event)); });
 }
 
 ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
   trials_ = std::move(trials);
-  for (const Trial& t : trials_) files_.emplace_back((fs::path(dir_) / t.dir_name).string());
   max_concurrent_ = max_concurrent;
   started_ = Clock::now();
   for (size_t i = 0; i < trials_.size(); ++i) {
@@ -47,12 +41,11 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
     // A resumed experiment feeds the scheduler what unfinished trials reported before.
     for (const Metrics& m : t.history) {
       scheduler_->OnTrialResult(t.id, {m, t.config, t.checkpoint.has_value()});
-      feed_.OnResult(t, m);
+      for (auto& sink : sinks_) sink->OnRestoredResult(t, m);
     }
     t.status = TrialStatus::kPending;
   }
   Save();
-  auto last_table = Clock::now() - std::chrono::hours(1);
   while (true) {
     if (!stop_requested_) LaunchWhatFits();
     // Gangs no new trial took: give their resources back, so trials still waiting for their
@@ -65,18 +58,11 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
     std::optional<RunEvent> event = NextEvent(std::chrono::milliseconds(200));
     if (event) Handle(std::move(*event));
     if (save_pending_) Save();
-    feed_.Publish(trials_, /*finished=*/false);
     if (stop_requested_) InterruptAll();
-    if (tune_.progress_interval_s > 0 &&
-        Clock::now() - last_table >= std::chrono::duration<double>(tune_.progress_interval_s)) {
-      PrintTable();
-      last_table = Clock::now();
-    }
+    Tick(/*finished=*/false);
   }
   Save(/*now=*/true);
-  feed_.Publish(trials_, /*finished=*/true);
-  tracking_.Close();
-  if (tune_.progress_interval_s > 0) PrintTable();
+  Tick(/*finished=*/true);
   std::vector<TrialResult> results;
   for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
   return ResultGrid(dir_, std::move(results), tune_.metric, tune_.mode);
@@ -127,7 +113,7 @@ bool Controller::FinishStrandedPauses() {
     if (t.status != TrialStatus::kPaused) continue;
     t.status = TrialStatus::kTerminated;
     scheduler_->OnTrialComplete(t.id);
-    tracking_.OnStatus(t);
+    for (auto& sink : sinks_) sink->OnStatus(t);
   }
   Save();
   return false;
@@ -145,7 +131,7 @@ void Controller::Start(size_t index) {
   t.status = TrialStatus::kRunning;
   Save();
   running_[index] = Running{};
-  tracking_.OnStart(t);
+  for (auto& sink : sinks_) sink->OnTrialStart(t);
   runner_.Start({.trial = index,
                  .trial_id = t.id,
                  .experiment_dir = dir_,
@@ -187,10 +173,7 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
   if (result.checkpoint) t.checkpoint = result_checkpoint_[index] = *result.checkpoint;
   auto total = result.metrics.find("time_total_s");
   if (total != result.metrics.end()) t.time_total_s = total->second;
-  Status logged = files_[index].AppendProgress(result.metrics, t.config);
-  if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
-  tracking_.OnResult(t, result.metrics);
-  feed_.OnResult(t, result.metrics);
+  for (auto& sink : sinks_) sink->OnResult(t, result.metrics);
   if (r.pending != Pending::kNone) return false;  // already on its way out
   if (stop_requested_) {
     r.pending = Pending::kInterrupt;
@@ -216,7 +199,7 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
                   << "\n";
         return true;
       }
-      if (lineage_) lineage_->Append(decision.lineage);
+      for (auto& sink : sinks_) sink->OnExploit(decision.lineage);
       r.pending = Pending::kExploit;
       r.new_config = decision.config;
       return false;
@@ -239,8 +222,6 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
     ++t.num_failures;
     t.status = TrialStatus::kError;
     t.error = ended.error;
-    Status logged = files_[index].AppendError(ended.error);
-    if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
     scheduler_->OnTrialError(t.id);
   } else if (pending == Pending::kPause) {
     t.status = resume_when_paused_.erase(index) ? TrialStatus::kPending : TrialStatus::kPaused;
@@ -255,7 +236,7 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
     t.status = TrialStatus::kTerminated;
     scheduler_->OnTrialComplete(t.id);
   }
-  tracking_.OnStatus(t);
+  for (auto& sink : sinks_) sink->OnStatus(t);
   Save();
 }
 
@@ -307,23 +288,11 @@ void Controller::Save(bool now) {
   save_pending_ = false;
 }
 
-void Controller::PrintTable() {
-  const int workers = std::max(trainable_.scaling.num_workers, 1);
-  const int running = static_cast<int>(running_.size());
-  std::ostringstream resources;
-  resources << "Resources requested: ";
-  if (running == 0) resources << "none";
-  bool first = true;
-  for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
-    if (running == 0) break;
-    resources << (first ? "" : ", ") << amount * workers * running << " " << name;
-    first = false;
-  }
-  resources << " (" << running << " trials x " << workers << " workers running; at most "
-            << max_concurrent_ << " at once)";
-  double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
-  std::cout << RenderTable(trials_, tune_.metric, scheduler_->Summary(), resources.str(), elapsed)
-            << std::endl;
+void Controller::Tick(bool finished) {
+  const SweepView view{trials_, static_cast<int>(running_.size()), max_concurrent_,
+                       scheduler_->Summary(),
+                       std::chrono::duration<double>(Clock::now() - started_).count(), finished};
+  for (auto& sink : sinks_) sink->OnTick(view);
 }
 
 }  // namespace rayd::tune::internal

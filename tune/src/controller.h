@@ -3,9 +3,9 @@
 //
 // It starts trials through a TrialRunner while slots are free (max_concurrent; paused trials
 // the scheduler wants back first, then PBT's restarts, then new trials in order), and handles
-// the runs' events one at a time, in arrival order: each result is recorded (progress.csv,
-// MLflow, the dashboard feed), checked against TuneConfig::stop and given to the scheduler
-// (whose applied PBT exploits go to the lineage logs),
+// the runs' events one at a time, in arrival order: each result goes to the sinks
+// (result_sink.h: trial files, MLflow, the dashboard feed, the console table, PBT's lineage
+// logs), is checked against TuneConfig::stop and given to the scheduler,
 // and the run is told to go on or to end; each run's end decides what its trial becomes
 // (terminated, paused, errored, pending again for PBT's exploit or after a stop request).
 // experiment_state.json is saved after every change (throttled), so a crashed sweep resumes.
@@ -27,11 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "dashboard_feed.h"
-#include "pbt_lineage.h"
+#include "result_sink.h"
 #include "trial.h"
 #include "trial_runner.h"
-#include "trial_tracking.h"
 
 namespace rayd::tune::internal {
 
@@ -41,8 +39,8 @@ class Controller {
   // Tuner's: once set, running trials stop at their next result and stay resumable.
   Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
              std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir,
-             TrialTracking tracking, const std::atomic<bool>& stop_requested,
-             TrialRunner& runner);
+             std::vector<std::unique_ptr<ResultSink>> sinks,
+             const std::atomic<bool>& stop_requested, TrialRunner& runner);
 
   // Runs `trials` (new, or loaded by a resume) until none is left to run, or until a stop
   // request has ended every running one; returns them as they ended.
@@ -69,7 +67,8 @@ class Controller {
   Status Clone(size_t index, const std::string& donor_id, std::string* cloned);
   void InterruptAll();
   void Save(bool now = false);
-  void PrintTable();
+  // Gives every sink the sweep as it stands.
+  void Tick(bool finished);
 
   const std::atomic<bool>& stop_requested_;
   const Trainable& trainable_;
@@ -77,9 +76,7 @@ class Controller {
   const train::RunConfig& run_;
   std::unique_ptr<TrialScheduler> scheduler_;
   std::string dir_;
-  TrialTracking tracking_;
-  DashboardFeed feed_;
-  std::optional<PbtLineageLog> lineage_;  // PBT with a log_dir
+  std::vector<std::unique_ptr<ResultSink>> sinks_;  // called in order
   TrialRunner& runner_;
   std::vector<Trial> trials_;
   std::vector<TrialFiles> files_;

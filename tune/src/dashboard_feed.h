@@ -14,20 +14,25 @@
 #include <utility>
 #include <vector>
 
+#include "result_sink.h"
 #include "trial.h"
 
 namespace rayd::tune::internal {
 
-class DashboardFeed {
+class DashboardFeed : public ResultSink {
  public:
   // At most this many points per curve; a longer curve keeps every other point.
   static constexpr size_t kMaxCurvePoints = 2000;
 
   DashboardFeed(std::string name, std::string metric, std::string mode, std::string scheduler);
 
-  // A trial reported `result`.
-  void OnResult(const Trial& trial, const Metrics& result);
-  // Publishes the sweep's state if the throttle allows (always when `finished`).
+  // A trial reported `result` (before a resume, too: its curve is shown whole).
+  void OnResult(const Trial& trial, const Metrics& result) override;
+  void OnRestoredResult(const Trial& trial, const Metrics& result) override {
+    OnResult(trial, result);
+  }
+  // Publishes the sweep's state if the throttle allows (always at its end).
+  void OnTick(const SweepView& view) override { Publish(view.trials, view.finished); }
   void Publish(const std::vector<Trial>& trials, bool finished);
 
  private:

@@ -10,14 +10,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "result_sink.h"
+
 namespace rayd::tune::internal {
 
-class PbtLineageLog {
+class PbtLineageLog : public ResultSink {
  public:
   explicit PbtLineageLog(std::string dir) : dir_(std::move(dir)) {}
 
   // Appends one exploit's policy line.
   void Append(const nlohmann::json& policy) const;
+  void OnExploit(const nlohmann::json& lineage) override { Append(lineage); }
 
  private:
   std::string dir_;

@@ -25,7 +25,7 @@ Result<TrialTracking> TrialTracking::Open(const rayd::train::RunConfig& run, std
   return tracking;
 }
 
-void TrialTracking::OnStart(const Trial& trial) {
+void TrialTracking::OnTrialStart(const Trial& trial) {
   if (!enabled_) return;
   if (open_.count(trial.id)) {
     OnStatus(trial);

@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "result_sink.h"
 #include "trial.h"
 
 namespace rayd::tune::internal {
 
-class TrialTracking {
+class TrialTracking : public ResultSink {
  public:
   // Off when run.mlflow_tracking_uri is empty. Otherwise opens the store and finds or creates
   // the experiment now, so a bad URI fails (InvalidArgument / Internal) before any trial runs.
@@ -26,12 +27,15 @@ class TrialTracking {
                                     std::string experiment_dir);
 
   // The trial starts (or restarts): its run is created, or reopened after a resume.
-  void OnStart(const Trial& trial);
-  void OnResult(const Trial& trial, const Metrics& result);
+  void OnTrialStart(const Trial& trial) override;
+  void OnResult(const Trial& trial, const Metrics& result) override;
   // The trial's status changed: the tag follows; TERMINATED ends the run FINISHED (scheduler
   // stops and `stop` criteria included, as Ray's MLflowLoggerCallback does), ERROR ends it FAILED.
-  void OnStatus(const Trial& trial);
-  // The sweep is over: runs still open (trials interrupted by Ctrl-C, resumable) end KILLED.
+  void OnStatus(const Trial& trial) override;
+  // At the sweep's end, runs still open (trials interrupted by Ctrl-C, resumable) end KILLED.
+  void OnTick(const SweepView& view) override {
+    if (view.finished) Close();
+  }
   void Close();
 
  private:

@@ -11,8 +11,12 @@
 #include <random>
 #include <sstream>
 
+#include "console_table.h"
 #include "controller.h"
+#include "dashboard_feed.h"
+#include "pbt_lineage.h"
 #include "trial.h"
+#include "trial_files_sink.h"
 #include "trial_runner.h"
 #include "trial_tracking.h"
 
@@ -125,9 +129,22 @@ ResultGrid Tuner::Fit() {
   Result<internal::TrialTracking> tracking =
       internal::TrialTracking::Open(run_, scheduler->name(), dir);
   if (!tracking.ok()) throw RaydError("MLflow tracking: " + tracking.status().message());
+  // What happens to results besides the decisions, in this order.
+  std::vector<std::unique_ptr<internal::ResultSink>> sinks;
+  sinks.push_back(std::make_unique<internal::TrialFilesSink>(dir));
+  sinks.push_back(std::make_unique<internal::TrialTracking>(std::move(tracking).value()));
+  sinks.push_back(std::make_unique<internal::DashboardFeed>(run_.name, tune_.metric, tune_.mode,
+                                                            scheduler->name()));
+  if (const auto* pbt = std::get_if<PbtConfig>(&tune_.scheduler); pbt && !pbt->log_dir.empty()) {
+    sinks.push_back(std::make_unique<internal::PbtLineageLog>(pbt->log_dir));
+  }
+  if (tune_.progress_interval_s > 0) {
+    sinks.push_back(std::make_unique<internal::ConsoleTable>(trainable_, tune_.metric,
+                                                             tune_.progress_interval_s));
+  }
   internal::TrainerRunner runner(trainable_, run_);
   internal::Controller controller(trainable_, tune_, run_, std::move(scheduler), dir,
-                                  std::move(tracking).value(), *stop_requested_, runner);
+                                  std::move(sinks), *stop_requested_, runner);
   return controller.Run(std::move(trials), max_concurrent);
 }
 

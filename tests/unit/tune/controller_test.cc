@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "trial_files_sink.h"
 
 namespace {
 
@@ -122,10 +123,11 @@ struct Sweep {
 
   ResultGrid Run(ScriptedRunner& runner, std::vector<Trial> trials, int max_concurrent) {
     run.storage_path = dir.path();
-    auto tracking = TrialTracking::Open(run, "scripted", dir.path());
-    REQUIRE(tracking.ok());
-    Controller controller(trainable, tune, run, MakeScheduler(tune.scheduler, tune.metric, tune.mode, 1),
-                          dir.path(), std::move(tracking).value(), stop_requested, runner);
+    std::vector<std::unique_ptr<ResultSink>> sinks;
+    sinks.push_back(std::make_unique<TrialFilesSink>(dir.path()));
+    Controller controller(trainable, tune, run,
+                          MakeScheduler(tune.scheduler, tune.metric, tune.mode, 1), dir.path(),
+                          std::move(sinks), stop_requested, runner);
     return controller.Run(std::move(trials), max_concurrent);
   }
 };

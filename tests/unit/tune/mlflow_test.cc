@@ -280,7 +280,7 @@ TEST_CASE("TrialTracking: one MLflow run per trial, ended by what became of the 
   Trial failed = MakeTrial(1, {{"lr", 0.2}});
   Trial interrupted = MakeTrial(2, {{"lr", 0.3}});
   Trial paused_then_done = MakeTrial(3, {{"lr", 0.4}});
-  for (Trial* t : {&finished, &failed, &interrupted, &paused_then_done}) tracking.OnStart(*t);
+  for (Trial* t : {&finished, &failed, &interrupted, &paused_then_done}) tracking.OnTrialStart(*t);
   for (int i = 1; i <= 3; ++i) {
     tracking.OnResult(finished, {{"loss", 1.0 / i}, {"training_iteration", i}, {"timestamp", 100}});
   }
@@ -293,7 +293,7 @@ TEST_CASE("TrialTracking: one MLflow run per trial, ended by what became of the 
   paused_then_done.status = TrialStatus::kPaused;
   tracking.OnStatus(paused_then_done);
   paused_then_done.status = TrialStatus::kRunning;
-  tracking.OnStart(paused_then_done);  // resumed: the same run
+  tracking.OnTrialStart(paused_then_done);  // resumed: the same run
   paused_then_done.status = TrialStatus::kTerminated;
   tracking.OnStatus(paused_then_done);
   interrupted.status = TrialStatus::kPending;
@@ -333,7 +333,7 @@ TEST_CASE("TrialTracking is off without a tracking URI and fails early on a bad 
   rayd::Result<TrialTracking> off = TrialTracking::Open(run, "FIFO", dir.path());
   REQUIRE(off.ok());
   Trial t = MakeTrial(0, {{"lr", 1}});
-  off->OnStart(t);
+  off->OnTrialStart(t);
   off->Close();
   CHECK(fs::is_empty(dir.path()));
 
