@@ -10,7 +10,8 @@ namespace rayd {
 
 namespace fs = std::filesystem;
 
-Status WriteFileAtomically(const std::string& path_text, const std::string& contents) {
+Status WriteFileAtomically(const std::string& path_text, const std::string& contents,
+                           bool durable) {
   const fs::path path = path_text;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
@@ -22,7 +23,7 @@ Status WriteFileAtomically(const std::string& path_text, const std::string& cont
   if (file == nullptr) return Status::Internal("cannot write " + temp.string());
   bool ok = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
   ok = std::fflush(file) == 0 && ok;
-  ok = ::fsync(::fileno(file)) == 0 && ok;
+  if (durable) ok = ::fsync(::fileno(file)) == 0 && ok;
   ok = std::fclose(file) == 0 && ok;
   if (ok) fs::rename(temp, path, ec);
   if (!ok || ec) {

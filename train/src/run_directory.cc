@@ -43,7 +43,8 @@ int RunDirectory::CheckpointIndex(const std::string& name) {
 }
 
 Status RunDirectory::WriteParams(const nlohmann::json& params) const {
-  return WriteFileAtomically(ParamsFile(), params.dump(2) + "\n");
+  // Rewritten at every Fit and informational: whole for readers, not worth an fsync per trial.
+  return WriteFileAtomically(ParamsFile(), params.dump(2) + "\n", /*durable=*/false);
 }
 
 Status RunDirectory::AppendResult(const nlohmann::json& line) const {
