@@ -60,14 +60,8 @@ double WallSeconds() {
       .count();
 }
 
-// Skips the test (with a message) where network namespaces cannot be made.
-#define REQUIRE_TESTBED()                                          \
-  do {                                                             \
-    if (std::string why = Testbed::Unsupported(); !why.empty()) {  \
-      WARN("skipped: " << why);                                    \
-      return;                                                      \
-    }                                                              \
-  } while (0)
+// Skips the test (CTest: skipped, exit 77) where network namespaces cannot be made.
+#define REQUIRE_TESTBED() Testbed::SkipUnlessSupported()
 
 // A cluster on a test bed: the head on host 0, nodes on the hosts the test chooses.
 class MultiHostCluster {

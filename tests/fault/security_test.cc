@@ -67,10 +67,7 @@ std::string LogsOf(const std::string& session) { return ReadFile(session + "/log
 TEST_CASE("without --node-ip-address the head listens on loopback only and no other host can "
           "join",
           "[fault][security]") {
-  if (std::string why = Testbed::Unsupported(); !why.empty()) {
-    WARN("skipped: " << why);
-    return;
-  }
+  Testbed::SkipUnlessSupported();
   Testbed bed(2);
   const std::map<std::string, std::string> env0 = {{"RAYD_TEMP_DIR", bed.root(0)}};
   std::string out;
@@ -96,10 +93,7 @@ TEST_CASE("without --node-ip-address the head listens on loopback only and no ot
 TEST_CASE("nodes from another host with a wrong or missing token are refused and the head logs "
           "who",
           "[fault][security]") {
-  if (std::string why = Testbed::Unsupported(); !why.empty()) {
-    WARN("skipped: " << why);
-    return;
-  }
+  Testbed::SkipUnlessSupported();
   Testbed bed(2);
   std::string out;
   REQUIRE(bed.Run(0, {RAYD_BINARY, "start", "--head", "--node-ip-address", bed.ip(0), "--port",

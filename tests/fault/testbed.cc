@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -70,6 +72,14 @@ void RemoveStale() {
 }
 
 }  // namespace
+
+void Testbed::SkipUnlessSupported() {
+  if (std::string why = Unsupported(); !why.empty()) {
+    std::printf("skipped: %s\n", why.c_str());
+    std::fflush(stdout);
+    std::exit(77);
+  }
+}
 
 std::string Testbed::Unsupported() {
   if (::geteuid() != 0) return "the multi-host test bed needs root (network namespaces)";

@@ -24,6 +24,10 @@ class Testbed {
  public:
   // "" when namespaces can be made here; else the reason they cannot.
   static std::string Unsupported();
+  // Ends the running test as skipped when the bed cannot be made here: prints why and exits
+  // with 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed. Call first
+  // thing in a test, before it has started anything.
+  static void SkipUnlessSupported();
 
   // Makes `hosts` hosts; throws std::runtime_error naming the failed `ip` command.
   explicit Testbed(int hosts);
