@@ -25,7 +25,7 @@ void ConsoleTable::OnTick(const SweepView& view) {
   }
   resources << " (" << view.running << " trials x " << workers << " workers running; at most "
             << view.max_concurrent << " at once)";
-  std::cout << RenderTable(view.trials, metric_, view.scheduler_summary, resources.str(),
+  std::cout << RenderTable(view.trials, metric_, view.scheduler.Summary(), resources.str(),
                            view.elapsed_s)
             << std::endl;
 }

@@ -189,9 +189,14 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
   Decision decision =
       scheduler_->OnTrialResult(t.id, {result.metrics, t.config, t.checkpoint.has_value()});
   switch (decision.action) {
-    case Decision::Action::kContinue: return true;
-    case Decision::Action::kStop: r.pending = Pending::kStop; return false;
-    case Decision::Action::kPause: r.pending = Pending::kPause; return false;
+    case Decision::Action::kContinue:
+      return true;
+    case Decision::Action::kStop:
+      r.pending = Pending::kStop;
+      return false;
+    case Decision::Action::kPause:
+      r.pending = Pending::kPause;
+      return false;
     case Decision::Action::kExploit:
       if (Status cloned = Clone(index, decision.donor, &r.cloned); !cloned.ok()) {
         // Keep training as it was rather than lose the trial.
@@ -280,8 +285,7 @@ void Controller::Save(bool now) {
     save_pending_ = true;
     return;
   }
-  ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode,
-                                  trials_};
+  ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode, trials_};
   Status saved = SaveExperimentState(dir_, state);
   if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
   last_save_ = Clock::now();
@@ -289,9 +293,12 @@ void Controller::Save(bool now) {
 }
 
 void Controller::Tick(bool finished) {
-  const SweepView view{trials_, static_cast<int>(running_.size()), max_concurrent_,
-                       scheduler_->Summary(),
-                       std::chrono::duration<double>(Clock::now() - started_).count(), finished};
+  const SweepView view{trials_,
+                       static_cast<int>(running_.size()),
+                       max_concurrent_,
+                       *scheduler_,
+                       std::chrono::duration<double>(Clock::now() - started_).count(),
+                       finished};
   for (auto& sink : sinks_) sink->OnTick(view);
 }
 

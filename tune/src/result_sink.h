@@ -6,6 +6,8 @@
 // its thread; a sink's trouble is its own (it warns), never the sweep's, and nothing a sink
 // does changes a decision.
 
+#include <rayd/tune/schedulers.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,7 +21,7 @@ struct SweepView {
   const std::vector<Trial>& trials;
   int running = 0;
   int max_concurrent = 1;
-  std::string scheduler_summary;
+  const TrialScheduler& scheduler;  // its Summary() only when shown: ticks come per event
   double elapsed_s = 0;
   bool finished = false;  // the sweep is over (the last call)
 };

@@ -80,13 +80,15 @@ void TaskSubmitter::Submit(TaskSpec spec) {
   const std::string key = ShapeKeyWithEnv(spec);
   auto [it, fresh] = shapes_.try_emplace(key);
   auto& shape = it->second;
-  // A group's bundles were checked when it was placed; other shapes may fit no node.
-  if (fresh && ctx_.warner && spec.scheduling.placement_group_id.empty()) {
-    ctx_.warner->Watch("task", "task " + spec.function_name, spec.resources);
+  if (fresh) {  // the key holds all three: later tasks of the shape have the same
+    shape.resources = spec.resources;
+    shape.scheduling = spec.scheduling;
+    shape.env = spec.env;
+    // A group's bundles were checked when it was placed; other shapes may fit no node.
+    if (ctx_.warner && spec.scheduling.placement_group_id.empty()) {
+      ctx_.warner->Watch("task", "task " + spec.function_name, spec.resources);
+    }
   }
-  shape.resources = spec.resources;
-  shape.scheduling = spec.scheduling;
-  shape.env = spec.env;
   shape.queue.push_back(std::move(spec));
   Pump(key);
 }
@@ -110,9 +112,9 @@ void TaskSubmitter::Pump(const std::string& key) {
     Push(key, best, std::move(spec));
   }
   // Tasks wait: ask for more workers, as many requests as there are waiting tasks (bounded).
-  const int wanted = hold_back ? 0
-                              : static_cast<int>(std::min<size_t>(
-                                    shape.queue.size(), static_cast<size_t>(kMaxPendingLeaseRequests)));
+  const int wanted =
+      hold_back ? 0
+                : static_cast<int>(std::min<size_t>(shape.queue.size(), kMaxPendingLeaseRequests));
   while (shape.pending_requests < wanted) {
     const int before = shape.pending_requests;
     AskForLease(key);
