@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ namespace {
 using namespace rayd;
 using namespace rayd::train;
 using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Die(const char* what, const Status& status) {
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -56,15 +62,15 @@ double Train(const Model& spec, ProcessGroup* group, int steps) {
   if (group != nullptr) {
     auto made = DistributedDataParallel::Create(*model, *group);
     if (!made.ok()) {
-      std::fprintf(stderr, "DDP: %s\n", made.status().ToString().c_str());
-      std::exit(1);
+      Die("DDP", made.status());
     }
     ddp = std::move(made).value();
   }
   constexpr int kBatches = 16;
   const auto on = torch::TensorOptions().device(device);
   torch::Tensor x = torch::randn({kBatches, spec.batch, spec.widths.front()}, on);
-  torch::Tensor y = torch::randint(spec.widths.back(), {kBatches, spec.batch}, on.dtype(torch::kInt64));
+  torch::Tensor y =
+      torch::randint(spec.widths.back(), {kBatches, spec.batch}, on.dtype(torch::kInt64));
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto step = [&](int i) {
     optimizer.zero_grad();
@@ -73,8 +79,7 @@ double Train(const Model& spec, ProcessGroup* group, int steps) {
     if (ddp) {
       Status s = ddp->FinishBackward();
       if (!s.ok()) {
-        std::fprintf(stderr, "FinishBackward: %s\n", s.ToString().c_str());
-        std::exit(1);
+        Die("FinishBackward", s);
       }
     }
     optimizer.step();
@@ -103,15 +108,17 @@ int main(int argc, char** argv) {
   }
   const auto t0 = Clock::now();
   auto rendezvous = Rendezvous::Host("127.0.0.1", 0);
-  if (!rendezvous.ok()) return std::fprintf(stderr, "%s\n", rendezvous.status().ToString().c_str()), 1;
-  auto group = ProcessGroup::Connect(std::move(rendezvous).value(),
-                                     {.backend = CollectiveBackend::kNccl, .rank = 0, .world_size = 1});
-  if (!group.ok()) return std::fprintf(stderr, "%s\n", group.status().ToString().c_str()), 1;
+  if (!rendezvous.ok()) Die("rendezvous", rendezvous.status());
+  auto group =
+      ProcessGroup::Connect(std::move(rendezvous).value(),
+                            {.backend = CollectiveBackend::kNccl, .rank = 0, .world_size = 1});
+  if (!group.ok()) Die("NCCL group", group.status());
   const double group_s = Seconds(Clock::now() - t0);
   std::vector<torch::Tensor> probe{torch::ones({1024}, torch::Device(torch::kCUDA, 0))};
   const auto t1 = Clock::now();
-  Status first = WaitWork(*(*group)->c10d().allreduce(probe), (*group)->timeout(), "first all-reduce");
-  if (!first.ok()) return std::fprintf(stderr, "%s\n", first.ToString().c_str()), 1;
+  Status first =
+      WaitWork(*(*group)->c10d().allreduce(probe), (*group)->timeout(), "first all-reduce");
+  if (!first.ok()) Die("first all-reduce", first);
   const double first_s = Seconds(Clock::now() - t1);
 
   const std::vector<Model> models = {{"example_mlp", {784, 128, 64, 10}, 64},

@@ -82,9 +82,10 @@ std::pair<double, int> Sweep(const std::string& root, const std::string& name, i
   });
   const auto start = Clock::now();
   tune::ResultGrid grid =
-      tune::Tuner({.train_loop = "Paced"},
-                  {{{"results"}, results}, {{"interval_ms"}, interval_ms}},
-                  {.metric = "score", .mode = "max", .num_samples = trials,
+      tune::Tuner({.train_loop = "Paced"}, {{{"results"}, results}, {{"interval_ms"}, interval_ms}},
+                  {.metric = "score",
+                   .mode = "max",
+                   .num_samples = trials,
                    .max_concurrent_trials = concurrent},
                   {.name = name, .storage_path = root})
           .Fit();
@@ -128,17 +129,17 @@ int main(int argc, char** argv) {
       fs::temp_directory_path() / ("rayd_tune_scalability_" + std::to_string(getpid()));
   std::printf("Tune scalability on an embedded cluster (%.0f CPUs)\n\n",
               rayd::ClusterResources()["CPU"]);
-  std::printf("%-12s %-34s %9s %9s %9s  %s\n", "workload", "shape", "ideal s", "took s",
-              "overhead", "Ray (published, full size)");
+  std::printf("%-12s %-34s %9s %9s %9s  %s\n", "workload", "shape", "ideal s", "took s", "overhead",
+              "Ray (published, full size)");
 
   auto [book_s, book_threads] = Sweep(root, "bookkeeping", trials, concurrent, 1, 1000);
   const double book_ideal = static_cast<double>(trials) / concurrent;
-  std::printf("%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "bookkeeping",
-              (std::to_string(trials) + " x 1 result after 1 s, " + std::to_string(concurrent) +
-               " at once")
-                  .c_str(),
-              book_ideal, book_s, 100 * (book_s / book_ideal - 1),
-              "10,000 x 1 s, 16 at once: 715 s for 625 s, +14%");
+  std::printf(
+      "%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "bookkeeping",
+      (std::to_string(trials) + " x 1 result after 1 s, " + std::to_string(concurrent) + " at once")
+          .c_str(),
+      book_ideal, book_s, 100 * (book_s / book_ideal - 1),
+      "10,000 x 1 s, 16 at once: 715 s for 625 s, +14%");
 
   auto [tp_s, tp_threads] =
       Sweep(root, "throughput", concurrent, concurrent, rate * seconds, 1000 / rate);

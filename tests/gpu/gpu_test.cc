@@ -73,9 +73,9 @@ void ParityLoop(const json& config) {
   std::vector<torch::Tensor> flat;
   for (const auto& p : model->parameters()) flat.push_back(p.detach().to(torch::kCPU).reshape(-1));
   torch::Tensor all = torch::cat(flat).contiguous();
-  std::ofstream out(config.at("out_dir").get<std::string>() + "/params." +
-                        (device.is_cuda() ? "cuda" : "cpu"),
-                    std::ios::binary);
+  std::ofstream out(
+      config.at("out_dir").get<std::string>() + "/params." + (device.is_cuda() ? "cuda" : "cpu"),
+      std::ios::binary);
   out.write(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
   rt::Report({{"done", 1}});
 }
@@ -85,7 +85,8 @@ RAYD_TRAIN_LOOP(ParityLoop);
 void MemoryLoop(const json& config) {
   const torch::Device device(rt::GetContext().device);
   const int64_t bytes = static_cast<int64_t>(config.value("gib", 4.0) * (1LL << 30));
-  torch::Tensor block = torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+  torch::Tensor block =
+      torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
   rt::Report({{"allocated_gib", static_cast<double>(bytes) / (1LL << 30)}});
   for (int i = 0; config.value("hold", false) && i < 600; ++i) {
     std::this_thread::sleep_for(100ms);
@@ -132,7 +133,8 @@ TEST_CASE("a 1-rank NCCL Trainer matches a CPU run of the same seed", "[gpu]") {
   REQUIRE(gpu.size() == cpu.size());
   REQUIRE(!gpu.empty());
   double worst = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) worst = std::max(worst, double(std::fabs(gpu[i] - cpu[i])));
+  for (size_t i = 0; i < gpu.size(); ++i)
+    worst = std::max(worst, double(std::fabs(gpu[i] - cpu[i])));
   INFO("largest difference " << worst);
   CHECK(worst < 1e-3);  // TF32 and reduction order differ between the devices
   rayd::gpu_test::Figure("parity_max_abs_diff", worst, "");
@@ -141,18 +143,16 @@ TEST_CASE("a 1-rank NCCL Trainer matches a CPU run of the same seed", "[gpu]") {
 TEST_CASE("four 0.25-GPU trials of the example run at once under ASHA", "[gpu]") {
   Cluster cluster;
   TempDir storage;
-  tune::Trainable trainable{"mlp_classifier",
-                            {.num_workers = 1,
-                             .use_gpu = true,
-                             .resources_per_worker = {{"CPU", 1}, {"GPU", 0.25}}}};
-  tune::ParamSpace space = {{{"lr"}, tune::Domain::LogUniform(0.005, 0.1)},
-                            {{"epochs"}, 6},
-                            {{"train_size"}, 16384}};
+  tune::Trainable trainable{
+      "mlp_classifier",
+      {.num_workers = 1, .use_gpu = true, .resources_per_worker = {{"CPU", 1}, {"GPU", 0.25}}}};
+  tune::ParamSpace space = {
+      {{"lr"}, tune::Domain::LogUniform(0.005, 0.1)}, {{"epochs"}, 6}, {{"train_size"}, 16384}};
   tune::TuneConfig config{.metric = "loss", .mode = "min", .num_samples = 4, .seed = 1};
   config.scheduler = tune::AshaConfig{.max_t = 6, .grace_period = 2, .reduction_factor = 2};
-  tune::ResultGrid grid = tune::Tuner(trainable, space, config,
-                                      {.name = "shared", .storage_path = storage.path()})
-                              .Fit();
+  tune::ResultGrid grid =
+      tune::Tuner(trainable, space, config, {.name = "shared", .storage_path = storage.path()})
+          .Fit();
   REQUIRE(grid.size() == 4);
   CHECK(grid.num_errors() == 0);
   // Every trial's first epoch began before any trial's last report: all four ran at once.
@@ -168,8 +168,7 @@ TEST_CASE("four 0.25-GPU trials of the example run at once under ASHA", "[gpu]")
   CHECK(latest_start < earliest_end);
 }
 
-TEST_CASE("device memory comes back after a stopped run and after a reused gang's run",
-          "[gpu]") {
+TEST_CASE("device memory comes back after a stopped run and after a reused gang's run", "[gpu]") {
   Cluster cluster;
   TempDir storage;
   const int64_t baseline = rayd::gpu_test::DeviceBytesUsed();
@@ -204,8 +203,7 @@ TEST_CASE("device memory comes back after a stopped run and after a reused gang'
   }
 }
 
-TEST_CASE("an NCCL collective whose peer stops calling fails within the timeout",
-          "[gpu]") {
+TEST_CASE("an NCCL collective whose peer stops calling fails within the timeout", "[gpu]") {
   rayd::gpu_test::SkipIf(torch::cuda::device_count() < 2
                              ? "two GPUs needed: NCCL refuses two ranks of one group on one GPU"
                              : "");

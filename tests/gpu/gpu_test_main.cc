@@ -20,7 +20,8 @@
 int main(int argc, char** argv) {
   if (std::getenv("RAYD_WORKER_MODE")) rayd::Init(rayd::RaydConfig{}, argc, argv);
   bool listing = false;
-  for (int i = 1; i < argc; ++i) listing = listing || std::string_view(argv[i]).starts_with("--list");
+  for (int i = 1; i < argc; ++i)
+    listing = listing || std::string_view(argv[i]).starts_with("--list");
   if (!listing) {
     if (std::string why = rayd::gpu_test::Unavailable(); !why.empty()) {
       std::cout << "skipped: " << why << "\n";

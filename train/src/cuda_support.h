@@ -23,8 +23,8 @@ int DeviceCount();
 // An NCCL group of `size` ranks over `store`, on this process's cuda:0. Its collectives fail
 // (and abort the communicator) after `timeout`, with c10d's asynchronous error handling on.
 Result<c10::intrusive_ptr<C10dBackend>> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     int rank, int size,
-                                                     std::chrono::milliseconds timeout);
+                                                      int rank, int size,
+                                                      std::chrono::milliseconds timeout);
 // Ends an NCCL group's communicator now (before the group object goes), so the next run on a
 // reused rank starts from a clean device.
 void ShutdownNcclGroup(C10dBackend& group);

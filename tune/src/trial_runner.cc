@@ -61,16 +61,16 @@ void TrainerRunner::Start(const RunRequest& request) {
     state->answered.wait(lock, [state] { return state->answer.has_value() || state->closing; });
     return !state->closing && *state->answer;
   };
-  run->thread = std::thread([this, trial, trainer = std::move(trainer),
-                             options = std::move(options)]() mutable {
-    train::TrainResult ended;
-    try {
-      ended = trainer.Fit(options);
-    } catch (const std::exception& e) {
-      ended.error = e.what();
-    }
-    post_({RunEvent::Kind::kDone, trial, {}, std::move(ended)});
-  });
+  run->thread = std::thread(
+      [this, trial, trainer = std::move(trainer), options = std::move(options)]() mutable {
+        train::TrainResult ended;
+        try {
+          ended = trainer.Fit(options);
+        } catch (const std::exception& e) {
+          ended.error = e.what();
+        }
+        post_({RunEvent::Kind::kDone, trial, {}, std::move(ended)});
+      });
 }
 
 void TrainerRunner::Answer(size_t trial, bool go_on) {

@@ -38,7 +38,7 @@ struct RunEvent {
 
 // What the controller asks a runner to start.
 struct RunRequest {
-  size_t trial = 0;            // echoed in the run's events
+  size_t trial = 0;  // echoed in the run's events
   std::string trial_id;
   std::string experiment_dir;  // absolute
   std::string run_dir_name;    // the trial's directory under experiment_dir

@@ -893,8 +893,8 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
   loop_.Post([this, what, bundles = std::move(bundles)] {
     if (!warner_) return;
     for (size_t i = 0; i < bundles.size(); ++i) {
-      warner_->Watch("placement group", bundles.size() == 1 ? what : what + " bundle " + std::to_string(i),
-                     bundles[i]);
+      const std::string bundle = bundles.size() == 1 ? what : what + " bundle " + std::to_string(i);
+      warner_->Watch("placement group", bundle, bundles[i]);
     }
   });
   return id;

@@ -29,24 +29,25 @@ void InfeasibleWarner::Check() {
   auto fill = [](capnp::AnyPointer::Builder b) {
     b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
   };
-  ctx_.gcs.Call(proto::Method::GET_ALL_NODES, fill, Millis(15000),
-            [watched](const Status& s, capnp::AnyPointer::Reader r) {
-              if (!s.ok()) return;  // no word from the GCS: no warning
-              std::vector<scheduler::ResourceSet> totals;
-              for (auto node : r.getAs<proto::GetAllNodesReply>().getNodes()) {
-                totals.push_back(runtime::ResourcesFromProto(node.getTotal()));
-              }
-              for (const auto& w : *watched) {
-                bool fits = false;
-                for (const auto& total : totals) fits = fits || w.demand.IsSubsetOf(total);
-                if (fits) continue;
-                spdlog::warn(
-                    "{} needs {}, which no node of the cluster has ({} alive); it waits for such "
-                    "a node to join, and fails with InfeasibleError after the "
-                    "cluster's infeasible timeout",
-                    w.what, w.demand.ToString(), totals.size());
-              }
-            });
+  ctx_.gcs.Call(
+      proto::Method::GET_ALL_NODES, fill, Millis(15000),
+      [watched](const Status& s, capnp::AnyPointer::Reader r) {
+        if (!s.ok()) return;  // no word from the GCS: no warning
+        std::vector<scheduler::ResourceSet> totals;
+        for (auto node : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+          totals.push_back(runtime::ResourcesFromProto(node.getTotal()));
+        }
+        for (const auto& w : *watched) {
+          bool fits = false;
+          for (const auto& total : totals) fits = fits || w.demand.IsSubsetOf(total);
+          if (fits) continue;
+          spdlog::warn(
+              "{} needs {}, which no node of the cluster has ({} alive); it waits for such "
+              "a node to join, and fails with InfeasibleError after the "
+              "cluster's infeasible timeout",
+              w.what, w.demand.ToString(), totals.size());
+        }
+      });
 }
 
 }  // namespace rayd::core

@@ -96,7 +96,7 @@ class ScriptedRunner : public TrialRunner {
   }
 
   PostFn post_;
-  std::map<std::string, Play> plays_;       // by trial id
+  std::map<std::string, Play> plays_;      // by trial id
   std::map<size_t, std::string> running_;  // trial index -> id
 };
 
@@ -201,8 +201,8 @@ TEST_CASE("TuneConfig::stop and ASHA end runs early", "[tune][controller]") {
 TEST_CASE("ASHA's promotion form pauses trials and brings promoted ones back",
           "[tune][controller]") {
   ScriptedRunner runner;
-  runner.curves = {{"low", {1, 1, 1, 1}}, {"high", {3, 3, 3, 3}}, {"mid", {2, 2, 2, 2}},
-                   {"top", {4, 4, 4, 4}}};
+  runner.curves = {
+      {"low", {1, 1, 1, 1}}, {"high", {3, 3, 3, 3}}, {"mid", {2, 2, 2, 2}}, {"top", {4, 4, 4, 4}}};
   Sweep sweep;
   sweep.tune.scheduler =
       AshaConfig{.max_t = 4, .grace_period = 1, .reduction_factor = 2, .promotion = true};

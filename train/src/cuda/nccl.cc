@@ -4,10 +4,10 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <cstdlib>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "c10d_error.h"
 #include "cuda_support.h"
@@ -25,8 +25,8 @@ int DeviceCount() {
 }
 
 Result<c10::intrusive_ptr<C10dBackend>> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     int rank, int size,
-                                                     std::chrono::milliseconds timeout) {
+                                                      int rank, int size,
+                                                      std::chrono::milliseconds timeout) {
   if (DeviceCount() < 1) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return Status::Unavailable(

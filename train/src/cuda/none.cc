@@ -9,8 +9,8 @@ bool Built() { return false; }
 
 int DeviceCount() { return 0; }
 
-Result<c10::intrusive_ptr<C10dBackend>> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>&,
-                                                     int, int, std::chrono::milliseconds) {
+Result<c10::intrusive_ptr<C10dBackend>> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>&, int,
+                                                      int, std::chrono::milliseconds) {
   return Status::Unimplemented(
       "NCCL needs rayd built against a LibTorch with CUDA (-DRAYD_WITH_CUDA=ON, docs/gpu.md); "
       "this build's LibTorch is CPU-only");
