@@ -394,23 +394,6 @@ void GangPool::Put(const std::string& shape, std::unique_ptr<internal::Gang> gan
   idle_ = std::make_unique<Idle>(Idle{shape, std::move(gang)});
 }
 
-std::string CheckGpuSharing(const ScalingConfig& scaling) {
-  if (!scaling.use_gpu || scaling.num_workers == 1) return "";
-  const double gpus = WorkerBundle(scaling).at("GPU");
-  if (gpus >= 1 && gpus == std::floor(gpus)) return "";
-  std::ostringstream amount;
-  amount << gpus;
-  return amount.str() + " would put ranks of one group on the same GPU, which NCCL refuses; give each worker "
-         "whole GPUs, or share a GPU between single-worker trials (num_workers: 1)";
-}
-
-std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling) {
-  std::map<std::string, double> bundle = scaling.resources_per_worker;
-  if (bundle.empty()) bundle = {{"CPU", 1}};
-  if (scaling.use_gpu && !bundle.count("GPU")) bundle["GPU"] = 1;
-  return bundle;
-}
-
 Trainer::Trainer(std::string train_loop_name, nlohmann::json config, ScalingConfig scaling,
                  RunConfig run)
     : train_loop_name_(std::move(train_loop_name)),
