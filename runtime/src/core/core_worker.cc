@@ -703,6 +703,10 @@ std::vector<internal::ObjectValue> CoreWorker::Get(const std::vector<ObjectId>& 
   return out;
 }
 
+void CoreWorker::WhenReady(const ObjectId& id, std::function<void()> ready) {
+  store_.WhenReady(id, [ready = std::move(ready)](const internal::ObjectValue&) { ready(); });
+}
+
 internal::WaitOutcome CoreWorker::Wait(const std::vector<ObjectId>& ids, size_t num_returns,
                                        std::chrono::milliseconds timeout) {
   std::optional<BlockedScope> blocked;
@@ -907,36 +911,69 @@ Status CoreWorker::RemovePlacementGroup(const std::string& id) {
   return CallGcs(proto::Method::REMOVE_PLACEMENT_GROUP, fill, kGcsCallTimeout);
 }
 
+namespace {
+
+void FillGetPlacementGroup(capnp::AnyPointer::Builder b, const std::string& id, bool wait) {
+  auto r = b.initAs<proto::GetPlacementGroupRequest>();
+  r.setPlacementGroupId(id);
+  r.setWaitUntilReady(wait);
+}
+
+// What a GET_PLACEMENT_GROUP that waited for the group to be ready answered, as
+// WaitPlacementGroupReady returns it.
+Result<bool> Readiness(const Status& s, const std::optional<internal::PlacementGroupInfo>& group,
+                       const std::string& id) {
+  if (s.code() == StatusCode::kDeadlineExceeded) return false;
+  if (!s.ok()) return s;
+  if (!group) return Status::NotFound("no placement group " + id);
+  if (group->state == "CREATED") return true;
+  if (group->state == "REMOVED") {
+    return Status::Cancelled("placement group " + id + " was removed" +
+                             (group->cause.empty() ? "" : ": " + group->cause));
+  }
+  if (group->state == "FAILED") {
+    return Status::ResourceExhausted(group->cause.empty() ? "placement group " + id + " failed"
+                                                          : group->cause);
+  }
+  return false;  // still pending: only when asked not to wait
+}
+
+std::optional<internal::PlacementGroupInfo> ReadPlacementGroup(capnp::AnyPointer::Reader r) {
+  auto reply = r.getAs<proto::GetPlacementGroupReply>();
+  if (!reply.getFound()) return std::nullopt;
+  return runtime::PlacementGroupFromProto(reply.getGroup());
+}
+
+}  // namespace
+
 Result<bool> CoreWorker::WaitPlacementGroupReady(const std::string& id,
                                                  std::chrono::milliseconds timeout) {
   // A zero timeout only looks: as an RPC timeout, zero would mean no deadline.
   const bool wait = timeout.count() != 0;
-  auto group = std::make_shared<std::optional<internal::PlacementGroupInfo>>();
-  auto fill = [id, wait](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::GetPlacementGroupRequest>();
-    r.setPlacementGroupId(id);
-    r.setWaitUntilReady(wait);
-  };
-  Status s =
-      CallGcs(proto::Method::GET_PLACEMENT_GROUP, fill, timeout.count() > 0 ? timeout : Millis(0),
-              [group](capnp::AnyPointer::Reader r) {
-                auto reply = r.getAs<proto::GetPlacementGroupReply>();
-                if (reply.getFound()) *group = runtime::PlacementGroupFromProto(reply.getGroup());
-              });
-  if (s.code() == StatusCode::kDeadlineExceeded) return false;
-  if (!s.ok()) return s;
-  if (!group->has_value()) return Status::NotFound("no placement group " + id);
-  const internal::PlacementGroupInfo& info = **group;
-  if (info.state == "CREATED") return true;
-  if (info.state == "REMOVED") {
-    return Status::Cancelled("placement group " + id + " was removed" +
-                             (info.cause.empty() ? "" : ": " + info.cause));
-  }
-  if (info.state == "FAILED") {
-    return Status::ResourceExhausted(info.cause.empty() ? "placement group " + id + " failed"
-                                                        : info.cause);
-  }
-  return false;  // still pending: only when asked not to wait
+  std::optional<internal::PlacementGroupInfo> group;
+  Status s = CallGcs(
+      proto::Method::GET_PLACEMENT_GROUP,
+      [id, wait](capnp::AnyPointer::Builder b) { FillGetPlacementGroup(b, id, wait); },
+      timeout.count() > 0 ? timeout : Millis(0),
+      [&group](capnp::AnyPointer::Reader r) { group = ReadPlacementGroup(r); });
+  return Readiness(s, group, id);
+}
+
+void CoreWorker::WhenPlacementGroupReady(const std::string& id, std::chrono::milliseconds timeout,
+                                         std::function<void(Result<bool>)> ready) {
+  loop_.Post([this, id, timeout, ready = std::move(ready)] {
+    if (!gcs_) return ready(Status::Cancelled("rayd is shutting down"));
+    const bool wait = timeout.count() != 0;
+    gcs_->Call(
+        proto::Method::GET_PLACEMENT_GROUP,
+        [id, wait](capnp::AnyPointer::Builder b) { FillGetPlacementGroup(b, id, wait); },
+        timeout.count() > 0 ? timeout : Millis(0),
+        [id, ready](const Status& s, capnp::AnyPointer::Reader r) {
+          std::optional<internal::PlacementGroupInfo> group;
+          if (s.ok()) group = ReadPlacementGroup(r);
+          ready(Readiness(s, group, id));
+        });
+  });
 }
 
 Result<std::optional<internal::PlacementGroupInfo>> CoreWorker::GetPlacementGroup(

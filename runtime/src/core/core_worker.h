@@ -71,6 +71,7 @@ class CoreWorker : public internal::Runtime {
                                          std::chrono::milliseconds timeout) override;
   internal::WaitOutcome Wait(const std::vector<ObjectId>& ids, size_t num_returns,
                              std::chrono::milliseconds timeout) override;
+  void WhenReady(const ObjectId& id, std::function<void()> ready) override;
   std::optional<ActorId> GetNamedActor(const std::string& name,
                                        const std::string& ray_namespace) override;
   Status KillActor(const ActorId& actor, bool no_restart) override;
@@ -82,6 +83,8 @@ class CoreWorker : public internal::Runtime {
   Status RemovePlacementGroup(const std::string& id) override;
   Result<bool> WaitPlacementGroupReady(const std::string& id,
                                        std::chrono::milliseconds timeout) override;
+  void WhenPlacementGroupReady(const std::string& id, std::chrono::milliseconds timeout,
+                               std::function<void(Result<bool>)> ready) override;
   Result<std::optional<internal::PlacementGroupInfo>> GetPlacementGroup(
       const std::string& id, const std::string& name, const std::string& ray_namespace) override;
   Result<std::vector<internal::PlacementGroupInfo>> GetAllPlacementGroups() override;

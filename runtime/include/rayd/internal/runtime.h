@@ -205,6 +205,14 @@ class Runtime {
                                        std::chrono::milliseconds timeout) = 0;
   virtual WaitOutcome Wait(const std::vector<ObjectId>& ids, size_t num_returns,
                            std::chrono::milliseconds timeout) = 0;
+  // Calls `ready` once the object (one this process owns: a task's result, a Put) has a value
+  // or an error, on a thread of the runtime's that must not block: post the work elsewhere.
+  // Nothing is fetched; `ready` is called at once when the value is there already. This
+  // default blocks the caller in Wait, for runtimes that produce every value at once.
+  virtual void WhenReady(const ObjectId& id, std::function<void()> ready) {
+    Wait({id}, 1, std::chrono::milliseconds(-1));
+    ready();
+  }
   // The live actor registered under `name` (in the job's namespace when `ray_namespace` is
   // empty), if any.
   virtual std::optional<ActorId> GetNamedActor(const std::string& name,
@@ -247,6 +255,12 @@ class Runtime {
                                                std::chrono::milliseconds timeout) {
     (void)id, (void)timeout;
     return Status::Unimplemented("placement groups are not supported by this runtime");
+  }
+  // WaitPlacementGroupReady without blocking: `ready` gets its answer on a thread of the
+  // runtime's that must not block. This default blocks the caller.
+  virtual void WhenPlacementGroupReady(const std::string& id, std::chrono::milliseconds timeout,
+                                       std::function<void(Result<bool>)> ready) {
+    ready(WaitPlacementGroupReady(id, timeout));
   }
   // The group with this id, or (id empty) the one named `name` in `ray_namespace` (empty: the
   // job's) that is not removed; nullopt when there is none.

@@ -1,0 +1,666 @@
+// The driver side of a training run: attempts, each one a gang (placement group and rank
+// actors), restarted from the latest checkpoint within max_failures. A state machine on the
+// owner's event loop; see training_run.h for the protocol and trainer.h for what Fit promises.
+
+#include <rayd/base/logging.h>
+#include <rayd/train/mlflow.h>
+#include <rayd/train/run_directory.h>
+#include <rayd/train/training_run.h>
+
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "checkpoint_store.h"
+#include "train_worker.h"
+
+namespace rayd::train {
+namespace {
+
+using internal::CheckpointStore;
+using internal::ReportMessage;
+using internal::TrainWorker;
+
+constexpr int kStartTimeoutMs = 60'000;  // a rank actor starts (a worker process spawns)
+// How long one Poll may wait on rank 0 for a report. Poll answers at once when rank 0 reports
+// or its loop ends, so this bounds only how long a quiet rank 0 holds an actor call open.
+constexpr int kPollWaitMs = 10'000;
+constexpr int kPollTimeoutMs = 30'000;  // a Poll call is answered (rank 0 is not wedged)
+constexpr int kDrainTimeoutMs = 5'000;  // rank 0 hands over its last reports after a failure
+constexpr int kStopTimeoutMs = 5'000;   // a stopped single-rank loop reaches its next Report
+
+// How an attempt ended.
+struct Attempt {
+  enum class End { kFinished, kFailed, kNoGroup, kStopped } end = End::kFinished;
+  std::string error;
+  bool idle = false;  // every rank's Run returned: the gang may serve another run
+};
+
+using Reports = ObjectRef<std::vector<ReportMessage>>;
+
+}  // namespace
+
+namespace internal {
+
+// The attempt's placement group and rank actors; tears both down when destroyed (killing the
+// actors first, so none is left running in a removed bundle).
+class Gang {
+ public:
+  explicit Gang(rayd::PlacementGroup group) : group_(std::move(group)) {}
+  ~Gang() {
+    for (const auto& actor : actors_) {
+      try {
+        actor.Kill();
+      } catch (const RaydError&) {
+        // Already gone.
+      }
+    }
+    try {
+      rayd::RemovePlacementGroup(group_.GetID());
+    } catch (const RaydError&) {
+      // Already removed.
+    }
+    try {
+      rayd::KvDel(internal::kRendezvousNamespace, rendezvous_key());
+    } catch (const RaydError&) {
+      // The head is gone: nothing to clean.
+    }
+  }
+  Gang(const Gang&) = delete;
+  Gang& operator=(const Gang&) = delete;
+
+  const rayd::PlacementGroup& group() const { return group_; }
+  std::string rendezvous_key() const { return group_.GetID() + "/rendezvous"; }
+  std::vector<ActorHandle<TrainWorker>>& actors() { return actors_; }
+  std::vector<std::string>& nodes() { return nodes_; }  // each rank's node
+
+ private:
+  rayd::PlacementGroup group_;
+  std::vector<ActorHandle<TrainWorker>> actors_;
+  std::vector<std::string> nodes_;
+};
+
+}  // namespace internal
+
+namespace {
+
+using internal::Gang;
+
+// What a gang was made for: only a run asking for the same may reuse it.
+std::string ShapeOf(const ScalingConfig& scaling) {
+  nlohmann::json shape = {{"workers", scaling.num_workers},
+                          {"bundle", WorkerBundle(scaling)},
+                          {"strategy", static_cast<int>(scaling.placement_strategy)},
+                          {"local", scaling.local_mode}};
+  return shape.dump();
+}
+
+// num_workers = -1: as many ranks as the cluster's GPUs hold bundles.
+int ResolveNumWorkers(const ScalingConfig& scaling) {
+  if (scaling.num_workers >= 1) return scaling.num_workers;
+  if (scaling.num_workers != -1) {
+    throw RaydError("ScalingConfig.num_workers must be at least 1, or -1 for one per GPU");
+  }
+  if (!scaling.use_gpu) throw RaydError("ScalingConfig.num_workers = -1 needs use_gpu");
+  double gpus = rayd::ClusterResources()["GPU"];
+  int workers = static_cast<int>(gpus / WorkerBundle(scaling).at("GPU") + 1e-9);
+  if (workers < 1) throw RaydError("ScalingConfig.num_workers = -1: the cluster has no GPU");
+  return workers;
+}
+
+// params.json of a Trainer's own run: the config and the workers, as MLflow-style params.
+nlohmann::json TrainerParams(const nlohmann::json& config, int num_workers) {
+  nlohmann::json params = {{"config", config}, {"num_workers", num_workers}};
+  if (config.is_object() && config.contains("batch_size") && config["batch_size"].is_number()) {
+    params["effective_batch_size"] = config["batch_size"].get<double>() * num_workers;
+  }
+  return params;
+}
+
+std::string Describe(const std::map<std::string, double>& resources) {
+  std::ostringstream out;
+  out << "{";
+  for (const auto& [name, amount] : resources) {
+    if (name != resources.begin()->first) out << ", ";
+    out << name << ": " << amount;
+  }
+  out << "}";
+  return out.str();
+}
+
+// Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
+// within a node.
+std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
+                                        const std::vector<std::string>& nodes) {
+  std::map<std::string, int> node_rank;
+  std::map<std::string, int> on_node;
+  for (const auto& node : nodes) {
+    node_rank.emplace(node, static_cast<int>(node_rank.size()));
+    ++on_node[node];
+  }
+  std::map<std::string, int> seen;
+  std::vector<internal::RunSpec> specs;
+  for (size_t rank = 0; rank < nodes.size(); ++rank) {
+    internal::RunSpec spec = common;
+    spec.world_rank = static_cast<int>(rank);
+    spec.world_size = static_cast<int>(nodes.size());
+    spec.local_rank = seen[nodes[rank]]++;
+    spec.local_world_size = on_node[nodes[rank]];
+    spec.node_rank = node_rank[nodes[rank]];
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// Where the runtime's wake-ups go: the owner's loop while the run lives. The runtime calls
+// back on its own thread, possibly after the run (and its loop) are gone.
+struct Inbox {
+  std::mutex mu;
+  EventLoop* loop = nullptr;  // guarded by mu; null once the run is gone
+
+  void Post(std::function<void()> fn) {
+    std::lock_guard lock(mu);
+    if (loop) loop->Post(std::move(fn));
+  }
+};
+
+}  // namespace
+
+class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(EventLoop& loop, std::string loop_name, nlohmann::json config, ScalingConfig scaling,
+       RunConfig run, FitOptions options, Callbacks callbacks)
+      : loop_(loop),
+        inbox_(std::make_shared<Inbox>()),
+        deadline_(loop),
+        loop_name_(std::move(loop_name)),
+        config_(std::move(config)),
+        scaling_(std::move(scaling)),
+        run_(std::move(run)),
+        options_(std::move(options)),
+        callbacks_(std::move(callbacks)) {
+    inbox_->loop = &loop;
+  }
+
+  ~Impl() {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->loop = nullptr;
+  }
+
+  // The checks and files of Fit's start; throws RaydError.
+  void Open();
+  void BeginAttempt();
+  void Answer(bool go_on);
+  // The owner lets go of a run that is not over: tear its gang down, call nothing back.
+  void Abandon() {
+    ++attempt_;
+    over_ = true;
+    deadline_.Stop();
+    gang_.reset();
+  }
+
+ private:
+  // Runs `then` on the loop once `id` is ready, unless the attempt has ended since.
+  void OnReady(const ObjectId& id, std::function<void(Impl&)> then);
+  // Runs `then` in a later turn of the loop, unless the attempt has ended since.
+  std::function<void()> Later(std::function<void(Impl&)> then);
+
+  void Reserve();
+  void OnReserved(const Result<bool>& ready);
+  void StartRanks();
+  void Host();
+  void Launch();
+  void PollRank0(int wait_ms, int deadline_ms);
+  void OnPolled();
+  void OnRunReturned(size_t rank);
+  void Advance();
+  void Deliver();
+  void StopRanks();
+  void EndAttempt(Attempt attempt);
+  void Finish();
+
+  EventLoop& loop_;
+  std::shared_ptr<Inbox> inbox_;
+  Timer deadline_;  // the current step's: one step at a time has one
+  const std::string loop_name_;
+  const nlohmann::json config_;
+  ScalingConfig scaling_;
+  const RunConfig run_;
+  const FitOptions options_;
+  const Callbacks callbacks_;
+  std::string shape_;
+  std::string what_;  // the group, for errors: "placement group of 2 bundles {CPU: 1}"
+  std::optional<CheckpointStore> store_;
+  std::optional<MlflowRun> tracking_;
+  TrainResult result_;
+  bool over_ = false;
+
+  // Run-wide: the answer the owner owes, and the results it has not been handed yet.
+  bool awaiting_answer_ = false;
+  bool delivering_ = false;
+  bool stop_asked_ = false;
+  std::deque<ReportMessage> reports_;
+
+  // The attempt; every wake-up carries its number and is dropped once it has ended.
+  uint64_t attempt_ = 0;
+  std::unique_ptr<Gang> gang_;
+  std::vector<ObjectRef<std::string>> starting_;  // each rank's NodeId while it starts
+  size_t started_ = 0;
+  std::optional<ObjectRef<std::string>> hosting_;
+  std::vector<ObjectRef<bool>> runs_;
+  std::set<size_t> running_;           // ranks whose Run has not returned
+  std::optional<Reports> poll_;        // the Poll of rank 0 in flight
+  std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
+  bool final_poll_ = false;            // every Run returned; the last Poll was sent
+  bool stopping_ = false;              // rank 0 was asked to leave its loop
+  std::optional<ObjectRef<void>> stop_call_;
+};
+
+void TrainingRun::Impl::Open() {
+  if (run_.name.empty() || run_.storage_path.empty()) {
+    throw RaydError("RunConfig needs a name and a storage_path");
+  }
+  if (std::string unknown = UnknownTrainLoop(loop_name_); !unknown.empty()) {
+    throw RaydError(unknown);
+  }
+  if (std::string why = CheckGpuSharing(scaling_); !why.empty()) {
+    throw RaydError("ScalingConfig.resources_per_worker.GPU: " + why);
+  }
+  scaling_.num_workers = ResolveNumWorkers(scaling_);
+  shape_ = ShapeOf(scaling_);
+  what_ = "placement group of " + std::to_string(scaling_.num_workers) + " bundles " +
+          Describe(WorkerBundle(scaling_)) + (scaling_.local_mode ? " on the driver's node" : "");
+  std::string run_dir = (std::filesystem::path(run_.storage_path) / run_.name).string();
+  Result<CheckpointStore> store = CheckpointStore::Open(run_dir, run_.checkpoint);
+  if (!store.ok()) throw RaydError(store.status().message());
+  store_.emplace(std::move(store).value());
+  Status written = RunDirectory(run_dir).WriteParams(
+      options_.params ? *options_.params : TrainerParams(config_, scaling_.num_workers));
+  if (!written.ok()) throw RaydError(written.message());
+
+  // MLflow tracking from this driver: rank 0's reports, as they are persisted.
+  if (!run_.mlflow_tracking_uri.empty()) {
+    std::map<std::string, std::string> params = MlflowParams(config_);
+    params["num_workers"] = std::to_string(scaling_.num_workers);
+    Result<MlflowRun> started = StartMlflowRun(
+        run_.mlflow_tracking_uri,
+        run_.mlflow_experiment_name.empty() ? run_.name : run_.mlflow_experiment_name, run_.name,
+        std::filesystem::absolute(run_dir).lexically_normal().string(), params,
+        {{"train_loop", loop_name_}});
+    if (!started.ok()) throw RaydError("MLflow tracking: " + started.status().message());
+    tracking_ = std::move(started).value();
+  }
+}
+
+void TrainingRun::Impl::OnReady(const ObjectId& id, std::function<void(Impl&)> then) {
+  rayd::internal::RequireRuntime().WhenReady(
+      id,
+      [inbox = inbox_, wake = Later(std::move(then))]() mutable { inbox->Post(std::move(wake)); });
+}
+
+std::function<void()> TrainingRun::Impl::Later(std::function<void(Impl&)> then) {
+  return [weak = weak_from_this(), attempt = attempt_, then = std::move(then)] {
+    std::shared_ptr<Impl> self = weak.lock();
+    if (self && !self->over_ && self->attempt_ == attempt) then(*self);
+  };
+}
+
+// One attempt: take the owner's idle gang of the same shape, or reserve a new one.
+void TrainingRun::Impl::BeginAttempt() {
+  ++attempt_;
+  gang_ = options_.reuse ? options_.reuse->Take(shape_) : nullptr;
+  starting_.clear();
+  started_ = 0;
+  hosting_.reset();
+  runs_.clear();
+  running_.clear();
+  poll_.reset();
+  failed_.reset();
+  final_poll_ = false;
+  stopping_ = false;
+  stop_call_.reset();
+  if (gang_) {
+    Host();
+  } else {
+    Reserve();
+  }
+}
+
+void TrainingRun::Impl::Reserve() {
+  std::map<std::string, double> bundle = WorkerBundle(scaling_);
+  rayd::PlacementGroupCreationOptions group{
+      .bundles = std::vector(static_cast<size_t>(scaling_.num_workers),
+                             std::unordered_map<std::string, double>(bundle.begin(), bundle.end())),
+      .strategy = scaling_.placement_strategy};
+  if (scaling_.local_mode) {
+    group.bundle_label_selector.assign(group.bundles.size(),
+                                       {{rayd::kNodeIdLabel, rayd::GetNodeId()}});
+  }
+  try {
+    gang_ = std::make_unique<Gang>(rayd::CreatePlacementGroup(group));
+  } catch (const RaydError& e) {
+    return EndAttempt({Attempt::End::kNoGroup, what_ + ": " + e.what()});
+  }
+  // Written on the runtime's thread, read on the loop's after the post.
+  auto answer = std::make_shared<std::optional<Result<bool>>>();
+  rayd::internal::RequireRuntime().WhenPlacementGroupReady(
+      gang_->group().GetID(), std::chrono::seconds(scaling_.placement_timeout_s),
+      [inbox = inbox_, answer,
+       wake = Later([answer](Impl& self) { self.OnReserved(**answer); })](Result<bool> ready) {
+        *answer = std::move(ready);
+        inbox->Post(wake);
+      });
+}
+
+void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
+  if (!ready.ok()) {
+    return EndAttempt(
+        {Attempt::End::kNoGroup, what_ + " is infeasible: " + ready.status().message()});
+  }
+  if (!*ready) {
+    return EndAttempt({Attempt::End::kNoGroup, what_ + " could not be reserved within " +
+                                                   std::to_string(scaling_.placement_timeout_s) +
+                                                   " s (the cluster lacks the resources)"});
+  }
+  StartRanks();
+}
+
+// Creates a rank actor per bundle of the reserved group and waits until each runs.
+void TrainingRun::Impl::StartRanks() {
+  auto& actors = gang_->actors();
+  const std::map<std::string, double> bundle = WorkerBundle(scaling_);
+  try {
+    for (int rank = 0; rank < scaling_.num_workers; ++rank) {
+      actors.push_back(rayd::Actor(TrainWorker::FactoryCreate)
+                           .SetResources(bundle)
+                           .SetPlacementGroup(gang_->group(), rank)
+                           .SetMaxConcurrency(2)
+                           .Remote(rank));
+    }
+    for (auto& actor : actors) starting_.push_back(actor.Task(&TrainWorker::NodeId).Remote());
+  } catch (const RaydError& e) {
+    return EndAttempt(
+        {Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()});
+  }
+  deadline_.Start(Millis(kStartTimeoutMs), Millis(0), Later([](Impl& self) {
+                    self.EndAttempt({Attempt::End::kFailed,
+                                     "starting the rank actors: not every rank started within " +
+                                         std::to_string(kStartTimeoutMs / 1000) + " s"});
+                  }));
+  for (const auto& node : starting_) {
+    OnReady(node.id(), [](Impl& self) {
+      if (++self.started_ < self.starting_.size()) return;
+      self.deadline_.Stop();
+      try {
+        for (const auto& ready : self.starting_)
+          self.gang_->nodes().push_back(*rayd::Get(ready, 0));
+      } catch (const RaydError& e) {
+        return self.EndAttempt(
+            {Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()});
+      }
+      self.starting_.clear();
+      self.Host();
+    });
+  }
+}
+
+// A new rendezvous per attempt, hosted by rank 0 and published under the gang's key.
+void TrainingRun::Impl::Host() {
+  hosting_ = gang_->actors()[0]
+                 .Task(&TrainWorker::Host)
+                 .Remote(scaling_.collective_timeout_s, gang_->rendezvous_key());
+  deadline_.Start(Millis(kStartTimeoutMs), Millis(0), Later([](Impl& self) {
+                    self.EndAttempt({Attempt::End::kFailed,
+                                     "hosting the rendezvous: rank 0 did not answer within " +
+                                         std::to_string(kStartTimeoutMs / 1000) + " s"});
+                  }));
+  OnReady(hosting_->id(), [](Impl& self) {
+    self.deadline_.Stop();
+    try {
+      rayd::Get(*self.hosting_, 0);
+    } catch (const RaydError& e) {
+      return self.EndAttempt(
+          {Attempt::End::kFailed, std::string("hosting the rendezvous: ") + e.what()});
+    }
+    self.Launch();
+  });
+}
+
+// Starts the loop on every rank, from the latest checkpoint, and the first Poll of rank 0.
+void TrainingRun::Impl::Launch() {
+  internal::RunSpec common;
+  common.loop = loop_name_;
+  common.config_json = config_.dump();
+  common.rendezvous_key = gang_->rendezvous_key();
+  common.run_name = run_.name;
+  common.collective_timeout_s = scaling_.collective_timeout_s;
+  common.use_gpu = scaling_.use_gpu;
+  if (std::optional<std::string> resume_from = store_->Latest()) {
+    Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*resume_from);
+    if (!files.ok()) return EndAttempt({Attempt::End::kFailed, files.status().message()});
+    common.has_checkpoint = true;
+    common.checkpoint = std::move(files).value();
+  }
+  store_->StartAttempt();
+  for (internal::RunSpec& spec : RunSpecs(common, gang_->nodes())) {
+    const size_t rank = static_cast<size_t>(spec.world_rank);
+    runs_.push_back(gang_->actors()[rank].Task(&TrainWorker::Run).Remote(std::move(spec)));
+    running_.insert(rank);
+  }
+  for (size_t rank = 0; rank < runs_.size(); ++rank) {
+    OnReady(runs_[rank].id(), [rank](Impl& self) { self.OnRunReturned(rank); });
+  }
+  PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
+}
+
+// Asks rank 0 for its reports: answered at once when it has some (or its loop ends), else
+// after `wait_ms`. The attempt fails when no answer comes within `deadline_ms`.
+void TrainingRun::Impl::PollRank0(int wait_ms, int deadline_ms) {
+  poll_ = gang_->actors()[0].Task(&TrainWorker::Poll).Remote(wait_ms);
+  deadline_.Start(Millis(deadline_ms), Millis(0), Later([](Impl& self) {
+                    self.EndAttempt({Attempt::End::kFailed,
+                                     self.failed_.value_or("rank 0 does not answer its Poll")});
+                  }));
+  OnReady(poll_->id(), [](Impl& self) { self.OnPolled(); });
+}
+
+void TrainingRun::Impl::OnPolled() {
+  if (!poll_ || stopping_) return;  // stopped since: later reports are not wanted
+  deadline_.Stop();
+  try {
+    auto reports = rayd::Get(*poll_, 0);
+    for (ReportMessage& report : *reports) reports_.push_back(std::move(report));
+  } catch (const RaydError& e) {
+    // Rank 0 is gone; after another rank's failure, that failure is the attempt's.
+    return EndAttempt(
+        {Attempt::End::kFailed, failed_.value_or(std::string("polling rank 0: ") + e.what())});
+  }
+  poll_.reset();
+  Advance();
+}
+
+void TrainingRun::Impl::OnRunReturned(size_t rank) {
+  if (stopping_) {
+    if (rank != 0) return;
+    bool idle = false;
+    try {
+      rayd::Get(runs_[0], 0);
+      idle = true;
+    } catch (const RaydError&) {
+      // It ended by failing: its gang is not reused.
+    }
+    return EndAttempt({Attempt::End::kStopped, "", idle});
+  }
+  try {
+    rayd::Get(runs_[rank], 0);
+  } catch (const RaydError& e) {
+    if (failed_) return;  // the first failure is the attempt's
+    failed_ = "rank " + std::to_string(rank) + ": " + e.what();
+    // Keep what rank 0 reported before the failure (it may still answer), for a while.
+    if (!poll_) PollRank0(0, kDrainTimeoutMs);
+    deadline_.Start(Millis(kDrainTimeoutMs), Millis(0), Later([](Impl& self) {
+                      self.EndAttempt({Attempt::End::kFailed, *self.failed_});
+                    }));
+    return Advance();
+  }
+  running_.erase(rank);
+  Advance();
+}
+
+// Decides the attempt's next step once nothing is owed to the owner: hand over the reports
+// that came, poll again while rank 0's loop runs, end when every Run has returned.
+void TrainingRun::Impl::Advance() {
+  if (awaiting_answer_ || delivering_) return;
+  if (stop_asked_) return StopRanks();
+  if (!reports_.empty()) return Deliver();
+  if (poll_) return;  // its answer comes back here
+  if (failed_) return EndAttempt({Attempt::End::kFailed, *failed_});
+  if (running_.empty()) {
+    if (final_poll_) return EndAttempt({Attempt::End::kFinished});
+    // Every Run returned: what rank 0 reported last.
+    final_poll_ = true;
+    return PollRank0(0, kPollTimeoutMs);
+  }
+  // Rank 0's loop is over once its Run has returned: poll no more then, only wait for the
+  // other ranks' Runs.
+  const bool rank0_running =
+      running_.count(0) &&
+      !rayd::Wait(std::vector<ObjectRef<bool>>{runs_[0]}, 1, 0).unready.empty();
+  if (rank0_running) PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
+}
+
+// Persists the reports that came, handing each to the owner; the next waits for its answer.
+void TrainingRun::Impl::Deliver() {
+  delivering_ = true;
+  while (!reports_.empty() && !awaiting_answer_ && !stop_asked_) {
+    Result<ReportedResult> persisted = store_->Persist(reports_.front(), options_.result_fields);
+    reports_.pop_front();
+    if (!persisted.ok()) {
+      delivering_ = false;
+      return EndAttempt(
+          {Attempt::End::kFailed, "persisting a report: " + persisted.status().message()});
+    }
+    if (tracking_) {
+      Status logged = LogMlflowResult(*tracking_, persisted->metrics);
+      if (!logged.ok()) spdlog::warn("MLflow tracking: {}", logged.message());
+    }
+    awaiting_answer_ = true;
+    if (callbacks_.on_result) {
+      callbacks_.on_result(*persisted);  // may Answer at once
+    } else {
+      awaiting_answer_ = false;
+    }
+  }
+  delivering_ = false;
+  Advance();
+}
+
+void TrainingRun::Impl::Answer(bool go_on) {
+  if (!awaiting_answer_ || over_) return;
+  awaiting_answer_ = false;
+  if (!go_on) stop_asked_ = true;
+  if (!delivering_) Advance();
+}
+
+// The owner stopped the run. A single rank leaves its loop at its next Report and its gang can
+// be reused; runs of several ranks are not asked (the others would wait in a collective for
+// rank 0 until their timeout): their gang is torn down.
+void TrainingRun::Impl::StopRanks() {
+  if (stopping_) return;
+  if (runs_.size() != 1 || failed_) return EndAttempt({Attempt::End::kStopped});
+  stopping_ = true;
+  poll_.reset();
+  stop_call_ = gang_->actors()[0].Task(&TrainWorker::RequestStop).Remote();
+  deadline_.Start(Millis(kStopTimeoutMs), Millis(0),
+                  Later([](Impl& self) { self.EndAttempt({Attempt::End::kStopped}); }));
+  if (!running_.count(0)) return EndAttempt({Attempt::End::kStopped, "", true});
+  // Its Run returning (already watched) ends the attempt: OnRunReturned.
+}
+
+void TrainingRun::Impl::EndAttempt(Attempt attempt) {
+  ++attempt_;  // what the attempt still waits for is dropped when it wakes
+  deadline_.Stop();
+  poll_.reset();
+  stop_call_.reset();
+  // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
+  if ((attempt.end == Attempt::End::kFinished || attempt.idle) && options_.reuse && gang_) {
+    options_.reuse->Put(shape_, std::move(gang_));
+  }
+  gang_.reset();
+  runs_.clear();
+  reports_.clear();
+  result_.error = attempt.error;
+  result_.stopped = attempt.end == Attempt::End::kStopped || stop_asked_;
+  const int max_failures = run_.failure.max_failures;
+  if (attempt.end == Attempt::End::kFailed && !stop_asked_ &&
+      (max_failures < 0 || result_.restarts < max_failures)) {
+    ++result_.restarts;
+    return BeginAttempt();
+  }
+  Finish();
+}
+
+void TrainingRun::Impl::Finish() {
+  over_ = true;
+  result_.metrics = store_->last_metrics();
+  result_.checkpoint = store_->Latest();
+  if (tracking_) {
+    // A run its owner stopped ended as asked: FINISHED, as Ray's MLflow callback marks it.
+    Status ended = tracking_->End(result_.ok() || result_.stopped ? MlflowRunStatus::kFinished
+                                                                  : MlflowRunStatus::kFailed);
+    if (!ended.ok()) spdlog::warn("MLflow tracking: {}", ended.message());
+  }
+  loop_.Post([weak = weak_from_this()] {
+    if (std::shared_ptr<Impl> self = weak.lock(); self && self->callbacks_.on_done) {
+      self->callbacks_.on_done(std::move(self->result_));
+    }
+  });
+}
+
+TrainingRun::TrainingRun(EventLoop& loop, std::string train_loop_name, nlohmann::json config,
+                         ScalingConfig scaling, RunConfig run, const FitOptions& options,
+                         Callbacks callbacks)
+    : impl_(std::make_shared<Impl>(loop, std::move(train_loop_name), std::move(config),
+                                   std::move(scaling), std::move(run), options,
+                                   std::move(callbacks))) {
+  impl_->Open();
+  impl_->BeginAttempt();
+}
+
+TrainingRun::~TrainingRun() {
+  if (impl_) impl_->Abandon();
+}
+
+void TrainingRun::Answer(bool go_on) { impl_->Answer(go_on); }
+
+class GangPool::Idle {
+ public:
+  std::string shape;
+  std::unique_ptr<internal::Gang> gang;
+};
+
+GangPool::GangPool() = default;
+GangPool::~GangPool() = default;
+
+std::unique_ptr<internal::Gang> GangPool::Take(const std::string& shape) {
+  std::lock_guard lock(mu_);
+  if (!idle_ || idle_->shape != shape) return nullptr;
+  std::unique_ptr<internal::Gang> gang = std::move(idle_->gang);
+  idle_.reset();
+  return gang;
+}
+
+void GangPool::Put(const std::string& shape, std::unique_ptr<internal::Gang> gang) {
+  std::unique_ptr<Idle> replaced;  // torn down outside the lock
+  std::lock_guard lock(mu_);
+  replaced = std::move(idle_);
+  idle_ = std::make_unique<Idle>(Idle{shape, std::move(gang)});
+}
+
+}  // namespace rayd::train
