@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include <rayd/api.h>
+#include <rayd/base/logging.h>
 
 #include <filesystem>
 #include <iostream>
@@ -12,14 +13,19 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kSaveInterval = std::chrono::milliseconds(500);
+// The console table and the dashboard feed see the sweep this often besides its events.
+constexpr auto kTickInterval = std::chrono::milliseconds(1000);
 
 }  // namespace
 
-Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
+Controller::Controller(EventLoop& loop, const Trainable& trainable, const TuneConfig& tune,
                        const train::RunConfig& run, std::unique_ptr<TrialScheduler> scheduler,
                        std::string experiment_dir, std::vector<std::unique_ptr<ResultSink>> sinks,
-                       const std::atomic<bool>& stop_requested, TrialRunner& runner)
-    : stop_requested_(stop_requested),
+                       StopSignal& stop, TrialRunner& runner)
+    : loop_(loop),
+      stop_(stop),
+      save_timer_(loop),
+      tick_timer_(loop),
       trainable_(trainable),
       tune_(tune),
       run_(run),
@@ -28,6 +34,15 @@ Controller::Controller(const Trainable& trainable, const TuneConfig& tune,
       sinks_(std::move(sinks)),
       runner_(runner) {
   runner_.SetPost([this](RunEvent event) { Post(std::move(event)); });
+  stop_watch_ = new uv_poll_t;
+  RAYD_CHECK(uv_poll_init(loop_.uv(), stop_watch_, stop_.fd()) == 0);
+  stop_watch_->data = this;
+}
+
+Controller::~Controller() {
+  stop_watch_->data = nullptr;
+  uv_close(reinterpret_cast<uv_handle_t*>(stop_watch_),
+           [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
 }
 
 ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
@@ -46,26 +61,40 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
     t.status = TrialStatus::kPending;
   }
   Save();
-  while (true) {
-    if (!stop_requested_) LaunchWhatFits();
-    // Gangs no new trial took: give their resources back, so trials still waiting for their
-    // placement group (more slots than the cluster holds) get them.
-    runner_.ReleaseIdle();
-    if (running_.empty()) {
-      if (stop_requested_ || !FinishStrandedPauses()) break;
-      continue;
-    }
-    std::optional<RunEvent> event = NextEvent(std::chrono::milliseconds(200));
-    if (event) Handle(std::move(*event));
-    if (save_pending_) Save();
-    if (stop_requested_) InterruptAll();
-    Tick(/*finished=*/false);
-  }
+  uv_poll_start(stop_watch_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (h->data) static_cast<Controller*>(h->data)->OnStopSignal();
+  });
+  tick_timer_.Start(kTickInterval, kTickInterval, [this] { Tick(/*finished=*/false); });
+  Step();
+  if (!done_) loop_.Run();
+  uv_poll_stop(stop_watch_);
+  tick_timer_.Stop();
+  save_timer_.Stop();
   Save(/*now=*/true);
   Tick(/*finished=*/true);
   std::vector<TrialResult> results;
   for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
   return ResultGrid(dir_, std::move(results), tune_.metric, tune_.mode);
+}
+
+void Controller::Step() {
+  while (!done_) {
+    if (!stop_.raised()) LaunchWhatFits();
+    // Gangs no new trial took: give their resources back, so trials still waiting for their
+    // placement group (more slots than the cluster holds) get them.
+    runner_.ReleaseIdle();
+    if (!running_.empty()) return;
+    if (stop_.raised() || !FinishStrandedPauses()) {
+      done_ = true;
+      loop_.Stop();
+    }
+  }
+}
+
+void Controller::OnStopSignal() {
+  uv_poll_stop(stop_watch_);  // the pipe stays readable; one stop is enough
+  InterruptAll();
+  Step();
 }
 
 // Starts trials while slots are free: paused trials the scheduler wants back first, then
@@ -140,19 +169,34 @@ void Controller::Start(size_t index) {
 }
 
 void Controller::Post(RunEvent event) {
+  bool first = false;
   {
     std::lock_guard lock(mu_);
+    first = events_.empty();
     events_.push_back(std::move(event));
   }
-  posted_.notify_one();
+  // The loop may run what was posted after the controller is gone (its destructor drains).
+  if (first) {
+    loop_.Post([this, alive = std::weak_ptr<const bool>(alive_)] {
+      if (alive.lock()) Drain();
+    });
+  }
 }
 
-std::optional<RunEvent> Controller::NextEvent(std::chrono::milliseconds wait) {
-  std::unique_lock lock(mu_);
-  if (!posted_.wait_for(lock, wait, [this] { return !events_.empty(); })) return std::nullopt;
-  RunEvent event = std::move(events_.front());
-  events_.pop_front();
-  return event;
+void Controller::Drain() {
+  while (true) {
+    std::optional<RunEvent> event;
+    {
+      std::lock_guard lock(mu_);
+      if (events_.empty()) break;
+      event = std::move(events_.front());
+      events_.pop_front();
+    }
+    Handle(std::move(*event));
+  }
+  if (stop_.raised()) InterruptAll();
+  Step();
+  Tick(/*finished=*/false);
 }
 
 void Controller::Handle(RunEvent event) {
@@ -175,7 +219,7 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
   if (total != result.metrics.end()) t.time_total_s = total->second;
   for (auto& sink : sinks_) sink->OnResult(t, result.metrics);
   if (r.pending != Pending::kNone) return false;  // already on its way out
-  if (stop_requested_) {
+  if (stop_.raised()) {
     r.pending = Pending::kInterrupt;
     return false;
   }
@@ -281,8 +325,13 @@ void Controller::InterruptAll() {
 // checkpoints are on disk already, and a resumed trial that had finished resumes from its last
 // checkpoint and ends at once.
 void Controller::Save(bool now) {
-  if (!now && Clock::now() - last_save_ < kSaveInterval) {
-    save_pending_ = true;
+  const auto due = last_save_ + kSaveInterval;
+  if (!now && Clock::now() < due) {
+    if (!save_pending_) {
+      save_pending_ = true;
+      save_timer_.Start(std::chrono::ceil<Millis>(due - Clock::now()), Millis(0),
+                        [this] { Save(/*now=*/true); });
+    }
     return;
   }
   ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode, trials_};
@@ -290,6 +339,7 @@ void Controller::Save(bool now) {
   if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
   last_save_ = Clock::now();
   save_pending_ = false;
+  save_timer_.Stop();
 }
 
 void Controller::Tick(bool finished) {

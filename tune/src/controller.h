@@ -10,14 +10,16 @@
 // (terminated, paused, errored, pending again for PBT's exploit or after a stop request).
 // experiment_state.json is saved after every change (throttled), so a crashed sweep resumes.
 //
-// Threading: Run() and everything it calls run on the calling thread; the runner's events
-// may be posted from any thread.
+// Threading: Run() drives `loop` on the calling thread, and everything the controller does
+// runs there, woken by what happens: a run's event, the stop signal, the save throttle's
+// timer, and a once-a-second tick for the console table and the dashboard feed. The runner's
+// events may be posted from any thread.
 
+#include <rayd/base/event_loop.h>
 #include <rayd/tune/tuner.h>
+#include <uv.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "result_sink.h"
+#include "stop_signal.h"
 #include "trial.h"
 #include "trial_runner.h"
 
@@ -35,12 +38,13 @@ namespace rayd::tune::internal {
 
 class Controller {
  public:
-  // Everything passed by reference must outlive the controller. `stop_requested` is the
-  // Tuner's: once set, running trials stop at their next result and stay resumable.
-  Controller(const Trainable& trainable, const TuneConfig& tune, const train::RunConfig& run,
-             std::unique_ptr<TrialScheduler> scheduler, std::string experiment_dir,
-             std::vector<std::unique_ptr<ResultSink>> sinks,
-             const std::atomic<bool>& stop_requested, TrialRunner& runner);
+  // Everything passed by reference must outlive the controller. `stop` is the Tuner's: once
+  // raised, running trials stop at their next result and stay resumable.
+  Controller(EventLoop& loop, const Trainable& trainable, const TuneConfig& tune,
+             const train::RunConfig& run, std::unique_ptr<TrialScheduler> scheduler,
+             std::string experiment_dir, std::vector<std::unique_ptr<ResultSink>> sinks,
+             StopSignal& stop, TrialRunner& runner);
+  ~Controller();
 
   // Runs `trials` (new, or loaded by a resume) until none is left to run, or until a stop
   // request has ended every running one; returns them as they ended.
@@ -60,8 +64,12 @@ class Controller {
   std::optional<size_t> IndexOf(const std::string& id) const;
   void Start(size_t index);
   void Post(RunEvent event);
-  std::optional<RunEvent> NextEvent(std::chrono::milliseconds wait);
+  // Handles the posted events, then takes the sweep's next steps.
+  void Drain();
   void Handle(RunEvent event);
+  // Starts what fits, ends the loop when nothing is left to run.
+  void Step();
+  void OnStopSignal();
   bool OnResult(size_t index, const train::ReportedResult& result);
   void OnDone(size_t index, const train::TrainResult& ended);
   Status Clone(size_t index, const std::string& donor_id, std::string* cloned);
@@ -70,7 +78,14 @@ class Controller {
   // Gives every sink the sweep as it stands.
   void Tick(bool finished);
 
-  const std::atomic<bool>& stop_requested_;
+  EventLoop& loop_;
+  StopSignal& stop_;
+  uv_poll_t* stop_watch_ = nullptr;  // owned; freed by its close callback
+  Timer save_timer_;
+  Timer tick_timer_;
+  bool done_ = false;
+  // Expires with the controller: what it posted to the loop checks it first.
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
   const Trainable& trainable_;
   const TuneConfig& tune_;
   const train::RunConfig& run_;
@@ -89,8 +104,7 @@ class Controller {
   bool save_pending_ = false;
 
   std::mutex mu_;
-  std::condition_variable posted_;
-  std::deque<RunEvent> events_;  // guarded by mu_
+  std::deque<RunEvent> events_;  // guarded by mu_; a Drain is posted when it becomes non-empty
 };
 
 }  // namespace rayd::tune::internal

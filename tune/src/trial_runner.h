@@ -4,21 +4,22 @@
 // The controller asks a runner to Start a trial's run; the run's results come back as kResult
 // events, each held until the controller Answers it (go on, or end the run); the run's end
 // comes back as one kDone event, after which the controller calls Finished. Events may be
-// posted from any thread (a real run reports from its own), and are handled one at a time, in
-// order, on the controller's thread, which is also the only thread that calls the runner.
+// posted from any thread, and are handled one at a time, in order, on the controller's
+// thread, which is also the only thread that calls the runner.
 //
-// TrainerRunner (below) runs each trial as a Trainer; unit tests drive the controller with a
-// scripted runner instead (tests/unit/tune/controller_test.cc).
+// TrainerRunner (below) runs each trial as a TrainingRun on the controller's own event loop,
+// so one thread drives every trial; unit tests drive the controller with a scripted runner
+// instead (tests/unit/tune/controller_test.cc).
 
+#include <rayd/base/event_loop.h>
 #include <rayd/train/trainer.h>
+#include <rayd/train/training_run.h>
 
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace rayd::tune {
@@ -62,12 +63,12 @@ class TrialRunner {
   virtual void ReleaseIdle() = 0;
 };
 
-// Each run a Trainer::Fit on a thread of its own, its reports held in on_report until
-// answered; gangs are reused from one run to the next (Ray Tune's reuse_actors).
+// Each run a TrainingRun on `loop` (the controller's), its results held until answered;
+// gangs are reused from one run to the next (Ray Tune's reuse_actors).
 class TrainerRunner : public TrialRunner {
  public:
-  // `trainable` and `run` must outlive the runner.
-  TrainerRunner(const Trainable& trainable, const train::RunConfig& run);
+  // `loop`, `trainable` and `run` must outlive the runner.
+  TrainerRunner(EventLoop& loop, const Trainable& trainable, const train::RunConfig& run);
   ~TrainerRunner() override;
 
   void SetPost(PostFn post) override { post_ = std::move(post); }
@@ -77,12 +78,16 @@ class TrainerRunner : public TrialRunner {
   void ReleaseIdle() override { free_pools_.clear(); }
 
  private:
-  struct Run;
+  struct Run {
+    std::unique_ptr<train::TrainingRun> run;
+    std::shared_ptr<train::GangPool> pool;
+  };
 
+  EventLoop& loop_;
   const Trainable& trainable_;
   const train::RunConfig& run_;
   PostFn post_;
-  std::map<size_t, std::unique_ptr<Run>> runs_;
+  std::map<size_t, Run> runs_;
   // Gangs finished runs left, for the next runs to take.
   std::vector<std::shared_ptr<train::GangPool>> free_pools_;
 };

@@ -15,6 +15,7 @@
 #include "controller.h"
 #include "dashboard_feed.h"
 #include "pbt_lineage.h"
+#include "stop_signal.h"
 #include "trial.h"
 #include "trial_files_sink.h"
 #include "trial_runner.h"
@@ -70,7 +71,10 @@ Tuner::Tuner(Trainable trainable, ParamSpace param_space, TuneConfig tune, train
     : trainable_(std::move(trainable)),
       param_space_(std::move(param_space)),
       tune_(std::move(tune)),
-      run_(std::move(run)) {}
+      run_(std::move(run)),
+      stop_(std::make_shared<internal::StopSignal>()) {}
+
+void Tuner::RequestStop() noexcept { stop_->Raise(); }
 
 ResultGrid Tuner::Fit() {
   if (!rayd::IsInitialized()) throw RaydError("rayd::tune::Tuner::Fit: call rayd::Init first");
@@ -142,9 +146,12 @@ ResultGrid Tuner::Fit() {
     sinks.push_back(std::make_unique<internal::ConsoleTable>(trainable_, tune_.metric,
                                                              tune_.progress_interval_s));
   }
-  internal::TrainerRunner runner(trainable_, run_);
-  internal::Controller controller(trainable_, tune_, run_, std::move(scheduler), dir,
-                                  std::move(sinks), *stop_requested_, runner);
+  // One thread drives every trial: this one, running `loop` (declared first: it outlives the
+  // runs the runner holds).
+  EventLoop loop;
+  internal::TrainerRunner runner(loop, trainable_, run_);
+  internal::Controller controller(loop, trainable_, tune_, run_, std::move(scheduler), dir,
+                                  std::move(sinks), *stop_, runner);
   return controller.Run(std::move(trials), max_concurrent);
 }
 

@@ -119,15 +119,16 @@ struct Sweep {
   Trainable trainable{"scripted", {}};
   TuneConfig tune{.metric = "score", .mode = "max"};
   rayd::train::RunConfig run{.name = "ctl", .storage_path = ""};
-  std::atomic<bool> stop_requested{false};
+  std::unique_ptr<StopSignal> stop = std::make_unique<StopSignal>();
 
   ResultGrid Run(ScriptedRunner& runner, std::vector<Trial> trials, int max_concurrent) {
     run.storage_path = dir.path();
     std::vector<std::unique_ptr<ResultSink>> sinks;
     sinks.push_back(std::make_unique<TrialFilesSink>(dir.path()));
-    Controller controller(trainable, tune, run,
+    rayd::EventLoop loop;
+    Controller controller(loop, trainable, tune, run,
                           MakeScheduler(tune.scheduler, tune.metric, tune.mode, 1), dir.path(),
-                          std::move(sinks), stop_requested, runner);
+                          std::move(sinks), *stop, runner);
     return controller.Run(std::move(trials), max_concurrent);
   }
 };
@@ -227,7 +228,7 @@ TEST_CASE("a stop request ends running trials at their next result, and a resume
   Sweep sweep;
   // Ctrl-C while the second trial reports its third result.
   runner.before_result = [&](const std::string& id, int iteration) {
-    if (id == "ctl00_00001" && iteration == 3) sweep.stop_requested = true;
+    if (id == "ctl00_00001" && iteration == 3) sweep.stop->Raise();
   };
   ResultGrid first = sweep.Run(runner, MakeTrials({"long", "long", "long", "long"}), 2);
   CHECK(first.num_terminated() == 0);
@@ -236,7 +237,7 @@ TEST_CASE("a stop request ends running trials at their next result, and a resume
 
   // As `rayd tune --resume` after the process ended: the state file and result.json files
   // are all there is.
-  sweep.stop_requested = false;
+  sweep.stop = std::make_unique<StopSignal>();
   runner.before_result = nullptr;
   auto state = LoadExperimentState(first.experiment_path());
   REQUIRE(state.ok());

@@ -27,7 +27,6 @@
 #include <rayd/tune/schedulers.h>
 #include <rayd/tune/search_space.h>
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +34,10 @@
 #include <vector>
 
 namespace rayd::tune {
+
+namespace internal {
+class StopSignal;
+}  // namespace internal
 
 // What a trial runs.
 struct Trainable {
@@ -112,17 +115,18 @@ class Tuner {
 
   // Asks this Tuner's Fit to stop (Ctrl-C): running trials stop at their next result and stay
   // resumable with TuneConfig::resume; Fit then returns what it has (at once, when asked
-  // before it started). Callable from any thread and from a signal handler (it only sets a
-  // lock-free flag); other Tuners in the process are not affected.
-  void RequestStop() noexcept { stop_requested_->store(true); }
+  // before it started). Callable from any thread and from a signal handler (it sets a
+  // lock-free flag and writes a byte to a pipe the controller's loop watches); other Tuners in
+  // the process are not affected.
+  void RequestStop() noexcept;
 
  private:
   Trainable trainable_;
   ParamSpace param_space_;
   TuneConfig tune_;
   rayd::train::RunConfig run_;
-  // Shared, so a Tuner stays movable; the flag itself never moves while Fit reads it.
-  std::shared_ptr<std::atomic<bool>> stop_requested_ = std::make_shared<std::atomic<bool>>(false);
+  // Shared, so a Tuner stays movable; the signal itself never moves while Fit watches it.
+  std::shared_ptr<internal::StopSignal> stop_;
 };
 
 }  // namespace rayd::tune
