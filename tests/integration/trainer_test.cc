@@ -3,14 +3,19 @@
 // checkpoint, a second Fit resuming a run, and a gang that cannot fit.
 
 #include <rayd/train/session.h>
+#include <rayd/train/training_run.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlp_fixture.h"
@@ -100,6 +105,25 @@ void WhereLoop(const json& config) {
   rt::Report({{"world_size", context.world_size}});
 }
 RAYD_TRAIN_LOOP(WhereLoop);
+
+// Reports 1, 2, 3; before each report it leaves out_dir/<me>_<k> and waits (up to 30 s) for
+// out_dir/<peer>_<k>, so two runs of it finish only if both run at once.
+void LockstepLoop(const json& config) {
+  const fs::path out = config.at("out_dir").get<std::string>();
+  const std::string me = config.at("me");
+  const std::string peer = config.at("peer");
+  for (int k = 1; k <= 3; ++k) {
+    std::ofstream(out / (me + "_" + std::to_string(k))) << k;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!fs::exists(out / (peer + "_" + std::to_string(k)))) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error(peer + " never ran");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    rt::Report({{"k", k}});
+  }
+}
+RAYD_TRAIN_LOOP(LockstepLoop);
 
 std::vector<json> ResultLines(const std::string& run_dir) {
   std::vector<json> lines;
@@ -285,6 +309,44 @@ TEST_CASE("a gang that cannot fit fails whole and starts no rank", "[trainer]") 
   }
 }
 
+TEST_CASE("two TrainingRuns on one thread run at once, each result held until answered",
+          "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rayd::EventLoop loop;
+  std::map<std::string, std::unique_ptr<rt::TrainingRun>> runs;
+  std::map<std::string, std::vector<double>> seen;
+  std::map<std::string, rt::TrainResult> ended;
+  for (const std::string me : {"a", "b"}) {
+    const json config = {{"out_dir", out.path()}, {"me", me}, {"peer", me == "a" ? "b" : "a"}};
+    runs[me] = std::make_unique<rt::TrainingRun>(
+        loop, "LockstepLoop", config, rt::ScalingConfig{},
+        rt::RunConfig{.name = me, .storage_path = storage.path()}, rt::FitOptions{},
+        rt::TrainingRun::Callbacks{
+            .on_result =
+                [&, me](const rt::ReportedResult& result) {
+                  seen[me].push_back(result.metrics.at("k"));
+                  // b is stopped after its second result; a runs to its end.
+                  runs[me]->Answer(!(me == "b" && seen[me].size() == 2));
+                },
+            .on_done = [&, me](rt::TrainResult result) { ended[me] = std::move(result); }});
+  }
+  // Both were started without blocking: neither has a result yet.
+  CHECK(seen.empty());
+  REQUIRE(loop.RunUntil([&] { return ended.size() == 2; }, std::chrono::seconds(90)));
+  INFO(ended["a"].error);
+  INFO(ended["b"].error);
+  CHECK(ended["a"].ok());
+  CHECK_FALSE(ended["a"].stopped);
+  CHECK(seen["a"] == std::vector<double>{1, 2, 3});
+  CHECK(ended["b"].stopped);
+  CHECK(seen["b"] == std::vector<double>{1, 2});
+  // What was answered is what was persisted: b's third report never reached result.json.
+  CHECK(ResultLines(storage.path() + "/a").size() == 3);
+  CHECK(ResultLines(storage.path() + "/b").size() == 2);
+}
+
 // The nodes the ranks of a WhereLoop run ran on, by rank.
 std::vector<std::string> RankNodes(const TempDir& out, int world_size) {
   std::vector<std::string> nodes;
@@ -297,8 +359,8 @@ std::vector<std::string> RankNodes(const TempDir& out, int world_size) {
 TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 uses every GPU",
           "[trainer]") {
   rayd_runtime_test::CliCluster cluster;
-  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "3",
-                 "--num-gpus", "1"});
+  cluster.Start(
+      {"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "3", "--num-gpus", "1"});
   cluster.Start({"--address", cluster.address(), "--num-cpus", "3", "--num-gpus", "2"});
   cluster.InitDriver();
   const std::string driver_node = rayd::GetNodeId();
@@ -333,11 +395,10 @@ TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 u
   SECTION("num_workers -1") {
     TempDir out;
     CHECK(rayd::ClusterResources().at("GPU") == 3);
-    rt::TrainResult result =
-        rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
-                    {.num_workers = -1, .use_gpu = true},
-                    {.name = "gpus", .storage_path = storage.path()})
-            .Fit();
+    rt::TrainResult result = rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
+                                         {.num_workers = -1, .use_gpu = true},
+                                         {.name = "gpus", .storage_path = storage.path()})
+                                 .Fit();
     INFO(result.error);
     REQUIRE(result.ok());
     CHECK(result.metrics.at("world_size") == 3);
@@ -362,21 +423,20 @@ TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 u
   SECTION("use_gpu in a CPU build trains on the CPU, and the context says so") {
     if (rt::NcclBuilt()) return;  // this cluster's GPUs are declared, not real: tests/gpu
     TempDir out;
-    rt::TrainResult result =
-        rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
-                    {.num_workers = 2, .use_gpu = true},
-                    {.name = "cpu-gpus", .storage_path = storage.path()})
-            .Fit();
+    rt::TrainResult result = rt::Trainer("WhereLoop", {{"out_dir", out.path()}, {"batch_size", 16}},
+                                         {.num_workers = 2, .use_gpu = true},
+                                         {.name = "cpu-gpus", .storage_path = storage.path()})
+                                 .Fit();
     INFO(result.error);
     REQUIRE(result.ok());
     CHECK(rayd::testing::ReadFile(out.path() + "/device.0") == "cpu");
     CHECK(rayd::testing::ReadFile(out.path() + "/device.1") == "cpu");
   }
   SECTION("an unknown train loop is refused before anything starts") {
-    CHECK_THROWS_WITH(rt::Trainer("NoSuchLoop", {}, {.num_workers = 1},
-                                  {.name = "x", .storage_path = storage.path()})
-                          .Fit(),
-                      Catch::Contains("unknown train loop 'NoSuchLoop'") &&
-                          Catch::Contains("WhereLoop"));
+    CHECK_THROWS_WITH(
+        rt::Trainer("NoSuchLoop", {}, {.num_workers = 1},
+                    {.name = "x", .storage_path = storage.path()})
+            .Fit(),
+        Catch::Contains("unknown train loop 'NoSuchLoop'") && Catch::Contains("WhereLoop"));
   }
 }
