@@ -210,6 +210,9 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void OnReady(const ObjectId& id, std::function<void(Impl&)> then);
   // Runs `then` in a later turn of the loop, unless the attempt has ended since.
   std::function<void()> Later(std::function<void(Impl&)> then);
+  // The current step's deadline: the attempt fails with `error` unless the step is done first
+  // (deadline_.Stop()), or another deadline replaces this one.
+  void FailAfter(int ms, std::string error);
 
   void Reserve();
   void OnReserved(const Result<bool>& ready);
@@ -311,6 +314,12 @@ std::function<void()> TrainingRun::Impl::Later(std::function<void(Impl&)> then) 
   };
 }
 
+void TrainingRun::Impl::FailAfter(int ms, std::string error) {
+  deadline_.Start(Millis(ms), Millis(0), Later([error = std::move(error)](Impl& self) {
+                    self.EndAttempt({Attempt::End::kFailed, error});
+                  }));
+}
+
 // One attempt: take the owner's idle gang of the same shape, or reserve a new one.
 void TrainingRun::Impl::BeginAttempt() {
   ++attempt_;
@@ -388,11 +397,8 @@ void TrainingRun::Impl::StartRanks() {
     return EndAttempt(
         {Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()});
   }
-  deadline_.Start(Millis(kStartTimeoutMs), Millis(0), Later([](Impl& self) {
-                    self.EndAttempt({Attempt::End::kFailed,
-                                     "starting the rank actors: not every rank started within " +
-                                         std::to_string(kStartTimeoutMs / 1000) + " s"});
-                  }));
+  FailAfter(kStartTimeoutMs, "starting the rank actors: not every rank started within " +
+                                 std::to_string(kStartTimeoutMs / 1000) + " s");
   for (const auto& node : starting_) {
     OnReady(node.id(), [](Impl& self) {
       if (++self.started_ < self.starting_.size()) return;
@@ -415,11 +421,8 @@ void TrainingRun::Impl::Host() {
   hosting_ = gang_->actors()[0]
                  .Task(&TrainWorker::Host)
                  .Remote(scaling_.collective_timeout_s, gang_->rendezvous_key());
-  deadline_.Start(Millis(kStartTimeoutMs), Millis(0), Later([](Impl& self) {
-                    self.EndAttempt({Attempt::End::kFailed,
-                                     "hosting the rendezvous: rank 0 did not answer within " +
-                                         std::to_string(kStartTimeoutMs / 1000) + " s"});
-                  }));
+  FailAfter(kStartTimeoutMs, "hosting the rendezvous: rank 0 did not answer within " +
+                                 std::to_string(kStartTimeoutMs / 1000) + " s");
   OnReady(hosting_->id(), [](Impl& self) {
     self.deadline_.Stop();
     try {
@@ -463,10 +466,7 @@ void TrainingRun::Impl::Launch() {
 // after `wait_ms`. The attempt fails when no answer comes within `deadline_ms`.
 void TrainingRun::Impl::PollRank0(int wait_ms, int deadline_ms) {
   poll_ = gang_->actors()[0].Task(&TrainWorker::Poll).Remote(wait_ms);
-  deadline_.Start(Millis(deadline_ms), Millis(0), Later([](Impl& self) {
-                    self.EndAttempt({Attempt::End::kFailed,
-                                     self.failed_.value_or("rank 0 does not answer its Poll")});
-                  }));
+  FailAfter(deadline_ms, failed_.value_or("rank 0 does not answer its Poll"));
   OnReady(poll_->id(), [](Impl& self) { self.OnPolled(); });
 }
 
@@ -504,9 +504,7 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
     failed_ = "rank " + std::to_string(rank) + ": " + e.what();
     // Keep what rank 0 reported before the failure (it may still answer), for a while.
     if (!poll_) PollRank0(0, kDrainTimeoutMs);
-    deadline_.Start(Millis(kDrainTimeoutMs), Millis(0), Later([](Impl& self) {
-                      self.EndAttempt({Attempt::End::kFailed, *self.failed_});
-                    }));
+    FailAfter(kDrainTimeoutMs, *failed_);
     return Advance();
   }
   running_.erase(rank);
