@@ -4,6 +4,8 @@
 //
 //   bookkeeping   T trials x one result after 1 s, C at once: ideal T / C seconds
 //                 (Ray: 10,000 x 1 s, 16 at once, ideal 625 s, observed 715 s, +14%)
+//   gangs         the same with W-rank gang trials (T / W of them, C / W at once): the same
+//                 ideal; each trial a placement group of W bundles and W rank actors
 //   throughput    C trials at once, each R results/s for S seconds: ideal S seconds
 //                 (Ray: 96 trials, 10 results/s, 100 s, observed 168.9 s, +69%)
 //   checkpoints   C trials at once, each a checkpoint of M MB every K s (keep 2) for S seconds:
@@ -13,7 +15,7 @@
 //   threads       the driver's thread count, sampled while C trials run
 //
 //   build/bench/tune_scalability [--trials 64] [--concurrent 4] [--rate 10] [--seconds 20]
-//                                [--checkpoint-mb 10] [--checkpoint-every 2]
+//                                [--checkpoint-mb 10] [--checkpoint-every 2] [--workers 2]
 //
 // The trials are single-rank Trainers of a loop that only sleeps and reports (the embedded
 // cluster has a logical CPU per concurrent trial), so the time over ideal is what the runtime
@@ -90,7 +92,7 @@ int DriverThreads() {
 // most driver threads seen meanwhile.
 std::pair<double, int> Sweep(const std::string& root, const std::string& name, int trials,
                              int concurrent, int results, int interval_ms,
-                             size_t checkpoint_bytes = 0) {
+                             size_t checkpoint_bytes = 0, int workers = 1) {
   std::atomic<bool> done{false};
   std::atomic<int> most_threads{0};
   std::thread sampler([&] {
@@ -102,7 +104,7 @@ std::pair<double, int> Sweep(const std::string& root, const std::string& name, i
   const auto start = Clock::now();
   rt::RunConfig run{.name = name, .storage_path = root};
   run.checkpoint.num_to_keep = 2;
-  tune::ResultGrid grid = tune::Tuner({.train_loop = "Paced"},
+  tune::ResultGrid grid = tune::Tuner({.train_loop = "Paced", .scaling = {.num_workers = workers}},
                                       {{{"results"}, results},
                                        {{"interval_ms"}, interval_ms},
                                        {{"checkpoint_bytes"}, checkpoint_bytes}},
@@ -146,6 +148,8 @@ int main(int argc, char** argv) {
   int checkpoint_every = 2;
   app.add_option("--checkpoint-mb", checkpoint_mb, "checkpoints: megabytes per checkpoint");
   app.add_option("--checkpoint-every", checkpoint_every, "checkpoints: seconds between them");
+  int workers = 2;
+  app.add_option("--workers", workers, "gangs: ranks per trial");
   CLI11_PARSE(app, argc, argv);
   // The trials only sleep: give the embedded cluster a logical CPU per trial at once, so that
   // `concurrent` trials fit whatever this machine's core count.
@@ -167,6 +171,17 @@ int main(int argc, char** argv) {
           .c_str(),
       book_ideal, book_s, 100 * (book_s / book_ideal - 1),
       "10,000 x 1 s, 16 at once: 715 s for 625 s, +14%");
+
+  const int gangs = std::max(1, concurrent / workers);
+  auto [gang_s, gang_threads] =
+      Sweep(root, "gangs", trials / workers, gangs, 1, 1000, 0, workers);
+  const double gang_ideal = static_cast<double>(trials / workers) / gangs;
+  std::printf("%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "gangs",
+              (std::to_string(trials / workers) + " x " + std::to_string(workers) +
+               " ranks x 1 result, " + std::to_string(gangs) + " at once")
+                  .c_str(),
+              gang_ideal, gang_s, 100 * (gang_s / gang_ideal - 1),
+              "(not published; the issue asks 2-rank, 8 at once)");
 
   auto [tp_s, tp_threads] =
       Sweep(root, "throughput", concurrent, concurrent, rate * seconds, 1000 / rate);
@@ -201,8 +216,10 @@ int main(int argc, char** argv) {
   std::printf("\n%-12s Report -> decision hook over %zu results: p50 %.2f ms, p99 %.2f ms\n",
               "latency", latencies_ms.size(), Percentile(latencies_ms, 0.5),
               Percentile(latencies_ms, 0.99));
-  std::printf("%-12s driver threads at most %d (bookkeeping, %d at once), %d (throughput)\n",
-              "threads", book_threads, concurrent, tp_threads);
+  std::printf(
+      "%-12s driver threads at most %d (bookkeeping, %d at once), %d (gangs, %d at once), "
+      "%d (throughput)\n",
+      "threads", book_threads, concurrent, gang_threads, gangs, tp_threads);
   std::error_code ec;
   fs::remove_all(root, ec);
   rayd::Shutdown();

@@ -1,10 +1,13 @@
 // The Tuner's controller on scripted runs (no cluster, no threads): a runner that plays each
 // trial's learning curve one result at a time, each only after the controller has answered
 // the last, as a Trainer's run does. Checks the order of results, max_concurrent, failures,
-// TuneConfig::stop, ASHA stopping and pausing (promotion) trials, and a stop request followed
-// by a resume from experiment_state.json.
+// TuneConfig::stop, ASHA stopping and pausing (promotion) trials, PBT's exploit (a clone of the
+// donor's checkpoint that the trial's next run resumes from, with the explored config),
+// restarts within a run, and a stop request followed by a resume from experiment_state.json.
 
 #include "controller.h"
+
+#include <rayd/train/run_directory.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -35,10 +38,17 @@ class ScriptedRunner : public TrialRunner {
  public:
   std::map<std::string, std::vector<double>> curves;  // by config["curve"]
   std::map<std::string, int> fail_after;              // by config["curve"]
+  // Failures a run survives by restarting (from its latest checkpoint when it has one), as a
+  // Trainer within max_failures does; reported in TrainResult::restarts.
+  int restarts_allowed = 0;
+  // Each result carries a checkpoint (the curve and the place in it), and a run starts from the
+  // latest checkpoint in its trial's directory: a trial that PBT cloned plays its donor's curve.
+  bool checkpoints = false;
   // Called before each result is posted, with the trial's id and the result's iteration.
   std::function<void(const std::string&, int)> before_result;
 
   std::vector<std::string> starts;  // trial ids, in the order their runs started
+  std::map<std::string, std::vector<nlohmann::json>> configs;  // each run's, by trial id
   size_t most_running = 0;
 
   void SetPost(PostFn post) override { post_ = std::move(post); }
@@ -49,7 +59,10 @@ class ScriptedRunner : public TrialRunner {
     play.trial = request.trial;
     play.curve = request.config.at("curve").get<std::string>();
     play.dir = fs::path(request.experiment_dir) / request.run_dir_name;
+    play.restarts = 0;
+    configs[request.trial_id].push_back(request.config);
     fs::create_directories(play.dir);
+    if (checkpoints) Restore(play);
     running_[request.trial] = request.trial_id;
     most_running = std::max(most_running, running_.size());
     Next(play);
@@ -60,6 +73,7 @@ class ScriptedRunner : public TrialRunner {
     if (go_on) return Next(play);
     rayd::train::TrainResult ended;
     ended.stopped = true;
+    ended.restarts = play.restarts;
     post_({RunEvent::Kind::kDone, trial, {}, ended});
   }
 
@@ -72,13 +86,35 @@ class ScriptedRunner : public TrialRunner {
     std::string curve;
     fs::path dir;
     int reported = 0;
+    int restarts = 0;  // this run's
+    bool failed = false;
   };
+
+  // The newest checkpoint in the trial's directory, if any, decides where the run starts.
+  void Restore(Play& play) {
+    int newest = -1;
+    for (const auto& entry : fs::directory_iterator(play.dir)) {
+      newest = std::max(newest,
+                        rayd::train::RunDirectory::CheckpointIndex(entry.path().filename().string()));
+    }
+    if (newest < 0) return;
+    std::ifstream state(fs::path(rayd::train::RunDirectory(play.dir.string()).CheckpointDir(newest)) /
+                        "state");
+    state >> play.curve >> play.reported;
+  }
 
   void Next(Play& play) {
     const std::vector<double>& curve = curves.at(play.curve);
     auto fails = fail_after.find(play.curve);
     rayd::train::TrainResult ended;
-    if (fails != fail_after.end() && play.reported == fails->second) {
+    ended.restarts = play.restarts;
+    if (fails != fail_after.end() && play.reported == fails->second && !play.failed) {
+      play.failed = true;  // once per trial
+      if (play.restarts < restarts_allowed) {
+        ++play.restarts;
+        if (checkpoints) Restore(play);
+        return Next(play);
+      }
       ended.error = "scripted failure of curve " + play.curve;
       return post_({RunEvent::Kind::kDone, play.trial, {}, ended});
     }
@@ -92,10 +128,17 @@ class ScriptedRunner : public TrialRunner {
                       {"training_iteration", iteration},
                       {"time_total_s", iteration}};
     std::ofstream(play.dir / "result.json", std::ios::app) << json(result.metrics).dump() << "\n";
+    if (checkpoints) {
+      const std::string dir = rayd::train::RunDirectory(play.dir.string()).CheckpointDir(++saved_);
+      fs::create_directories(dir);
+      std::ofstream(fs::path(dir) / "state") << play.curve << " " << play.reported;
+      result.checkpoint = dir;
+    }
     post_({RunEvent::Kind::kResult, play.trial, result, {}});
   }
 
   PostFn post_;
+  int saved_ = 0;  // checkpoints written, to number the next
   std::map<std::string, Play> plays_;      // by trial id
   std::map<size_t, std::string> running_;  // trial index -> id
 };
@@ -175,6 +218,61 @@ TEST_CASE("a run that fails ends its trial in ERROR with the reason, the others 
   CHECK_THAT(grid[1].error, Catch::Contains("scripted failure of curve bad"));
   CHECK(Scores(grid[1]) == std::vector<double>{1});
   CHECK(fs::exists(fs::path(grid[1].path) / "error.txt"));
+}
+
+TEST_CASE("a run's restarts count as the trial's failures, and the trial still finishes",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curves = {{"flaky", {1, 2, 3, 4}}};
+  runner.fail_after = {{"flaky", 2}};
+  runner.restarts_allowed = 1;
+  runner.checkpoints = true;
+  Sweep sweep;
+  ResultGrid grid = sweep.Run(runner, MakeTrials({"flaky"}), 1);
+  REQUIRE(grid.size() == 1);
+  CHECK(grid[0].status == "TERMINATED");
+  CHECK(grid[0].num_failures == 1);
+  // Resumed from the checkpoint of its second result: every result once, in order.
+  CHECK(Scores(grid[0]) == std::vector<double>{1, 2, 3, 4});
+  auto state = LoadExperimentState(grid.experiment_path());
+  REQUIRE(state.ok());
+  CHECK(state->trials[0].num_failures == 1);
+}
+
+TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose next run resumes "
+          "from it with the explored config",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.checkpoints = true;
+  runner.curves = {{"good", {5, 6, 7, 8, 9, 10}}, {"bad", {1, 1, 1, 1, 1, 1}}};
+  Sweep sweep;
+  PbtConfig pbt;
+  pbt.time_attr = "training_iteration";
+  pbt.perturbation_interval = 2;
+  pbt.quantile_fraction = 0.5;
+  pbt.resample_probability = 0;
+  pbt.hyperparam_mutations = {{{"lr"}, Domain::Uniform(0.001, 0.1)}};
+  pbt.log_dir = "";
+  sweep.tune.scheduler = pbt;
+  std::vector<Trial> trials = MakeTrials({"good", "bad"});
+  for (Trial& t : trials) t.config["lr"] = 0.01;
+  // Both run at once, in lockstep: the bad trial's second result finds the good one ahead.
+  ResultGrid grid = sweep.Run(runner, std::move(trials), 2);
+  CHECK(grid.num_terminated() == 2);
+  const std::string bad = grid[1].trial_id;
+  REQUIRE(runner.configs[bad].size() >= 2);  // it ran again after the exploit
+  // The explored config: the donor's, with lr perturbed (x1.2 or x0.8).
+  const double lr = runner.configs[bad][1].at("lr").get<double>();
+  CHECK((lr == Approx(0.012) || lr == Approx(0.008)));
+  CHECK(runner.configs[bad][1].at("curve") == "good");
+  CHECK(grid[1].config.at("lr").get<double>() == Approx(lr));
+  // Its results after the clone are the donor's curve from where the donor's checkpoint was.
+  const std::vector<double> scores = Scores(grid[1]);
+  REQUIRE(scores.size() >= 3);
+  CHECK(scores[0] == 1);
+  CHECK(scores[1] == 1);
+  CHECK(scores[2] >= 7);
+  CHECK(scores.back() == 10);
 }
 
 TEST_CASE("TuneConfig::stop and ASHA end runs early", "[tune][controller]") {
