@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rayd::cli {
 
@@ -76,8 +77,19 @@ struct TuneArgs {
 int RunTune(const TuneArgs& args);
 
 struct TrainArgs {
-  std::string file;
+  std::string file;     // a train.yaml, or:
+  std::vector<std::string> command;  // `rayd train [options] -- CMD ARGS`: a command job
   std::string address;
+  // For a command job (a train.yaml says these itself):
+  int num_workers = 1;
+  bool use_gpu = false;
+  bool local_mode = false;
+  double cpus_per_worker = 1;
+  std::string launcher = "torch";
+  std::string name;  // default: train_<date>_<time>
+  std::string storage_path = "./rayd_results";
+  int max_failures = 0;
+  std::string config_json = "{}";
 };
 int RunTrain(const TrainArgs& args);
 

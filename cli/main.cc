@@ -113,11 +113,34 @@ void AddTune(CLI::App& app, rayd::cli::TuneArgs& a) {
 }
 
 void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
-  auto* train = app.add_subcommand("train", "Run a data-parallel training job from a train.yaml");
-  train->add_option("file", a.file, "The run's YAML file")->required();
+  auto* train = app.add_subcommand(
+      "train",
+      "Run a data-parallel training job: a train.yaml, or `-- CMD ARGS` run on every rank with "
+      "torchrun's environment");
+  train->add_option("file", a.file, "The run's YAML file");
   train->add_option("--address", a.address,
                     "HOST:PORT of a running head (default: RAYD_ADDRESS, else an embedded cluster)");
-  train->callback([&a] { std::exit(rayd::cli::RunTrain(a)); });
+  train->add_option("--num-workers,--nproc", a.num_workers, "Ranks of a command job")
+      ->check(CLI::PositiveNumber);
+  train->add_flag("--use-gpu", a.use_gpu, "Each rank of a command job gets a GPU of its own");
+  train->add_flag("--local-mode", a.local_mode, "Every rank of a command job on this node");
+  train->add_option("--cpus-per-worker", a.cpus_per_worker, "CPUs of each rank's bundle")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--launcher", a.launcher, "Whose environment the ranks get")
+      ->check(CLI::IsMember({"torch", "deepspeed", "tensorflow", "jax", "none"}));
+  train->add_option("--name", a.name, "The run's directory under --storage-path");
+  train->add_option("--storage-path", a.storage_path, "Where the run's results go");
+  train->add_option("--max-failures", a.max_failures, "Restarts after a failed attempt")
+      ->check(CLI::Range(-1, 1000000));
+  train->add_option("--config", a.config_json, "The config the ranks read (JSON object)");
+  train->callback([&a] {
+    if (a.file.empty() == a.command.empty()) {
+      std::cerr << "rayd train: give a train.yaml, or a command after `--` (rayd train "
+                   "--num-workers 2 -- python3 train.py)\n";
+      std::exit(2);
+    }
+    std::exit(rayd::cli::RunTrain(a));
+  });
 }
 
 }  // namespace
@@ -140,6 +163,19 @@ int main(int argc, char** argv) {
   AddTune(app, tune);
   rayd::cli::TrainArgs train;
   AddTrain(app, train);
+  // `rayd train [options] -- CMD ARGS`: what follows `--` is the command, untouched by CLI11.
+  if (argc > 1 && std::string(argv[1]) == "train") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) != "--") continue;
+      train.command.assign(argv + i + 1, argv + argc);
+      argc = i;
+      if (train.command.empty()) {
+        std::cerr << "rayd train: nothing after `--`: give the command to run\n";
+        return 2;
+      }
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <csignal>
 #include <filesystem>
 #include <iomanip>
@@ -22,6 +23,7 @@
 
 #include "commands.h"
 #include "rayd/api.h"
+#include "rayd/train/command.h"
 #include "rayd/train/trainer.h"
 #include "rayd/tune/config_file.h"
 #include "rayd/tune/tuner.h"
@@ -112,7 +114,9 @@ int RunTuneCommand(const TuneArgs& args) {
     std::cerr << "rayd tune: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;
   }
-  if (Status known = CheckRegistered(args.file, "trainable", file.trainable.train_loop);
+  if (Status known = file.trainable.command ? Status::Ok()
+                                             : CheckRegistered(args.file, "trainable",
+                                                               file.trainable.train_loop);
       !known.ok()) {
     std::cerr << "rayd tune: " << known.message() << "\n";
     return 2;
@@ -177,26 +181,69 @@ int RunTuneCommand(const TuneArgs& args) {
   }
 }
 
+// The job of `rayd train -- CMD ARGS`, as torchrun would run it (one rank per worker).
+Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
+  tune::TrainFile job;
+  job.path = "rayd train";
+  train::Command command;
+  command.argv = args.command;
+  command.launcher = args.launcher;
+  command.working_dir = fs::current_path().string();
+  job.command = std::move(command);
+  job.config = nlohmann::json::parse(args.config_json, nullptr, /*allow_exceptions=*/false);
+  if (!job.config.is_object()) {
+    return Status::InvalidArgument("--config: expected a JSON object, got " + args.config_json);
+  }
+  job.scaling = {.num_workers = args.num_workers,
+                 .use_gpu = args.use_gpu,
+                 .resources_per_worker = {{"CPU", args.cpus_per_worker}},
+                 .local_mode = args.local_mode};
+  std::string name = args.name;
+  if (name.empty()) {
+    std::time_t now = std::time(nullptr);
+    std::ostringstream stamp;
+    stamp << "train_" << std::put_time(std::localtime(&now), "%Y%m%d_%H%M%S");
+    name = stamp.str();
+  }
+  job.run = {.name = name, .storage_path = args.storage_path};
+  job.run.failure.max_failures = args.max_failures;
+  return job;
+}
+
 int RunTrainCommand(const TrainArgs& args) {
   tune::TrainFile file;
-  try {
-    file = tune::LoadTrainFile(args.file);
-  } catch (const tune::ConfigFileError& e) {
-    std::cerr << "rayd train: " << e.what() << "\n";
-    return 2;
+  if (!args.command.empty()) {
+    Result<tune::TrainFile> job = CommandJob(args);
+    if (!job.ok()) {
+      std::cerr << "rayd train: " << job.status().message() << "\n";
+      return 2;
+    }
+    file = std::move(job).value();
+  } else {
+    try {
+      file = tune::LoadTrainFile(args.file);
+    } catch (const tune::ConfigFileError& e) {
+      std::cerr << "rayd train: " << e.what() << "\n";
+      return 2;
+    }
   }
   Result<std::vector<std::string>> libraries = LoadLibraries(file.libraries);
   if (!libraries.ok()) {
     std::cerr << "rayd train: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;
   }
-  if (Status known = CheckRegistered(args.file, "train_loop", file.train_loop); !known.ok()) {
+  if (Status known = file.command ? Status::Ok()
+                                  : CheckRegistered(args.file, "train_loop", file.train_loop);
+      !known.ok()) {
     std::cerr << "rayd train: " << known.message() << "\n";
     return 2;
   }
   try {
     Init(DriverConfig(args.address, *libraries));
-    train::Trainer trainer(file.train_loop, file.config, file.scaling, file.run);
+    train::Trainer trainer = file.command ? train::Trainer(*file.command, file.config,
+                                                           file.scaling, file.run)
+                                          : train::Trainer(file.train_loop, file.config,
+                                                           file.scaling, file.run);
     train::FitOptions options;
     options.on_report = [](const train::ReportedResult& result) {
       auto iteration = result.metrics.find("training_iteration");

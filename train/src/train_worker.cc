@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <rayd/train/session.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "command_rank.h"
 #include "cuda_support.h"
 
 namespace rayd::train {
@@ -79,6 +81,18 @@ class ScopedDir {
  private:
   std::string path_;
 };
+
+// Where a rank unpacks the checkpoint it resumes from, for the attempt's lifetime.
+std::string UnpackDir(int rank) {
+  return (fs::temp_directory_path() /
+          ("rayd-train-" + std::to_string(::getpid()) + "-rank" + std::to_string(rank)))
+      .string();
+}
+
+void Unpack(const internal::CheckpointFiles& files, const std::string& dir) {
+  Status written = internal::WriteCheckpointDir(dir, files);
+  if (!written.ok()) throw RaydError("unpacking the checkpoint: " + written.message());
+}
 
 std::string NodeAddress() {
   const char* ip = std::getenv("RAYD_NODE_IP");
@@ -174,7 +188,70 @@ Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files) 
   return Status::Ok();
 }
 
+TrainWorker::TrainWorker(int rank) : rank_(rank) {
+  if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw RaydError("rank " + std::to_string(rank) + ": cannot create its stop pipe");
+  }
+}
+
 std::string TrainWorker::NodeId() { return rayd::GetNodeId(); }
+
+std::string TrainWorker::ReservePort() {
+  Result<std::string> endpoint = internal::ReservePort(NodeAddress());
+  if (!endpoint.ok()) throw RaydError(endpoint.status().message());
+  return *endpoint;
+}
+
+bool TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_dir) {
+  CommandRank rank;
+  rank.command = {.argv = spec.command.argv,
+                  .launcher = spec.command.launcher,
+                  .working_dir = spec.command.working_dir,
+                  .env = spec.command.env,
+                  .report_timeout_s = spec.command.report_timeout_s,
+                  .stop_grace_s = spec.command.stop_grace_s,
+                  .path = spec.command.path};
+  const char* gpus = std::getenv("CUDA_VISIBLE_DEVICES");
+  rank.launch = {.launcher = spec.command.launcher,
+                 .world_rank = spec.world_rank,
+                 .world_size = spec.world_size,
+                 .local_rank = spec.local_rank,
+                 .local_world_size = spec.local_world_size,
+                 .node_rank = spec.node_rank,
+                 .num_nodes = spec.num_nodes,
+                 .endpoints = spec.endpoints,
+                 .trial_id = spec.trial_id,
+                 .trial_dir = spec.trial_dir,
+                 .restart_count = spec.restart_count,
+                 .max_restarts = spec.max_restarts,
+                 .checkpoint_dir = checkpoint_dir,
+                 .gpus = spec.gpus && gpus != nullptr ? gpus : "",
+                 .cpus = spec.cpus};
+  rank.config_json = spec.config_json;
+  // Beside the trial's other files when the driver's directory is visible here (this node is
+  // the driver's, or they share a filesystem); else in this node's temporary directory.
+  const std::string log_name = "rank_" + std::to_string(spec.world_rank) + ".log";
+  std::error_code ec;
+  rank.log_path = fs::is_directory(spec.trial_dir, ec)
+                      ? (fs::path(spec.trial_dir) / log_name).string()
+                      : (fs::temp_directory_path() / "rayd-command-logs" / spec.trial_id / log_name)
+                            .string();
+  ReportFn report = [this](const std::map<std::string, double>& metrics,
+                           const std::optional<std::string>& checkpoint) -> Status {
+    ReportMessage message;
+    message.metrics = metrics;
+    if (checkpoint) {
+      RAYD_ASSIGN_OR_RETURN(message.checkpoint, ReadCheckpointDir(*checkpoint));
+      message.has_checkpoint = true;
+    }
+    Enqueue(std::move(message));
+    return Status::Ok();
+  };
+  Result<bool> ran =
+      RunCommandRank(rank, report, stop_pipe_[0], [this] { return stop_requested(); });
+  if (!ran.ok()) throw RaydError(ran.status().message());
+  return *ran;
+}
 
 std::string TrainWorker::Host(int collective_timeout_s, std::string rendezvous_key) {
   Result<std::unique_ptr<Rendezvous>> hosted =
@@ -196,6 +273,8 @@ bool TrainWorker::Run(RunSpec spec) {
     reports_.clear();
   }
   stop_requested_ = false;
+  for (char drained[64]; ::read(stop_pipe_[0], drained, sizeof drained) > 0;) {
+  }
   // However Run ends, a Poll waiting for reports returns at once: the driver need not wait out
   // its poll to learn that the loop is over.
   struct MarkFinished {
@@ -209,6 +288,11 @@ bool TrainWorker::Run(RunSpec spec) {
     }
   } mark_finished{this};
   at::set_num_threads(1);  // one intra-op thread per rank: ranks share the node's cores
+  if (spec.has_command) {
+    ScopedDir unpacked(UnpackDir(spec.world_rank));
+    if (spec.has_checkpoint) Unpack(spec.checkpoint, unpacked.path());
+    return RunCommand(spec, spec.has_checkpoint ? unpacked.path() : "");
+  }
   auto loop = Loops().find(spec.loop);
   if (loop == Loops().end()) {
     throw RaydError("rank " + std::to_string(rank_) + ": no train loop registered as '" +
@@ -268,12 +352,9 @@ bool TrainWorker::Run(RunSpec spec) {
                      .device = on_gpu ? "cuda:0" : "cpu"};
   session.worker = this;
   // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.
-  ScopedDir unpacked((fs::temp_directory_path() / ("rayd-train-" + std::to_string(::getpid()) +
-                                                   "-rank" + std::to_string(spec.world_rank)))
-                         .string());
+  ScopedDir unpacked(UnpackDir(spec.world_rank));
   if (spec.has_checkpoint) {
-    Status written = WriteCheckpointDir(unpacked.path(), spec.checkpoint);
-    if (!written.ok()) throw RaydError("unpacking the checkpoint: " + written.message());
+    Unpack(spec.checkpoint, unpacked.path());
     session.checkpoint = unpacked.path();
   }
   nlohmann::json config = nlohmann::json::parse(spec.config_json);
@@ -291,7 +372,10 @@ bool TrainWorker::Run(RunSpec spec) {
   return true;
 }
 
-void TrainWorker::RequestStop() { stop_requested_ = true; }
+void TrainWorker::RequestStop() {
+  stop_requested_ = true;
+  (void)!::write(stop_pipe_[1], "x", 1);
+}
 
 std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
   std::unique_lock lock(mu_);
@@ -311,8 +395,9 @@ void TrainWorker::Enqueue(ReportMessage report) {
   reported_.notify_all();
 }
 
-RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host, &TrainWorker::Run,
-            &TrainWorker::Poll, &TrainWorker::RequestStop);
+RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host,
+            &TrainWorker::ReservePort, &TrainWorker::Run, &TrainWorker::Poll,
+            &TrainWorker::RequestStop);
 
 }  // namespace internal
 }  // namespace rayd::train

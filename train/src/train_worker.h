@@ -34,6 +34,18 @@ struct ReportMessage {
   MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint);
 };
 
+// A command trainable (rayd/train/command.h) as it travels to the ranks.
+struct CommandSpec {
+  std::vector<std::string> argv;
+  std::string launcher;
+  std::string working_dir;
+  std::map<std::string, std::string> env;
+  int report_timeout_s = 0;
+  int stop_grace_s = 5;
+  std::string path;
+  MSGPACK_DEFINE(argv, launcher, working_dir, env, report_timeout_s, stop_grace_s, path);
+};
+
 // What a rank needs to run its part of one attempt.
 struct RunSpec {
   std::string loop;
@@ -51,9 +63,21 @@ struct RunSpec {
   bool use_gpu = false;  // train on this rank's GPU over NCCL (see ScalingConfig::use_gpu)
   bool has_checkpoint = false;
   CheckpointFiles checkpoint;
+  // A command trainable: run `command` instead of the loop, with its launcher's environment.
+  bool has_command = false;
+  CommandSpec command;
+  int num_nodes = 1;
+  std::vector<std::string> endpoints;  // a reserved port on each rank's node, by rank
+  std::string trial_id;                // the run's id (a Tuner's trial id, else its name)
+  std::string trial_dir;               // the run's directory on the driver
+  int restart_count = 0;               // attempts before this one that failed
+  int max_restarts = 0;
+  double cpus = 1;       // the bundle's CPUs
+  bool gpus = false;     // the bundle holds GPUs (the worker's CUDA_VISIBLE_DEVICES)
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
-                 has_checkpoint, checkpoint);
+                 has_checkpoint, checkpoint, has_command, command, num_nodes, endpoints, trial_id,
+                 trial_dir, restart_count, max_restarts, cpus, gpus);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.
@@ -69,6 +93,8 @@ class TrainWorker {
   // Also publishes it under `rendezvous_key` in the cluster's key-value store, where the other
   // ranks look it up.
   std::string Host(int collective_timeout_s, std::string rendezvous_key);
+  // A port free on this node, "host:port": a command's rendezvous (MASTER_PORT, TF_CONFIG).
+  std::string ReservePort();
   // Forms the group, runs the loop, returns true when it returned, false when it left at a
   // Report after RequestStop. Throws what the loop threw (the driver sees a RemoteError).
   bool Run(RunSpec spec);
@@ -83,9 +109,13 @@ class TrainWorker {
   void Enqueue(ReportMessage report);
 
  private:
-  explicit TrainWorker(int rank) : rank_(rank) {}
+  explicit TrainWorker(int rank);
+  // A command rank's part of Run: the command in place of the loop.
+  bool RunCommand(const RunSpec& spec, const std::string& checkpoint_dir);
 
   int rank_;
+  // Readable once RequestStop was called: wakes a command rank waiting on its command.
+  int stop_pipe_[2] = {-1, -1};
   std::unique_ptr<Rendezvous> hosted_;  // rank 0, between Host and Run
   std::atomic<bool> stop_requested_{false};
 

@@ -15,13 +15,20 @@ Trainer::Trainer(std::string train_loop_name, nlohmann::json config, ScalingConf
       scaling_(std::move(scaling)),
       run_(std::move(run)) {}
 
+Trainer::Trainer(Command command, nlohmann::json config, ScalingConfig scaling, RunConfig run)
+    : command_(std::make_shared<Command>(std::move(command))),
+      config_(std::move(config)),
+      scaling_(std::move(scaling)),
+      run_(std::move(run)) {}
+
 TrainResult Trainer::Fit() { return Fit(FitOptions{}); }
 
 TrainResult Trainer::Fit(const FitOptions& options) {
   EventLoop loop;
   std::optional<TrainResult> ended;
   TrainingRun* running = nullptr;
-  TrainingRun run(loop, train_loop_name_, config_, scaling_, run_, options,
+  TrainingRun run(loop, command_ ? TrainingRun::Target(*command_) : train_loop_name_, config_,
+                  scaling_, run_, options,
                   {.on_result =
                        [&](const ReportedResult& result) {
                          running->Answer(!options.on_report || options.on_report(result));

@@ -34,6 +34,8 @@ constexpr int kPollWaitMs = 10'000;
 constexpr int kPollTimeoutMs = 30'000;  // a Poll call is answered (rank 0 is not wedged)
 constexpr int kDrainTimeoutMs = 5'000;  // rank 0 hands over its last reports after a failure
 constexpr int kStopTimeoutMs = 5'000;   // a stopped single-rank loop reaches its next Report
+// A stopped command rank ends its process group: its grace period, and this beside it.
+constexpr int kCommandStopSlackMs = 5'000;
 
 // How an attempt ended.
 struct Attempt {
@@ -153,6 +155,7 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
     spec.local_rank = seen[nodes[rank]]++;
     spec.local_world_size = on_node[nodes[rank]];
     spec.node_rank = node_rank[nodes[rank]];
+    spec.num_nodes = static_cast<int>(node_rank.size());
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -174,12 +177,16 @@ struct Inbox {
 
 class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(EventLoop& loop, std::string loop_name, nlohmann::json config, ScalingConfig scaling,
+  Impl(EventLoop& loop, Target target, nlohmann::json config, ScalingConfig scaling,
        RunConfig run, FitOptions options, Callbacks callbacks)
       : loop_(loop),
         inbox_(std::make_shared<Inbox>()),
         deadline_(loop),
-        loop_name_(std::move(loop_name)),
+        loop_name_(std::holds_alternative<std::string>(target) ? std::get<std::string>(target)
+                                                               : ""),
+        command_(std::holds_alternative<Command>(target)
+                     ? std::optional<Command>(std::get<Command>(std::move(target)))
+                     : std::nullopt),
         config_(std::move(config)),
         scaling_(std::move(scaling)),
         run_(std::move(run)),
@@ -218,6 +225,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void OnReserved(const Result<bool>& ready);
   void StartRanks();
   void Host();
+  void ReservePorts();
   void Launch();
   void PollRank0(int wait_ms, int deadline_ms);
   void OnPolled();
@@ -232,6 +240,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::shared_ptr<Inbox> inbox_;
   Timer deadline_;  // the current step's: one step at a time has one
   const std::string loop_name_;
+  std::optional<Command> command_;  // a command trainable, in place of the loop
   const nlohmann::json config_;
   ScalingConfig scaling_;
   const RunConfig run_;
@@ -256,20 +265,33 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<ObjectRef<std::string>> starting_;  // each rank's NodeId while it starts
   size_t started_ = 0;
   std::optional<ObjectRef<std::string>> hosting_;
+  std::vector<ObjectRef<std::string>> ports_;  // a command's: each rank's reserved endpoint
+  size_t reserved_ = 0;  // of ports_, those answered
+  std::vector<std::string> endpoints_;
   std::vector<ObjectRef<bool>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
   std::optional<Reports> poll_;        // the Poll of rank 0 in flight
   std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
   bool final_poll_ = false;            // every Run returned; the last Poll was sent
-  bool stopping_ = false;              // rank 0 was asked to leave its loop
-  std::optional<ObjectRef<void>> stop_call_;
+  bool stopping_ = false;              // the ranks were asked to leave their loops
+  bool stop_failed_ = false;           // a stopped rank's Run failed: the gang is not reused
+  std::vector<ObjectRef<void>> stop_calls_;
 };
 
 void TrainingRun::Impl::Open() {
   if (run_.name.empty() || run_.storage_path.empty()) {
     throw RaydError("RunConfig needs a name and a storage_path");
   }
-  if (std::string unknown = UnknownTrainLoop(loop_name_); !unknown.empty()) {
+  if (command_) {
+    if (command_->working_dir.empty()) command_->working_dir = std::filesystem::current_path();
+    if (command_->path.empty()) {
+      const char* path = std::getenv("PATH");
+      command_->path = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+    }
+    if (std::string why = CheckCommand(*command_); !why.empty()) {
+      throw RaydError("command trainable: " + why);
+    }
+  } else if (std::string unknown = UnknownTrainLoop(loop_name_); !unknown.empty()) {
     throw RaydError(unknown);
   }
   if (std::string why = CheckGpuSharing(scaling_); !why.empty()) {
@@ -295,7 +317,7 @@ void TrainingRun::Impl::Open() {
         run_.mlflow_tracking_uri,
         run_.mlflow_experiment_name.empty() ? run_.name : run_.mlflow_experiment_name, run_.name,
         std::filesystem::absolute(run_dir).lexically_normal().string(), params,
-        {{"train_loop", loop_name_}});
+        {{command_ ? "command" : "train_loop", command_ ? CommandLine(*command_) : loop_name_}});
     if (!started.ok()) throw RaydError("MLflow tracking: " + started.status().message());
     tracking_ = std::move(started).value();
   }
@@ -327,13 +349,16 @@ void TrainingRun::Impl::BeginAttempt() {
   starting_.clear();
   started_ = 0;
   hosting_.reset();
+  ports_.clear();
+  reserved_ = 0;
+  endpoints_.clear();
   runs_.clear();
   running_.clear();
   poll_.reset();
   failed_.reset();
   final_poll_ = false;
   stopping_ = false;
-  stop_call_.reset();
+  stop_calls_.clear();
   if (gang_) {
     Host();
   } else {
@@ -418,6 +443,7 @@ void TrainingRun::Impl::StartRanks() {
 
 // A new rendezvous per attempt, hosted by rank 0 and published under the gang's key.
 void TrainingRun::Impl::Host() {
+  if (command_) return ReservePorts();
   hosting_ = gang_->actors()[0]
                  .Task(&TrainWorker::Host)
                  .Remote(scaling_.collective_timeout_s, gang_->rendezvous_key());
@@ -435,6 +461,35 @@ void TrainingRun::Impl::Host() {
   });
 }
 
+// A command's rendezvous is its own (its init_process_group hosts the store on MASTER_PORT):
+// every rank reserves a port on its node for it, and each rank is told them all.
+void TrainingRun::Impl::ReservePorts() {
+  try {
+    for (auto& actor : gang_->actors()) {
+      ports_.push_back(actor.Task(&TrainWorker::ReservePort).Remote());
+    }
+  } catch (const RaydError& e) {
+    return EndAttempt({Attempt::End::kFailed, std::string("reserving ports: ") + e.what()});
+  }
+  FailAfter(kStartTimeoutMs, "reserving ports: not every rank answered within " +
+                                 std::to_string(kStartTimeoutMs / 1000) + " s");
+  for (const auto& port : ports_) {
+    OnReady(port.id(), [](Impl& self) {
+      if (++self.reserved_ < self.ports_.size()) return;  // the last one goes on
+      self.deadline_.Stop();
+      try {
+        for (const auto& reserved : self.ports_) {
+          self.endpoints_.push_back(*rayd::Get(reserved, 0));
+        }
+      } catch (const RaydError& e) {
+        return self.EndAttempt(
+            {Attempt::End::kFailed, std::string("reserving ports: ") + e.what()});
+      }
+      self.Launch();
+    });
+  }
+}
+
 // Starts the loop on every rank, from the latest checkpoint, and the first Poll of rank 0.
 void TrainingRun::Impl::Launch() {
   internal::RunSpec common;
@@ -444,6 +499,27 @@ void TrainingRun::Impl::Launch() {
   common.run_name = run_.name;
   common.collective_timeout_s = scaling_.collective_timeout_s;
   common.use_gpu = scaling_.use_gpu;
+  if (command_) {
+    common.has_command = true;
+    common.command = {.argv = command_->argv,
+                      .launcher = command_->launcher,
+                      .working_dir = command_->working_dir,
+                      .env = command_->env,
+                      .report_timeout_s = command_->report_timeout_s,
+                      .stop_grace_s = command_->stop_grace_s,
+                      .path = command_->path};
+    common.endpoints = endpoints_;
+    common.trial_id = options_.result_fields.value("trial_id", run_.name);
+    common.trial_dir = std::filesystem::absolute(std::filesystem::path(run_.storage_path) /
+                                                 run_.name)
+                           .lexically_normal()
+                           .string();
+    common.restart_count = result_.restarts;
+    common.max_restarts = run_.failure.max_failures;
+    const std::map<std::string, double> bundle = WorkerBundle(scaling_);
+    common.cpus = bundle.count("CPU") ? bundle.at("CPU") : 0;
+    common.gpus = bundle.count("GPU") && bundle.at("GPU") > 0;
+  }
   if (std::optional<std::string> resume_from = store_->Latest()) {
     Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*resume_from);
     if (!files.ok()) return EndAttempt({Attempt::End::kFailed, files.status().message()});
@@ -487,15 +563,15 @@ void TrainingRun::Impl::OnPolled() {
 
 void TrainingRun::Impl::OnRunReturned(size_t rank) {
   if (stopping_) {
-    if (rank != 0) return;
-    bool idle = false;
+    // Every stopped rank's Run returns; the gang is idle (reusable) if none failed.
     try {
-      rayd::Get(runs_[0], 0);
-      idle = true;
+      rayd::Get(runs_[rank], 0);
     } catch (const RaydError&) {
-      // It ended by failing: its gang is not reused.
+      stop_failed_ = true;
     }
-    return EndAttempt({Attempt::End::kStopped, "", idle});
+    running_.erase(rank);
+    if (running_.empty()) EndAttempt({Attempt::End::kStopped, "", !stop_failed_});
+    return;
   }
   try {
     rayd::Get(runs_[rank], 0);
@@ -567,25 +643,31 @@ void TrainingRun::Impl::Answer(bool go_on) {
 }
 
 // The owner stopped the run. A single rank leaves its loop at its next Report and its gang can
-// be reused; runs of several ranks are not asked (the others would wait in a collective for
-// rank 0 until their timeout): their gang is torn down.
+// be reused; loops of several ranks are not asked (the others would wait in a collective for
+// rank 0 until their timeout): their gang is torn down. Every rank of a command ends its
+// process group (SIGTERM, then SIGKILL after the grace period), so its gang can be reused.
 void TrainingRun::Impl::StopRanks() {
   if (stopping_) return;
-  if (runs_.size() != 1 || failed_) return EndAttempt({Attempt::End::kStopped});
+  if ((runs_.size() != 1 && !command_) || failed_) return EndAttempt({Attempt::End::kStopped});
   stopping_ = true;
+  stop_failed_ = false;
   poll_.reset();
-  stop_call_ = gang_->actors()[0].Task(&TrainWorker::RequestStop).Remote();
-  deadline_.Start(Millis(kStopTimeoutMs), Millis(0),
+  if (running_.empty()) return EndAttempt({Attempt::End::kStopped, "", true});
+  for (size_t rank : running_) {
+    stop_calls_.push_back(gang_->actors()[rank].Task(&TrainWorker::RequestStop).Remote());
+  }
+  const int wait_ms =
+      command_ ? command_->stop_grace_s * 1000 + kCommandStopSlackMs : kStopTimeoutMs;
+  deadline_.Start(Millis(wait_ms), Millis(0),
                   Later([](Impl& self) { self.EndAttempt({Attempt::End::kStopped}); }));
-  if (!running_.count(0)) return EndAttempt({Attempt::End::kStopped, "", true});
-  // Its Run returning (already watched) ends the attempt: OnRunReturned.
+  // Their Runs returning (already watched) end the attempt: OnRunReturned.
 }
 
 void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   ++attempt_;  // what the attempt still waits for is dropped when it wakes
   deadline_.Stop();
   poll_.reset();
-  stop_call_.reset();
+  stop_calls_.clear();
   // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
   if ((attempt.end == Attempt::End::kFinished || attempt.idle) && options_.reuse && gang_) {
     options_.reuse->Put(shape_, std::move(gang_));
@@ -621,10 +703,10 @@ void TrainingRun::Impl::Finish() {
   });
 }
 
-TrainingRun::TrainingRun(EventLoop& loop, std::string train_loop_name, nlohmann::json config,
+TrainingRun::TrainingRun(EventLoop& loop, Target target, nlohmann::json config,
                          ScalingConfig scaling, RunConfig run, const FitOptions& options,
                          Callbacks callbacks)
-    : impl_(std::make_shared<Impl>(loop, std::move(train_loop_name), std::move(config),
+    : impl_(std::make_shared<Impl>(loop, std::move(target), std::move(config),
                                    std::move(scaling), std::move(run), options,
                                    std::move(callbacks))) {
   impl_->Open();

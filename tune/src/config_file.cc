@@ -33,7 +33,10 @@ const Keys kDomainNames = {"grid_search", "choice",  "uniform",  "quniform", "lo
 const Keys kSchedulerTypes = {"fifo", "asha", "hyperband", "median_stopping", "pbt"};
 const Keys kTuneFileKeys = {"name",        "trainable", "libraries", "scaling",
                             "param_space", "tune",      "run"};
-const Keys kTrainFileKeys = {"name", "train_loop", "libraries", "config", "scaling", "run"};
+const Keys kTrainFileKeys = {"name",   "train_loop", "trainable", "libraries",
+                             "config", "scaling",    "run"};
+const Keys kCommandKeys = {"command", "launcher",         "working_dir",
+                           "env",     "report_timeout_s", "stop_grace_s"};
 const Keys kScalingKeys = {"num_workers",          "num_processes",       "use_gpu",
                            "resources_per_worker", "placement_strategy",  "local_mode",
                            "placement_timeout_s",  "collective_timeout_s"};
@@ -403,6 +406,8 @@ class Parser {
   }
 
   std::vector<std::string> Libraries(const Field& f) const;
+  // `trainable:` a registered train loop's name, or a map: a command (rayd/train/command.h).
+  Trainable ParseTrainable(const Field& f) const;
   rayd::train::ScalingConfig Scaling(const Field& f) const;
   rayd::train::RunConfig Run(const Field* f) const;
   void Space(const Field& f, std::vector<std::string>& prefix, bool mutations,
@@ -427,6 +432,52 @@ std::vector<std::string> Parser::Libraries(const Field& f) const {
     if (lib.is_relative()) lib = dir / lib;
     out.push_back(std::filesystem::absolute(lib).lexically_normal().string());
   }
+  return out;
+}
+
+Trainable Parser::ParseTrainable(const Field& f) const {
+  Trainable out;
+  if (!f.value.IsMap()) {
+    out.train_loop = NonEmptyString(f);
+    return out;
+  }
+  const std::filesystem::path dir =
+      std::filesystem::absolute(std::filesystem::path(file_).parent_path()).lexically_normal();
+  MapFields map = ReadMap(f, kCommandKeys);
+  rayd::train::Command command;
+  const Field& argv = Required(map, f, "command");
+  if (argv.value.IsScalar()) {
+    command.argv.push_back(NonEmptyString(argv));
+  } else {
+    for (const Field& arg : List(argv)) command.argv.push_back(String(arg));
+    if (command.argv.empty()) Fail(argv, "expected the program and its arguments, got []");
+    if (command.argv[0].empty()) Fail(argv, "the program must not be empty");
+  }
+  if (const Field* x = map.Find("launcher")) {
+    std::vector<std::string_view> launchers(rayd::train::Launchers().begin(),
+                                            rayd::train::Launchers().end());
+    command.launcher = OneOf(*x, launchers);
+  }
+  std::filesystem::path working_dir = dir;
+  if (const Field* x = map.Find("working_dir")) {
+    working_dir = NonEmptyString(*x);
+    if (working_dir.is_relative()) working_dir = dir / working_dir;
+    working_dir = working_dir.lexically_normal();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(working_dir, ec)) {
+      Fail(*x, "no directory " + working_dir.string());
+    }
+  }
+  command.working_dir = working_dir.string();
+  if (const Field* x = map.Find("env")) {
+    for (const auto& [name, value] : ReadMap(*x, std::nullopt).entries()) {
+      if (!value.value.IsScalar()) Fail(value, "expected a string, got " + Describe(value.value));
+      command.env[name] = value.value.Scalar();
+    }
+  }
+  if (const Field* x = map.Find("report_timeout_s")) command.report_timeout_s = Int(*x, 0);
+  if (const Field* x = map.Find("stop_grace_s")) command.stop_grace_s = Int(*x, 0);
+  out.command = std::move(command);
   return out;
 }
 
@@ -741,7 +792,7 @@ TuneFile ParseTuneFile(const std::string& text, const std::string& path) {
   TuneFile out;
   out.path = path;
   out.name = parser.NonEmptyString(parser.Required(map, root, "name"));
-  out.trainable.train_loop = parser.NonEmptyString(parser.Required(map, root, "trainable"));
+  out.trainable = parser.ParseTrainable(parser.Required(map, root, "trainable"));
   if (const Field* x = map.Find("libraries")) out.libraries = parser.Libraries(*x);
   if (const Field* x = map.Find("scaling")) out.trainable.scaling = parser.Scaling(*x);
   if (const Field* x = map.Find("param_space")) {
@@ -764,7 +815,18 @@ TrainFile ParseTrainFile(const std::string& text, const std::string& path) {
   TrainFile out;
   out.path = path;
   std::string name = parser.NonEmptyString(parser.Required(map, root, "name"));
-  out.train_loop = parser.NonEmptyString(parser.Required(map, root, "train_loop"));
+  const Field* loop = map.Find("train_loop");
+  const Field* trainable = map.Find("trainable");
+  if (loop != nullptr && trainable != nullptr) {
+    parser.Fail(*trainable, "give train_loop or trainable, not both");
+  }
+  if (trainable != nullptr) {
+    Trainable parsed = parser.ParseTrainable(*trainable);
+    out.train_loop = parsed.train_loop;
+    out.command = std::move(parsed.command);
+  } else {
+    out.train_loop = parser.NonEmptyString(parser.Required(map, root, "train_loop"));
+  }
   if (const Field* x = map.Find("libraries")) out.libraries = parser.Libraries(*x);
   if (const Field* x = map.Find("config")) {
     parser.ReadMap(*x, std::nullopt);  // a map (or nothing), with no duplicate keys

@@ -29,7 +29,10 @@ void TrainerRunner::Start(const RunRequest& request) {
   const size_t trial = request.trial;
   try {
     run.run = std::make_unique<train::TrainingRun>(
-        loop_, trainable_.train_loop, request.config, trainable_.scaling, std::move(config),
+        loop_,
+        trainable_.command ? train::TrainingRun::Target(*trainable_.command)
+                           : train::TrainingRun::Target(trainable_.train_loop),
+        request.config, trainable_.scaling, std::move(config),
         options,
         train::TrainingRun::Callbacks{
             .on_result =

@@ -47,6 +47,12 @@ int GangsThatFit(const train::ScalingConfig& scaling, const std::map<std::string
 }
 
 // New trials for the sweep: ids "<5 hex of the experiment>_<index>".
+// What trial directories are named after: the train loop, or the command's name for itself.
+std::string TrialName(const Trainable& trainable) {
+  if (!trainable.train_loop.empty() || !trainable.command) return trainable.train_loop;
+  return "command";
+}
+
 std::vector<Trial> NewTrials(const Trainable& trainable, const ParamSpace& space,
                              const TuneConfig& tune, uint64_t seed) {
   std::vector<nlohmann::json> configs = GenerateVariants(space, tune.num_samples, seed);
@@ -58,7 +64,7 @@ std::vector<Trial> NewTrials(const Trainable& trainable, const ParamSpace& space
     std::ostringstream id;
     id << experiment << "_" << std::setw(5) << std::setfill('0') << i;
     t.id = id.str();
-    t.dir_name = trainable.train_loop + "_" + t.id;
+    t.dir_name = TrialName(trainable) + "_" + t.id;
     t.config = std::move(configs[i]);
     trials.push_back(std::move(t));
   }
@@ -81,7 +87,16 @@ ResultGrid Tuner::Fit() {
   if (run_.name.empty() || run_.storage_path.empty()) {
     throw RaydError("the Tuner's RunConfig needs a name and a storage_path");
   }
-  if (std::string unknown = train::UnknownTrainLoop(trainable_.train_loop); !unknown.empty()) {
+  if (trainable_.command) {
+    // Relative to where the sweep was started, as every rank runs it.
+    if (trainable_.command->working_dir.empty()) {
+      trainable_.command->working_dir = fs::current_path();
+    }
+    if (std::string why = train::CheckCommand(*trainable_.command); !why.empty()) {
+      throw RaydError("trainable: " + why);
+    }
+  } else if (std::string unknown = train::UnknownTrainLoop(trainable_.train_loop);
+             !unknown.empty()) {
     throw RaydError("trainable: " + unknown);
   }
   if (tune_.num_samples < 1) throw RaydError("num_samples must be at least 1");

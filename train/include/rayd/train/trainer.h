@@ -163,9 +163,14 @@ struct TrainResult {
 
 // Runs `train_loop_name` (registered with RAYD_TRAIN_LOOP in the driver's binary, which
 // workers re-run) with `config` on every rank.
+struct Command;
+
 class Trainer {
  public:
   Trainer(std::string train_loop_name, nlohmann::json config, ScalingConfig scaling, RunConfig run);
+  // Runs `command` as a process on every rank instead of a train loop (rayd/train/command.h);
+  // `config` reaches it as RAYD_CONFIG_FILE (the Python client's get_config()).
+  Trainer(Command command, nlohmann::json config, ScalingConfig scaling, RunConfig run);
 
   // Blocks until the run finishes or fails for good; failures come back in TrainResult::error
   // rather than as exceptions. Throws RaydError for an invalid configuration or when rayd is
@@ -175,6 +180,7 @@ class Trainer {
 
  private:
   std::string train_loop_name_;
+  std::shared_ptr<const Command> command_;  // set: a command trainable
   nlohmann::json config_;
   ScalingConfig scaling_;
   RunConfig run_;

@@ -21,12 +21,14 @@
 // to the head made on that thread; nothing on it waits for training.
 
 #include <rayd/base/event_loop.h>
+#include <rayd/train/command.h>
 #include <rayd/train/trainer.h>
 
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
 
 namespace rayd::train {
 
@@ -42,11 +44,14 @@ class TrainingRun {
     std::function<void(TrainResult)> on_done;
   };
 
+  // What every rank runs: a registered train loop's name, or a command (rayd/train/command.h).
+  using Target = std::variant<std::string, Command>;
+
   // Checks the configuration as Fit does (throwing RaydError: no name or storage path, an
-  // unknown train loop, GPUs shared between ranks of the group, MLflow that cannot be opened),
+  // unknown train loop or a command that cannot run, GPUs shared between ranks of the group, MLflow that cannot be opened),
   // writes params.json, and starts the first attempt. FitOptions::on_report is not used here:
   // results go to callbacks.on_result. `loop` must outlive the run.
-  TrainingRun(EventLoop& loop, std::string train_loop_name, nlohmann::json config,
+  TrainingRun(EventLoop& loop, Target target, nlohmann::json config,
               ScalingConfig scaling, RunConfig run, const FitOptions& options, Callbacks callbacks);
   // A run not over yet ends at once: its ranks are killed and its group removed; on_done is
   // not called.

@@ -45,7 +45,8 @@ struct TuneFile {
 
 struct TrainFile {
   std::string path;
-  std::string train_loop;
+  std::string train_loop;                       // or:
+  std::optional<rayd::train::Command> command;  // `trainable: {command: ...}`
   std::vector<std::string> libraries;
   nlohmann::json config = nlohmann::json::object();
   rayd::train::ScalingConfig scaling;

@@ -23,6 +23,7 @@
 // The state is written after every change, so a Tuner on the same storage_path/name with
 // resume = true continues unfinished trials from their checkpoints and keeps finished ones.
 
+#include <rayd/train/command.h>
 #include <rayd/train/trainer.h>
 #include <rayd/tune/schedulers.h>
 #include <rayd/tune/search_space.h>
@@ -45,6 +46,9 @@ struct Trainable {
   // A Trainer with these workers per trial. Default: one worker with {"CPU": 1} (a plain
   // function trainable that does not need PrepareModel).
   rayd::train::ScalingConfig scaling;
+  // Or a command each rank runs as a process (a Python script, any framework's job):
+  // rayd/train/command.h. When set, train_loop is only the trials' name ("command" if empty).
+  std::optional<rayd::train::Command> command;
 };
 
 struct TuneConfig {

@@ -1,0 +1,147 @@
+// Each launcher's variables, as its own launcher sets them:
+// - torch: torchrun (torch.distributed.run) with one agent per node: MASTER_ADDR/PORT name the
+//   c10d store the script's init_process_group("env://") hosts on rank 0; GROUP_* count nodes,
+//   ROLE_* ranks of the single role; TORCHELASTIC_* the run and its restarts.
+// - deepspeed: torch's, plus the MPI-style names its launcher adds (CROSS_RANK/CROSS_SIZE are
+//   the node's place, LOCAL_SIZE the ranks on it) and the --local_rank argument.
+// - tensorflow: TF_CONFIG for MultiWorkerMirroredStrategy, every rank a "worker".
+// - jax: the coordinator (rank 0's endpoint) and this process's place, for
+//   jax.distributed.initialize.
+
+#include "launcher_env.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string_view>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace rayd::train::internal {
+namespace {
+
+// What makes a process a worker of this node; a command started by a rank must not inherit
+// it (a rayd program it runs would try to serve as a worker, or hold the cluster's token).
+constexpr std::string_view kWorkerOnly[] = {
+    "RAYD_WORKER_MODE", "RAYD_WORKER_ID",     "RAYD_JOB_ID", "RAYD_NODE_ID",
+    "RAYD_NODE_ADDRESS", "RAYD_GCS_ADDRESS", "RAYD_TOKEN",  "RAYD_SESSION_DIR",
+    "RAYD_LAUNCH_ENV_KEYS"};
+
+bool SplitEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) return false;
+  *host = endpoint.substr(0, colon);
+  *port = endpoint.substr(colon + 1);
+  return port->find_first_not_of("0123456789") == std::string::npos;
+}
+
+void TorchVariables(const RankLaunch& r, const std::string& master_host,
+                    const std::string& master_port, Environment& env) {
+  env["MASTER_ADDR"] = master_host;
+  env["MASTER_PORT"] = master_port;
+  env["RANK"] = std::to_string(r.world_rank);
+  env["WORLD_SIZE"] = std::to_string(r.world_size);
+  env["LOCAL_RANK"] = std::to_string(r.local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(r.local_world_size);
+  env["NODE_RANK"] = std::to_string(r.node_rank);
+  env["GROUP_RANK"] = std::to_string(r.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(r.num_nodes);
+  env["ROLE_NAME"] = "default";
+  env["ROLE_RANK"] = std::to_string(r.world_rank);
+  env["ROLE_WORLD_SIZE"] = std::to_string(r.world_size);
+  env["TORCHELASTIC_RUN_ID"] = r.trial_id;
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(r.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(r.max_restarts);
+  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+}
+
+}  // namespace
+
+Environment InheritedEnvironment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  for (std::string_view key : kWorkerOnly) env.erase(std::string(key));
+  return env;
+}
+
+Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inherited,
+                                   const Environment& command_env) {
+  if (r.endpoints.size() != static_cast<size_t>(r.world_size) || r.world_size < 1) {
+    return Status::InvalidArgument("need one endpoint per rank: " +
+                                   std::to_string(r.endpoints.size()) + " for " +
+                                   std::to_string(r.world_size) + " ranks");
+  }
+  std::string master_host;
+  std::string master_port;
+  for (const std::string& endpoint : r.endpoints) {
+    std::string host;
+    std::string port;
+    if (!SplitEndpoint(endpoint, &host, &port)) {
+      return Status::InvalidArgument("endpoint '" + endpoint + "' is not host:port");
+    }
+    if (master_host.empty()) {
+      master_host = host;
+      master_port = port;
+    }
+  }
+
+  LaunchEnv out;
+  Environment& env = out.env;
+  env = inherited;
+  if (r.launcher == "torch" || r.launcher == "deepspeed") {
+    TorchVariables(r, master_host, master_port, env);
+    if (r.launcher == "deepspeed") {
+      env["CROSS_RANK"] = std::to_string(r.node_rank);
+      env["CROSS_SIZE"] = std::to_string(r.num_nodes);
+      env["LOCAL_SIZE"] = std::to_string(r.local_world_size);
+      out.extra_args.push_back("--local_rank=" + std::to_string(r.local_rank));
+    }
+  } else if (r.launcher == "tensorflow") {
+    nlohmann::json config = {{"cluster", {{"worker", r.endpoints}}},
+                             {"task", {{"type", "worker"}, {"index", r.world_rank}}}};
+    env["TF_CONFIG"] = config.dump();
+  } else if (r.launcher == "jax") {
+    env["JAX_COORDINATOR_ADDRESS"] = r.endpoints[0];
+    env["JAX_NUM_PROCESSES"] = std::to_string(r.world_size);
+    env["JAX_PROCESS_ID"] = std::to_string(r.world_rank);
+    env["JAX_LOCAL_DEVICE_IDS"] = r.gpus;
+  } else if (r.launcher != "none") {
+    return Status::InvalidArgument("unknown launcher '" + r.launcher +
+                                   "' (torch, deepspeed, tensorflow, jax or none)");
+  }
+
+  env["RAYD_TRIAL_ID"] = r.trial_id;
+  env["RAYD_TRIAL_DIR"] = r.trial_dir;
+  env["RAYD_WORLD_RANK"] = std::to_string(r.world_rank);
+  env["RAYD_WORLD_SIZE"] = std::to_string(r.world_size);
+  env["RAYD_LOCAL_RANK"] = std::to_string(r.local_rank);
+  env["RAYD_LOCAL_WORLD_SIZE"] = std::to_string(r.local_world_size);
+  env["RAYD_NODE_RANK"] = std::to_string(r.node_rank);
+  env["RAYD_REPORT_ADDR"] = r.report_address;
+  env["RAYD_REPORT_TOKEN"] = r.report_token;
+  env["RAYD_CONFIG_FILE"] = r.config_file;
+  if (r.checkpoint_dir.empty()) {
+    env.erase("RAYD_CHECKPOINT_DIR");
+  } else {
+    env["RAYD_CHECKPOINT_DIR"] = r.checkpoint_dir;
+  }
+  env["CUDA_VISIBLE_DEVICES"] = r.gpus;
+  env["OMP_NUM_THREADS"] =
+      std::to_string(std::max(1, static_cast<int>(std::floor(r.cpus + 1e-9))));
+  if (!r.python_dir.empty()) {
+    auto path = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = path == env.end() || path->second.empty()
+                            ? r.python_dir
+                            : r.python_dir + ":" + path->second;
+  }
+  for (const auto& [key, value] : command_env) env[key] = value;
+  return out;
+}
+
+}  // namespace rayd::train::internal
