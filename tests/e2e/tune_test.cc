@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "rayd_sandbox.h"
 #include "test_util.h"
+#include "tune_sandbox.h"
 
 namespace {
 
@@ -30,59 +30,18 @@ using rayd::testing::RunCommand;
 using rayd::testing::WaitFor;
 namespace fs = std::filesystem;
 
-class Sandbox : public rayd::testing::RaydSandbox {
+class Sandbox : public rayd::testing::TuneSandbox {
  public:
-  Sandbox() : RaydSandbox(RAYD_BINARY, 300s) {}
-
-  // Writes `yaml` (with STORAGE replaced by this sandbox's results directory) to a file.
-  std::string WriteYaml(const std::string& name, std::string yaml) const {
-    const std::string marker = "STORAGE";
-    for (size_t at = yaml.find(marker); at != std::string::npos; at = yaml.find(marker)) {
-      yaml.replace(at, marker.size(), results());
-    }
-    std::string path = root() + "/" + name;
-    std::ofstream(path) << yaml;
-    return path;
-  }
-  std::string results() const { return root() + "/results"; }
-
-  // `rayd <args>` with this sandbox's temp root; returns the exit code.
-  int Run(const std::vector<std::string>& args, std::string* output,
-          std::chrono::milliseconds timeout = 300s) {
-    std::vector<std::string> argv = {RAYD_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv, output, Env(), timeout);
-  }
+  Sandbox() : TuneSandbox(RAYD_BINARY) {}
 };
 
-json ReadJson(const std::string& path) { return json::parse(ReadFile(path)); }
+using rayd::testing::Contains;
+using rayd::testing::ReadJson;
+using rayd::testing::SomeTrialReported;
+using rayd::testing::TrialDir;
 
-// One JSON object per line.
 std::vector<json> ReadLines(const std::string& path) {
-  std::vector<json> lines;
-  std::istringstream in(ReadFile(path));
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(json::parse(line));
-  }
-  return lines;
-}
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-// Whether some trial of the experiment has at least `results` lines in its result.json.
-bool SomeTrialReported(const std::string& experiment, size_t results) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(experiment, ec)) {
-    std::string path = entry.path().string() + "/result.json";
-    if (fs::exists(path) && ReadLines(path).size() >= results) return true;
-  }
-  return false;
-}
-
-std::string TrialDir(const std::string& experiment, const json& trial) {
-  return experiment + "/" + trial.at("dir_name").get<std::string>();
+  return rayd::testing::ReadJsonLines(path);
 }
 
 TEST_CASE("ASHA sweep of 2-worker Gloo trials stops some early and finds a good config",

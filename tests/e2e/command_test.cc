@@ -1,0 +1,330 @@
+// Command trainables as a user runs them: `rayd tune` and `rayd train -- CMD` over a shell
+// script that speaks the report wire in bash, and over examples/python/mlp_ddp.py, a plain
+// PyTorch DDP script (Debian's python3-torch, Gloo) that reports through python/rayd. Checks
+// ASHA's early stops and PBT's clones on real processes, a SIGKILLed rank's restart from its
+// checkpoint, every bad input's one-line reason, and that no process of a trial outlives it.
+//
+// The Python tests exit 77 (CTest: skipped) where /usr/bin/python3 cannot import torch.
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "tune_sandbox.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using rayd::testing::ChildProcess;
+using rayd::testing::Contains;
+using rayd::testing::ReadFile;
+using rayd::testing::ReadJson;
+using rayd::testing::ReadJsonLines;
+using rayd::testing::TrialDir;
+using rayd::testing::WaitFor;
+namespace fs = std::filesystem;
+
+const std::string kExamples = RAYD_SOURCE_DIR "/examples";
+
+class Sandbox : public rayd::testing::TuneSandbox {
+ public:
+  Sandbox() : TuneSandbox(RAYD_BINARY) {}
+  ~Sandbox() override {
+    // Whatever a failed test left running of its trials' commands.
+    for (pid_t pid : CommandProcesses()) ::kill(pid, SIGKILL);
+  }
+
+  // Processes started for a trial of this sandbox: their RAYD_TRIAL_DIR is under its root.
+  std::vector<pid_t> CommandProcesses(const std::string& extra = "") const {
+    std::vector<pid_t> found;
+    DIR* proc = ::opendir("/proc");
+    if (proc == nullptr) return found;
+    const std::string marker = "RAYD_TRIAL_DIR=" + root();
+    while (dirent* entry = ::readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+      if (pid <= 0) continue;
+      const std::string environ = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+      if (!Contains(environ, marker)) continue;
+      if (!extra.empty() && !Contains(environ, extra)) continue;
+      // A zombie is gone already, but for its parent's wait.
+      if (Contains(ReadFile("/proc/" + std::to_string(pid) + "/stat"), ") Z ")) continue;
+      found.push_back(pid);
+    }
+    ::closedir(proc);
+    return found;
+  }
+};
+
+// Debian's python3-torch (the first python3 on PATH here is not Debian's).
+void RequireTorch() {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    std::printf("skipped: /usr/bin/python3 cannot import torch (apt install python3-torch)\n");
+    std::fflush(stdout);
+    std::exit(77);
+  }
+}
+
+std::vector<json> Trials(const std::string& experiment) {
+  return ReadJson(experiment + "/experiment_state.json").at("trials");
+}
+
+TEST_CASE("a bash script trainable reports over the wire and resumes from its checkpoint",
+          "[command][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("bash.yaml", R"(
+name: bash
+trainable:
+  command: [)" + kExamples + R"(/python/report.sh]
+  launcher: none
+param_space:
+  steps: {grid_search: [3, 5]}
+tune: {metric: score, mode: max}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/bash";
+  std::vector<json> trials = Trials(experiment);
+  REQUIRE(trials.size() == 2);
+  for (const json& trial : trials) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(experiment, trial);
+    std::vector<json> results = ReadJsonLines(dir + "/result.json");
+    const int steps = trial["config"]["steps"].get<int>();
+    REQUIRE(static_cast<int>(results.size()) == steps);
+    for (int i = 0; i < steps; ++i) CHECK(results[i]["step"] == i + 1);
+    CHECK(fs::exists(dir + "/" + results.back()["checkpoint_dir_name"].get<std::string>() +
+                     "/step"));
+    CHECK(Contains(ReadFile(dir + "/rank_0.log"), "--- rayd: attempt 1, rank 0 of 1"));
+  }
+
+  // `rayd train` of the same script resumes the run from its latest checkpoint: a run named
+  // like a finished one goes on after its last step.
+  std::string train_out;
+  const std::vector<std::string> train = {
+      "train", "--name", "job", "--storage-path", sandbox.results(), "--launcher", "none",
+      "--config", R"({"steps": 2})", "--", kExamples + "/python/report.sh"};
+  REQUIRE(sandbox.Run(train, &train_out) == 0);
+  std::string again_out;
+  std::vector<std::string> more = train;
+  more[8] = R"({"steps": 4})";
+  REQUIRE(sandbox.Run(more, &again_out) == 0);
+  INFO(train_out << again_out);
+  std::vector<json> results = ReadJsonLines(sandbox.results() + "/job/result.json");
+  REQUIRE(results.size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(results[i]["step"] == i + 1);
+  CHECK(Contains(ReadFile(sandbox.results() + "/job/rank_0.log"), "resumed from step 2"));
+}
+
+TEST_CASE("2-rank PyTorch DDP trials under ASHA: some stop early, no process outlives its trial",
+          "[command][e2e]") {
+  RequireTorch();
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("asha.yaml", R"(
+name: ddp-asha
+trainable:
+  command: [/usr/bin/python3, )" + kExamples + R"(/python/mlp_ddp.py]
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+param_space:
+  lr: {grid_search: [0.1, 0.08, 0.001, 0.0005]}   # best first: the later fall below the rungs
+  epochs: 4
+  train_size: 1024
+  val_size: 512
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 1
+  scheduler: {type: asha, max_t: 4, grace_period: 1, reduction_factor: 2}
+run: {storage_path: STORAGE, checkpoint: {num_to_keep: 1}}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/ddp-asha";
+  int stopped_early = 0;
+  for (const json& trial : Trials(experiment)) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(experiment, trial);
+    std::vector<json> results = ReadJsonLines(dir + "/result.json");
+    REQUIRE(!results.empty());
+    CHECK(results.front()["effective_batch_size"] == 128);  // 64 per worker x 2 ranks
+    if (results.size() < 4) ++stopped_early;
+    // Both ranks ran, each with torchrun's environment (the script prints its rank).
+    CHECK(Contains(ReadFile(dir + "/rank_0.log"), "rank 0/2 backend gloo"));
+    CHECK(Contains(ReadFile(dir + "/rank_1.log"), "rank 1/2 backend gloo"));
+  }
+  CHECK(stopped_early >= 1);
+  CHECK(sandbox.CommandProcesses().empty());
+}
+
+TEST_CASE("PBT clones the donor's checkpoint and the command restarts from it with the new "
+          "config",
+          "[command][e2e]") {
+  RequireTorch();
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("pbt.yaml", R"(
+name: ddp-pbt
+trainable:
+  command: [/usr/bin/python3, )" + kExamples + R"(/python/mlp_ddp.py]
+scaling: {num_workers: 1}
+param_space:
+  lr: {grid_search: [0.0001, 0.1]}
+  epochs: 6
+  train_size: 1024
+  val_size: 256
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 2
+  seed: 3
+  scheduler:
+    type: pbt
+    time_attr: training_iteration
+    perturbation_interval: 2
+    quantile_fraction: 0.5
+    resample_probability: 0
+    hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/ddp-pbt";
+  REQUIRE(fs::exists(experiment + "/pbt_global.txt"));
+  // Some trial was exploited: its script resumed from a cloned checkpoint, saying with which
+  // lr; the lr it names is the explored config's, which params.json holds now.
+  int resumed = 0;
+  for (const json& trial : Trials(experiment)) {
+    const std::string dir = TrialDir(experiment, trial);
+    const std::string log = ReadFile(dir + "/rank_0.log");
+    const size_t at = log.rfind("resumed from epoch ");
+    if (at == std::string::npos) continue;
+    ++resumed;
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    const double lr = std::stod(line.substr(line.rfind(' ') + 1));
+    CHECK(lr == Approx(ReadJson(dir + "/params.json")["lr"].get<double>()));
+    // It ran to the last epoch from the clone's (training_iteration counts its own reports).
+    std::vector<json> results = ReadJsonLines(dir + "/result.json");
+    CHECK(results.back()["epoch"] == 5);
+  }
+  CHECK(resumed >= 1);
+  CHECK(sandbox.CommandProcesses().empty());
+}
+
+TEST_CASE("a SIGKILLed rank restarts the job from its checkpoint, every epoch reported once",
+          "[command][e2e]") {
+  RequireTorch();
+  Sandbox sandbox;
+  const std::string run = sandbox.results() + "/killed";
+  ChildProcess job({RAYD_BINARY, "train", "--num-workers", "2", "--name", "killed",
+                    "--storage-path", sandbox.results(), "--max-failures", "1", "--config",
+                    R"({"epochs": 6, "train_size": 2048, "val_size": 256})", "--",
+                    "/usr/bin/python3", kExamples + "/python/mlp_ddp.py"},
+                   sandbox.Env());
+  REQUIRE(WaitFor([&] { return ReadJsonLines(run + "/result.json").size() >= 2; }, 120s));
+  std::vector<pid_t> rank1 = sandbox.CommandProcesses("RAYD_WORLD_RANK=1");
+  REQUIRE(!rank1.empty());
+  for (pid_t pid : rank1) ::kill(pid, SIGKILL);
+  REQUIRE(job.WaitExit(240s));
+  INFO(job.output());
+  CHECK(job.exit_code() == 0);
+  CHECK(Contains(job.output(), "(1 restarts)"));
+  std::vector<json> results = ReadJsonLines(run + "/result.json");
+  REQUIRE(results.size() == 6);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(results[i]["epoch"] == i);
+    CHECK(results[i]["training_iteration"] == i + 1);
+  }
+  const std::string log = ReadFile(run + "/rank_0.log");
+  CHECK(Contains(log, "--- rayd: attempt 2"));
+  CHECK(Contains(log, "resumed from epoch"));
+  CHECK(sandbox.CommandProcesses().empty());
+}
+
+TEST_CASE("bad commands and bad reports fail their trial with a one-line reason, the sweep "
+          "goes on",
+          "[command][e2e]") {
+  Sandbox sandbox;
+  // One script, one behaviour per trial.
+  std::ofstream(sandbox.root() + "/modes.sh") << R"(#!/bin/bash
+mode=$(grep -o '"mode":"[a-z_0-9]*"' "$RAYD_CONFIG_FILE" | cut -d'"' -f4)
+exec 3<>"/dev/tcp/${RAYD_REPORT_ADDR%:*}/${RAYD_REPORT_ADDR##*:}"
+send() { printf '%s\n' "$1" >&3; read -r reply <&3; echo "reply: $reply"; }
+case "$mode" in
+  ok)        send "{\"token\":\"$RAYD_REPORT_TOKEN\",\"metrics\":{\"score\":1}}" ;;
+  exit1)     echo "cannot open /data/train.bin" >&2; exit 1 ;;
+  not_json)  send "this is not json" ;;
+  not_number) send "{\"token\":\"$RAYD_REPORT_TOKEN\",\"metrics\":{\"score\":\"high\"}}" ;;
+  silent)    exec sleep 600 ;;
+esac
+)";
+  fs::permissions(sandbox.root() + "/modes.sh", fs::perms::owner_all);
+  std::string file = sandbox.WriteYaml("modes.yaml", R"(
+name: modes
+trainable:
+  command: [./modes.sh]
+  launcher: none
+  report_timeout_s: 3
+  stop_grace_s: 1
+param_space:
+  mode: {grid_search: [ok, exit1, not_json, not_number, silent]}
+tune: {metric: score, mode: max, max_concurrent_trials: 2}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  CHECK(rc == 0);  // a trial finished
+  const std::string experiment = sandbox.results() + "/modes";
+  std::map<std::string, std::string> errors;
+  for (const json& trial : Trials(experiment)) {
+    const std::string mode = trial["config"]["mode"];
+    if (mode == "ok") {
+      CHECK(trial["status"] == "TERMINATED");
+      continue;
+    }
+    CHECK(trial["status"] == "ERROR");
+    errors[mode] = ReadFile(TrialDir(experiment, trial) + "/error.txt");
+  }
+  CHECK(Contains(errors["exit1"], "rank 0 (./modes.sh) exited with status 1"));
+  CHECK(Contains(errors["exit1"], "cannot open /data/train.bin"));
+  CHECK(Contains(errors["not_json"], "rank 0 sent a malformed report: not a JSON object"));
+  CHECK(Contains(errors["not_number"], "metric 'score' is not a number: \"high\""));
+  CHECK(Contains(errors["silent"], "neither reported nor exited for 3 s (report_timeout_s)"));
+  CHECK(Contains(out, "failed: rank 0"));  // the console names each failure
+  CHECK(sandbox.CommandProcesses().empty());
+
+  // A program that is not there (each rank looks it up on the driver's PATH); a launcher that
+  // does not exist, with its line, before anything starts.
+  std::string missing;
+  CHECK(sandbox.Run({"train", "--storage-path", sandbox.results(), "--", "no-such-program-x"},
+                    &missing) == 1);
+  CHECK(Contains(missing, "command not found: no-such-program-x"));
+  std::string bad = sandbox.WriteYaml("launcher.yaml", R"(name: launcher
+trainable:
+  command: [./modes.sh]
+  launcher: horovod
+run: {storage_path: STORAGE}
+)");
+  std::string refused;
+  CHECK(sandbox.Run({"tune", bad}, &refused) == 2);
+  CHECK(Contains(refused, "launcher.yaml:4: trainable.launcher: expected one of"));
+}
+
+}  // namespace
