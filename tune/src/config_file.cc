@@ -441,8 +441,11 @@ Trainable Parser::ParseTrainable(const Field& f) const {
     out.train_loop = NonEmptyString(f);
     return out;
   }
-  const std::filesystem::path dir =
-      std::filesystem::absolute(std::filesystem::path(file_).parent_path()).lexically_normal();
+  // The file's directory, absolute ("tune.yaml" alone is in the working directory).
+  std::filesystem::path dir = std::filesystem::path(file_).parent_path();
+  std::error_code ec;
+  dir = dir.empty() ? std::filesystem::current_path(ec) : std::filesystem::absolute(dir, ec);
+  dir = dir.lexically_normal();
   MapFields map = ReadMap(f, kCommandKeys);
   rayd::train::Command command;
   const Field& argv = Required(map, f, "command");
@@ -463,14 +466,14 @@ Trainable Parser::ParseTrainable(const Field& f) const {
     working_dir = NonEmptyString(*x);
     if (working_dir.is_relative()) working_dir = dir / working_dir;
     working_dir = working_dir.lexically_normal();
-    std::error_code ec;
     if (!std::filesystem::is_directory(working_dir, ec)) {
       Fail(*x, "no directory " + working_dir.string());
     }
   }
   command.working_dir = working_dir.string();
   if (const Field* x = map.Find("env")) {
-    for (const auto& [name, value] : ReadMap(*x, std::nullopt).entries()) {
+    const MapFields env = ReadMap(*x, std::nullopt);
+    for (const auto& [name, value] : env.entries()) {
       if (!value.value.IsScalar()) Fail(value, "expected a string, got " + Describe(value.value));
       command.env[name] = value.value.Scalar();
     }

@@ -488,9 +488,11 @@ run: {storage_path: ./rayd_results, failure: {max_failures: 1},
 }
 
 TEST_CASE("train.yaml errors name the key and line", "[tune]") {
+  CHECK_THAT(TrainError("name: m\ntrain_loop: l\ntrainer: x\n"),
+             Contains("train.yaml:3: trainer: unknown key 'trainer'") &&
+                 Contains("allowed: name, train_loop, trainable, libraries, config, scaling, run"));
   CHECK_THAT(TrainError("name: m\ntrain_loop: l\ntrainable: x\n"),
-             Contains("train.yaml:3: trainable: unknown key 'trainable'") &&
-                 Contains("allowed: name, train_loop, libraries, config, scaling, run"));
+             Contains("train.yaml:3: trainable: give train_loop or trainable, not both"));
   CHECK_THAT(TrainError("name: m\n"), Contains("train.yaml:1: train_loop: required"));
   CHECK_THAT(TrainError("name: m\ntrain_loop: l\nconfig: [1, 2]\n"),
              Contains("train.yaml:3: config: expected a map, got a list"));
@@ -498,6 +500,61 @@ TEST_CASE("train.yaml errors name the key and line", "[tune]") {
              Contains("train.yaml:5: config.a: duplicate key"));
   CHECK_THAT(TrainError("name: m\ntrain_loop: l\nscaling:\n  num_workers: two\n"),
              Contains("train.yaml:4: scaling.num_workers: expected an integer, got 'two'"));
+}
+
+TEST_CASE("A command trainable parses, its paths against the file's directory", "[tune]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/job");
+  const std::string path = dir.path() + "/tune.yaml";
+  TuneFile f = ParseTuneFile(R"(name: py
+trainable:
+  command: [python3, train.py, --data, /data]
+  launcher: deepspeed
+  working_dir: job
+  env: {OMP_NUM_THREADS: 2, NCCL_DEBUG: INFO}
+  report_timeout_s: 600
+  stop_grace_s: 10
+)",
+                             path);
+  REQUIRE(f.trainable.command.has_value());
+  const rayd::train::Command& c = *f.trainable.command;
+  CHECK(c.argv == std::vector<std::string>{"python3", "train.py", "--data", "/data"});
+  CHECK(c.launcher == "deepspeed");
+  CHECK(c.working_dir == dir.path() + "/job");
+  CHECK(c.env == std::map<std::string, std::string>{{"NCCL_DEBUG", "INFO"},
+                                                    {"OMP_NUM_THREADS", "2"}});
+  CHECK(c.report_timeout_s == 600);
+  CHECK(c.stop_grace_s == 10);
+
+  // Defaults: torch's environment, run in the file's directory; one string is the program.
+  TuneFile plain = ParseTuneFile("name: p\ntrainable: {command: ./train.sh}\n", path);
+  REQUIRE(plain.trainable.command.has_value());
+  CHECK(plain.trainable.command->argv == std::vector<std::string>{"./train.sh"});
+  CHECK(plain.trainable.command->launcher == "torch");
+  CHECK(plain.trainable.command->working_dir == dir.path());
+
+  TrainFile train =
+      ParseTrainFile("name: t\ntrainable: {command: [python3, x.py], launcher: none}\n", path);
+  REQUIRE(train.command.has_value());
+  CHECK(train.command->launcher == "none");
+}
+
+TEST_CASE("command trainable errors name the key and line", "[tune]") {
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  launcher: torch\n"),
+             Contains("tune.yaml:2: trainable.command: required"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: []\n"),
+             Contains("tune.yaml:3: trainable.command: expected the program and its arguments"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  launcher: horovod\n"),
+             Contains("tune.yaml:4: trainable.launcher: expected one of torch, deepspeed, "
+                      "tensorflow, jax, none, got 'horovod'"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  working_dir: /no/such/dir\n"),
+             Contains("tune.yaml:4: trainable.working_dir: no directory /no/such/dir"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  env: {A: [1]}\n"),
+             Contains("tune.yaml:4: trainable.env.A: expected a string"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  report_timeout_s: -1\n"),
+             Contains("tune.yaml:4: trainable.report_timeout_s: expected an integer >= 0"));
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  shell: true\n"),
+             Contains("tune.yaml:4: trainable.shell: unknown key 'shell'"));
 }
 
 }  // namespace

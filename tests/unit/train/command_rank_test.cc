@@ -1,0 +1,228 @@
+// Command ranks without a cluster: each launcher profile's environment (what torchrun,
+// DeepSpeed, TF_CONFIG and JAX expect, and rayd's own variables), and RunCommandRank itself on
+// real processes: a report through the wire, a failure's reason with the last lines of
+// stderr, and a stop that ends the command's whole process group, grandchildren included.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "command_rank.h"
+#include "launcher_env.h"
+#include "test_util.h"
+
+namespace rayd::train::internal {
+namespace {
+
+using Catch::Matchers::Contains;
+using rayd::testing::ReadFile;
+using rayd::testing::TempDir;
+using rayd::testing::WaitFor;
+using namespace std::chrono_literals;
+
+// Rank 2 of 4: two nodes of two ranks each, in its second attempt.
+RankLaunch Rank2(const std::string& launcher) {
+  return {.launcher = launcher,
+          .world_rank = 2,
+          .world_size = 4,
+          .local_rank = 0,
+          .local_world_size = 2,
+          .node_rank = 1,
+          .num_nodes = 2,
+          .endpoints = {"10.0.0.1:29500", "10.0.0.1:29501", "10.0.0.2:29502", "10.0.0.2:29503"},
+          .trial_id = "abc12_00003",
+          .trial_dir = "/results/exp/trial",
+          .restart_count = 1,
+          .max_restarts = 3,
+          .report_address = "127.0.0.1:4000",
+          .report_token = "t0k",
+          .config_file = "/tmp/x/config.json",
+          .python_dir = "/opt/rayd/python",
+          .gpus = "5",
+          .cpus = 4};
+}
+
+Environment Compose(const RankLaunch& rank, const Environment& inherited = {},
+                     const Environment& command = {}) {
+  Result<LaunchEnv> env = ComposeLaunchEnv(rank, inherited, command);
+  REQUIRE(env.ok());
+  return env->env;
+}
+
+TEST_CASE("the torch profile sets what torchrun sets", "[train][command]") {
+  Environment env = Compose(Rank2("torch"), {{"PATH", "/bin"}, {"PYTHONPATH", "/mine"}});
+  const Environment expected = {
+      {"MASTER_ADDR", "10.0.0.1"},        {"MASTER_PORT", "29500"},
+      {"RANK", "2"},                      {"WORLD_SIZE", "4"},
+      {"LOCAL_RANK", "0"},                {"LOCAL_WORLD_SIZE", "2"},
+      {"NODE_RANK", "1"},                 {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},          {"ROLE_NAME", "default"},
+      {"ROLE_RANK", "2"},                 {"ROLE_WORLD_SIZE", "4"},
+      {"TORCHELASTIC_RUN_ID", "abc12_00003"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      // rayd's own, whatever the launcher.
+      {"RAYD_TRIAL_ID", "abc12_00003"},   {"RAYD_TRIAL_DIR", "/results/exp/trial"},
+      {"RAYD_WORLD_RANK", "2"},           {"RAYD_WORLD_SIZE", "4"},
+      {"RAYD_LOCAL_RANK", "0"},           {"RAYD_LOCAL_WORLD_SIZE", "2"},
+      {"RAYD_NODE_RANK", "1"},            {"RAYD_REPORT_ADDR", "127.0.0.1:4000"},
+      {"RAYD_REPORT_TOKEN", "t0k"},       {"RAYD_CONFIG_FILE", "/tmp/x/config.json"},
+      {"CUDA_VISIBLE_DEVICES", "5"},      {"OMP_NUM_THREADS", "4"},
+      {"PYTHONPATH", "/opt/rayd/python:/mine"}, {"PATH", "/bin"}};
+  CHECK(env == expected);
+}
+
+TEST_CASE("deepspeed, tensorflow, jax and none profiles", "[train][command]") {
+  Result<LaunchEnv> deepspeed = ComposeLaunchEnv(Rank2("deepspeed"), {}, {});
+  REQUIRE(deepspeed.ok());
+  CHECK(deepspeed->env.at("CROSS_RANK") == "1");
+  CHECK(deepspeed->env.at("CROSS_SIZE") == "2");
+  CHECK(deepspeed->env.at("LOCAL_SIZE") == "2");
+  CHECK(deepspeed->env.at("MASTER_PORT") == "29500");  // torch's too
+  CHECK(deepspeed->extra_args == std::vector<std::string>{"--local_rank=0"});
+
+  Environment tf = Compose(Rank2("tensorflow"));
+  CHECK(nlohmann::json::parse(tf.at("TF_CONFIG")) ==
+        nlohmann::json::parse(R"({"cluster": {"worker": ["10.0.0.1:29500", "10.0.0.1:29501",
+                                   "10.0.0.2:29502", "10.0.0.2:29503"]},
+                                  "task": {"type": "worker", "index": 2}})"));
+  CHECK(tf.count("MASTER_ADDR") == 0);
+
+  Environment jax = Compose(Rank2("jax"));
+  CHECK(jax.at("JAX_COORDINATOR_ADDRESS") == "10.0.0.1:29500");
+  CHECK(jax.at("JAX_NUM_PROCESSES") == "4");
+  CHECK(jax.at("JAX_PROCESS_ID") == "2");
+
+  Environment none = Compose(Rank2("none"));
+  CHECK(none.count("RANK") == 0);
+  CHECK(none.at("RAYD_WORLD_RANK") == "2");
+
+  Result<LaunchEnv> unknown = ComposeLaunchEnv(Rank2("horovod"), {}, {});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.status().message(), Contains("unknown launcher 'horovod'"));
+}
+
+TEST_CASE("the command's env wins, the worker's own variables are not passed on, no GPU hides "
+          "them all",
+          "[train][command]") {
+  RankLaunch rank = Rank2("torch");
+  rank.gpus = "";
+  rank.cpus = 0.5;
+  rank.checkpoint_dir = "/tmp/ckpt";
+  Environment env = Compose(rank, {{"HOME", "/root"}}, {{"OMP_NUM_THREADS", "8"}, {"RANK", "x"}});
+  CHECK(env.at("OMP_NUM_THREADS") == "8");
+  CHECK(env.at("RANK") == "x");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES").empty());
+  CHECK(env.at("RAYD_CHECKPOINT_DIR") == "/tmp/ckpt");
+  CHECK(env.at("HOME") == "/root");
+  CHECK(Compose(Rank2("torch")).count("RAYD_CHECKPOINT_DIR") == 0);
+
+  ::setenv("RAYD_TOKEN", "secret", 1);
+  ::setenv("RAYD_WORKER_MODE", "1", 1);
+  Environment inherited = InheritedEnvironment();
+  ::unsetenv("RAYD_TOKEN");
+  ::unsetenv("RAYD_WORKER_MODE");
+  CHECK(inherited.count("RAYD_TOKEN") == 0);
+  CHECK(inherited.count("RAYD_WORKER_MODE") == 0);
+  CHECK(inherited.count("PATH") == 1);
+}
+
+// A single-rank command run here, with `script` as its bash program.
+struct LocalRank {
+  TempDir dir;
+  CommandRank rank;
+  int stop_pipe[2] = {-1, -1};
+  std::atomic<bool> stop{false};
+  std::vector<std::map<std::string, double>> reports;
+
+  explicit LocalRank(const std::string& script) {
+    REQUIRE(::pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) == 0);
+    rank.command = {.argv = {"/bin/bash", "-c", script},
+                    .launcher = "none",
+                    .working_dir = dir.path(),
+                    .stop_grace_s = 1};
+    rank.launch = {.launcher = "none", .endpoints = {"127.0.0.1:1"}, .trial_id = "t"};
+    rank.config_json = R"({"x": 1})";
+    rank.log_path = dir.path() + "/rank_0.log";
+  }
+  ~LocalRank() {
+    ::close(stop_pipe[0]);
+    ::close(stop_pipe[1]);
+  }
+
+  Result<bool> Run() {
+    return RunCommandRank(
+        rank,
+        [this](const std::map<std::string, double>& metrics,
+               const std::optional<std::string>&) {
+          reports.push_back(metrics);
+          return Status::Ok();
+        },
+        stop_pipe[0], [this] { return stop.load(); });
+  }
+  void Stop() {
+    stop = true;
+    (void)!::write(stop_pipe[1], "x", 1);
+  }
+};
+
+constexpr char kReport[] = R"(exec 3<>/dev/tcp/${RAYD_REPORT_ADDR%:*}/${RAYD_REPORT_ADDR##*:}
+printf '{"token":"%s","metrics":{"loss":0.5}}\n' "$RAYD_REPORT_TOKEN" >&3
+read -r reply <&3; echo "reply $reply"; cat "$RAYD_CONFIG_FILE"; echo)";
+
+TEST_CASE("a command rank reports over the wire and finishes; a failure names its exit and "
+          "stderr",
+          "[train][command]") {
+  LocalRank ok(kReport);
+  Result<bool> ran = ok.Run();
+  REQUIRE(ran.ok());
+  CHECK(*ran);
+  REQUIRE(ok.reports.size() == 1);
+  CHECK(ok.reports[0].at("loss") == 0.5);
+  const std::string log = ReadFile(ok.rank.log_path);
+  CHECK_THAT(log, Contains("reply {\"ok\": true}"));
+  CHECK_THAT(log, Contains("{\"x\": 1}"));
+
+  LocalRank failing("echo one >&2; echo two >&2; exit 3");
+  Result<bool> failed = failing.Run();
+  REQUIRE_FALSE(failed.ok());
+  CHECK_THAT(failed.status().message(), Contains("exited with status 3") &&
+                                            Contains("stderr:\n  one\n  two"));
+
+  LocalRank killed("kill -9 $$");
+  Result<bool> died = killed.Run();
+  REQUIRE_FALSE(died.ok());
+  CHECK_THAT(died.status().message(), Contains("was killed by signal 9 (SIGKILL)"));
+}
+
+TEST_CASE("stopping a command rank ends its whole process group, children included",
+          "[train][command]") {
+  // A child that ignores SIGTERM, and a grandchild: SIGKILL after the grace period takes both.
+  LocalRank rank(R"(trap '' TERM; bash -c 'trap "" TERM; sleep 300' & echo $! > pids;
+                    sleep 300 & echo $! >> pids; wait)");
+  std::thread stopper([&] {
+    WaitFor([&] { return ReadFile(rank.dir.path() + "/pids").size() > 2; }, 10s);
+    rank.Stop();
+  });
+  Result<bool> ran = rank.Run();
+  stopper.join();
+  REQUIRE(ran.ok());
+  CHECK_FALSE(*ran);  // stopped, not finished
+  std::ifstream pids(rank.dir.path() + "/pids");
+  int count = 0;
+  for (pid_t pid; pids >> pid; ++count) {
+    CHECK((::kill(pid, 0) != 0 ||
+           rayd::testing::ReadFile("/proc/" + std::to_string(pid) + "/stat").find(") Z ") !=
+               std::string::npos));
+  }
+  CHECK(count == 2);
+}
+
+}  // namespace
+}  // namespace rayd::train::internal
