@@ -68,6 +68,13 @@ sweep() {  # sweep CONCURRENCY: seconds of `rayd tune` (peak device memory per p
 log "sweep 4 at once"; sweep 4
 log "sweep 1 at a time"; sweep 1
 
+# A Python command trainable on the GPU: examples/python/mlp_ddp.py, one rank over NCCL
+# (CUDA_VISIBLE_DEVICES from its bundle; the script picks NCCL when it sees a device).
+run python_gpu "$build/cli/rayd" train --num-workers 1 --use-gpu --name python-gpu \
+  --storage-path "$out/python-gpu" --config '{"epochs": 3, "train_size": 8192}' -- \
+  python3 examples/python/mlp_ddp.py
+grep -h "backend" "$out/python-gpu/python-gpu/rank_0.log" >"$out/python_gpu_backend.txt" 2>/dev/null
+
 python3 - "$out" "$tests_rc" <<'PY'
 import json, os, subprocess, sys
 out, tests_rc = sys.argv[1], int(sys.argv[2])
@@ -130,6 +137,12 @@ lines.append(f"- 4 at once: {t4} s (exit {rc4}); 1 at a time: {t1} s (exit {rc1}
 if t4 and t1:
     lines.append(f"- throughput ratio (1-at-a-time time / 4-at-once time): {t1 / t4:.2f} (target >= 2.5)")
 lines.append(f"- peak device memory per process, MiB, 4 at once: {peak_mib(4)}")
+try:
+    backend = open(os.path.join(out, "python_gpu_backend.txt")).read().strip()
+except Exception:
+    backend = "(no rank log)"
+lines += ["", "## A Python command trainable on the GPU (`rayd train --use-gpu -- python3 examples/python/mlp_ddp.py`)", "",
+          f"- rank 0 said: {backend} (log: python_gpu.log)"]
 # docs/gpu.md keeps its hand-written part, up to the marker; the figures replace the rest.
 marker = "<!-- figures: written by scripts/gpu-check.sh -->"
 doc = open("docs/gpu.md").read() if os.path.exists("docs/gpu.md") else "# rayd on a GPU\n\n"

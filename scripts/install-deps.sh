@@ -3,8 +3,8 @@
 # installed; run as root (or with sudo available).
 #
 #   scripts/install-deps.sh           what rayd needs
-#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Python torch,
-#                                     Optuna, Dask distributed) and matplotlib for the plot of
+#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Optuna, Dask
+#                                     distributed) and matplotlib for the plot of
 #                                     bench/scale/
 set -euo pipefail
 
@@ -17,6 +17,9 @@ packages=(
   iproute2 redis-tools
   shellcheck python3-yaml systemd
   chromium
+  # Python command trainables: the example DDP script and its tests (tests/e2e/command_test.cc)
+  # run on Debian's /usr/bin/python3 with PyTorch.
+  python3-torch
 )
 # Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
 # them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would
@@ -25,7 +28,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
 if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-torch python3-optuna python3-distributed python3-matplotlib)
+  packages+=(python3-optuna python3-distributed python3-matplotlib)
 fi
 
 missing=()
