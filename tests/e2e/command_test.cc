@@ -112,6 +112,38 @@ run: {storage_path: STORAGE}
     CHECK(Contains(ReadFile(dir + "/rank_0.log"), "--- rayd: attempt 1, rank 0 of 1"));
   }
 
+  // ASHA's promotion form pauses commands at its rungs (their processes end) and starts them
+  // again from their checkpoints: every step reported once, in order.
+  std::string paused = sandbox.WriteYaml("paused.yaml", R"(
+name: paused
+trainable:
+  command: [)" + kExamples + R"(/python/report.sh]
+  launcher: none
+param_space:
+  steps: 4
+  x: {grid_search: [1, 2, 3, 4]}
+tune:
+  metric: score
+  mode: max
+  max_concurrent_trials: 2
+  scheduler: {type: asha, time_attr: training_iteration, max_t: 4, grace_period: 1,
+              reduction_factor: 2, promotion: true}
+run: {storage_path: STORAGE}
+)");
+  std::string paused_out;
+  REQUIRE(sandbox.Run({"tune", paused}, &paused_out) == 0);
+  INFO(paused_out);
+  int resumed = 0;
+  for (const json& trial : Trials(sandbox.results() + "/paused")) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(sandbox.results() + "/paused", trial);
+    std::vector<json> results = ReadJsonLines(dir + "/result.json");
+    for (size_t i = 0; i < results.size(); ++i) CHECK(results[i]["step"] == i + 1);
+    if (Contains(ReadFile(dir + "/rank_0.log"), "resumed from step")) ++resumed;
+  }
+  CHECK(resumed >= 1);
+  CHECK(sandbox.CommandProcesses().empty());
+
   // `rayd train` of the same script resumes the run from its latest checkpoint: a run named
   // like a finished one goes on after its last step.
   std::string train_out;
