@@ -107,8 +107,8 @@ run: {storage_path: STORAGE}
     const int steps = trial["config"]["steps"].get<int>();
     REQUIRE(static_cast<int>(results.size()) == steps);
     for (int i = 0; i < steps; ++i) CHECK(results[i]["step"] == i + 1);
-    CHECK(fs::exists(dir + "/" + results.back()["checkpoint_dir_name"].get<std::string>() +
-                     "/step"));
+    CHECK(
+        fs::exists(dir + "/" + results.back()["checkpoint_dir_name"].get<std::string>() + "/step"));
     CHECK(Contains(ReadFile(dir + "/rank_0.log"), "--- rayd: attempt 1, rank 0 of 1"));
   }
 
@@ -147,9 +147,17 @@ run: {storage_path: STORAGE}
   // `rayd train` of the same script resumes the run from its latest checkpoint: a run named
   // like a finished one goes on after its last step.
   std::string train_out;
-  const std::vector<std::string> train = {
-      "train", "--name", "job", "--storage-path", sandbox.results(), "--launcher", "none",
-      "--config", R"({"steps": 2})", "--", kExamples + "/python/report.sh"};
+  const std::vector<std::string> train = {"train",
+                                          "--name",
+                                          "job",
+                                          "--storage-path",
+                                          sandbox.results(),
+                                          "--launcher",
+                                          "none",
+                                          "--config",
+                                          R"({"steps": 2})",
+                                          "--",
+                                          kExamples + "/python/report.sh"};
   REQUIRE(sandbox.Run(train, &train_out) == 0);
   std::string again_out;
   std::vector<std::string> more = train;
@@ -204,9 +212,10 @@ run: {storage_path: STORAGE, checkpoint: {num_to_keep: 1}}
   CHECK(sandbox.CommandProcesses().empty());
 }
 
-TEST_CASE("PBT clones the donor's checkpoint and the command restarts from it with the new "
-          "config",
-          "[command][e2e]") {
+TEST_CASE(
+    "PBT clones the donor's checkpoint and the command restarts from it with the new "
+    "config",
+    "[command][e2e]") {
   RequireTorch();
   Sandbox sandbox;
   std::string file = sandbox.WriteYaml("pbt.yaml", R"(
@@ -289,9 +298,10 @@ TEST_CASE("a SIGKILLed rank restarts the job from its checkpoint, every epoch re
   CHECK(sandbox.CommandProcesses().empty());
 }
 
-TEST_CASE("bad commands and bad reports fail their trial with a one-line reason, the sweep "
-          "goes on",
-          "[command][e2e]") {
+TEST_CASE(
+    "bad commands and bad reports fail their trial with a one-line reason, the sweep "
+    "goes on",
+    "[command][e2e]") {
   Sandbox sandbox;
   // One script, one behaviour per trial.
   std::ofstream(sandbox.root() + "/modes.sh") << R"(#!/bin/bash

@@ -190,3 +190,48 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
   CHECK(list[0]["state"] == "FINISHED");
   CHECK(list[0]["trial_counts"]["TERMINATED"] == 2);
 }
+
+TEST_CASE("the dashboard shows a command trial's rank logs", "[e2e][dashboard]") {
+  rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
+  sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
+  const std::string head_out = sandbox.last_start_output();
+  std::smatch m;
+  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
+  const std::string address = m[1];
+  REQUIRE(std::regex_search(head_out, m,
+                            std::regex(R"(Dashboard:\s+http://127\.0\.0\.1:(\d+)/\?token=(\w+))")));
+  const int port = std::stoi(m[1]);
+  const std::string token = m[2];
+
+  // Two ranks, each printing a line of its own, then reporting for ~3 s.
+  const std::string script = sandbox.root() + "/talk.sh";
+  std::ofstream(script) << R"(#!/bin/bash
+echo "hello from rank $RAYD_WORLD_RANK"; echo "warning on rank $RAYD_WORLD_RANK" >&2
+exec 3<>"/dev/tcp/${RAYD_REPORT_ADDR%:*}/${RAYD_REPORT_ADDR##*:}"
+for i in 1 2 3; do
+  sleep 1
+  printf '{"token":"%s","metrics":{"score":%d}}\n' "$RAYD_REPORT_TOKEN" "$i" >&3; read -r r <&3
+done
+)";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const std::string yaml = sandbox.root() + "/talk.yaml";
+  std::ofstream(yaml) << "name: talk\ntrainable: {command: [" << script
+                      << "], launcher: none}\nscaling: {num_workers: 2}\n"
+                         "tune: {metric: score, mode: max}\nrun: {storage_path: "
+                      << sandbox.root() << "/results}\n";
+  std::string out;
+  const int rc = RunCommand({RAYD_BINARY, "tune", yaml, "--address", address}, &out,
+                            sandbox.Env(), 120s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const HttpReply reply = Get(port, "/api/sweeps/talk", Bearer(token));
+  REQUIRE(reply.status == 200);
+  const json sweep = json::parse(reply.body);
+  REQUIRE(sweep["logs"].size() == 1);
+  const json& logs = sweep["logs"].begin().value();
+  CHECK(logs["rank_0.log"].get<std::string>().find("hello from rank 0") != std::string::npos);
+  CHECK(logs["rank_1.log"].get<std::string>().find("warning on rank 1") != std::string::npos);
+  // The page has the place a clicked trial's logs go (tests/e2e/dashboard/check.mjs drives it).
+  const HttpReply page = Get(port, "/", "Cookie: rayd_token=" + token + "\r\n");
+  CHECK(page.body.find("trial-logs") != std::string::npos);
+}

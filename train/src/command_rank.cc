@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -23,6 +21,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -342,8 +341,8 @@ class RankProcess {
   std::string Handle(const std::string& line, std::optional<std::string>* failure);
   void Output(int fd, bool is_stderr);
   std::string Who() const {
-    return "rank " + std::to_string(rank_.launch.world_rank) + " (" +
-           CommandLine(rank_.command) + ")";
+    return "rank " + std::to_string(rank_.launch.world_rank) + " (" + CommandLine(rank_.command) +
+           ")";
   }
   // The command ended with `status`: the run's result.
   Result<bool> Ended(int status);
@@ -442,8 +441,8 @@ Status RankProcess::Start(const LaunchEnv& launch) {
 
 std::string RankProcess::Handle(const std::string& line, std::optional<std::string>* failure) {
   auto reject = [&](const std::string& why) {
-    *failure = "rank " + std::to_string(rank_.launch.world_rank) +
-               " sent a malformed report: " + why;
+    *failure =
+        "rank " + std::to_string(rank_.launch.world_rank) + " sent a malformed report: " + why;
     return nlohmann::json{{"ok", false}, {"error", why}}.dump();
   };
   nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -540,8 +539,8 @@ Result<bool> RankProcess::Run() {
     if (log_) {
       const std::string header = "--- rayd: attempt " + std::to_string(launch.restart_count + 1) +
                                  ", rank " + std::to_string(launch.world_rank) + " of " +
-                                 std::to_string(launch.world_size) + ": " +
-                                 CommandLine(command) + "\n";
+                                 std::to_string(launch.world_size) + ": " + CommandLine(command) +
+                                 "\n";
       (void)!::write(log_.get(), header.data(), header.size());
     }
   }
@@ -570,7 +569,8 @@ Result<bool> RankProcess::Run() {
     for (const Client& c : clients_) fds.push_back({c.fd.get(), POLLIN, 0});
     int timeout_ms = -1;
     if (command.report_timeout_s > 0 && !exit_status) {
-      const auto left = std::chrono::seconds(command.report_timeout_s) - (Clock::now() - last_heard);
+      const auto left =
+          std::chrono::seconds(command.report_timeout_s) - (Clock::now() - last_heard);
       timeout_ms = static_cast<int>(
           std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
     }

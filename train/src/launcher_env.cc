@@ -10,11 +10,11 @@
 
 #include "launcher_env.h"
 
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string_view>
-#include <unistd.h>
 
 extern char** environ;
 
@@ -24,9 +24,9 @@ namespace {
 // What makes a process a worker of this node; a command started by a rank must not inherit
 // it (a rayd program it runs would try to serve as a worker, or hold the cluster's token).
 constexpr std::string_view kWorkerOnly[] = {
-    "RAYD_WORKER_MODE", "RAYD_WORKER_ID",     "RAYD_JOB_ID", "RAYD_NODE_ID",
-    "RAYD_NODE_ADDRESS", "RAYD_GCS_ADDRESS", "RAYD_TOKEN",  "RAYD_SESSION_DIR",
-    "RAYD_LAUNCH_ENV_KEYS"};
+    "RAYD_WORKER_MODE", "RAYD_WORKER_ID",    "RAYD_JOB_ID",
+    "RAYD_NODE_ID",     "RAYD_NODE_ADDRESS", "RAYD_GCS_ADDRESS",
+    "RAYD_TOKEN",       "RAYD_SESSION_DIR",  "RAYD_LAUNCH_ENV_KEYS"};
 
 bool SplitEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
   const size_t colon = endpoint.rfind(':');
@@ -73,9 +73,9 @@ Environment InheritedEnvironment() {
 Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inherited,
                                    const Environment& command_env) {
   if (r.endpoints.size() != static_cast<size_t>(r.world_size) || r.world_size < 1) {
-    return Status::InvalidArgument("need one endpoint per rank: " +
-                                   std::to_string(r.endpoints.size()) + " for " +
-                                   std::to_string(r.world_size) + " ranks");
+    return Status::InvalidArgument(
+        "need one endpoint per rank: " + std::to_string(r.endpoints.size()) + " for " +
+        std::to_string(r.world_size) + " ranks");
   }
   std::string master_host;
   std::string master_port;
@@ -132,8 +132,7 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
     env["RAYD_CHECKPOINT_DIR"] = r.checkpoint_dir;
   }
   env["CUDA_VISIBLE_DEVICES"] = r.gpus;
-  env["OMP_NUM_THREADS"] =
-      std::to_string(std::max(1, static_cast<int>(std::floor(r.cpus + 1e-9))));
+  env["OMP_NUM_THREADS"] = std::to_string(std::max(1, static_cast<int>(std::floor(r.cpus + 1e-9))));
   if (!r.python_dir.empty()) {
     auto path = env.find("PYTHONPATH");
     env["PYTHONPATH"] = path == env.end() || path->second.empty()

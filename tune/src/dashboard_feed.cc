@@ -5,6 +5,8 @@
 #include <rayd/runtime/cluster.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 namespace rayd::tune::internal {
@@ -16,11 +18,12 @@ constexpr int kBackoffFactor = 20;
 }  // namespace
 
 DashboardFeed::DashboardFeed(std::string name, std::string metric, std::string mode,
-                             std::string scheduler)
+                             std::string scheduler, std::string experiment_dir)
     : name_(std::move(name)),
       metric_(std::move(metric)),
       mode_(std::move(mode)),
       scheduler_(std::move(scheduler)),
+      experiment_dir_(std::move(experiment_dir)),
       started_ms_(NowUnixMs()) {}
 
 void DashboardFeed::OnResult(const Trial& trial, const Metrics& result) {
@@ -84,6 +87,7 @@ void DashboardFeed::Publish(const std::vector<Trial>& trials, bool finished) {
       KvPut(kTuneKvNamespace, std::string(kCurveKeyPrefix) + name_ + "/" + id, points.dump());
     }
     changed_curves_.clear();
+    PublishLogs(trials);
     KvPut(kTuneKvNamespace, std::string(kSweepKeyPrefix) + name_, Summary(trials, finished).dump());
   } catch (const std::exception& e) {
     std::cerr << "rayd tune: the dashboard will not show this sweep: " << e.what() << "\n";
@@ -92,6 +96,44 @@ void DashboardFeed::Publish(const std::vector<Trial>& trials, bool finished) {
   }
   next_publish_ = Clock::now() + std::max<Clock::duration>(kMinInterval,
                                                            (Clock::now() - start) * kBackoffFactor);
+}
+
+void DashboardFeed::PublishLogs(const std::vector<Trial>& trials) {
+  namespace fs = std::filesystem;
+  for (const Trial& t : trials) {
+    auto seen = log_bytes_.find(t.id);
+    // A trial not running now is published once more after it ends, then left alone.
+    if (t.status != TrialStatus::kRunning && seen == log_bytes_.end()) continue;
+    std::error_code ec;
+    std::map<std::string, fs::path> logs;
+    for (const auto& entry : fs::directory_iterator(fs::path(experiment_dir_) / t.dir_name, ec)) {
+      const std::string file = entry.path().filename().string();
+      if (file.starts_with("rank_") && file.ends_with(".log")) logs[file] = entry.path();
+    }
+    uintmax_t bytes = 0;
+    for (const auto& [file, path] : logs) bytes += fs::file_size(path, ec);
+    if (logs.empty() || (seen != log_bytes_.end() && seen->second == bytes)) {
+      if (t.status != TrialStatus::kRunning) log_bytes_.erase(t.id);
+      continue;
+    }
+    nlohmann::json tails = nlohmann::json::object();
+    for (const auto& [file, path] : logs) {
+      std::ifstream in(path, std::ios::binary);
+      const uintmax_t size = fs::file_size(path, ec);
+      if (size > kLogTailBytes) in.seekg(static_cast<std::streamoff>(size - kLogTailBytes));
+      std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      tails[file] = std::move(tail);
+    }
+    // JSON needs UTF-8: a tail cut inside a character, or binary output, is shown with
+    // replacement characters rather than refused.
+    KvPut(kTuneKvNamespace, std::string(kLogKeyPrefix) + name_ + "/" + t.id,
+          tails.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (t.status == TrialStatus::kRunning) {
+      log_bytes_[t.id] = bytes;
+    } else {
+      log_bytes_.erase(t.id);
+    }
+  }
 }
 
 }  // namespace rayd::tune::internal

@@ -1,7 +1,8 @@
 #pragma once
 // DashboardFeed: publishes a running sweep to the cluster's KV, where the head's dashboard and
 // /metrics read it (the keys are in rayd/runtime/cluster.h): a summary with the trial table, and
-// each trial's learning curve (the sweep's metric against training_iteration).
+// each trial's learning curve (the sweep's metric against training_iteration), and the tails of
+// a command trial's rank logs (rank_N.log in its directory) while it runs.
 //
 // Publishing is throttled (at most once a second, and less often when a publish is slow, so it
 // never costs a sweep more than a few percent) and best effort: a head that cannot take the
@@ -24,7 +25,11 @@ class DashboardFeed : public ResultSink {
   // At most this many points per curve; a longer curve keeps every other point.
   static constexpr size_t kMaxCurvePoints = 2000;
 
-  DashboardFeed(std::string name, std::string metric, std::string mode, std::string scheduler);
+  // The last this many bytes of each rank log are shown.
+  static constexpr size_t kLogTailBytes = 8192;
+
+  DashboardFeed(std::string name, std::string metric, std::string mode, std::string scheduler,
+                std::string experiment_dir);
 
   // A trial reported `result` (before a resume, too: its curve is shown whole).
   void OnResult(const Trial& trial, const Metrics& result) override;
@@ -39,8 +44,11 @@ class DashboardFeed : public ResultSink {
   using Curve = std::vector<std::pair<double, double>>;
 
   nlohmann::json Summary(const std::vector<Trial>& trials, bool finished) const;
+  // The rank logs of running trials (and of trials that ended since) that grew since last time.
+  void PublishLogs(const std::vector<Trial>& trials);
 
-  std::string name_, metric_, mode_, scheduler_;
+  std::string name_, metric_, mode_, scheduler_, experiment_dir_;
+  std::map<std::string, uintmax_t> log_bytes_;  // by trial id: its rank logs' total size
   int64_t started_ms_;
   uint64_t results_ = 0;
   std::map<std::string, Curve> curves_;   // by trial id

@@ -153,7 +153,7 @@ ResultGrid Tuner::Fit() {
   sinks.push_back(std::make_unique<internal::TrialFilesSink>(dir));
   sinks.push_back(std::make_unique<internal::TrialTracking>(std::move(tracking).value()));
   sinks.push_back(std::make_unique<internal::DashboardFeed>(run_.name, tune_.metric, tune_.mode,
-                                                            scheduler->name()));
+                                                            scheduler->name(), dir));
   if (const auto* pbt = std::get_if<PbtConfig>(&tune_.scheduler); pbt && !pbt->log_dir.empty()) {
     sinks.push_back(std::make_unique<internal::PbtLineageLog>(pbt->log_dir));
   }

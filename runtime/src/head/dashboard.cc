@@ -168,6 +168,16 @@ class Dashboard::Impl {
       if (!points.is_discarded()) by_trial[key.substr(curve_prefix.size())] = std::move(points);
     }
     sweep["curves"] = std::move(by_trial);
+    const std::string log_prefix = kLogKeyPrefix + name + "/";
+    auto logs = FetchKvPrefix(options_.gcs_address, options_.token, kTuneKvNamespace, log_prefix,
+                              kReadTimeout);
+    if (!logs.ok()) return Error(503, logs.status().message());
+    nlohmann::json logs_by_trial = nlohmann::json::object();
+    for (const auto& [key, value] : *logs) {
+      nlohmann::json tails = nlohmann::json::parse(value, nullptr, false);
+      if (!tails.is_discarded()) logs_by_trial[key.substr(log_prefix.size())] = std::move(tails);
+    }
+    sweep["logs"] = std::move(logs_by_trial);
     return http::Response::Json(200, sweep.dump());
   }
 

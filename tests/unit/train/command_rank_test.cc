@@ -3,6 +3,8 @@
 // real processes: a report through the wire, a failure's reason with the last lines of
 // stderr, and a stop that ends the command's whole process group, grandchildren included.
 
+#include "command_rank.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,7 +16,6 @@
 #include <string>
 #include <thread>
 
-#include "command_rank.h"
 #include "launcher_env.h"
 #include "test_util.h"
 
@@ -50,7 +51,7 @@ RankLaunch Rank2(const std::string& launcher) {
 }
 
 Environment Compose(const RankLaunch& rank, const Environment& inherited = {},
-                     const Environment& command = {}) {
+                    const Environment& command = {}) {
   Result<LaunchEnv> env = ComposeLaunchEnv(rank, inherited, command);
   REQUIRE(env.ok());
   return env->env;
@@ -58,23 +59,37 @@ Environment Compose(const RankLaunch& rank, const Environment& inherited = {},
 
 TEST_CASE("the torch profile sets what torchrun sets", "[train][command]") {
   Environment env = Compose(Rank2("torch"), {{"PATH", "/bin"}, {"PYTHONPATH", "/mine"}});
-  const Environment expected = {
-      {"MASTER_ADDR", "10.0.0.1"},        {"MASTER_PORT", "29500"},
-      {"RANK", "2"},                      {"WORLD_SIZE", "4"},
-      {"LOCAL_RANK", "0"},                {"LOCAL_WORLD_SIZE", "2"},
-      {"NODE_RANK", "1"},                 {"GROUP_RANK", "1"},
-      {"GROUP_WORLD_SIZE", "2"},          {"ROLE_NAME", "default"},
-      {"ROLE_RANK", "2"},                 {"ROLE_WORLD_SIZE", "4"},
-      {"TORCHELASTIC_RUN_ID", "abc12_00003"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      // rayd's own, whatever the launcher.
-      {"RAYD_TRIAL_ID", "abc12_00003"},   {"RAYD_TRIAL_DIR", "/results/exp/trial"},
-      {"RAYD_WORLD_RANK", "2"},           {"RAYD_WORLD_SIZE", "4"},
-      {"RAYD_LOCAL_RANK", "0"},           {"RAYD_LOCAL_WORLD_SIZE", "2"},
-      {"RAYD_NODE_RANK", "1"},            {"RAYD_REPORT_ADDR", "127.0.0.1:4000"},
-      {"RAYD_REPORT_TOKEN", "t0k"},       {"RAYD_CONFIG_FILE", "/tmp/x/config.json"},
-      {"CUDA_VISIBLE_DEVICES", "5"},      {"OMP_NUM_THREADS", "4"},
-      {"PYTHONPATH", "/opt/rayd/python:/mine"}, {"PATH", "/bin"}};
+  const Environment expected = {{"MASTER_ADDR", "10.0.0.1"},
+                                {"MASTER_PORT", "29500"},
+                                {"RANK", "2"},
+                                {"WORLD_SIZE", "4"},
+                                {"LOCAL_RANK", "0"},
+                                {"LOCAL_WORLD_SIZE", "2"},
+                                {"NODE_RANK", "1"},
+                                {"GROUP_RANK", "1"},
+                                {"GROUP_WORLD_SIZE", "2"},
+                                {"ROLE_NAME", "default"},
+                                {"ROLE_RANK", "2"},
+                                {"ROLE_WORLD_SIZE", "4"},
+                                {"TORCHELASTIC_RUN_ID", "abc12_00003"},
+                                {"TORCHELASTIC_RESTART_COUNT", "1"},
+                                {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+                                // rayd's own, whatever the launcher.
+                                {"RAYD_TRIAL_ID", "abc12_00003"},
+                                {"RAYD_TRIAL_DIR", "/results/exp/trial"},
+                                {"RAYD_WORLD_RANK", "2"},
+                                {"RAYD_WORLD_SIZE", "4"},
+                                {"RAYD_LOCAL_RANK", "0"},
+                                {"RAYD_LOCAL_WORLD_SIZE", "2"},
+                                {"RAYD_NODE_RANK", "1"},
+                                {"RAYD_REPORT_ADDR", "127.0.0.1:4000"},
+                                {"RAYD_REPORT_TOKEN", "t0k"},
+                                {"RAYD_CONFIG_FILE", "/tmp/x/config.json"},
+                                {"CUDA_VISIBLE_DEVICES", "5"},
+                                {"OMP_NUM_THREADS", "4"},
+                                {"PYTHONPATH", "/opt/rayd/python:/mine"},
+                                {"PATH", "/bin"}};
   CHECK(env == expected);
 }
 
@@ -108,9 +123,10 @@ TEST_CASE("deepspeed, tensorflow, jax and none profiles", "[train][command]") {
   CHECK_THAT(unknown.status().message(), Contains("unknown launcher 'horovod'"));
 }
 
-TEST_CASE("the command's env wins, the worker's own variables are not passed on, no GPU hides "
-          "them all",
-          "[train][command]") {
+TEST_CASE(
+    "the command's env wins, the worker's own variables are not passed on, no GPU hides "
+    "them all",
+    "[train][command]") {
   RankLaunch rank = Rank2("torch");
   rank.gpus = "";
   rank.cpus = 0.5;
@@ -159,8 +175,7 @@ struct LocalRank {
   Result<bool> Run() {
     return RunCommandRank(
         rank,
-        [this](const std::map<std::string, double>& metrics,
-               const std::optional<std::string>&) {
+        [this](const std::map<std::string, double>& metrics, const std::optional<std::string>&) {
           reports.push_back(metrics);
           return Status::Ok();
         },
@@ -176,9 +191,10 @@ constexpr char kReport[] = R"(exec 3<>/dev/tcp/${RAYD_REPORT_ADDR%:*}/${RAYD_REP
 printf '{"token":"%s","metrics":{"loss":0.5}}\n' "$RAYD_REPORT_TOKEN" >&3
 read -r reply <&3; echo "reply $reply"; cat "$RAYD_CONFIG_FILE"; echo)";
 
-TEST_CASE("a command rank reports over the wire and finishes; a failure names its exit and "
-          "stderr",
-          "[train][command]") {
+TEST_CASE(
+    "a command rank reports over the wire and finishes; a failure names its exit and "
+    "stderr",
+    "[train][command]") {
   LocalRank ok(kReport);
   Result<bool> ran = ok.Run();
   REQUIRE(ran.ok());
@@ -192,8 +208,8 @@ TEST_CASE("a command rank reports over the wire and finishes; a failure names it
   LocalRank failing("echo one >&2; echo two >&2; exit 3");
   Result<bool> failed = failing.Run();
   REQUIRE_FALSE(failed.ok());
-  CHECK_THAT(failed.status().message(), Contains("exited with status 3") &&
-                                            Contains("stderr:\n  one\n  two"));
+  CHECK_THAT(failed.status().message(),
+             Contains("exited with status 3") && Contains("stderr:\n  one\n  two"));
 
   LocalRank killed("kill -9 $$");
   Result<bool> died = killed.Run();

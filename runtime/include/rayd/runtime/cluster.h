@@ -50,11 +50,13 @@ struct NodeInfo {
 };
 
 // Where Tuners publish their sweeps for the head's dashboard and /metrics: KV namespace
-// "tune", key "sweep/<name>" (a JSON summary with the trial table) and "curve/<name>/<trial id>"
-// (JSON [[iteration, metric value], ...]).
+// "tune", key "sweep/<name>" (a JSON summary with the trial table), "curve/<name>/<trial id>"
+// (JSON [[iteration, metric value], ...]) and "log/<name>/<trial id>" (the tails of a command
+// trial's rank logs, JSON {"rank_0.log": "...", ...}).
 inline constexpr const char kTuneKvNamespace[] = "tune";
 inline constexpr const char kSweepKeyPrefix[] = "sweep/";
 inline constexpr const char kCurveKeyPrefix[] = "curve/";
+inline constexpr const char kLogKeyPrefix[] = "log/";
 
 struct ClusterView {
   std::string cluster_id;
