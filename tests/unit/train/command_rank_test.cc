@@ -192,7 +192,7 @@ printf '{"token":"%s","metrics":{"loss":0.5}}\n' "$RAYD_REPORT_TOKEN" >&3
 read -r reply <&3; echo "reply $reply"; cat "$RAYD_CONFIG_FILE"; echo)";
 
 TEST_CASE(
-    "a command rank reports over the wire and finishes; a failure names its exit and "
+    "a command rank reports over the wire and finishes, and a failure names its exit and "
     "stderr",
     "[train][command]") {
   LocalRank ok(kReport);
