@@ -344,11 +344,11 @@ run: {storage_path: STORAGE}
     CHECK(trial["status"] == "ERROR");
     errors[mode] = ReadFile(TrialDir(experiment, trial) + "/error.txt");
   }
-  CHECK(Contains(errors["exit1"], "rank 0 (./modes.sh) exited with status 1"));
+  CHECK(Contains(errors["exit1"], "rank 0: ./modes.sh exited with status 1"));
   CHECK(Contains(errors["exit1"], "cannot open /data/train.bin"));
-  CHECK(Contains(errors["not_json"], "rank 0 sent a malformed report: not a JSON object"));
+  CHECK(Contains(errors["not_json"], "rank 0: ./modes.sh sent a malformed report: not a JSON object"));
   CHECK(Contains(errors["not_number"], "metric 'score' is not a number: \"high\""));
-  CHECK(Contains(errors["silent"], "neither reported nor exited for 3 s (report_timeout_s)"));
+  CHECK(Contains(errors["silent"], "rank 0: ./modes.sh neither reported nor exited for 3 s (report_timeout_s)"));
   CHECK(Contains(out, "failed: rank 0"));  // the console names each failure
   CHECK(sandbox.CommandProcesses().empty());
 
@@ -357,7 +357,7 @@ run: {storage_path: STORAGE}
   std::string missing;
   CHECK(sandbox.Run({"train", "--storage-path", sandbox.results(), "--", "no-such-program-x"},
                     &missing) == 1);
-  CHECK(Contains(missing, "command not found: no-such-program-x"));
+  CHECK(Contains(missing, "rank 0: command not found: no-such-program-x"));
   std::string bad = sandbox.WriteYaml("launcher.yaml", R"(name: launcher
 trainable:
   command: [./modes.sh]

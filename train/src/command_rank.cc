@@ -340,10 +340,8 @@ class RankProcess {
   // the reason the attempt fails.
   std::string Handle(const std::string& line, std::optional<std::string>* failure);
   void Output(int fd, bool is_stderr);
-  std::string Who() const {
-    return "rank " + std::to_string(rank_.launch.world_rank) + " (" + CommandLine(rank_.command) +
-           ")";
-  }
+  // The command, naming what failed (the driver adds the rank).
+  std::string Who() const { return CommandLine(rank_.command); }
   // The command ended with `status`: the run's result.
   Result<bool> Ended(int status);
   // Stops the command's group and fails with `why` (a bad report, a timeout).
@@ -441,8 +439,7 @@ Status RankProcess::Start(const LaunchEnv& launch) {
 
 std::string RankProcess::Handle(const std::string& line, std::optional<std::string>* failure) {
   auto reject = [&](const std::string& why) {
-    *failure =
-        "rank " + std::to_string(rank_.launch.world_rank) + " sent a malformed report: " + why;
+    *failure = Who() + " sent a malformed report: " + why;
     return nlohmann::json{{"ok", false}, {"error", why}}.dump();
   };
   nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -546,9 +543,7 @@ Result<bool> RankProcess::Run() {
   }
   RAYD_ASSIGN_OR_RETURN(LaunchEnv env,
                         ComposeLaunchEnv(launch, InheritedEnvironment(), command.env));
-  if (Status started = Start(env); !started.ok()) {
-    return Status(started.code(), Who() + ": " + started.message());
-  }
+  RAYD_RETURN_IF_ERROR(Start(env));
 
   auto last_heard = Clock::now();
   std::optional<int> exit_status;
@@ -622,8 +617,7 @@ Result<bool> RankProcess::Run() {
         if (failure) return Abort(*failure);
       }
       if (client.buffer.size() > kMaxRequestBytes) {
-        return Abort("rank " + std::to_string(rank_.launch.world_rank) +
-                     " sent a malformed report: a line longer than 1 MiB");
+        return Abort(Who() + " sent a malformed report: a line longer than 1 MiB");
       }
     }
     std::erase_if(clients_, [](const Client& c) { return !c.fd; });

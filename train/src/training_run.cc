@@ -577,7 +577,13 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
     rayd::Get(runs_[rank], 0);
   } catch (const RaydError& e) {
     if (failed_) return;  // the first failure is the attempt's
-    failed_ = "rank " + std::to_string(rank) + ": " + e.what();
+    // A RaydError the rank threw itself (a command's exit, a failed rendezvous) needs no type
+    // name; what a train loop threw keeps its own ("std::runtime_error: ...").
+    const auto* remote = dynamic_cast<const RemoteError*>(&e);
+    failed_ = "rank " + std::to_string(rank) + ": " +
+              (remote != nullptr && remote->remote_type() == "rayd::RaydError"
+                   ? remote->remote_message()
+                   : std::string(e.what()));
     // Keep what rank 0 reported before the failure (it may still answer), for a while.
     if (!poll_) PollRank0(0, kDrainTimeoutMs);
     FailAfter(kDrainTimeoutMs, *failed_);
