@@ -1,0 +1,393 @@
+// The TPE searcher: Parzen estimators over the space's internal coordinates, fitted on the
+// good and the other observations, and proposals that maximise their density ratio.
+
+#include "tpe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+namespace rayd::tune::internal {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kLogSqrt2Pi = 0.91893853320467274178;
+// Optuna's default weights: the 25 newest observations weigh 1, older ones ramp down to 1/n.
+constexpr size_t kFlatWeights = 25;
+
+// A uniform draw in [0, 1), the same on every platform for a given generator state.
+double Uniform01(Rng& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+double StandardNormal(Rng& rng) {
+  double u = Uniform01(rng);
+  while (u <= 0) u = Uniform01(rng);
+  return std::sqrt(-2 * std::log(u)) * std::cos(2 * M_PI * Uniform01(rng));
+}
+
+double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+double LogSumExp(const std::vector<double>& v) {
+  double top = -kInf;
+  for (double x : v) top = std::max(top, x);
+  if (!std::isfinite(top)) return top;
+  double sum = 0;
+  for (double x : v) sum += std::exp(x - top);
+  return top + std::log(sum);
+}
+
+std::vector<double> ObservationWeights(size_t n) {
+  std::vector<double> w(n, 1.0);
+  if (n <= kFlatWeights) return w;
+  const size_t ramp = n - kFlatWeights;
+  for (size_t i = 0; i < ramp; ++i) {
+    w[i] = ramp == 1 ? 1.0 / static_cast<double>(n)
+                     : 1.0 / static_cast<double>(n) + (1.0 - 1.0 / static_cast<double>(n)) *
+                                                          static_cast<double>(i) /
+                                                          static_cast<double>(ramp - 1);
+  }
+  return w;
+}
+
+bool IsLog(Domain::Kind kind) {
+  return kind == Domain::Kind::kLogUniform || kind == Domain::Kind::kQLogUniform;
+}
+
+}  // namespace
+
+TpeSearcher::TpeSearcher(const ParamSpace& space, const std::string& mode,
+                         const TpeOptions& options, uint64_t seed)
+    : maximize_(mode == "max"), options_(options), rng_(seed) {
+  if (mode != "min" && mode != "max") {
+    throw std::invalid_argument("mode must be min or max, got '" + mode + "'");
+  }
+  if (options.n_startup_trials < 0) throw std::invalid_argument("n_startup_trials < 0");
+  if (options.n_ei_candidates < 1) throw std::invalid_argument("n_ei_candidates must be >= 1");
+  if (!(options.gamma > 0 && options.gamma <= 1)) {
+    throw std::invalid_argument("gamma must be in (0, 1]");
+  }
+  if (options.gamma_cap < 1) throw std::invalid_argument("gamma_cap must be >= 1");
+  if (!(options.prior_weight > 0)) throw std::invalid_argument("prior_weight must be > 0");
+  for (const Param& param : space) {
+    if (const auto* constant = std::get_if<nlohmann::json>(&param.value)) {
+      SetPath(constants_, param.path, *constant);
+      continue;
+    }
+    const Domain& domain = std::get<Domain>(param.value);
+    domain.Validate();
+    Dim dim{param.path, domain};
+    const double lo = domain.lower(), hi = domain.upper(), q = domain.q();
+    switch (domain.kind()) {
+      case Domain::Kind::kGridSearch:
+      case Domain::Kind::kRandn:
+        throw std::invalid_argument(JoinPath(param.path) + ": TPE cannot model " + domain.name() +
+                                    (domain.kind() == Domain::Kind::kGridSearch
+                                         ? " (use choice)"
+                                         : " (give it bounds: uniform)"));
+      case Domain::Kind::kChoice:
+        dim.categorical = true;
+        dim.low = 0;
+        dim.high = static_cast<double>(domain.values().size());
+        break;
+      case Domain::Kind::kUniform:
+        dim.low = lo, dim.high = hi;
+        break;
+      case Domain::Kind::kQUniform:
+      case Domain::Kind::kQRandInt:
+        dim.low = lo - q / 2, dim.high = hi + q / 2;
+        break;
+      case Domain::Kind::kLogUniform:
+        dim.low = std::log10(lo), dim.high = std::log10(hi);
+        break;
+      case Domain::Kind::kQLogUniform:
+        dim.low = std::log10(std::max(lo - q / 2, lo / 2)), dim.high = std::log10(hi + q / 2);
+        break;
+      case Domain::Kind::kRandInt:
+        dim.low = lo - 0.5, dim.high = hi - 0.5;  // upper is excluded
+        break;
+    }
+    dims_.push_back(std::move(dim));
+  }
+}
+
+std::optional<TpeSearcher::Observation> TpeSearcher::Encode(const nlohmann::json& config,
+                                                            double loss) const {
+  Observation o;
+  o.loss = loss;
+  for (const Dim& dim : dims_) {
+    const nlohmann::json value = GetPath(config, dim.path);
+    if (dim.categorical) {
+      const auto& values = dim.domain.values();
+      auto it = std::find(values.begin(), values.end(), value);
+      if (it == values.end()) return std::nullopt;
+      o.x.push_back(static_cast<double>(it - values.begin()));
+      continue;
+    }
+    if (!value.is_number()) return std::nullopt;
+    double x = value.get<double>();
+    if (IsLog(dim.domain.kind())) {
+      if (x <= 0) return std::nullopt;
+      x = std::log10(x);
+    }
+    o.x.push_back(std::clamp(x, dim.low, dim.high));
+  }
+  return o;
+}
+
+nlohmann::json TpeSearcher::Decode(const std::vector<double>& x) const {
+  nlohmann::json config = constants_;
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    const Dim& dim = dims_[d];
+    const Domain& domain = dim.domain;
+    if (dim.categorical) {
+      SetPath(config, dim.path, domain.values()[static_cast<size_t>(x[d])]);
+      continue;
+    }
+    double v = IsLog(domain.kind()) ? std::pow(10.0, x[d]) : x[d];
+    const double lo = domain.lower(), hi = domain.upper(), q = domain.q();
+    switch (domain.kind()) {
+      case Domain::Kind::kRandInt:
+        SetPath(config, dim.path,
+                std::clamp<int64_t>(std::llround(v), static_cast<int64_t>(lo),
+                                    static_cast<int64_t>(hi) - 1));
+        continue;
+      case Domain::Kind::kQRandInt: {
+        const auto step = static_cast<int64_t>(q);
+        int64_t n = std::llround(v / q) * step;
+        while (n < static_cast<int64_t>(lo)) n += step;
+        while (n > static_cast<int64_t>(hi)) n -= step;
+        SetPath(config, dim.path, n);
+        continue;
+      }
+      case Domain::Kind::kQUniform:
+      case Domain::Kind::kQLogUniform:
+        v = std::round(v / q) * q;
+        while (v < lo) v += q;
+        while (v > hi) v -= q;
+        break;
+      default:
+        // [lower, upper): keep a value on the upper bound inside.
+        if (v >= hi) v = std::nextafter(hi, lo);
+        v = std::max(v, lo);
+        break;
+    }
+    SetPath(config, dim.path, v);
+  }
+  return config;
+}
+
+std::vector<double> TpeSearcher::SampleRandom() {
+  nlohmann::json config = constants_;
+  for (const Dim& dim : dims_) SetPath(config, dim.path, dim.domain.Sample(rng_));
+  return Encode(config, 0)->x;
+}
+
+size_t TpeSearcher::PickComponent(const std::vector<double>& weights) {
+  double u = Uniform01(rng_);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (u < weights[i]) return i;
+    u -= weights[i];
+  }
+  return weights.size() - 1;
+}
+
+// The components are the side's observations (weighted as they age) and a prior covering the
+// domain, last. A numeric kernel is a normal truncated to the domain: univariate, its width
+// the larger gap to its sorted neighbours (the bounds at the ends), clipped to
+// [range / min(100, components), range]; multivariate, Scott's rule per dimension. A category
+// kernel puts 1 on its category and prior_weight spread over all.
+TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observation*>& side,
+                                     const std::vector<double>& weights) const {
+  const Dim& dim = dims_[d];
+  Parzen p;
+  p.weights = weights;
+  p.weights.push_back(options_.prior_weight);
+  const double total = std::accumulate(p.weights.begin(), p.weights.end(), 0.0);
+  for (double& w : p.weights) w /= total;
+  for (const Observation* o : side) p.mus.push_back(o->x[d]);
+  if (dim.categorical) {
+    p.mus.push_back(-1);  // the prior: no category of its own
+    return p;
+  }
+  const double range = dim.high - dim.low;
+  p.mus.push_back((dim.low + dim.high) / 2);
+  const size_t n = p.mus.size();
+  p.sigmas.assign(n, range);
+  if (n > 1) {
+    if (options_.multivariate) {
+      const double bandwidth =
+          0.2 * std::pow(static_cast<double>(n), -1.0 / (static_cast<double>(dims_.size()) + 4));
+      for (size_t i = 0; i + 1 < n; ++i) p.sigmas[i] = bandwidth * range;
+    } else {
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return p.mus[a] < p.mus[b]; });
+      for (size_t k = 0; k < n; ++k) {
+        const double mu = p.mus[order[k]];
+        const double left = mu - (k == 0 ? dim.low : p.mus[order[k - 1]]);
+        const double right = (k + 1 == n ? dim.high : p.mus[order[k + 1]]) - mu;
+        p.sigmas[order[k]] = std::max(left, right);
+      }
+    }
+    const double min_sigma = range / std::min(100.0, static_cast<double>(n));
+    for (size_t i = 0; i + 1 < n; ++i) p.sigmas[i] = std::clamp(p.sigmas[i], min_sigma, range);
+    p.sigmas[n - 1] = range;  // the prior's
+  }
+  return p;
+}
+
+// log of component `i`'s kernel at x, for dimension d.
+double TpeSearcher::LogDensity(size_t d, const Parzen& p, double x) const {
+  const Dim& dim = dims_[d];
+  std::vector<double> terms;
+  terms.reserve(p.mus.size());
+  for (size_t i = 0; i < p.mus.size(); ++i) {
+    double log_kernel;
+    if (dim.categorical) {
+      const double choices = dim.high;
+      if (p.mus[i] < 0) {
+        log_kernel = -std::log(choices);
+      } else {
+        log_kernel = std::log((options_.prior_weight / choices + (p.mus[i] == x ? 1.0 : 0.0)) /
+                              (options_.prior_weight + 1));
+      }
+    } else {
+      const double sigma = p.sigmas[i];
+      const double z = (x - p.mus[i]) / sigma;
+      const double mass =
+          NormalCdf((dim.high - p.mus[i]) / sigma) - NormalCdf((dim.low - p.mus[i]) / sigma);
+      log_kernel = -0.5 * z * z - std::log(sigma) - kLogSqrt2Pi - std::log(std::max(mass, 1e-300));
+    }
+    terms.push_back(std::log(p.weights[i]) + log_kernel);
+  }
+  return LogSumExp(terms);
+}
+
+double TpeSearcher::Draw(size_t d, const Parzen& p, size_t i) {
+  const Dim& dim = dims_[d];
+  if (dim.categorical) {
+    const auto choices = static_cast<size_t>(dim.high);
+    // The component's own category with its extra weight, else uniformly (the prior's share).
+    if (p.mus[i] >= 0 && Uniform01(rng_) < 1.0 / (options_.prior_weight + 1)) return p.mus[i];
+    return static_cast<double>(
+        std::min(choices - 1, static_cast<size_t>(Uniform01(rng_) * static_cast<double>(choices))));
+  }
+  for (int tries = 0; tries < 100; ++tries) {
+    const double x = p.mus[i] + p.sigmas[i] * StandardNormal(rng_);
+    if (x >= dim.low && x <= dim.high) return x;
+  }
+  return std::clamp(p.mus[i], dim.low, dim.high);
+}
+
+std::vector<double> TpeSearcher::SampleTpe() {
+  // The good and the other observations; pending configs (loss +inf) land with the others.
+  std::vector<Observation> all = observed_;
+  for (const nlohmann::json& config : pending_) {
+    if (auto o = Encode(config, kInf)) all.push_back(std::move(*o));
+  }
+  std::vector<size_t> rank(all.size());
+  std::iota(rank.begin(), rank.end(), 0);
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](size_t a, size_t b) { return all[a].loss < all[b].loss; });
+  const size_t n_below = std::min<size_t>(
+      static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(all.size()))),
+      static_cast<size_t>(options_.gamma_cap));
+  std::vector<bool> is_below(all.size(), false);
+  for (size_t k = 0; k < n_below; ++k) is_below[rank[k]] = true;
+  std::vector<const Observation*> below, above;
+  for (size_t i = 0; i < all.size(); ++i) (is_below[i] ? below : above).push_back(&all[i]);
+  const std::vector<double> w_below = ObservationWeights(below.size());
+  const std::vector<double> w_above = ObservationWeights(above.size());
+
+  const size_t dims = dims_.size();
+  std::vector<Parzen> l, g;
+  for (size_t d = 0; d < dims; ++d) {
+    l.push_back(Fit(d, below, w_below));
+    g.push_back(Fit(d, above, w_above));
+  }
+  const auto candidates = static_cast<size_t>(options_.n_ei_candidates);
+  std::vector<double> best(dims, 0);
+  if (!options_.multivariate) {
+    // Each parameter on its own: its candidates from l, the best ratio wins.
+    for (size_t d = 0; d < dims; ++d) {
+      double best_score = -kInf;
+      for (size_t c = 0; c < candidates; ++c) {
+        const double x = Draw(d, l[d], PickComponent(l[d].weights));
+        const double score = LogDensity(d, l[d], x) - LogDensity(d, g[d], x);
+        if (c == 0 || score > best_score) best_score = score, best[d] = x;
+      }
+    }
+    return best;
+  }
+  // Joint candidates: one component of l for every dimension, scored by the joint ratio.
+  auto joint = [&](const std::vector<Parzen>& side, const std::vector<double>& x) {
+    const size_t n = side.empty() ? 0 : side[0].weights.size();
+    std::vector<double> terms(n);
+    for (size_t i = 0; i < n; ++i) {
+      double t = std::log(side[0].weights[i]);
+      for (size_t d = 0; d < dims; ++d) {
+        Parzen one;
+        one.weights = {1.0};
+        one.mus = {side[d].mus[i]};
+        if (!side[d].sigmas.empty()) one.sigmas = {side[d].sigmas[i]};
+        t += LogDensity(d, one, x[d]);
+      }
+      terms[i] = t;
+    }
+    return LogSumExp(terms);
+  };
+  double best_score = -kInf;
+  for (size_t c = 0; c < candidates; ++c) {
+    const size_t i = dims == 0 ? 0 : PickComponent(l[0].weights);
+    std::vector<double> x(dims);
+    for (size_t d = 0; d < dims; ++d) x[d] = Draw(d, l[d], i);
+    const double score = joint(l, x) - joint(g, x);
+    if (c == 0 || score > best_score) best_score = score, best = std::move(x);
+  }
+  return best;
+}
+
+nlohmann::json TpeSearcher::Suggest() {
+  const bool startup = observed_.size() < static_cast<size_t>(options_.n_startup_trials);
+  nlohmann::json config = Decode(startup ? SampleRandom() : SampleTpe());
+  pending_.push_back(config);
+  return config;
+}
+
+void TpeSearcher::Observe(const nlohmann::json& config, std::optional<double> value) {
+  auto it = std::find(pending_.begin(), pending_.end(), config);
+  if (it != pending_.end()) pending_.erase(it);
+  if (!value || !std::isfinite(*value)) return;
+  if (auto o = Encode(config, maximize_ ? -*value : *value)) observed_.push_back(std::move(*o));
+}
+
+nlohmann::json TpeSearcher::State() const {
+  nlohmann::json observed = nlohmann::json::array();
+  for (const Observation& o : observed_) observed.push_back({{"x", o.x}, {"loss", o.loss}});
+  std::ostringstream rng;
+  rng << rng_;
+  return {{"observed", std::move(observed)}, {"pending", pending_}, {"rng", rng.str()}};
+}
+
+void TpeSearcher::Restore(const nlohmann::json& state) {
+  std::vector<Observation> observed;
+  for (const nlohmann::json& o : state.at("observed")) {
+    Observation obs{o.at("x").get<std::vector<double>>(), o.at("loss").get<double>()};
+    if (obs.x.size() != dims_.size()) {
+      throw std::invalid_argument("the saved TPE state is for another search space");
+    }
+    observed.push_back(std::move(obs));
+  }
+  std::istringstream rng(state.at("rng").get<std::string>());
+  Rng restored;
+  rng >> restored;
+  if (!rng) throw std::invalid_argument("the saved TPE state's random generator is unreadable");
+  observed_ = std::move(observed);
+  pending_ = state.at("pending").get<std::vector<nlohmann::json>>();
+  rng_ = restored;
+}
+
+}  // namespace rayd::tune::internal

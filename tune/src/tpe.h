@@ -1,0 +1,101 @@
+#pragma once
+// TpeSearcher: the Tree-structured Parzen Estimator (Bergstra et al., 2011), proposing trial
+// configs from the results of earlier ones.
+//
+// After `n_startup_trials` random configs, the observations are split into the best
+// gamma(n) = min(ceil(gamma * n), gamma_cap) ("below") and the rest ("above"); each side becomes
+// a Parzen estimator over the space (a mixture of truncated normals per numeric parameter, in
+// log space for log domains; weighted category frequencies per choice), each with a prior
+// component covering the domain. `n_ei_candidates` configs are drawn from the "below" estimator
+// and the one maximising l(x) / g(x) is proposed. Univariate (each parameter chosen on its own)
+// by default, as Optuna's TPESampler; multivariate scores joint candidates with one kernel per
+// observation across every parameter. Older observations weigh less once there are more than 25
+// (Optuna's default weights). Configs proposed but not yet observed count as "above" (the
+// constant liar), so that concurrent trials spread out.
+//
+// Models uniform, quniform, loguniform, qloguniform, randint, qrandint and choice domains,
+// nested paths and constants; grid_search and randn are refused (construction throws
+// std::invalid_argument naming the parameter). Seeded: the same seed, observations and
+// proposals in the same order give the same configs, and State()/Restore carry a searcher over
+// a restart.
+
+#include <rayd/tune/search_space.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayd::tune::internal {
+
+struct TpeOptions {
+  int n_startup_trials = 10;
+  int n_ei_candidates = 24;
+  double gamma = 0.1;  // the share of observations that are "good"
+  int gamma_cap = 25;  // ... at most this many
+  double prior_weight = 1.0;
+  bool multivariate = false;
+};
+
+class TpeSearcher {
+ public:
+  // `mode`: "min" or "max", how observed values rank.
+  TpeSearcher(const ParamSpace& space, const std::string& mode, const TpeOptions& options,
+              uint64_t seed);
+
+  // The next config to try; it counts as pending (the constant liar) until observed.
+  nlohmann::json Suggest();
+  // A config's outcome: its value, or nullopt when it gave none (failed, or no metric): then it
+  // only stops being pending.
+  void Observe(const nlohmann::json& config, std::optional<double> value);
+
+  size_t num_observations() const { return observed_.size(); }
+  size_t num_pending() const { return pending_.size(); }
+
+  // Everything that decides the next proposals (observations, pending configs, the random
+  // generator), as JSON; Restore on a searcher made from the same space and options continues
+  // exactly where State was taken.
+  nlohmann::json State() const;
+  void Restore(const nlohmann::json& state);
+
+ private:
+  // One modelled parameter; numeric values live in its internal space (log10 for log domains).
+  struct Dim {
+    std::vector<std::string> path;
+    Domain domain;
+    bool categorical = false;
+    double low = 0, high = 1;  // the internal space's bounds (widened by q/2 for steps)
+  };
+  struct Observation {
+    std::vector<double> x;  // per Dim: internal value, or the category's index
+    double loss = 0;        // lower is better; +inf for a pending config
+  };
+
+  // One side's estimator for one dimension.
+  struct Parzen {
+    std::vector<double> weights;      // normalised; the prior's is last
+    std::vector<double> mus, sigmas;  // numeric
+    std::vector<double> probs;        // categorical: per category
+  };
+
+  std::optional<Observation> Encode(const nlohmann::json& config, double loss) const;
+  nlohmann::json Decode(const std::vector<double>& x) const;
+  std::vector<double> SampleRandom();
+  std::vector<double> SampleTpe();
+  Parzen Fit(size_t dim, const std::vector<const Observation*>& side,
+             const std::vector<double>& weights) const;
+  double LogDensity(size_t dim, const Parzen& p, double x) const;
+  double Draw(size_t dim, const Parzen& p, size_t component);
+  size_t PickComponent(const std::vector<double>& weights);
+
+  std::vector<Dim> dims_;
+  nlohmann::json constants_ = nlohmann::json::object();  // the space's constants, in place
+  bool maximize_ = false;
+  TpeOptions options_;
+  Rng rng_;
+  std::vector<Observation> observed_;
+  std::vector<nlohmann::json> pending_;
+};
+
+}  // namespace rayd::tune::internal
