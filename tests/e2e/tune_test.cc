@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -369,4 +370,64 @@ run:
   CHECK(checkpoints == 2);
 }
 
+TEST_CASE("a TPE sweep proposes better configs than its random start, and resumes its searcher",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  // toy_objective's loss is lowest near x = 3, y = -1; one trial at a time, so the proposals
+  // depend only on the seed and the results.
+  const std::string yaml = R"(
+name: tpe
+trainable: toy_objective
+param_space:
+  x: {uniform: [-10, 10]}
+  y: {uniform: [-10, 10]}
+  iterations: 2
+tune:
+  metric: loss
+  mode: min
+  num_samples: 24
+  max_concurrent_trials: 1
+  seed: 11
+  search: {type: tpe, n_startup_trials: 8}
+  scheduler: {type: asha, max_t: 2, grace_period: 1, reduction_factor: 2}
+run: {storage_path: STORAGE}
+)";
+  std::string file = sandbox.WriteYaml("tpe.yaml", yaml);
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/tpe";
+  json state = ReadJson(experiment + "/experiment_state.json");
+  REQUIRE(state["trials"].size() == 24);
+  CHECK(state["searcher"]["type"] == "tpe");
+  CHECK(state["searcher"]["state"]["observed"].size() == 24);
+  // The last 8 proposals (model-based) against the 8 random ones, by their distance to the
+  // optimum.
+  auto distance = [](const json& trial) {
+    const double x = trial["config"]["x"].get<double>(), y = trial["config"]["y"].get<double>();
+    return std::hypot(x - 3, y + 1);
+  };
+  double random = 0, learned = 0;
+  for (int i = 0; i < 8; ++i) random += distance(state["trials"][i]);
+  for (int i = 16; i < 24; ++i) learned += distance(state["trials"][i]);
+  CHECK(learned < random * 0.75);
+  // The best trial is one the model proposed.
+  int best = 0;
+  for (int i = 1; i < 24; ++i) {
+    if (distance(state["trials"][i]) < distance(state["trials"][best])) best = i;
+  }
+  CHECK(best >= 8);
+
+  // Resuming a finished sweep with more samples continues the searcher where it stopped.
+  std::string more = yaml;
+  more.replace(more.find("num_samples: 24"), 15, "num_samples: 26");
+  sandbox.WriteYaml("tpe.yaml", more);
+  REQUIRE(sandbox.Run({"tune", file, "--resume"}, &out) == 0);
+  json resumed = ReadJson(experiment + "/experiment_state.json");
+  CHECK(resumed["trials"].size() == 26);
+  CHECK(resumed["searcher"]["state"]["observed"].size() == 26);
+}
+
 }  // namespace
+

@@ -44,8 +44,12 @@ const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
-const Keys kTuneKeys = {"metric", "mode", "num_samples", "max_concurrent_trials",
-                        "seed",   "stop", "scheduler",   "progress_interval_s"};
+const Keys kTuneKeys = {"metric", "mode",      "num_samples", "max_concurrent_trials",
+                        "seed",   "stop",      "scheduler",   "progress_interval_s",
+                        "search"};
+const Keys kSearchTypes = {"random", "grid", "tpe"};
+const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
+                       "gamma",        "prior_weight",     "multivariate"};
 const Keys kAshaKeys = {"type",         "time_attr",        "max_t",
                         "grace_period", "reduction_factor", "brackets",
                         "promotion",    "stop_last_trials"};
@@ -415,6 +419,7 @@ class Parser {
   Domain ParseDomain(const std::string& kind, const Field& args) const;
   TuneConfig Tune(const Field& f) const;
   SchedulerConfig Scheduler(const Field& f) const;
+  SearchConfig Search(const Field& f) const;
   AshaConfig Asha(const MapFields& map, const Field& f) const;
   HyperBandConfig HyperBand(const MapFields& map) const;
   MedianStoppingConfig MedianStopping(const MapFields& map) const;
@@ -773,7 +778,33 @@ TuneConfig Parser::Tune(const Field& f) const {
     }
   }
   if (const Field* x = map.Find("progress_interval_s")) out.progress_interval_s = NonNegative(*x);
+  if (const Field* x = map.Find("search")) {
+    out.search = Search(*x);
+    if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty()) {
+      Fail(AtKey(*x, ChildPath(f.path, "metric")), "required by the tpe searcher");
+    }
+  }
   return out;
+}
+
+SearchConfig Parser::Search(const Field& f) const {
+  MapFields map = ReadMap(f, std::nullopt);
+  const std::string type = OneOf(Required(map, f, "type"), kSearchTypes);
+  if (type != "tpe") {
+    ReadMap(f, Keys{"type"});
+    return RandomSearchConfig{};
+  }
+  map = ReadMap(f, kTpeKeys);
+  TpeConfig tpe;
+  if (const Field* x = map.Find("n_startup_trials")) tpe.n_startup_trials = Int(*x, 0);
+  if (const Field* x = map.Find("n_ei_candidates")) tpe.n_ei_candidates = Int(*x, 1);
+  if (const Field* x = map.Find("gamma")) {
+    tpe.gamma = Positive(*x);
+    if (tpe.gamma > 1) Fail(*x, "expected a share in (0, 1], got " + Num(tpe.gamma));
+  }
+  if (const Field* x = map.Find("prior_weight")) tpe.prior_weight = Positive(*x);
+  if (const Field* x = map.Find("multivariate")) tpe.multivariate = Bool(*x);
+  return tpe;
 }
 
 std::string ReadWholeFile(const std::string& path) {
@@ -803,6 +834,21 @@ TuneFile ParseTuneFile(const std::string& text, const std::string& path) {
     parser.Space(*x, prefix, /*mutations=*/false, out.param_space);
   }
   if (const Field* x = map.Find("tune")) out.tune = parser.Tune(*x);
+  if (std::holds_alternative<TpeConfig>(out.tune.search)) {
+    for (const Param& param : out.param_space) {
+      const auto* domain = std::get_if<Domain>(&param.value);
+      if (domain == nullptr || (domain->kind() != Domain::Kind::kGridSearch &&
+                                domain->kind() != Domain::Kind::kRandn)) {
+        continue;
+      }
+      const Field* tune = map.Find("tune");
+      MapFields tune_map = parser.ReadMap(*tune, std::nullopt);
+      parser.Fail(*tune_map.Find("search"),
+                  "tpe cannot model param_space." + JoinPath(param.path) + " (" + domain->name() +
+                      (domain->kind() == Domain::Kind::kGridSearch ? "; use choice)"
+                                                                   : "; give it bounds)"));
+    }
+  }
   out.run = parser.Run(map.Find("run"));
   out.run.name = out.name;
   return out;

@@ -45,6 +45,13 @@ Controller::~Controller() {
            [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
 }
 
+void Controller::SetSearcher(std::unique_ptr<Searcher> searcher, std::string tag,
+                             std::string name) {
+  searcher_ = std::move(searcher);
+  trial_tag_ = std::move(tag);
+  trial_name_ = std::move(name);
+}
+
 ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
   trials_ = std::move(trials);
   max_concurrent_ = max_concurrent;
@@ -117,6 +124,7 @@ void Controller::LaunchWhatFits() {
     for (size_t i = 0; !next && i < trials_.size(); ++i) {
       if (trials_[i].status == TrialStatus::kPending) next = i;
     }
+    if (!next) next = MakeNext();
     if (!next) return;
     Start(*next);
   }
@@ -125,6 +133,7 @@ void Controller::LaunchWhatFits() {
 // Nothing runs: resume a paused trial the scheduler still wants, else the paused trials are
 // finished (the scheduler will not bring them back). Returns false when the sweep is over.
 bool Controller::FinishStrandedPauses() {
+  if (searcher_ && searcher_->HasNext(trials_.size())) return true;
   bool paused = false;
   for (const Trial& t : trials_) {
     if (t.status == TrialStatus::kPending) return true;
@@ -142,10 +151,28 @@ bool Controller::FinishStrandedPauses() {
     if (t.status != TrialStatus::kPaused) continue;
     t.status = TrialStatus::kTerminated;
     scheduler_->OnTrialComplete(t.id);
+    Ended(t);
     for (auto& sink : sinks_) sink->OnStatus(t);
   }
   Save();
   return false;
+}
+
+std::optional<size_t> Controller::MakeNext() {
+  if (!searcher_ || !searcher_->HasNext(trials_.size())) return std::nullopt;
+  const int index = static_cast<int>(trials_.size());
+  trials_.push_back(MakeTrial(trial_tag_, index, trial_name_, searcher_->Next()));
+  scheduler_->OnTrialAdd(trials_.back().id, trials_.back().config);
+  return trials_.size() - 1;
+}
+
+void Controller::Ended(const Trial& trial) {
+  if (!searcher_) return;
+  std::optional<double> value;
+  if (auto it = trial.last_result.find(tune_.metric); it != trial.last_result.end()) {
+    value = it->second;
+  }
+  searcher_->OnTrialEnd(trial.config, trial.status == TrialStatus::kError ? std::nullopt : value);
 }
 
 std::optional<size_t> Controller::IndexOf(const std::string& id) const {
@@ -272,6 +299,7 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
     t.status = TrialStatus::kError;
     t.error = ended.error;
     scheduler_->OnTrialError(t.id);
+    Ended(t);
   } else if (pending == Pending::kPause) {
     t.status = resume_when_paused_.erase(index) ? TrialStatus::kPending : TrialStatus::kPaused;
   } else if (pending == Pending::kInterrupt) {
@@ -284,6 +312,7 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
   } else {
     t.status = TrialStatus::kTerminated;
     scheduler_->OnTrialComplete(t.id);
+    Ended(t);
   }
   for (auto& sink : sinks_) sink->OnStatus(t);
   Save();
@@ -335,6 +364,10 @@ void Controller::Save(bool now) {
     return;
   }
   ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode, trials_};
+  if (searcher_) {
+    state.searcher = searcher_->name();
+    state.searcher_state = searcher_->State();
+  }
   Status saved = SaveExperimentState(dir_, state);
   if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
   last_save_ = Clock::now();

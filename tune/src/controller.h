@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "result_sink.h"
+#include "searcher.h"
 #include "stop_signal.h"
 #include "trial.h"
 #include "trial_runner.h"
@@ -46,6 +47,11 @@ class Controller {
              StopSignal& stop, TrialRunner& runner);
   ~Controller();
 
+  // New trials from `searcher` once the given ones are all started, as slots free, named
+  // MakeTrial(tag, index, name, config) (trial.h); it hears how each trial ended, and its state
+  // is saved with the experiment's. Call before Run.
+  void SetSearcher(std::unique_ptr<Searcher> searcher, std::string tag, std::string name);
+
   // Runs `trials` (new, or loaded by a resume) until none is left to run, or until a stop
   // request has ended every running one; returns them as they ended.
   ResultGrid Run(std::vector<Trial> trials, int max_concurrent);
@@ -60,6 +66,10 @@ class Controller {
   };
 
   void LaunchWhatFits();
+  // A new trial from the searcher, if it has one; its index.
+  std::optional<size_t> MakeNext();
+  // The trial ended for good (TERMINATED or ERROR): the searcher learns how.
+  void Ended(const Trial& trial);
   bool FinishStrandedPauses();
   std::optional<size_t> IndexOf(const std::string& id) const;
   void Start(size_t index);
@@ -90,6 +100,8 @@ class Controller {
   const TuneConfig& tune_;
   const train::RunConfig& run_;
   std::unique_ptr<TrialScheduler> scheduler_;
+  std::unique_ptr<Searcher> searcher_;  // null: every trial was given to Run
+  std::string trial_tag_, trial_name_;
   std::string dir_;
   std::vector<std::unique_ptr<ResultSink>> sinks_;  // called in order
   TrialRunner& runner_;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <iomanip>
 #include <sstream>
 #include <utility>
 
@@ -287,6 +288,17 @@ TrialResult Trial::ToResult(const std::string& experiment_dir) const {
   return result;
 }
 
+Trial MakeTrial(const std::string& tag, int index, const std::string& name, nlohmann::json config) {
+  Trial t;
+  t.index = index;
+  std::ostringstream id;
+  id << tag << "_" << std::setw(5) << std::setfill('0') << index;
+  t.id = id.str();
+  t.dir_name = name + "_" + t.id;
+  t.config = std::move(config);
+  return t;
+}
+
 Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state) {
   json trials = json::array();
   for (const Trial& trial : state.trials) trials.push_back(TrialToJson(trial));
@@ -295,6 +307,9 @@ Status SaveExperimentState(const std::string& experiment_dir, const ExperimentSt
   json doc{{"name", state.name},     {"trainable", state.trainable},
            {"metric", state.metric}, {"mode", state.mode},
            {"timestamp", now},       {"trials", std::move(trials)}};
+  if (!state.searcher.empty()) {
+    doc["searcher"] = {{"type", state.searcher}, {"state", state.searcher_state}};
+  }
   return WriteFileAtomically((fs::path(experiment_dir) / kStateFile).string(), doc.dump(2) + "\n");
 }
 
@@ -322,6 +337,13 @@ Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
   RAYD_RETURN_IF_ERROR(ReadString(doc, "trainable", what, &state.trainable, false));
   RAYD_RETURN_IF_ERROR(ReadString(doc, "metric", what, &state.metric, false));
   RAYD_RETURN_IF_ERROR(ReadString(doc, "mode", what, &state.mode, false));
+  if (auto searcher = doc.find("searcher"); searcher != doc.end()) {
+    if (!searcher->is_object() || !searcher->contains("type") || !(*searcher)["type"].is_string()) {
+      return Status::InvalidArgument(what + ": \"searcher\" is not {\"type\", \"state\"}");
+    }
+    state.searcher = (*searcher)["type"].get<std::string>();
+    state.searcher_state = searcher->value("state", json());
+  }
   auto trials = doc.find("trials");
   if (trials == doc.end() || !trials->is_array()) {
     return Status::InvalidArgument(what + ": \"trials\" is missing or not an array");

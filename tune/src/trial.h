@@ -34,6 +34,9 @@ struct Trial {
   TrialResult ToResult(const std::string& experiment_dir) const;
 };
 
+// A new trial: id "<tag>_<index, 5 digits>", directory "<name>_<id>".
+Trial MakeTrial(const std::string& tag, int index, const std::string& name, nlohmann::json config);
+
 // experiment_state.json: {"name", "trainable", "metric", "mode", "timestamp", "trials": [{id,
 // index, dir_name, config, status, last_result, error, num_failures, checkpoint,
 // time_total_s}]}. Histories are not stored: they come back from each trial's result.json.
@@ -44,6 +47,10 @@ struct ExperimentState {
   std::string metric;
   std::string mode;
   std::vector<Trial> trials;
+  // The searcher that proposes new trials ("" when every trial was made at the start), and its
+  // state (searcher.h): {"searcher": {"type": ..., "state": ...}} in the file.
+  std::string searcher;
+  nlohmann::json searcher_state;
 };
 Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state);
 // NotFound when the directory has no experiment_state.json; InvalidArgument naming the problem

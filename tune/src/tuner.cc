@@ -18,6 +18,7 @@
 #include "stop_signal.h"
 #include "trial.h"
 #include "trial_files_sink.h"
+#include "searcher.h"
 #include "trial_runner.h"
 #include "trial_tracking.h"
 
@@ -53,20 +54,14 @@ std::string TrialName(const Trainable& trainable) {
   return "command";
 }
 
-std::vector<Trial> NewTrials(const Trainable& trainable, const ParamSpace& space,
-                             const TuneConfig& tune, uint64_t seed) {
-  std::vector<nlohmann::json> configs = GenerateVariants(space, tune.num_samples, seed);
-  std::string experiment = Hex5(std::random_device{}());
+std::vector<Trial> NewTrials(const std::string& tag, const Trainable& trainable,
+                             const ParamSpace& space, const TuneConfig& tune, uint64_t seed) {
   std::vector<Trial> trials;
+  if (!std::holds_alternative<RandomSearchConfig>(tune.search)) return trials;  // made as they go
+  std::vector<nlohmann::json> configs = GenerateVariants(space, tune.num_samples, seed);
   for (size_t i = 0; i < configs.size(); ++i) {
-    Trial t;
-    t.index = static_cast<int>(i);
-    std::ostringstream id;
-    id << experiment << "_" << std::setw(5) << std::setfill('0') << i;
-    t.id = id.str();
-    t.dir_name = TrialName(trainable) + "_" + t.id;
-    t.config = std::move(configs[i]);
-    trials.push_back(std::move(t));
+    trials.push_back(internal::MakeTrial(tag, static_cast<int>(i), TrialName(trainable),
+                                         std::move(configs[i])));
   }
   return trials;
 }
@@ -131,19 +126,45 @@ ResultGrid Tuner::Fit() {
       fs::weakly_canonical(fs::absolute(fs::path(run_.storage_path) / run_.name), ec).string();
   fs::create_directories(dir, ec);
   if (ec) throw RaydError("cannot create " + dir + ": " + ec.message());
+  // TPE proposes trials as slots free; random and grid search make them all now.
+  std::unique_ptr<internal::Searcher> searcher;
+  if (const auto* tpe = std::get_if<TpeConfig>(&tune_.search)) {
+    if (tune_.metric.empty()) throw RaydError("the tpe searcher needs TuneConfig::metric");
+    try {
+      searcher = std::make_unique<internal::TpeSearch>(param_space_, tune_.mode, *tpe,
+                                                       tune_.num_samples, seed);
+    } catch (const std::invalid_argument& e) {
+      throw RaydError(std::string("invalid search options: ") + e.what());
+    }
+  }
   std::vector<Trial> trials;
+  std::string tag = Hex5(std::random_device{}());
   Result<internal::ExperimentState> previous = internal::LoadExperimentState(dir);
   if (tune_.resume) {
     if (!previous.ok()) {
       throw RaydError("cannot resume " + dir + ": " + previous.status().message());
     }
     trials = std::move(previous->trials);
+    if (!trials.empty()) tag = trials.front().id.substr(0, trials.front().id.find('_'));
+    const std::string was = previous->searcher.empty() ? "random" : previous->searcher;
+    const std::string now = searcher ? searcher->name() : "random";
+    if (was != now) {
+      throw RaydError("cannot resume " + dir + ": it was searched with " + was + ", not " + now);
+    }
+    if (searcher && !previous->searcher_state.is_null()) {
+      try {
+        searcher->Restore(previous->searcher_state);
+      } catch (const std::exception& e) {
+        throw RaydError("cannot resume " + dir + ": the " + now + " searcher's state: " +
+                        e.what());
+      }
+    }
   } else {
     if (previous.ok()) {
       throw RaydError("an experiment already exists at " + dir +
                       ": resume it, or choose another name or storage_path");
     }
-    trials = NewTrials(trainable_, param_space_, tune_, seed);
+    trials = NewTrials(tag, trainable_, param_space_, tune_, seed);
   }
   Result<internal::TrialTracking> tracking =
       internal::TrialTracking::Open(run_, scheduler->name(), dir);
@@ -167,6 +188,7 @@ ResultGrid Tuner::Fit() {
   internal::TrainerRunner runner(loop, trainable_, run_);
   internal::Controller controller(loop, trainable_, tune_, run_, std::move(scheduler), dir,
                                   std::move(sinks), *stop_, runner);
+  if (searcher) controller.SetSearcher(std::move(searcher), tag, TrialName(trainable_));
   return controller.Run(std::move(trials), max_concurrent);
 }
 

@@ -559,3 +559,40 @@ TEST_CASE("command trainable errors name the key and line", "[tune]") {
 
 }  // namespace
 }  // namespace rayd::tune
+
+namespace rayd::tune {
+namespace {
+
+TEST_CASE("tune.search picks random, grid or tpe with its options", "[tune]") {
+  TuneFile random = ParseTuneFile(Tune("tune: {search: {type: random}}\n"), "tune.yaml");
+  CHECK(std::holds_alternative<RandomSearchConfig>(random.tune.search));
+  TuneFile tpe = ParseTuneFile(Tune("param_space: {lr: {loguniform: [1.0e-4, 0.1]}}\n"
+                                    "tune:\n  metric: loss\n  search: {type: tpe, n_startup_trials: 4,"
+                                    " n_ei_candidates: 12, gamma: 0.2, multivariate: true}\n"),
+                               "tune.yaml");
+  const auto* config = std::get_if<TpeConfig>(&tpe.tune.search);
+  REQUIRE(config != nullptr);
+  CHECK(config->n_startup_trials == 4);
+  CHECK(config->n_ei_candidates == 12);
+  CHECK(config->gamma == 0.2);
+  CHECK(config->multivariate);
+}
+
+TEST_CASE("tune.search errors name the key and line", "[tune]") {
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  search: {type: bayes}\n")),
+             Contains("tune.yaml:5: tune.search.type: expected one of random, grid, tpe, got "
+                      "'bayes'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  search: {type: tpe, n_candidates: 3}\n")),
+             Contains("tune.yaml:5: tune.search.n_candidates: unknown key 'n_candidates'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  search: {type: tpe}\n")),
+             Contains("tune.metric: required by the tpe searcher"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  search: {type: tpe, gamma: 2}\n")),
+             Contains("tune.search.gamma: expected a share in (0, 1], got 2"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  hidden: {grid_search: [64, 128]}\n"
+                            "tune:\n  metric: m\n  search: {type: tpe}\n")),
+             Contains("tune.yaml:7: tune.search: tpe cannot model param_space.hidden "
+                      "(grid_search; use choice)"));
+}
+
+}  // namespace
+}  // namespace rayd::tune

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "searcher.h"
 #include "trial_files_sink.h"
 
 namespace {
@@ -44,6 +45,9 @@ class ScriptedRunner : public TrialRunner {
   // Each result carries a checkpoint (the curve and the place in it), and a run starts from the
   // latest checkpoint in its trial's directory: a trial that PBT cloned plays its donor's curve.
   bool checkpoints = false;
+  // When set, a trial's curve is this function of its config (a searcher's proposals have no
+  // "curve" key).
+  std::function<std::vector<double>(const nlohmann::json&)> curve_of;
   // Called before each result is posted, with the trial's id and the result's iteration.
   std::function<void(const std::string&, int)> before_result;
 
@@ -57,7 +61,12 @@ class ScriptedRunner : public TrialRunner {
     starts.push_back(request.trial_id);
     Play& play = plays_[request.trial_id];
     play.trial = request.trial;
-    play.curve = request.config.at("curve").get<std::string>();
+    if (curve_of) {
+      play.curve = request.config.dump();
+      curves[play.curve] = curve_of(request.config);
+    } else {
+      play.curve = request.config.at("curve").get<std::string>();
+    }
     play.dir = fs::path(request.experiment_dir) / request.run_dir_name;
     play.restarts = 0;
     configs[request.trial_id].push_back(request.config);
@@ -164,7 +173,8 @@ struct Sweep {
   rayd::train::RunConfig run{.name = "ctl", .storage_path = ""};
   std::unique_ptr<StopSignal> stop = std::make_unique<StopSignal>();
 
-  ResultGrid Run(ScriptedRunner& runner, std::vector<Trial> trials, int max_concurrent) {
+  ResultGrid Run(ScriptedRunner& runner, std::vector<Trial> trials, int max_concurrent,
+                 std::unique_ptr<Searcher> searcher = nullptr) {
     run.storage_path = dir.path();
     std::vector<std::unique_ptr<ResultSink>> sinks;
     sinks.push_back(std::make_unique<TrialFilesSink>(dir.path()));
@@ -172,6 +182,7 @@ struct Sweep {
     Controller controller(loop, trainable, tune, run,
                           MakeScheduler(tune.scheduler, tune.metric, tune.mode, 1), dir.path(),
                           std::move(sinks), *stop, runner);
+    if (searcher) controller.SetSearcher(std::move(searcher), "tpe00", "scripted");
     return controller.Run(std::move(trials), max_concurrent);
   }
 };
@@ -346,4 +357,78 @@ TEST_CASE("a stop request ends running trials at their next result, and a resume
   }
 }
 
+// x in [-10, 10]; one result, the score -(x - 3)^2: best at x = 3.
+const ParamSpace kBowl = {{{"x"}, Domain::Uniform(-10, 10)}, {{"kind"}, "bowl"}};
+std::vector<double> BowlCurve(const nlohmann::json& config) {
+  const double x = config.at("x").get<double>();
+  return {-(x - 3) * (x - 3)};
+}
+
+std::unique_ptr<Searcher> Tpe(int num_samples, uint64_t seed = 5) {
+  return std::make_unique<TpeSearch>(kBowl, "max", TpeConfig{.n_startup_trials = 5},
+                                     num_samples, seed);
+}
+
+TEST_CASE("a searcher's trials are made as slots free, from the results of those that ended",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.curve_of = BowlCurve;
+  Sweep sweep;
+  ResultGrid grid = sweep.Run(runner, {}, 2, Tpe(30));
+  REQUIRE(grid.size() == 30);
+  CHECK(grid.num_terminated() == 30);
+  CHECK(runner.most_running == 2);
+  CHECK(grid[0].trial_id == "tpe00_00000");
+  CHECK(grid[29].config.at("kind") == "bowl");
+  const double best_x = grid.GetBestResult().config.at("x").get<double>();
+  CHECK(std::abs(best_x - 3) < 0.5);
+  // The searcher's state is saved with the experiment's: every trial observed, none pending.
+  json state = json::parse(rayd::testing::ReadFile(grid.experiment_path() +
+                                                   "/experiment_state.json"));
+  CHECK(state["searcher"]["type"] == "tpe");
+  CHECK(state["searcher"]["state"]["observed"].size() == 30);
+  CHECK(state["searcher"]["state"]["pending"].empty());
+}
+
+TEST_CASE("a TPE sweep interrupted and resumed proposes what an uninterrupted one does",
+          "[tune][controller]") {
+  // One trial at a time, so the proposals depend only on the seed and the results.
+  std::vector<json> whole;
+  {
+    ScriptedRunner runner;
+    runner.curve_of = BowlCurve;
+    Sweep sweep;
+    ResultGrid grid = sweep.Run(runner, {}, 1, Tpe(16));
+    for (const TrialResult& t : grid.trials()) whole.push_back(t.config);
+  }
+  REQUIRE(whole.size() == 16);
+
+  ScriptedRunner runner;
+  runner.curve_of = BowlCurve;
+  Sweep sweep;
+  // Ctrl-C while the ninth trial reports: it stays PENDING, the rest are not made yet.
+  runner.before_result = [&](const std::string& id, int) {
+    if (id == "tpe00_00008") sweep.stop->Raise();
+  };
+  ResultGrid first = sweep.Run(runner, {}, 1, Tpe(16));
+  CHECK(first.size() == 9);
+  CHECK(first.num_terminated() == 8);
+
+  sweep.stop = std::make_unique<StopSignal>();
+  runner.before_result = nullptr;
+  auto state = LoadExperimentState(first.experiment_path());
+  REQUIRE(state.ok());
+  REQUIRE(state->searcher == "tpe");
+  std::unique_ptr<Searcher> restored = Tpe(16, /*seed=*/999);  // the state brings its own
+  restored->Restore(state->searcher_state);
+  ResultGrid resumed = sweep.Run(runner, std::move(state->trials), 1, std::move(restored));
+  REQUIRE(resumed.size() == 16);
+  CHECK(resumed.num_terminated() == 16);
+  for (size_t i = 0; i < 16; ++i) {
+    INFO("trial " << i);
+    CHECK(resumed[i].config == whole[i]);
+  }
+}
+
 }  // namespace
+

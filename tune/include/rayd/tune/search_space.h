@@ -101,6 +101,24 @@ nlohmann::json GetPath(const nlohmann::json& config, const std::vector<std::stri
 // "a/b": how paths are written in messages, tables and progress.csv columns ("config/a/b").
 std::string JoinPath(const std::vector<std::string>& path);
 
+// How a sweep's configs are chosen (TuneConfig::search).
+// Ray Tune's BasicVariantGenerator: every grid_search combination, num_samples times, every
+// other domain drawn at random; all configs are known when the sweep starts. ("grid" in
+// tune.yaml is the same generator.)
+struct RandomSearchConfig {};
+// The Tree-structured Parzen Estimator (Bergstra et al., 2011) as Optuna's TPESampler: the first
+// n_startup_trials at random, then each new trial proposed from the results of those that
+// ended (a trial's last value of TuneConfig::metric), when a slot frees. Needs a metric and a
+// space without grid_search and randn.
+struct TpeConfig {
+  int n_startup_trials = 10;
+  int n_ei_candidates = 24;
+  double gamma = 0.1;          // the share of trials that count as good (at most 25 of them)
+  double prior_weight = 1.0;
+  bool multivariate = false;   // one joint model instead of one per parameter
+};
+using SearchConfig = std::variant<RandomSearchConfig, TpeConfig>;
+
 // The trial configs of a sweep, in order: for each of `num_samples` samples, every combination
 // of the grid-search values (the last grid parameter varies fastest), with every other domain
 // drawn afresh per config. The same space, num_samples and seed give the same configs.

@@ -62,6 +62,8 @@ struct TuneConfig {
   // {"training_iteration": 20}.
   std::map<std::string, double> stop;
   SchedulerConfig scheduler = FifoConfig{};
+  // How configs are chosen: all at the start (random/grid), or each from the results so far.
+  SearchConfig search = RandomSearchConfig{};
   // Seconds between console table refreshes on stdout; 0: no table.
   double progress_interval_s = 0;
   // Continue the experiment at storage_path/name from its experiment_state.json.

@@ -1,0 +1,66 @@
+#pragma once
+// Searcher: where a sweep's trial configs come from, beyond the trials the Tuner made at the
+// start. The controller asks for the next config when a slot frees and no made trial waits, and
+// tells the searcher how each trial ended; its state is saved with the experiment's, so a
+// resumed sweep proposes what an uninterrupted one would have.
+//
+// Random and grid search make every trial at the start (GenerateVariants) and need no searcher;
+// TPE proposes each new trial from the results of the trials that ended (tpe.h).
+
+#include <rayd/tune/search_space.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "tpe.h"
+
+namespace rayd::tune::internal {
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+  // "tpe": what the console and the state file call it.
+  virtual const char* name() const = 0;
+  // Whether another trial may be made once `made` trials exist.
+  virtual bool HasNext(size_t made) const = 0;
+  // The next trial's config.
+  virtual nlohmann::json Next() = 0;
+  // A trial it proposed ended: its config as proposed, and its last value of the metric
+  // (nullopt: it reported none, or failed before).
+  virtual void OnTrialEnd(const nlohmann::json& config, std::optional<double> value) = 0;
+  virtual nlohmann::json State() const = 0;
+  // Throws std::invalid_argument for a state that does not fit.
+  virtual void Restore(const nlohmann::json& state) = 0;
+};
+
+// TPE for a sweep of `num_samples` trials.
+class TpeSearch : public Searcher {
+ public:
+  TpeSearch(const ParamSpace& space, const std::string& mode, const TpeConfig& config,
+            int num_samples, uint64_t seed)
+      : tpe_(space, mode,
+             {.n_startup_trials = config.n_startup_trials,
+              .n_ei_candidates = config.n_ei_candidates,
+              .gamma = config.gamma,
+              .prior_weight = config.prior_weight,
+              .multivariate = config.multivariate},
+             seed),
+        num_samples_(static_cast<size_t>(num_samples)) {}
+
+  const char* name() const override { return "tpe"; }
+  bool HasNext(size_t made) const override { return made < num_samples_; }
+  nlohmann::json Next() override { return tpe_.Suggest(); }
+  void OnTrialEnd(const nlohmann::json& config, std::optional<double> value) override {
+    tpe_.Observe(config, value);
+  }
+  nlohmann::json State() const override { return tpe_.State(); }
+  void Restore(const nlohmann::json& state) override { tpe_.Restore(state); }
+
+ private:
+  TpeSearcher tpe_;
+  size_t num_samples_;
+};
+
+}  // namespace rayd::tune::internal
