@@ -389,7 +389,6 @@ tune:
   max_concurrent_trials: 1
   seed: 11
   search: {type: tpe, n_startup_trials: 8}
-  scheduler: {type: asha, max_t: 2, grace_period: 1, reduction_factor: 2}
 run: {storage_path: STORAGE}
 )";
   std::string file = sandbox.WriteYaml("tpe.yaml", yaml);
@@ -403,7 +402,7 @@ run: {storage_path: STORAGE}
   CHECK(state["searcher"]["type"] == "tpe");
   CHECK(state["searcher"]["state"]["observed"].size() == 24);
   // The last 8 proposals (model-based) against the 8 random ones, by their distance to the
-  // optimum.
+  // optimum; and the best trial is one the model proposed.
   auto distance = [](const json& trial) {
     const double x = trial["config"]["x"].get<double>(), y = trial["config"]["y"].get<double>();
     return std::hypot(x - 3, y + 1);
@@ -412,7 +411,6 @@ run: {storage_path: STORAGE}
   for (int i = 0; i < 8; ++i) random += distance(state["trials"][i]);
   for (int i = 16; i < 24; ++i) learned += distance(state["trials"][i]);
   CHECK(learned < random * 0.75);
-  // The best trial is one the model proposed.
   int best = 0;
   for (int i = 1; i < 24; ++i) {
     if (distance(state["trials"][i]) < distance(state["trials"][best])) best = i;
@@ -429,5 +427,43 @@ run: {storage_path: STORAGE}
   CHECK(resumed["searcher"]["state"]["observed"].size() == 26);
 }
 
-}  // namespace
+TEST_CASE("TPE with ASHA fits its model on the rungs' results, BOHB-style", "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("bohb.yaml", R"(
+name: bohb
+trainable: toy_objective
+param_space:
+  x: {uniform: [-10, 10]}
+  y: {uniform: [-10, 10]}
+  iterations: 4
+tune:
+  metric: loss
+  mode: min
+  num_samples: 16
+  max_concurrent_trials: 2
+  seed: 5
+  search: {type: tpe, n_startup_trials: 4}
+  scheduler: {type: asha, max_t: 4, grace_period: 1, reduction_factor: 2}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  json state = ReadJson(sandbox.results() + "/bohb/experiment_state.json");
+  REQUIRE(state["trials"].size() == 16);
+  int stopped_early = 0;
+  for (const json& trial : state["trials"]) {
+    CHECK(trial["status"] == "TERMINATED");
+    if (trial["last_result"]["training_iteration"].get<int>() < 4) ++stopped_early;
+  }
+  CHECK(stopped_early >= 1);
+  // Every result reached the searcher at its budget (training_iteration 1 to 4).
+  const json& budgets = state["searcher"]["state"]["at_budget"];
+  REQUIRE(budgets.size() == 4);
+  CHECK(budgets[0]["budget"] == 1);
+  CHECK(budgets[0]["observed"].size() == 16);
+  CHECK(budgets[3]["observed"].size() < 16);
+}
 
+}  // namespace

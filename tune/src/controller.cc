@@ -245,6 +245,7 @@ bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
   auto total = result.metrics.find("time_total_s");
   if (total != result.metrics.end()) t.time_total_s = total->second;
   for (auto& sink : sinks_) sink->OnResult(t, result.metrics);
+  if (searcher_) searcher_->OnTrialResult(t.config, result.metrics);
   if (r.pending != Pending::kNone) return false;  // already on its way out
   if (stop_.raised()) {
     r.pending = Pending::kInterrupt;

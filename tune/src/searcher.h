@@ -9,6 +9,7 @@
 
 #include <rayd/tune/search_space.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +28,9 @@ class Searcher {
   virtual bool HasNext(size_t made) const = 0;
   // The next trial's config.
   virtual nlohmann::json Next() = 0;
+  // A result of a running trial it proposed.
+  virtual void OnTrialResult(const nlohmann::json& config,
+                             const std::map<std::string, double>& result) {}
   // A trial it proposed ended: its config as proposed, and its last value of the metric
   // (nullopt: it reported none, or failed before).
   virtual void OnTrialEnd(const nlohmann::json& config, std::optional<double> value) = 0;
@@ -35,12 +39,18 @@ class Searcher {
   virtual void Restore(const nlohmann::json& state) = 0;
 };
 
-// TPE for a sweep of `num_samples` trials.
+// TPE for a sweep of `num_samples` trials. With `budget_attr` (an early-stopping scheduler's
+// time_attr: ASHA, HyperBand) it is BOHB-style: every result counts as the trial's value at that
+// budget, and each proposal's model is fitted at the highest budget enough trials reached
+// (tpe.h), asynchronously: nothing waits for a bracket.
 class TpeSearch : public Searcher {
  public:
-  TpeSearch(const ParamSpace& space, const std::string& mode, const TpeConfig& config,
-            int num_samples, uint64_t seed)
-      : tpe_(space, mode,
+  TpeSearch(const ParamSpace& space, const std::string& metric, const std::string& mode,
+            const TpeConfig& config, int num_samples, uint64_t seed,
+            std::optional<std::string> budget_attr = std::nullopt)
+      : metric_(metric),
+        budget_attr_(std::move(budget_attr)),
+        tpe_(space, mode,
              {.n_startup_trials = config.n_startup_trials,
               .n_ei_candidates = config.n_ei_candidates,
               .gamma = config.gamma,
@@ -52,6 +62,15 @@ class TpeSearch : public Searcher {
   const char* name() const override { return "tpe"; }
   bool HasNext(size_t made) const override { return made < num_samples_; }
   nlohmann::json Next() override { return tpe_.Suggest(); }
+  void OnTrialResult(const nlohmann::json& config,
+                     const std::map<std::string, double>& result) override {
+    if (!budget_attr_) return;
+    auto value = result.find(metric_);
+    auto budget = result.find(*budget_attr_);
+    if (value != result.end() && budget != result.end()) {
+      tpe_.ObserveAt(config, value->second, budget->second);
+    }
+  }
   void OnTrialEnd(const nlohmann::json& config, std::optional<double> value) override {
     tpe_.Observe(config, value);
   }
@@ -59,6 +78,8 @@ class TpeSearch : public Searcher {
   void Restore(const nlohmann::json& state) override { tpe_.Restore(state); }
 
  private:
+  std::string metric_;
+  std::optional<std::string> budget_attr_;
   TpeSearcher tpe_;
   size_t num_samples_;
 };

@@ -283,9 +283,31 @@ double TpeSearcher::Draw(size_t d, const Parzen& p, size_t i) {
 }
 
 std::vector<double> TpeSearcher::SampleTpe() {
-  // The good and the other observations; pending configs (loss +inf) land with the others.
-  std::vector<Observation> all = observed_;
-  for (const nlohmann::json& config : pending_) {
+  // The good and the other observations; pending configs (loss +inf) land with the others,
+  // unless the model is fitted at a budget where they have a value already.
+  // At a budget, a config that did not reach it (stopped below it, or still on its way) counts
+  // as bad there too: the early-stopping scheduler did not promote it (yet).
+  std::vector<Observation> all;
+  std::vector<nlohmann::json> liars = pending_;
+  if (std::optional<double> budget = ModelBudget()) {
+    for (const auto& [config, o] : at_budget_.at(*budget)) {
+      all.push_back(o);
+      std::erase(liars, config);
+    }
+    for (const auto& [other, seen] : at_budget_) {
+      if (other >= *budget) continue;
+      for (const auto& [config, o] : seen) {
+        if (std::find(liars.begin(), liars.end(), config) == liars.end() &&
+            std::none_of(at_budget_.at(*budget).begin(), at_budget_.at(*budget).end(),
+                         [&](const auto& reached) { return reached.first == config; })) {
+          liars.push_back(config);
+        }
+      }
+    }
+  } else {
+    all = observed_;
+  }
+  for (const nlohmann::json& config : liars) {
     if (auto o = Encode(config, kInf)) all.push_back(std::move(*o));
   }
   std::vector<size_t> rank(all.size());
@@ -364,12 +386,44 @@ void TpeSearcher::Observe(const nlohmann::json& config, std::optional<double> va
   if (auto o = Encode(config, maximize_ ? -*value : *value)) observed_.push_back(std::move(*o));
 }
 
+void TpeSearcher::ObserveAt(const nlohmann::json& config, double value, double budget) {
+  if (!std::isfinite(value) || !std::isfinite(budget)) return;
+  std::optional<Observation> o = Encode(config, maximize_ ? -value : value);
+  if (!o) return;
+  auto& seen = at_budget_[budget];
+  for (auto& [known, earlier] : seen) {
+    if (known == config) {
+      earlier = std::move(*o);
+      return;
+    }
+  }
+  seen.emplace_back(config, std::move(*o));
+}
+
+std::optional<double> TpeSearcher::ModelBudget() const {
+  for (auto it = at_budget_.rbegin(); it != at_budget_.rend(); ++it) {
+    if (it->second.size() >= min_points_in_model()) return it->first;
+  }
+  return std::nullopt;
+}
+
 nlohmann::json TpeSearcher::State() const {
   nlohmann::json observed = nlohmann::json::array();
   for (const Observation& o : observed_) observed.push_back({{"x", o.x}, {"loss", o.loss}});
+  nlohmann::json budgets = nlohmann::json::array();
+  for (const auto& [budget, seen] : at_budget_) {
+    nlohmann::json entries = nlohmann::json::array();
+    for (const auto& [config, o] : seen) {
+      entries.push_back({{"config", config}, {"x", o.x}, {"loss", o.loss}});
+    }
+    budgets.push_back({{"budget", budget}, {"observed", std::move(entries)}});
+  }
   std::ostringstream rng;
   rng << rng_;
-  return {{"observed", std::move(observed)}, {"pending", pending_}, {"rng", rng.str()}};
+  return {{"observed", std::move(observed)},
+          {"at_budget", std::move(budgets)},
+          {"pending", pending_},
+          {"rng", rng.str()}};
 }
 
 void TpeSearcher::Restore(const nlohmann::json& state) {
@@ -385,7 +439,16 @@ void TpeSearcher::Restore(const nlohmann::json& state) {
   Rng restored;
   rng >> restored;
   if (!rng) throw std::invalid_argument("the saved TPE state's random generator is unreadable");
+  std::map<double, std::vector<std::pair<nlohmann::json, Observation>>> at_budget;
+  for (const nlohmann::json& b : state.value("at_budget", nlohmann::json::array())) {
+    auto& seen = at_budget[b.at("budget").get<double>()];
+    for (const nlohmann::json& o : b.at("observed")) {
+      seen.emplace_back(o.at("config"), Observation{o.at("x").get<std::vector<double>>(),
+                                                    o.at("loss").get<double>()});
+    }
+  }
   observed_ = std::move(observed);
+  at_budget_ = std::move(at_budget);
   pending_ = state.at("pending").get<std::vector<nlohmann::json>>();
   rng_ = restored;
 }

@@ -22,6 +22,7 @@
 #include <rayd/tune/search_space.h>
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -49,8 +50,17 @@ class TpeSearcher {
   // A config's outcome: its value, or nullopt when it gave none (failed, or no metric): then it
   // only stops being pending.
   void Observe(const nlohmann::json& config, std::optional<double> value);
+  // A running config's value at `budget` (its training_iteration, say): with an early-stopping
+  // scheduler, BOHB's rule fits the model on the highest budget that at least
+  // min_points_in_model configs have reached, rather than on final values (which stopped trials
+  // reach early). Replaces the config's earlier value at the same budget.
+  void ObserveAt(const nlohmann::json& config, double value, double budget);
+  // The budget the next proposal's model is fitted on; nullopt: final values.
+  std::optional<double> ModelBudget() const;
 
   size_t num_observations() const { return observed_.size(); }
+  // BOHB's minimum: the number of parameters plus one.
+  size_t min_points_in_model() const { return dims_.size() + 1; }
   size_t num_pending() const { return pending_.size(); }
 
   // Everything that decides the next proposals (observations, pending configs, the random
@@ -96,6 +106,8 @@ class TpeSearcher {
   Rng rng_;
   std::vector<Observation> observed_;
   std::vector<nlohmann::json> pending_;
+  // ObserveAt's: by budget, the configs that reached it (in the order they first did).
+  std::map<double, std::vector<std::pair<nlohmann::json, Observation>>> at_budget_;
 };
 
 }  // namespace rayd::tune::internal

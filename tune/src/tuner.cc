@@ -131,8 +131,12 @@ ResultGrid Tuner::Fit() {
   if (const auto* tpe = std::get_if<TpeConfig>(&tune_.search)) {
     if (tune_.metric.empty()) throw RaydError("the tpe searcher needs TuneConfig::metric");
     try {
-      searcher = std::make_unique<internal::TpeSearch>(param_space_, tune_.mode, *tpe,
-                                                       tune_.num_samples, seed);
+      // With an early-stopping scheduler, BOHB's rule: fit on the highest budget reached.
+      std::optional<std::string> budget;
+      if (const auto* asha = std::get_if<AshaConfig>(&tune_.scheduler)) budget = asha->time_attr;
+      if (const auto* hb = std::get_if<HyperBandConfig>(&tune_.scheduler)) budget = hb->time_attr;
+      searcher = std::make_unique<internal::TpeSearch>(param_space_, tune_.metric, tune_.mode,
+                                                       *tpe, tune_.num_samples, seed, budget);
     } catch (const std::invalid_argument& e) {
       throw RaydError(std::string("invalid search options: ") + e.what());
     }

@@ -365,7 +365,7 @@ std::vector<double> BowlCurve(const nlohmann::json& config) {
 }
 
 std::unique_ptr<Searcher> Tpe(int num_samples, uint64_t seed = 5) {
-  return std::make_unique<TpeSearch>(kBowl, "max", TpeConfig{.n_startup_trials = 5},
+  return std::make_unique<TpeSearch>(kBowl, "score", "max", TpeConfig{.n_startup_trials = 5},
                                      num_samples, seed);
 }
 

@@ -165,5 +165,34 @@ TEST_CASE("TPE refuses domains it cannot model, naming the parameter", "[tune][t
   CHECK_THAT(reason({{{"x"}, Domain::Uniform(0, 1)}}), Equals(""));
 }
 
+TEST_CASE("BOHB's rule: the model is fitted at the highest budget enough configs reached",
+          "[tune][tpe]") {
+  const ParamSpace space = {{{"x"}, Domain::Uniform(0, 100)}};
+  TpeSearcher searcher(space, "min", {.n_startup_trials = 0}, 4);
+  CHECK(searcher.min_points_in_model() == 2);
+  CHECK_FALSE(searcher.ModelBudget().has_value());
+  // At budget 1, x near 80 looks best; at budget 4, where it counts, x near 20 is.
+  for (double x : {78.0, 80.0, 82.0}) searcher.ObserveAt({{"x", x}}, 0.1, 1);
+  for (double x : {18.0, 20.0, 22.0}) searcher.ObserveAt({{"x", x}}, 1.0, 1);
+  searcher.ObserveAt({{"x", 20.0}}, 0.05, 4);
+  CHECK(searcher.ModelBudget() == 1.0);  // one config at budget 4 is not enough
+  searcher.ObserveAt({{"x", 80.0}}, 0.9, 4);
+  searcher.ObserveAt({{"x", 80.0}}, 0.95, 4);  // the same config again: replaced, not added
+  CHECK(searcher.ModelBudget() == 4.0);
+  for (double x : {78.0, 82.0}) searcher.ObserveAt({{"x", x}}, 0.9, 4);
+  int nearer_20 = 0;
+  for (int i = 0; i < 20; ++i) {
+    json config = searcher.Suggest();
+    if (config["x"].get<double>() < 50) ++nearer_20;
+    searcher.Observe(config, std::nullopt);  // pending no longer
+  }
+  CHECK(nearer_20 >= 15);
+  // The budgets survive a State and Restore.
+  TpeSearcher restored(space, "min", {.n_startup_trials = 0}, 4);
+  restored.Restore(searcher.State());
+  CHECK(restored.ModelBudget() == 4.0);
+  CHECK(restored.Suggest() == searcher.Suggest());
+}
+
 }  // namespace
 }  // namespace rayd::tune::internal
