@@ -3,8 +3,8 @@
 # installed; run as root (or with sudo available).
 #
 #   scripts/install-deps.sh           what rayd needs
-#   scripts/install-deps.sh --peers   also the peers bench/peers/ compares with (Optuna, Dask
-#                                     distributed) and matplotlib for the plot of
+#   scripts/install-deps.sh --peers   also the peers bench/peers/ and bench/search/ compare
+#                                     with (Optuna, Dask distributed) and matplotlib for the plot of
 #                                     bench/scale/
 set -euo pipefail
 

@@ -195,8 +195,8 @@ size_t TpeSearcher::PickComponent(const std::vector<double>& weights) {
 
 // The components are the side's observations (weighted as they age) and a prior covering the
 // domain, last. A numeric kernel is a normal truncated to the domain: univariate, its width
-// the larger gap to its sorted neighbours (the bounds at the ends), clipped to
-// [range / min(100, components), range]; multivariate, Scott's rule per dimension. A category
+// the larger gap to its sorted neighbours (the outermost take their one gap), clipped to
+// [range / min(100, 1 + components), range] (Optuna's defaults); multivariate, Scott's rule per dimension. A category
 // kernel puts 1 on its category and prior_weight spread over all.
 TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observation*>& side,
                                      const std::vector<double>& weights) const {
@@ -225,14 +225,17 @@ TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observati
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
                        [&](size_t a, size_t b) { return p.mus[a] < p.mus[b]; });
+      // The larger gap to a sorted neighbour; the outermost kernels take their one inner gap
+      // (the bounds count only when there are fewer than two kernels).
       for (size_t k = 0; k < n; ++k) {
         const double mu = p.mus[order[k]];
-        const double left = mu - (k == 0 ? dim.low : p.mus[order[k - 1]]);
-        const double right = (k + 1 == n ? dim.high : p.mus[order[k + 1]]) - mu;
+        const double left = k == 0 ? 0 : mu - p.mus[order[k - 1]];
+        const double right = k + 1 == n ? 0 : p.mus[order[k + 1]] - mu;
         p.sigmas[order[k]] = std::max(left, right);
       }
     }
-    const double min_sigma = range / std::min(100.0, static_cast<double>(n));
+    // Optuna's "magic clip": no kernel narrower than the range over (1 + kernels), at most 100.
+    const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(n));
     for (size_t i = 0; i + 1 < n; ++i) p.sigmas[i] = std::clamp(p.sigmas[i], min_sigma, range);
     p.sigmas[n - 1] = range;  // the prior's
   }
