@@ -30,7 +30,7 @@ using Keys = std::vector<std::string_view>;
 const Keys kDomainNames = {"grid_search", "choice",  "uniform",  "quniform", "loguniform",
                            "qloguniform", "randint", "qrandint", "randn"};
 // In SchedulerConfig's alternative order.
-const Keys kSchedulerTypes = {"fifo", "asha", "hyperband", "median_stopping", "pbt"};
+const Keys kSchedulerTypes = {"fifo", "asha", "hyperband", "median_stopping", "pbt", "pasha"};
 const Keys kTuneFileKeys = {"name",        "trainable", "libraries", "scaling",
                             "param_space", "tune",      "run"};
 const Keys kTrainFileKeys = {"name",   "train_loop", "trainable", "libraries",
@@ -53,6 +53,8 @@ const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
 const Keys kAshaKeys = {"type",         "time_attr",        "max_t",
                         "grace_period", "reduction_factor", "brackets",
                         "promotion",    "stop_last_trials"};
+const Keys kPashaKeys = {"type",         "time_attr",        "max_t",
+                         "grace_period", "reduction_factor", "epsilon"};
 const Keys kHyperBandKeys = {"type", "time_attr", "max_t", "reduction_factor", "stop_last_trials"};
 const Keys kMedianKeys = {"type", "time_attr", "grace_period", "min_samples_required", "hard_stop"};
 const Keys kPbtKeys = {"type",
@@ -424,6 +426,7 @@ class Parser {
   HyperBandConfig HyperBand(const MapFields& map) const;
   MedianStoppingConfig MedianStopping(const MapFields& map) const;
   PbtConfig Pbt(const MapFields& map, const Field& f) const;
+  PashaConfig Pasha(const MapFields& map, const Field& f) const;
 
  private:
   std::string file_;
@@ -706,6 +709,17 @@ AshaConfig Parser::Asha(const MapFields& map, const Field& f) const {
   return c;
 }
 
+PashaConfig Parser::Pasha(const MapFields& map, const Field& f) const {
+  // ASHA's options, less brackets and the stopping form, plus epsilon.
+  const AshaConfig asha = Asha(map, f);
+  PashaConfig c{.time_attr = asha.time_attr,
+                .max_t = asha.max_t,
+                .grace_period = asha.grace_period,
+                .reduction_factor = map.Find("reduction_factor") ? asha.reduction_factor : 3};
+  if (const Field* x = map.Find("epsilon")) c.epsilon = NonNegative(*x);
+  return c;
+}
+
 HyperBandConfig Parser::HyperBand(const MapFields& map) const {
   HyperBandConfig c;
   if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
@@ -741,6 +755,7 @@ SchedulerConfig Parser::Scheduler(const Field& f) const {
                         : type == "asha"            ? kAshaKeys
                         : type == "hyperband"       ? kHyperBandKeys
                         : type == "median_stopping" ? kMedianKeys
+                        : type == "pasha"           ? kPashaKeys
                                                     : kPbtKeys;
   if (!shorthand) ReadMap(f, allowed, "option for the " + type + " scheduler");
 
@@ -748,6 +763,7 @@ SchedulerConfig Parser::Scheduler(const Field& f) const {
   if (type == "asha") return Asha(map, f);
   if (type == "hyperband") return HyperBand(map);
   if (type == "median_stopping") return MedianStopping(map);
+  if (type == "pasha") return Pasha(map, f);
   if (shorthand) Fail(type_at, "the pbt scheduler needs hyperparam_mutations: give a map");
   return Pbt(map, f);
 }

@@ -15,6 +15,12 @@
 //    among the top floor(n / rf) of the n scores recorded at its rung that has not been promoted
 //    from it; it runs on to the next rung. A trial at max_t stops.
 //
+// PASHA (Bohdal et al., 2023) is the promotion form with a growing maximum: it starts at the
+// second rung, and each time a trial records at the current top rung, the trials recorded there
+// are ranked by their scores at the top rung and at the rung below; if some pair is ordered
+// differently (beyond epsilon at both), the top moves up a rung (up to max_t). Trials at the top
+// rung pause rather than stop, so a later growth can promote them.
+//
 // Invariants: a trial records at most once per rung; a trial is paused at most at one rung, the
 // highest it recorded at; promoted[k] holds only trials recorded at rung k.
 
@@ -43,8 +49,13 @@ struct TrialState {
 
 class AshaScheduler final : public TrialScheduler {
  public:
-  AshaScheduler(const AshaConfig& config, std::string metric, std::string mode, uint64_t seed)
-      : config_(config), metric_(std::move(metric)), sign_(mode == "max" ? 1.0 : -1.0), rng_(seed) {
+  AshaScheduler(const AshaConfig& config, std::string metric, std::string mode, uint64_t seed,
+                std::optional<double> pasha_epsilon)
+      : config_(config),
+        metric_(std::move(metric)),
+        sign_(mode == "max" ? 1.0 : -1.0),
+        rng_(seed),
+        pasha_epsilon_(pasha_epsilon) {
     const int max_rungs =
         FloorLog(config_.max_t / config_.grace_period, config_.reduction_factor) + 1;
     for (int s = 0; s < config_.brackets; ++s) {
@@ -56,9 +67,10 @@ class AshaScheduler final : public TrialScheduler {
       }
       brackets_.push_back(std::move(rungs));
     }
+    top_ = std::min<size_t>(1, brackets_[0].size() - 1);
   }
 
-  const char* name() const override { return "ASHA"; }
+  const char* name() const override { return pasha_epsilon_ ? "PASHA" : "ASHA"; }
 
   void OnTrialAdd(const std::string& trial_id, const nlohmann::json&) override {
     if (trials_.count(trial_id)) return;
@@ -106,7 +118,7 @@ class AshaScheduler final : public TrialScheduler {
     for (auto& rungs : brackets_) {
       for (size_t k = rungs.size(); k-- > 0;) {
         Rung& rung = rungs[k];
-        if (rung.milestone >= config_.max_t) continue;  // nothing above max_t to promote to
+        if (rung.milestone >= MaxT()) continue;  // nothing above the maximum to promote to
         const auto top = static_cast<size_t>(
             std::floor(static_cast<double>(rung.recorded.size()) / config_.reduction_factor));
         for (const std::string& id : Ranked(rung, top)) {
@@ -123,7 +135,10 @@ class AshaScheduler final : public TrialScheduler {
   }
 
   std::string Summary() const override {
-    std::string out = config_.promotion ? "ASHA (promotion): " : "ASHA: ";
+    std::string out = pasha_epsilon_ ? "PASHA: max " + FormatNumber(MaxT()) + " of " +
+                                           FormatNumber(config_.max_t) + ", "
+                      : config_.promotion ? "ASHA (promotion): "
+                                          : "ASHA: ";
     if (brackets_.size() > 1) out += std::to_string(brackets_.size()) + " brackets, ";
     out += "rungs ";
     for (size_t b = 0; b < brackets_.size(); ++b) {
@@ -134,6 +149,7 @@ class AshaScheduler final : public TrialScheduler {
       }
     }
     if (config_.promotion) out += ", " + std::to_string(num_promoted_) + " promoted";
+    if (pasha_epsilon_) out += ", grown " + std::to_string(num_grown_) + " times";
     out += ", " + std::to_string(num_stopped_) + " stopped";
     return out;
   }
@@ -214,6 +230,11 @@ class AshaScheduler final : public TrialScheduler {
       if (t < rung.milestone) continue;
       if (rung.recorded.count(trial_id)) break;  // past this rung already: run to the next
       rung.recorded[trial_id] = score;
+      if (pasha_epsilon_ && trial.bracket == 0 && k == top_ && top_ + 1 < rungs.size() &&
+          RankingChanged(rungs[top_ - 1], rungs[top_])) {
+        ++top_;
+        ++num_grown_;
+      }
       if (t < config_.max_t) {
         trial.paused_at = k;
         return Decision::Pause();
@@ -224,6 +245,28 @@ class AshaScheduler final : public TrialScheduler {
     return Decision::Continue();
   }
 
+  // PASHA: the maximum resource so far (ASHA: max_t).
+  double MaxT() const { return pasha_epsilon_ ? brackets_[0][top_].milestone : config_.max_t; }
+
+  // Whether two trials recorded at `top` are ordered one way there and the other way at
+  // `below`, by more than epsilon at both.
+  bool RankingChanged(const Rung& below, const Rung& top) const {
+    const double eps = *pasha_epsilon_;
+    for (const auto& [a, top_a] : top.recorded) {
+      for (const auto& [b, top_b] : top.recorded) {
+        if (a >= b) continue;
+        auto at_a = below.recorded.find(a), at_b = below.recorded.find(b);
+        if (at_a == below.recorded.end() || at_b == below.recorded.end()) continue;
+        const double below_a = at_a->second, below_b = at_b->second;
+        if ((top_a > top_b + eps && below_a < below_b - eps) ||
+            (top_a < top_b - eps && below_a > below_b + eps)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
   const AshaConfig config_;
   const std::string metric_;
   const double sign_;  // +1 for max, -1 for min: scores are "higher is better"
@@ -232,13 +275,28 @@ class AshaScheduler final : public TrialScheduler {
   std::map<std::string, TrialState> trials_;
   int num_stopped_ = 0;
   int num_promoted_ = 0;
+  const std::optional<double> pasha_epsilon_;  // set: PASHA
+  size_t top_ = 0;                             // PASHA: the current top rung of bracket 0
+  int num_grown_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<TrialScheduler> MakeAsha(const AshaConfig& config, std::string metric,
-                                         std::string mode, uint64_t seed) {
-  return std::make_unique<AshaScheduler>(config, std::move(metric), std::move(mode), seed);
+                                         std::string mode, uint64_t seed,
+                                         std::optional<double> pasha_epsilon) {
+  return std::make_unique<AshaScheduler>(config, std::move(metric), std::move(mode), seed,
+                                         pasha_epsilon);
+}
+
+AshaConfig PashaAsAsha(const PashaConfig& config) {
+  return {.time_attr = config.time_attr,
+          .max_t = config.max_t,
+          .grace_period = config.grace_period,
+          .reduction_factor = config.reduction_factor,
+          .brackets = 1,
+          .promotion = true,
+          .stop_last_trials = true};
 }
 
 }  // namespace rayd::tune::internal

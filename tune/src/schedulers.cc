@@ -135,6 +135,7 @@ const char* SchedulerType(const SchedulerConfig& config) {
     const char* operator()(const HyperBandConfig&) const { return "hyperband"; }
     const char* operator()(const MedianStoppingConfig&) const { return "median_stopping"; }
     const char* operator()(const PbtConfig&) const { return "pbt"; }
+    const char* operator()(const PashaConfig&) const { return "pasha"; }
   };
   return std::visit(Namer{}, config);
 }
@@ -154,6 +155,16 @@ std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std
   if (const auto* c = std::get_if<AshaConfig>(&config)) {
     CheckAsha(*c);
     return internal::MakeAsha(*c, std::move(metric), std::move(mode), seed);
+  }
+  if (const auto* c = std::get_if<PashaConfig>(&config)) {
+    const AshaConfig asha = internal::PashaAsAsha(*c);
+    try {
+      CheckAsha(asha);
+    } catch (const std::invalid_argument& e) {
+      Invalid("pasha" + std::string(e.what()).substr(4));  // "asha: ..." -> "pasha: ..."
+    }
+    if (!(c->epsilon >= 0)) Invalid("pasha: epsilon must be >= 0 (got " + Num(c->epsilon) + ")");
+    return internal::MakeAsha(asha, std::move(metric), std::move(mode), seed, c->epsilon);
   }
   if (const auto* c = std::get_if<HyperBandConfig>(&config)) {
     CheckHyperBand(*c);

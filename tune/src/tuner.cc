@@ -135,6 +135,9 @@ ResultGrid Tuner::Fit() {
       std::optional<std::string> budget;
       if (const auto* asha = std::get_if<AshaConfig>(&tune_.scheduler)) budget = asha->time_attr;
       if (const auto* hb = std::get_if<HyperBandConfig>(&tune_.scheduler)) budget = hb->time_attr;
+      if (const auto* pasha = std::get_if<PashaConfig>(&tune_.scheduler)) {
+        budget = pasha->time_attr;
+      }
       searcher = std::make_unique<internal::TpeSearch>(param_space_, tune_.metric, tune_.mode,
                                                        *tpe, tune_.num_samples, seed, budget);
     } catch (const std::invalid_argument& e) {

@@ -292,7 +292,7 @@ TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") 
   // The scheduler sits on line 18 of the example.
   CHECK_THAT(TuneError(text),
              Equals("tune.yaml:18: tune.scheduler.type: unknown scheduler 'ashaa' (one of fifo, "
-                    "asha, hyperband, median_stopping, pbt)"));
+                    "asha, hyperband, median_stopping, pbt, pasha)"));
   CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler:\n    max_t: 3\n")),
              Contains("tune.yaml:5: tune.scheduler.type: required"));
 }
@@ -592,6 +592,27 @@ TEST_CASE("tune.search errors name the key and line", "[tune]") {
                             "tune:\n  metric: m\n  search: {type: tpe}\n")),
              Contains("tune.yaml:7: tune.search: tpe cannot model param_space.hidden "
                       "(grid_search; use choice)"));
+}
+
+}  // namespace
+}  // namespace rayd::tune
+
+namespace rayd::tune {
+namespace {
+
+TEST_CASE("scheduler type pasha takes ASHA's options and epsilon", "[tune]") {
+  TuneFile f = ParseTuneFile(Tune("tune:\n  metric: loss\n  scheduler: {type: pasha, max_t: 27, "
+                                  "grace_period: 1, epsilon: 0.01}\n"),
+                             "tune.yaml");
+  const auto* pasha = std::get_if<PashaConfig>(&f.tune.scheduler);
+  REQUIRE(pasha != nullptr);
+  CHECK(pasha->max_t == 27);
+  CHECK(pasha->reduction_factor == 3);
+  CHECK(pasha->epsilon == 0.01);
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  scheduler: {type: pasha, brackets: 2}\n")),
+             Contains("tune.scheduler.brackets: unknown option for the pasha scheduler"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  scheduler: {type: pasha, epsilon: -1}\n")),
+             Contains("tune.scheduler.epsilon: must not be negative"));
 }
 
 }  // namespace

@@ -638,3 +638,63 @@ TEST_CASE("Scheduler types and actions have Ray's names", "[tune]") {
   CHECK(std::string(rayd::tune::ToString(Action::kExploit)) == "EXPLOIT");
   CHECK(std::string(MakeScheduler(FifoConfig{}, "", "", 0)->name()) == "FIFO");
 }
+
+namespace {
+
+using rayd::tune::PashaConfig;
+
+// PASHA with rungs at 1, 3, 9, 27 (max_t 27): it starts with 3 as its maximum.
+std::unique_ptr<TrialScheduler> Pasha(double epsilon = 0) {
+  return MakeScheduler(PashaConfig{.max_t = 27, .grace_period = 1, .reduction_factor = 3,
+                                   .epsilon = epsilon},
+                       "loss", "min", 0);
+}
+
+// Three trials at rung 1 (a best), promoted in turn to rung 3 as ASHA's top third allows.
+void ThreeAtRungOne(TrialScheduler& pasha) {
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) pasha.OnTrialAdd(id, {});
+  const std::vector<std::pair<std::string, double>> first = {
+      {"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}, {"e", 5}, {"f", 6}};
+  for (const auto& [id, loss] : first) {
+    CHECK(pasha.OnTrialResult(id, Iter(1, loss)).action == Action::kPause);
+  }
+  CHECK(pasha.ChooseTrialToResume() == "a");
+  CHECK(pasha.ChooseTrialToResume() == "b");
+  CHECK(pasha.ChooseTrialToResume() == std::nullopt);
+}
+
+TEST_CASE("PASHA keeps its maximum while the top two rungs rank trials alike", "[tune]") {
+  auto pasha = Pasha();
+  ThreeAtRungOne(*pasha);
+  CHECK(pasha->OnTrialResult("a", Iter(3, 0.5)).action == Action::kPause);
+  CHECK(pasha->OnTrialResult("b", Iter(3, 0.8)).action == Action::kPause);  // still a < b
+  // Rung 3 is the maximum: nothing is promoted from it.
+  CHECK(pasha->ChooseTrialToResume() == std::nullopt);
+  CHECK(pasha->Summary() == "PASHA: max 3 of 27, rungs 1/3/9/27, 2 promoted, grown 0 times, 0 stopped");
+}
+
+TEST_CASE("PASHA grows its maximum a rung when the ranking changes, beyond epsilon", "[tune]") {
+  SECTION("changed") {
+    auto pasha = Pasha();
+    ThreeAtRungOne(*pasha);
+    CHECK(pasha->OnTrialResult("a", Iter(3, 0.9)).action == Action::kPause);
+    CHECK(pasha->OnTrialResult("b", Iter(3, 0.4)).action == Action::kPause);  // b overtakes a
+    CHECK(pasha->Summary() == "PASHA: max 9 of 27, rungs 1/3/9/27, 2 promoted, grown 1 times, 0 stopped");
+    // Rung 3 may promote now: its top third of 2 is none yet; a third trial there makes one.
+    CHECK(pasha->ChooseTrialToResume() == std::nullopt);
+    CHECK(pasha->OnTrialResult("c", Iter(3, 2.0)).action == Action::kPause);
+    CHECK(pasha->ChooseTrialToResume() == "b");
+    CHECK(pasha->OnTrialResult("b", Iter(9, 0.3)).action == Action::kPause);
+  }
+  SECTION("within epsilon: a tie, not a change") {
+    auto pasha = Pasha(/*epsilon=*/0.6);
+    ThreeAtRungOne(*pasha);
+    CHECK(pasha->OnTrialResult("a", Iter(3, 0.9)).action == Action::kPause);
+    CHECK(pasha->OnTrialResult("b", Iter(3, 0.4)).action == Action::kPause);
+    CHECK(pasha->Summary() == "PASHA: max 3 of 27, rungs 1/3/9/27, 2 promoted, grown 0 times, 0 stopped");
+  }
+  CHECK(std::string(rayd::tune::SchedulerType(PashaConfig{})) == "pasha");
+  CHECK(std::string(Pasha()->name()) == "PASHA");
+}
+
+}  // namespace

@@ -117,10 +117,22 @@ struct PbtConfig {
   std::string log_dir;
 };
 
-using SchedulerConfig =
-    std::variant<FifoConfig, AshaConfig, HyperBandConfig, MedianStoppingConfig, PbtConfig>;
+// PASHA (Bohdal et al., 2023): ASHA in its promotion form whose maximum resource starts at the
+// second rung (grace_period * reduction_factor) and grows a rung at a time, up to max_t, only
+// while the ranking of the trials at the top two rungs keeps changing. Two trials whose scores
+// differ by no more than epsilon (in the metric's units) at a rung count as tied there.
+struct PashaConfig {
+  std::string time_attr = "training_iteration";
+  double max_t = 100;
+  double grace_period = 1;
+  double reduction_factor = 3;
+  double epsilon = 0;
+};
 
-// "fifo", "asha", "hyperband", "median_stopping", "pbt".
+using SchedulerConfig = std::variant<FifoConfig, AshaConfig, HyperBandConfig, MedianStoppingConfig,
+                                     PbtConfig, PashaConfig>;
+
+// "fifo", "asha", "hyperband", "median_stopping", "pbt", "pasha".
 const char* SchedulerType(const SchedulerConfig& config);
 
 // metric/mode ("min" or "max") rank results. Throws std::invalid_argument for a bad config
