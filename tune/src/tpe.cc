@@ -206,6 +206,7 @@ TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observati
   p.weights.push_back(options_.prior_weight);
   const double total = std::accumulate(p.weights.begin(), p.weights.end(), 0.0);
   for (double& w : p.weights) w /= total;
+  for (double w : p.weights) p.log_weights.push_back(std::log(w));
   for (const Observation* o : side) p.mus.push_back(o->x[d]);
   if (dim.categorical) {
     p.mus.push_back(-1);  // the prior: no category of its own
@@ -239,33 +240,30 @@ TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observati
     for (size_t i = 0; i + 1 < n; ++i) p.sigmas[i] = std::clamp(p.sigmas[i], min_sigma, range);
     p.sigmas[n - 1] = range;  // the prior's
   }
+  for (size_t i = 0; i < n; ++i) {
+    const double sigma = p.sigmas[i];
+    const double mass =
+        NormalCdf((dim.high - p.mus[i]) / sigma) - NormalCdf((dim.low - p.mus[i]) / sigma);
+    p.log_norm.push_back(-std::log(sigma) - kLogSqrt2Pi - std::log(std::max(mass, 1e-300)));
+  }
   return p;
 }
 
 // log of component `i`'s kernel at x, for dimension d.
-double TpeSearcher::LogDensity(size_t d, const Parzen& p, double x) const {
-  const Dim& dim = dims_[d];
-  std::vector<double> terms;
-  terms.reserve(p.mus.size());
-  for (size_t i = 0; i < p.mus.size(); ++i) {
-    double log_kernel;
-    if (dim.categorical) {
-      const double choices = dim.high;
-      if (p.mus[i] < 0) {
-        log_kernel = -std::log(choices);
-      } else {
-        log_kernel = std::log((options_.prior_weight / choices + (p.mus[i] == x ? 1.0 : 0.0)) /
-                              (options_.prior_weight + 1));
-      }
-    } else {
-      const double sigma = p.sigmas[i];
-      const double z = (x - p.mus[i]) / sigma;
-      const double mass =
-          NormalCdf((dim.high - p.mus[i]) / sigma) - NormalCdf((dim.low - p.mus[i]) / sigma);
-      log_kernel = -0.5 * z * z - std::log(sigma) - kLogSqrt2Pi - std::log(std::max(mass, 1e-300));
-    }
-    terms.push_back(std::log(p.weights[i]) + log_kernel);
+double TpeSearcher::LogKernel(size_t d, const Parzen& p, size_t i, double x) const {
+  if (dims_[d].categorical) {
+    const double choices = dims_[d].high;
+    if (p.mus[i] < 0) return -std::log(choices);
+    return std::log((options_.prior_weight / choices + (p.mus[i] == x ? 1.0 : 0.0)) /
+                    (options_.prior_weight + 1));
   }
+  const double z = (x - p.mus[i]) / p.sigmas[i];
+  return p.log_norm[i] - 0.5 * z * z;
+}
+
+double TpeSearcher::LogDensity(size_t d, const Parzen& p, double x) const {
+  std::vector<double> terms(p.mus.size());
+  for (size_t i = 0; i < p.mus.size(); ++i) terms[i] = p.log_weights[i] + LogKernel(d, p, i, x);
   return LogSumExp(terms);
 }
 
@@ -352,14 +350,8 @@ std::vector<double> TpeSearcher::SampleTpe() {
     const size_t n = side.empty() ? 0 : side[0].weights.size();
     std::vector<double> terms(n);
     for (size_t i = 0; i < n; ++i) {
-      double t = std::log(side[0].weights[i]);
-      for (size_t d = 0; d < dims; ++d) {
-        Parzen one;
-        one.weights = {1.0};
-        one.mus = {side[d].mus[i]};
-        if (!side[d].sigmas.empty()) one.sigmas = {side[d].sigmas[i]};
-        t += LogDensity(d, one, x[d]);
-      }
+      double t = side[0].log_weights[i];
+      for (size_t d = 0; d < dims; ++d) t += LogKernel(d, side[d], i, x[d]);
       terms[i] = t;
     }
     return LogSumExp(terms);

@@ -85,8 +85,10 @@ class TpeSearcher {
   // One side's estimator for one dimension.
   struct Parzen {
     std::vector<double> weights;      // normalised; the prior's is last
-    std::vector<double> mus, sigmas;  // numeric
-    std::vector<double> probs;        // categorical: per category
+    std::vector<double> mus, sigmas;  // numeric (categorical: mus are category indices, -1 the prior's)
+    // Per component, what its log density adds to -z^2/2 (numeric: -log(sigma sqrt(2 pi)
+    // mass), the truncation's mass computed once here), and log(weight).
+    std::vector<double> log_norm, log_weights;
   };
 
   std::optional<Observation> Encode(const nlohmann::json& config, double loss) const;
@@ -95,6 +97,8 @@ class TpeSearcher {
   std::vector<double> SampleTpe();
   Parzen Fit(size_t dim, const std::vector<const Observation*>& side,
              const std::vector<double>& weights) const;
+  // log of component i's kernel at x, and of the whole mixture.
+  double LogKernel(size_t dim, const Parzen& p, size_t i, double x) const;
   double LogDensity(size_t dim, const Parzen& p, double x) const;
   double Draw(size_t dim, const Parzen& p, size_t component);
   size_t PickComponent(const std::vector<double>& weights);
