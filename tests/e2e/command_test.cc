@@ -260,9 +260,11 @@ run: {storage_path: STORAGE}
     const std::string line = log.substr(at, log.find('\n', at) - at);
     const double lr = std::stod(line.substr(line.rfind(' ') + 1));
     CHECK(lr == Approx(ReadJson(dir + "/params.json")["lr"].get<double>()));
-    // It ran to the last epoch from the clone's (training_iteration counts its own reports).
+    // It ran on from the clone's epoch to the last (training_iteration counts its own
+    // reports). A clone of a donor that had finished has no epoch left to run.
+    const int cloned_epoch = std::stoi(line.substr(std::string("resumed from epoch ").size()));
     std::vector<json> results = ReadJsonLines(dir + "/result.json");
-    CHECK(results.back()["epoch"] == 5);
+    if (cloned_epoch < 5) CHECK(results.back()["epoch"] == 5);
   }
   CHECK(resumed >= 1);
   CHECK(sandbox.CommandProcesses().empty());
