@@ -162,6 +162,7 @@ std::optional<size_t> Controller::MakeNext() {
   if (!searcher_ || !searcher_->HasNext(trials_.size())) return std::nullopt;
   const int index = static_cast<int>(trials_.size());
   trials_.push_back(MakeTrial(trial_tag_, index, trial_name_, searcher_->Next()));
+  trials_.back().searcher = searcher_->ProposedBy();
   scheduler_->OnTrialAdd(trials_.back().id, trials_.back().config);
   return trials_.size() - 1;
 }

@@ -62,6 +62,7 @@ nlohmann::json DashboardFeed::Summary(const std::vector<Trial>& trials, bool fin
                        {"last", t.last_result}};
     if (auto best = best_.find(t.id); best != best_.end()) row["best"] = best->second;
     if (!t.error.empty()) row["error"] = t.error;
+    if (!t.searcher.empty()) row["searcher"] = t.searcher;
     table.push_back(std::move(row));
   }
   return {{"name", name_},

@@ -28,6 +28,8 @@ class Searcher {
   virtual bool HasNext(size_t made) const = 0;
   // The next trial's config.
   virtual nlohmann::json Next() = 0;
+  // What proposed the config Next returned last, for the trial table ("tpe").
+  virtual std::string ProposedBy() const = 0;
   // A result of a running trial it proposed.
   virtual void OnTrialResult(const nlohmann::json& config,
                              const std::map<std::string, double>& result) {}
@@ -57,11 +59,16 @@ class TpeSearch : public Searcher {
               .prior_weight = config.prior_weight,
               .multivariate = config.multivariate},
              seed),
-        num_samples_(static_cast<size_t>(num_samples)) {}
+        num_samples_(static_cast<size_t>(num_samples)),
+        n_startup_trials_(config.n_startup_trials) {}
 
   const char* name() const override { return "tpe"; }
   bool HasNext(size_t made) const override { return made < num_samples_; }
-  nlohmann::json Next() override { return tpe_.Suggest(); }
+  nlohmann::json Next() override {
+    startup_ = tpe_.num_observations() < static_cast<size_t>(n_startup_trials_);
+    return tpe_.Suggest();
+  }
+  std::string ProposedBy() const override { return startup_ ? "tpe (random start)" : "tpe"; }
   void OnTrialResult(const nlohmann::json& config,
                      const std::map<std::string, double>& result) override {
     if (!budget_attr_) return;
@@ -82,6 +89,8 @@ class TpeSearch : public Searcher {
   std::optional<std::string> budget_attr_;
   TpeSearcher tpe_;
   size_t num_samples_;
+  int n_startup_trials_;
+  bool startup_ = false;  // the last proposal was one of the random start
 };
 
 }  // namespace rayd::tune::internal

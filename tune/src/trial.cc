@@ -43,7 +43,8 @@ json TrialToJson(const Trial& trial) {
               {"error", trial.error},
               {"num_failures", trial.num_failures},
               {"checkpoint", trial.checkpoint ? json(*trial.checkpoint) : json(nullptr)},
-              {"time_total_s", trial.time_total_s}};
+              {"time_total_s", trial.time_total_s},
+              {"searcher", trial.searcher}};
 }
 
 // Reads a field of `object` into `out` when present. `what` names the object in errors.
@@ -83,6 +84,7 @@ Result<Trial> TrialFromJson(const json& entry, size_t position) {
   what += " (" + trial.id + ")";
   RAYD_RETURN_IF_ERROR(ReadInt(entry, "index", what, &trial.index, true));
   RAYD_RETURN_IF_ERROR(ReadString(entry, "dir_name", what, &trial.dir_name, true));
+  RAYD_RETURN_IF_ERROR(ReadString(entry, "searcher", what, &trial.searcher, false));
   if (!entry.contains("config")) return Status::InvalidArgument(what + " has no \"config\"");
   trial.config = entry["config"];
   std::string status;

@@ -30,6 +30,9 @@ struct Trial {
   std::string error;
   int num_failures = 0;
   double time_total_s = 0;  // wall seconds the trial has run, over all its runs
+  // What proposed its config: "" when the sweep made every trial at the start (random or grid
+  // search), else the searcher's account ("tpe", "tpe (random start)").
+  std::string searcher;
 
   TrialResult ToResult(const std::string& experiment_dir) const;
 };
@@ -39,7 +42,7 @@ Trial MakeTrial(const std::string& tag, int index, const std::string& name, nloh
 
 // experiment_state.json: {"name", "trainable", "metric", "mode", "timestamp", "trials": [{id,
 // index, dir_name, config, status, last_result, error, num_failures, checkpoint,
-// time_total_s}]}. Histories are not stored: they come back from each trial's result.json.
+// time_total_s, searcher}]}. Histories are not stored: they come back from each trial's result.json.
 // Written to a temporary file and renamed, so a crash leaves the previous state whole.
 struct ExperimentState {
   std::string name;

@@ -244,7 +244,11 @@ std::string RenderTable(const std::vector<Trial>& trials, const std::string& met
   if (!metric.empty() && metric != "training_iteration") metric_columns.push_back(metric);
   for (const std::string& key : ExtraMetricColumns(trials, metric)) metric_columns.push_back(key);
 
+  // A searcher's sweep says what proposed each trial.
+  const bool searched = std::any_of(ordered.begin(), ordered.end(),
+                                    [](const Trial* t) { return !t->searcher.empty(); });
   std::vector<std::string> headers = {"Trial name", "status"};
+  if (searched) headers.push_back("searcher");
   headers.insert(headers.end(), config_columns.begin(), config_columns.end());
   headers.push_back("iter");
   headers.insert(headers.end(), metric_columns.begin(), metric_columns.end());
@@ -256,6 +260,7 @@ std::string RenderTable(const std::vector<Trial>& trials, const std::string& met
     std::vector<Cell> row;
     row.push_back({trial.dir_name.empty() ? trial.id : trial.dir_name, false});
     row.push_back({ToString(trial.status), false});
+    if (searched) row.push_back({trial.searcher, false});
     for (const std::string& path : config_columns) {
       auto it = flat[i].find(path);
       row.push_back(ConfigCell(it == flat[i].end() ? nullptr : &it->second));

@@ -388,6 +388,16 @@ TEST_CASE("a searcher's trials are made as slots free, from the results of those
   CHECK(state["searcher"]["type"] == "tpe");
   CHECK(state["searcher"]["state"]["observed"].size() == 30);
   CHECK(state["searcher"]["state"]["pending"].empty());
+  // Each trial says what proposed it, in the state file and the console table.
+  CHECK(state["trials"][0]["searcher"] == "tpe (random start)");
+  CHECK(state["trials"][4]["searcher"] == "tpe (random start)");
+  CHECK(state["trials"][29]["searcher"] == "tpe");
+  auto loaded = LoadExperimentState(grid.experiment_path());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->trials[29].searcher == "tpe");
+  const std::string table = RenderTable(loaded->trials, "score", "", "", 1.0, 30);
+  CHECK(table.find("| searcher") != std::string::npos);
+  CHECK(table.find("tpe (random start)") != std::string::npos);
 }
 
 TEST_CASE("a TPE sweep interrupted and resumed proposes what an uninterrupted one does",
