@@ -1,5 +1,5 @@
 #pragma once
-// Private to the trial schedulers (schedulers.cc, sched_*.cc): one factory per scheduler, called
+// Private to the trial schedulers (schedulers.cc, sched_*.cc) and the searchers (tpe.cc): one factory per scheduler, called
 // by MakeScheduler after it validated the options, and the small numeric helpers they share.
 
 #include <rayd/tune/schedulers.h>
@@ -38,6 +38,8 @@ double Median(std::vector<double> values);
 // gives the same decisions everywhere.
 double Uniform01(Rng& rng);
 size_t UniformIndex(Rng& rng, size_t n);
+// A standard normal draw (Box-Muller over Uniform01), as deterministic.
+double StandardNormal(Rng& rng);
 
 // The value under `key` when present and finite.
 std::optional<double> Lookup(const Metrics& metrics, const std::string& key);

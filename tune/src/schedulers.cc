@@ -29,25 +29,26 @@ void CheckTimeAttr(const char* type, const std::string& time_attr) {
   if (time_attr.empty()) Invalid(std::string(type) + ": time_attr must not be empty");
 }
 
-void CheckAsha(const AshaConfig& c) {
-  CheckTimeAttr("asha", c.time_attr);
-  if (!(c.max_t > 0)) Invalid("asha: max_t must be > 0 (got " + Num(c.max_t) + ")");
+// `type`: the scheduler the options are for ("asha", or "pasha" whose options are ASHA's).
+void CheckAsha(const AshaConfig& c, const std::string& type = "asha") {
+  CheckTimeAttr(type.c_str(), c.time_attr);
+  if (!(c.max_t > 0)) Invalid(type + ": max_t must be > 0 (got " + Num(c.max_t) + ")");
   if (!(c.grace_period > 0)) {
-    Invalid("asha: grace_period must be > 0 (got " + Num(c.grace_period) + ")");
+    Invalid(type + ": grace_period must be > 0 (got " + Num(c.grace_period) + ")");
   }
   if (c.grace_period > c.max_t) {
-    Invalid("asha: grace_period (" + Num(c.grace_period) + ") must not exceed max_t (" +
+    Invalid(type + ": grace_period (" + Num(c.grace_period) + ") must not exceed max_t (" +
             Num(c.max_t) + ")");
   }
   if (!(c.reduction_factor > 1)) {
-    Invalid("asha: reduction_factor must be > 1 (got " + Num(c.reduction_factor) + ")");
+    Invalid(type + ": reduction_factor must be > 1 (got " + Num(c.reduction_factor) + ")");
   }
   if (c.brackets < 1)
-    Invalid("asha: brackets must be >= 1 (got " + std::to_string(c.brackets) + ")");
+    Invalid(type + ": brackets must be >= 1 (got " + std::to_string(c.brackets) + ")");
   // Bracket s has rungs grace_period * rf^(k + s) <= max_t; one without any would never decide.
   const int rungs = internal::FloorLog(c.max_t / c.grace_period, c.reduction_factor) + 1;
   if (c.brackets > rungs) {
-    Invalid("asha: brackets (" + std::to_string(c.brackets) + ") must not exceed the number of " +
+    Invalid(type + ": brackets (" + std::to_string(c.brackets) + ") must not exceed the number of " +
             "rungs between grace_period and max_t (" + std::to_string(rungs) + ")");
   }
 }
@@ -158,11 +159,7 @@ std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std
   }
   if (const auto* c = std::get_if<PashaConfig>(&config)) {
     const AshaConfig asha = internal::PashaAsAsha(*c);
-    try {
-      CheckAsha(asha);
-    } catch (const std::invalid_argument& e) {
-      Invalid("pasha" + std::string(e.what()).substr(4));  // "asha: ..." -> "pasha: ..."
-    }
+    CheckAsha(asha, "pasha");
     if (!(c->epsilon >= 0)) Invalid("pasha: epsilon must be >= 0 (got " + Num(c->epsilon) + ")");
     return internal::MakeAsha(asha, std::move(metric), std::move(mode), seed, c->epsilon);
   }
@@ -195,6 +192,12 @@ double Uniform01(Rng& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53
 
 size_t UniformIndex(Rng& rng, size_t n) {
   return std::min(static_cast<size_t>(Uniform01(rng) * static_cast<double>(n)), n - 1);
+}
+
+double StandardNormal(Rng& rng) {
+  double u = Uniform01(rng);
+  while (u <= 0) u = Uniform01(rng);
+  return std::sqrt(-2 * std::log(u)) * std::cos(2 * M_PI * Uniform01(rng));
 }
 
 std::optional<double> Lookup(const Metrics& metrics, const std::string& key) {

@@ -59,13 +59,12 @@ class TpeSearch : public Searcher {
               .prior_weight = config.prior_weight,
               .multivariate = config.multivariate},
              seed),
-        num_samples_(static_cast<size_t>(num_samples)),
-        n_startup_trials_(config.n_startup_trials) {}
+        num_samples_(static_cast<size_t>(num_samples)) {}
 
   const char* name() const override { return "tpe"; }
   bool HasNext(size_t made) const override { return made < num_samples_; }
   nlohmann::json Next() override {
-    startup_ = tpe_.num_observations() < static_cast<size_t>(n_startup_trials_);
+    startup_ = tpe_.in_startup();
     return tpe_.Suggest();
   }
   std::string ProposedBy() const override { return startup_ ? "tpe (random start)" : "tpe"; }
@@ -89,7 +88,6 @@ class TpeSearch : public Searcher {
   std::optional<std::string> budget_attr_;
   TpeSearcher tpe_;
   size_t num_samples_;
-  int n_startup_trials_;
   bool startup_ = false;  // the last proposal was one of the random start
 };
 

@@ -7,8 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "sched_internal.h"
 
 namespace rayd::tune::internal {
 namespace {
@@ -17,15 +20,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kLogSqrt2Pi = 0.91893853320467274178;
 // Optuna's default weights: the 25 newest observations weigh 1, older ones ramp down to 1/n.
 constexpr size_t kFlatWeights = 25;
-
-// A uniform draw in [0, 1), the same on every platform for a given generator state.
-double Uniform01(Rng& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-double StandardNormal(Rng& rng) {
-  double u = Uniform01(rng);
-  while (u <= 0) u = Uniform01(rng);
-  return std::sqrt(-2 * std::log(u)) * std::cos(2 * M_PI * Uniform01(rng));
-}
 
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
@@ -196,8 +190,8 @@ size_t TpeSearcher::PickComponent(const std::vector<double>& weights) {
 // The components are the side's observations (weighted as they age) and a prior covering the
 // domain, last. A numeric kernel is a normal truncated to the domain: univariate, its width
 // the larger gap to its sorted neighbours (the outermost take their one gap), clipped to
-// [range / min(100, 1 + components), range] (Optuna's defaults); multivariate, Scott's rule per dimension. A category
-// kernel puts 1 on its category and prior_weight spread over all.
+// [range / min(100, 1 + components), range] (Optuna's defaults); multivariate, Scott's rule per
+// dimension. A category kernel puts 1 on its category and prior_weight spread over all.
 TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observation*>& side,
                                      const std::vector<double>& weights) const {
   const Dim& dim = dims_[d];
@@ -273,8 +267,7 @@ double TpeSearcher::Draw(size_t d, const Parzen& p, size_t i) {
     const auto choices = static_cast<size_t>(dim.high);
     // The component's own category with its extra weight, else uniformly (the prior's share).
     if (p.mus[i] >= 0 && Uniform01(rng_) < 1.0 / (options_.prior_weight + 1)) return p.mus[i];
-    return static_cast<double>(
-        std::min(choices - 1, static_cast<size_t>(Uniform01(rng_) * static_cast<double>(choices))));
+    return static_cast<double>(UniformIndex(rng_, choices));
   }
   for (int tries = 0; tries < 100; ++tries) {
     const double x = p.mus[i] + p.sigmas[i] * StandardNormal(rng_);
@@ -289,24 +282,27 @@ std::vector<double> TpeSearcher::SampleTpe() {
   // At a budget, a config that did not reach it (stopped below it, or still on its way) counts
   // as bad there too: the early-stopping scheduler did not promote it (yet).
   std::vector<Observation> all;
-  std::vector<nlohmann::json> liars = pending_;
+  std::vector<nlohmann::json> liars;
   if (std::optional<double> budget = ModelBudget()) {
+    std::set<nlohmann::json> reached;  // a set: this runs per proposal, over every config
     for (const auto& [config, o] : at_budget_.at(*budget)) {
       all.push_back(o);
-      std::erase(liars, config);
+      reached.insert(config);
+    }
+    std::set<nlohmann::json> bad;
+    for (const nlohmann::json& config : pending_) {
+      if (!reached.count(config)) bad.insert(config);
     }
     for (const auto& [other, seen] : at_budget_) {
       if (other >= *budget) continue;
       for (const auto& [config, o] : seen) {
-        if (std::find(liars.begin(), liars.end(), config) == liars.end() &&
-            std::none_of(at_budget_.at(*budget).begin(), at_budget_.at(*budget).end(),
-                         [&](const auto& reached) { return reached.first == config; })) {
-          liars.push_back(config);
-        }
+        if (!reached.count(config)) bad.insert(config);
       }
     }
+    liars.assign(bad.begin(), bad.end());
   } else {
     all = observed_;
+    liars = pending_;
   }
   for (const nlohmann::json& config : liars) {
     if (auto o = Encode(config, kInf)) all.push_back(std::move(*o));
@@ -367,9 +363,12 @@ std::vector<double> TpeSearcher::SampleTpe() {
   return best;
 }
 
+bool TpeSearcher::in_startup() const {
+  return observed_.size() < static_cast<size_t>(options_.n_startup_trials);
+}
+
 nlohmann::json TpeSearcher::Suggest() {
-  const bool startup = observed_.size() < static_cast<size_t>(options_.n_startup_trials);
-  nlohmann::json config = Decode(startup ? SampleRandom() : SampleTpe());
+  nlohmann::json config = Decode(in_startup() ? SampleRandom() : SampleTpe());
   pending_.push_back(config);
   return config;
 }

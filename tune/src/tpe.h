@@ -59,6 +59,8 @@ class TpeSearcher {
   std::optional<double> ModelBudget() const;
 
   size_t num_observations() const { return observed_.size(); }
+  // Whether the next Suggest is one of the random start's.
+  bool in_startup() const;
   // BOHB's minimum: the number of parameters plus one.
   size_t min_points_in_model() const { return dims_.size() + 1; }
   size_t num_pending() const { return pending_.size(); }
