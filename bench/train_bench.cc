@@ -8,7 +8,7 @@
 //               parameter + FinishBackward), next to that backward alone
 //
 //   zero        ZeRO: a ~50M-parameter MLP (784, then 12 layers of 2048x2048, then 10) with Adam on
-//               2 ranks at stages 0 and 1: samples/s and each rank's peak memory (the process's
+//               2 ranks at stages 0, 1 and 2: samples/s and each rank's peak memory (the process's
 //               peak resident set less what it held before building the model), next to
 //               bench/peers/torch_zero.py (Python torch's Adam and ZeroRedundancyOptimizer)
 //
@@ -159,6 +159,15 @@ constexpr int64_t kZeroBatch = 32;
 constexpr int kZeroLayers = 12;
 constexpr int64_t kZeroWidth = 2048;
 
+// Bytes of the gradients a rank holds between steps.
+int64_t GradBytes(torch::nn::Module& model) {
+  int64_t total = 0;
+  for (const auto& p : model.parameters()) {
+    if (p.grad().defined()) total += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  return total;
+}
+
 // ZeRO at flags.zero_stage: the big MLP, Adam, DDP over Gloo; each rank prints its peak memory
 // above its baseline, rank 0 the group's samples/s.
 Status RunZero(const Flags& flags) {
@@ -178,7 +187,8 @@ Status RunZero(const Flags& flags) {
   RAYD_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *group));
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-4));
   RAYD_ASSIGN_OR_RETURN(auto zero,
-                        ShardedOptimizer::Create(adam, *group, {.zero_stage = flags.zero_stage}));
+                        ShardedOptimizer::Create(adam, *group, {.zero_stage = flags.zero_stage},
+                                                 ddp.get()));
   torch::manual_seed(1 + flags.rank);
   const torch::Tensor inputs = torch::randn({kZeroBatch, 784});
   const torch::Tensor labels = torch::randint(10, {kZeroBatch});
@@ -199,14 +209,16 @@ Status RunZero(const Flags& flags) {
   const int64_t peak = ResidentBytes().second - baseline;
   // One line per rank, rank 0's last, so the figures come out together.
   if (flags.rank != 0) {
-    std::printf("  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB\n", flags.rank,
-                peak / 1e6, zero->state_bytes() / 1e6);
+    std::printf("  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
+                "%4.0f MB\n",
+                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, GradBytes(*model) / 1e6);
     std::fflush(stdout);
   }
   RAYD_RETURN_IF_ERROR(group->Barrier());
   if (flags.rank == 0) {
-    std::printf("  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB\n", peak / 1e6,
-                zero->state_bytes() / 1e6);
+    std::printf("  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
+                "%4.0f MB\n",
+                peak / 1e6, zero->state_bytes() / 1e6, GradBytes(*model) / 1e6);
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, Adam, batch %lld per rank)\n",
                 ("zero stage " + std::to_string(flags.zero_stage) + ", 2 ranks").c_str(),
                 static_cast<double>(flags.zero_steps * kZeroBatch * flags.world_size) / seconds,
@@ -343,6 +355,7 @@ int main(int argc, char** argv) {
     ok = RunRanks(self, flags, "plain", 1) && RunRanks(self, flags, "train", 1) &&
          RunRanks(self, flags, "train", 2) && RunRanks(self, flags, "allreduce", 2);
   }
-  ok = ok && RunRanks(self, flags, "zero", 2, 0) && RunRanks(self, flags, "zero", 2, 1);
+  ok = ok && RunRanks(self, flags, "zero", 2, 0) && RunRanks(self, flags, "zero", 2, 1) &&
+       RunRanks(self, flags, "zero", 2, 2);
   return ok ? 0 : 1;
 }

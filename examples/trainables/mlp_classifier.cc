@@ -14,11 +14,11 @@
 // signal (0.08), data_seed (0), precision (fp32 | bf16 | fp16: the forward under autocast;
 // fp16 needs a GPU and scales the loss dynamically), accumulation_steps (1: each step's
 // gradients are summed over that many micro-batches of batch_size, communicating only on the
-// last), zero_stage (0 | 1: ZeRO stage 1 keeps each parameter's optimizer state on one rank).
-// One epoch is one training_iteration: rank 0 reports the
-// validation loss and accuracy and the mean training loss, its optimizer_state_bytes and
-// grad_bytes, with a checkpoint (model.pt and the
-// epoch), and a resumed run continues after its checkpoint's epoch.
+// last), zero_stage (0 | 1 | 2: ZeRO stage 1 keeps each parameter's optimizer state on one rank,
+// stage 2 its gradient too). One epoch is one training_iteration: rank 0 reports the validation
+// loss and accuracy and the mean training loss, its optimizer_state_bytes and grad_bytes, with a
+// checkpoint (model.pt, the epoch, and every rank's shard of the optimizer state), and a resumed
+// run continues after its checkpoint's epoch, on any number of ranks.
 //
 // With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
 // its samples differ from a CPU run's: each device has its own generator), the loss is summed
@@ -92,8 +92,8 @@ void MlpClassifier(const nlohmann::json& config) {
                                 std::to_string(accumulation));
   }
   const int zero_stage = config.value("zero_stage", 0);
-  if (zero_stage != 0 && zero_stage != 1) {
-    throw std::invalid_argument("config.zero_stage: expected 0 or 1 (stage 2 is not in yet), got " +
+  if (zero_stage < 0 || zero_stage > 2) {
+    throw std::invalid_argument("config.zero_stage: expected 0, 1 or 2, got " +
                                 std::to_string(zero_stage));
   }
   const std::string precision_name = config.value("precision", "fp32");
@@ -124,6 +124,12 @@ void MlpClassifier(const nlohmann::json& config) {
   rt::PreparedModel& ddp = rt::PrepareModel(*model);  // moves it to `device`
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
   rt::PreparedOptimizer& optimizer = rt::PrepareOptimizer(sgd, {.zero_stage = zero_stage});
+  // The momentum of the run it resumes, taken on any number of ranks at any stage (checkpoints
+  // from before optimizer state was saved have none: the momentum starts at zero).
+  if (std::optional<std::string> checkpoint = rt::GetCheckpoint();
+      checkpoint && fs::exists(*checkpoint + "/optimizer.complete")) {
+    optimizer.LoadState(*checkpoint);
+  }
   rt::DistributedSampler sampler(train_size, context.world_size, context.world_rank);
 
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
@@ -176,25 +182,24 @@ void MlpClassifier(const nlohmann::json& config) {
                                              {"optimizer_state_bytes",
                                               static_cast<double>(optimizer.state_bytes())},
                                              {"grad_bytes", static_cast<double>(GradBytes(*model))}};
-    if (context.world_rank != 0) {
-      rt::Report(metrics);  // only rank 0's reports are kept
-      continue;
+    // Every rank checkpoints: rank 0 the model and the epoch, each rank its shard of the
+    // optimizer state, written in the background while the next epoch trains; the driver keeps
+    // the checkpoint once every rank's files are in (only rank 0's metrics are kept).
+    const std::string checkpoint = rt::NewCheckpointDir();
+    if (context.world_rank == 0) {
+      if (device.is_cpu()) {
+        torch::save(model, checkpoint + "/model.pt");
+      } else {
+        torch::nn::Sequential on_cpu = MakeModel(hidden);  // a copy any device can load
+        auto from = model->parameters();
+        auto to = on_cpu->parameters();
+        for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+        torch::save(on_cpu, checkpoint + "/model.pt");
+      }
+      std::ofstream(checkpoint + "/epoch") << epoch;
     }
-    const fs::path staging =
-        fs::temp_directory_path() / ("rayd_mlp_" + std::to_string(::getpid()));
-    fs::create_directories(staging);
-    if (device.is_cpu()) {
-      torch::save(model, (staging / "model.pt").string());
-    } else {
-      torch::nn::Sequential on_cpu = MakeModel(hidden);  // a copy any device can load
-      auto from = model->parameters();
-      auto to = on_cpu->parameters();
-      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-      torch::save(on_cpu, (staging / "model.pt").string());
-    }
-    std::ofstream(staging / "epoch") << epoch;
-    rt::Report(metrics, staging.string());
-    fs::remove_all(staging);
+    optimizer.SaveState(checkpoint);
+    rt::Report(metrics, checkpoint);
   }
 }
 

@@ -34,7 +34,8 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
   for (const auto& buffer : module.buffers()) everything.push_back(buffer);
   RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero(everything, "rank 0's parameters"));
   if (options.broadcast_buffers) ddp->buffers_ = module.buffers();
-  ddp->BuildBuckets(options.first_bucket_cap_bytes, options.bucket_cap_bytes);
+  ddp->options_ = options;
+  ddp->BuildBuckets(std::vector<int>(ddp->params_.size(), -1));
   ddp->InstallHooks();
   return ddp;
 }
@@ -98,50 +99,104 @@ Status DistributedDataParallel::BroadcastFromRankZero(const std::vector<torch::T
   return Status::Ok();
 }
 
-void DistributedDataParallel::BuildBuckets(int64_t first_bucket_cap_bytes,
-                                           int64_t bucket_cap_bytes) {
-  slots_.resize(params_.size());
-  int64_t bucket_bytes = 0;
-  int64_t bucket_elements = 0;
-  auto close_bucket = [&] {
-    if (buckets_.empty() || buckets_.back().flat.defined()) return;
-    const torch::Tensor& first = params_[buckets_.back().params.front()];
-    buckets_.back().flat = torch::zeros(
-        {bucket_elements}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
-  };
+void DistributedDataParallel::BuildBuckets(const std::vector<int>& owners) {
+  buckets_.clear();
+  slots_.assign(params_.size(), Slot{});
+  // The open bucket of each (owner, dtype): a parameter joins it while it fits its cap, else
+  // opens the next one. Bucket indices follow the order buckets were opened, so every rank
+  // numbers (and launches) them alike.
+  std::map<std::pair<int, int>, size_t> open;
+  std::vector<int64_t> bytes;  // per bucket
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& param = params_[i];
-    const int64_t bytes = param.numel() * static_cast<int64_t>(param.element_size());
-    const bool fits =
-        !buckets_.empty() && !buckets_.back().flat.defined() &&
-        params_[buckets_.back().params.front()].scalar_type() == param.scalar_type() &&
-        bucket_bytes + bytes <= (buckets_.size() == 1 ? first_bucket_cap_bytes : bucket_cap_bytes);
-    if (!fits) {
-      close_bucket();
+    const int64_t size = param.numel() * static_cast<int64_t>(param.element_size());
+    const std::pair<int, int> key{owners[i], static_cast<int>(param.scalar_type())};
+    auto it = open.find(key);
+    if (it == open.end() ||
+        bytes[it->second] + size > (it->second == 0 ? options_.first_bucket_cap_bytes
+                                                    : options_.bucket_cap_bytes)) {
       buckets_.emplace_back();
-      bucket_bytes = 0;
-      bucket_elements = 0;
+      buckets_.back().owner = owners[i];
+      bytes.push_back(0);
+      it = open.insert_or_assign(key, buckets_.size() - 1).first;
     }
-    slots_[i].bucket = buckets_.size() - 1;
-    slots_[i].offset = bucket_elements;
-    buckets_.back().params.push_back(i);
-    bucket_bytes += bytes;
-    bucket_elements += param.numel();
+    Bucket& bucket = buckets_[it->second];
+    slots_[i].bucket = it->second;
+    slots_[i].offset = bucket.elements;
+    bucket.params.push_back(i);
+    bucket.elements += param.numel();
+    bytes[it->second] += size;
   }
-  close_bucket();
-  // Each view shares its bucket's storage without being an autograd view of it, so
-  // zero_grad()'s in-place detach_() accepts it as a .grad, and it keeps the storage alive.
+  const int rank = group_.rank();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!buckets_[b].Transient(rank)) EnsureStorage(b);
+  }
+  // The backward accumulates straight into the bucket too, rather than into a .grad autograd
+  // allocates and MarkReady then copies: no second copy of every gradient at the first step
+  // (for a large model, the run's peak memory). A parameter another rank steps (stage 2) keeps
+  // no gradient between steps.
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const torch::Tensor& flat = buckets_[slots_[i].bucket].flat;
-    slots_[i].view = torch::empty({0}, flat.options());
-    slots_[i].view.set_(flat.storage(), slots_[i].offset, params_[i].sizes());
-    // The first backward accumulates straight into the bucket too, rather than into a .grad
-    // autograd allocates and MarkReady then copies: no second copy of every gradient at the
-    // first step (for a large model, the run's peak memory).
-    if (!params_[i].grad().defined()) params_[i].mutable_grad() = slots_[i].view;
+    torch::Tensor& grad = params_[i].mutable_grad();
+    if (buckets_[slots_[i].bucket].Transient(rank)) {
+      grad = torch::Tensor();
+      continue;
+    }
+    if (grad.defined() && grad.data_ptr() != slots_[i].view.data_ptr()) {
+      slots_[i].view.copy_(grad);
+    }
+    grad = slots_[i].view;
   }
   ResetStep();
+}
+
+void DistributedDataParallel::EnsureStorage(size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (bucket.flat.defined()) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& first = params_[bucket.params.front()];
+  bucket.flat = torch::zeros(
+      {bucket.elements}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+  // Each view shares its bucket's storage without being an autograd view of it, so
+  // zero_grad()'s in-place detach_() accepts it as a .grad, and it keeps the storage alive.
+  for (size_t i : bucket.params) {
+    slots_[i].view = torch::empty({0}, bucket.flat.options());
+    slots_[i].view.set_(bucket.flat.storage(), slots_[i].offset, params_[i].sizes());
+  }
+}
+
+void DistributedDataParallel::Release(size_t b) {
+  Bucket& bucket = buckets_[b];
+  bucket.flat = torch::Tensor();  // a reduce in flight keeps its own reference to the storage
+  for (size_t i : bucket.params) slots_[i].view = torch::Tensor();
+}
+
+void DistributedDataParallel::ReleaseReducedBuckets() {
+  const int rank = group_.rank();
+  for (size_t b = 0; b < next_bucket_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.Transient(rank) && bucket.flat.defined() && bucket.work &&
+        bucket.work->isCompleted()) {
+      Release(b);
+    }
+  }
+}
+
+Status DistributedDataParallel::ReduceGradientsToOwners(
+    const std::unordered_map<const c10::TensorImpl*, int>& owners) {
+  std::vector<int> per_param(params_.size(), -1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = owners.find(params_[i].unsafeGetTensorImpl());
+    if (it == owners.end()) continue;
+    if (it->second < 0 || it->second >= group_.world_size()) {
+      return Status::InvalidArgument("owner rank " + std::to_string(it->second) +
+                                     " is not in a group of " +
+                                     std::to_string(group_.world_size()));
+    }
+    per_param[i] = it->second;
+  }
+  BuildBuckets(per_param);
+  return Status::Ok();
 }
 
 void DistributedDataParallel::InstallHooks() {
@@ -177,6 +232,8 @@ void DistributedDataParallel::OnGradientReady(size_t param) {
 
 void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad) {
   torch::NoGradGuard no_grad;
+  const size_t b = slots_[param].bucket;
+  EnsureStorage(b);
   torch::Tensor& view = slots_[param].view;
   if (!grad.defined()) {
     view.zero_();
@@ -184,12 +241,15 @@ void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad)
     // .grad is not (or no longer) our bucket view: zero_grad(set_to_none), or the first step.
     view.copy_(grad);
   }
+  // Another rank steps it (stage 2): the bucket has this gradient now; drop autograd's copy.
+  if (buckets_[b].Transient(group_.rank())) params_[param].mutable_grad() = torch::Tensor();
   slots_[param].ready = true;
-  --buckets_[slots_[param].bucket].pending;
+  --buckets_[b].pending;
 }
 
 void DistributedDataParallel::LaunchReadyBuckets() {
   const int world = group_.world_size();
+  ReleaseReducedBuckets();
   while (error_.ok() && next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_++];
     try {
@@ -198,9 +258,15 @@ void DistributedDataParallel::LaunchReadyBuckets() {
       // average with.)
       if (world > 1) bucket.flat.div_(world);
       std::vector<torch::Tensor> tensors{bucket.flat};
-      bucket.work = group_.c10d().allreduce(tensors);
+      if (bucket.owner >= 0) {
+        c10d::ReduceOptions reduce;
+        reduce.rootRank = bucket.owner;
+        bucket.work = group_.c10d().reduce(tensors, reduce);
+      } else {
+        bucket.work = group_.c10d().allreduce(tensors);
+      }
     } catch (...) {
-      error_ = StatusFromC10dException(std::current_exception(), "launching a gradient all-reduce");
+      error_ = StatusFromC10dException(std::current_exception(), "launching a gradient reduction");
     }
   }
 }
@@ -219,17 +285,27 @@ Status DistributedDataParallel::FinishBackward() {
   Status status = error_;
   for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
     status = WaitWork(*buckets_[b].work, group_.timeout(),
-                      "all-reducing gradient bucket " + std::to_string(b) + " of " +
+                      std::string(buckets_[b].owner >= 0 ? "reducing" : "all-reducing") +
+                          " gradient bucket " + std::to_string(b) + " of " +
                           std::to_string(buckets_.size()));
   }
+  const int rank = group_.rank();
   if (status.ok()) {
     // From now on .grad is the parameter's slice of its bucket: the next backward accumulates
-    // straight into it, and the averaged result is already there.
+    // straight into it, and the averaged result is already there. A parameter another rank
+    // steps has none.
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& grad = params_[i].mutable_grad();
-      if (!grad.defined() || grad.data_ptr() != slots_[i].view.data_ptr()) grad = slots_[i].view;
+      if (buckets_[slots_[i].bucket].Transient(rank)) {
+        grad = torch::Tensor();
+      } else if (!grad.defined() || grad.data_ptr() != slots_[i].view.data_ptr()) {
+        grad = slots_[i].view;
+      }
     }
     if (!buffers_.empty()) status = BroadcastFromRankZero(buffers_, "rank 0's buffers");
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].Transient(rank)) Release(b);
   }
   ResetStep();
   return status;

@@ -13,9 +13,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
+#include "background_writer.h"
 #include "command_rank.h"
 #include "cuda_support.h"
 
@@ -45,6 +47,13 @@ struct Session {
   std::vector<std::unique_ptr<PreparedModel>> models;
   std::vector<std::unique_ptr<PreparedOptimizer>> optimizers;
   std::optional<std::string> checkpoint;
+  int reports = 0;  // Report calls so far
+  // Directories from NewCheckpointDir not reported yet (Report takes them over and deletes them).
+  std::set<std::string> new_dirs;
+  int dirs_made = 0;
+  // Last, so that it is destroyed first: it ships what is still posted (the loop's last
+  // reports) while everything its jobs use is alive.
+  internal::BackgroundWriter writer;
 
   ProcessGroup& Group() {
     if (!group) {
@@ -138,6 +147,18 @@ PreparedModel& PrepareModel(torch::nn::Module& module) {
   return *session.models.back();
 }
 
+void PreparedOptimizer::SaveState(const std::string& dir) {
+  Result<OptimizerSnapshot> snapshot = zero_->Snapshot();
+  if (!snapshot.ok()) throw RaydError("SaveState: " + snapshot.status().message());
+  writer_.Post([snapshot = std::make_shared<const OptimizerSnapshot>(std::move(snapshot).value()),
+                dir] { return ShardedOptimizer::WriteSnapshot(*snapshot, dir); });
+}
+
+void PreparedOptimizer::LoadState(const std::string& dir) {
+  Status loaded = zero_->LoadState(dir);
+  if (!loaded.ok()) throw RaydError("LoadState: " + loaded.message());
+}
+
 void PreparedOptimizer::Step() {
   Status status = zero_->Step();
   if (!status.ok()) throw RaydError("optimizer step: " + status.message());
@@ -156,12 +177,39 @@ bool PreparedOptimizer::Step(LossScaler& scaler) {
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options) {
   Session& session = RequireSession("PrepareOptimizer");
   ProcessGroup& group = session.Group();
+  // Stage 2 regroups the gradient buckets of the prepared model that holds these parameters.
+  DistributedDataParallel* ddp = nullptr;
+  if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
+    const c10::TensorImpl* first = optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
+    for (auto& model : session.models) {
+      for (const torch::Tensor& param : model->ddp().module().parameters()) {
+        if (param.unsafeGetTensorImpl() == first) ddp = &model->ddp();
+      }
+    }
+  }
+  if (options.zero_stage == 2 && ddp == nullptr) {
+    throw RaydError("PrepareOptimizer: zero_stage 2 needs the optimizer's model prepared first "
+                    "(PrepareModel)");
+  }
   Result<std::unique_ptr<ShardedOptimizer>> zero =
-      ShardedOptimizer::Create(optimizer, group, options);
+      ShardedOptimizer::Create(optimizer, group, options, ddp);
   if (!zero.ok()) throw RaydError("PrepareOptimizer: " + zero.status().message());
   session.optimizers.push_back(
-      std::make_unique<PreparedOptimizer>(std::move(zero).value(), group));
+      std::make_unique<PreparedOptimizer>(std::move(zero).value(), group, session.writer));
   return *session.optimizers.back();
+}
+
+std::string NewCheckpointDir() {
+  Session& session = RequireSession("NewCheckpointDir");
+  const fs::path dir = fs::temp_directory_path() /
+                       ("rayd-checkpoint-" + std::to_string(::getpid()) + "-" +
+                        std::to_string(session.dirs_made++));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) throw RaydError("NewCheckpointDir: cannot create " + dir.string() + ": " + ec.message());
+  session.new_dirs.insert(dir.string());
+  return dir.string();
 }
 
 void Report(const std::map<std::string, double>& metrics,
@@ -169,16 +217,46 @@ void Report(const std::map<std::string, double>& metrics,
   Session& session = RequireSession("Report");
   // The driver stopped this run and wants the rank back: leave the loop here.
   if (session.worker->stop_requested()) throw internal::StopRequested{};
-  if (session.context.world_rank != 0) return;
-  internal::ReportMessage report;
-  report.metrics = metrics;
-  if (checkpoint_dir) {
-    Result<internal::CheckpointFiles> files = internal::ReadCheckpointDir(*checkpoint_dir);
-    if (!files.ok()) throw RaydError("Report: " + files.status().message());
-    report.has_checkpoint = true;
-    report.checkpoint = std::move(files).value();
+  // A checkpoint written or shipped in the background failed: the attempt ends here.
+  if (Status failed = session.writer.TakeError(); !failed.ok()) {
+    throw RaydError("Report: " + failed.message());
   }
-  session.worker->Enqueue(std::move(report));
+  const bool taken_over = checkpoint_dir && session.new_dirs.erase(*checkpoint_dir) > 0;
+  // Read the checkpoint's files, hand them over (rank 0's report to the driver's Poll, another
+  // rank's to the driver's collection of parts), and delete a directory taken over.
+  auto ship = [worker = session.worker, rank = session.context.world_rank,
+               index = session.reports++, metrics, checkpoint_dir, taken_over]() -> Status {
+    std::optional<internal::CheckpointFiles> files;
+    if (checkpoint_dir) {
+      Result<internal::CheckpointFiles> read = internal::ReadCheckpointDir(*checkpoint_dir);
+      if (taken_over) {
+        std::error_code ec;
+        fs::remove_all(*checkpoint_dir, ec);
+      }
+      if (!read.ok()) return read.status();
+      files = std::move(read).value();
+    }
+    if (rank != 0) {
+      worker->Deposit(index, std::move(files));
+      return Status::Ok();
+    }
+    internal::ReportMessage report;
+    report.metrics = metrics;
+    report.index = index;
+    report.has_checkpoint = files.has_value();
+    if (files) report.checkpoint = std::move(*files);
+    worker->Enqueue(std::move(report));
+    return Status::Ok();
+  };
+  if (!checkpoint_dir || taken_over) {
+    session.writer.Post(std::move(ship));  // in order behind the writes before it
+    return;
+  }
+  // The loop's own directory, which it may delete once Report returns: shipped now, after
+  // everything posted before it (a SaveState into it, say).
+  Status status = session.writer.Drain();
+  if (status.ok()) status = ship();
+  if (!status.ok()) throw RaydError("Report: " + status.message());
 }
 
 std::optional<std::string> GetCheckpoint() { return RequireSession("GetCheckpoint").checkpoint; }
@@ -298,6 +376,8 @@ bool TrainWorker::Run(RunSpec spec) {
     std::lock_guard lock(mu_);
     finished_ = false;
     reports_.clear();
+    parts_.clear();
+    deposited_ = 0;
   }
   stop_requested_ = false;
   for (char drained[64]; ::read(stop_pipe_[0], drained, sizeof drained) > 0;) {
@@ -388,6 +468,10 @@ bool TrainWorker::Run(RunSpec spec) {
   current = &session;
   try {
     loop->second(config);
+    // The loop's last reports are shipped before Run returns; a failed one fails the attempt.
+    if (Status shipped = session.writer.Drain(); !shipped.ok()) {
+      throw RaydError("shipping a report: " + shipped.message());
+    }
   } catch (const StopRequested&) {
     current = nullptr;
     return false;
@@ -414,6 +498,29 @@ std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
   return out;
 }
 
+CheckpointPart TrainWorker::Part(int index, int wait_ms) {
+  std::unique_lock lock(mu_);
+  CheckpointPart part;
+  part.ready = reported_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                                  [&] { return deposited_ > index || finished_; });
+  part.reported = deposited_ > index;
+  if (auto it = parts_.find(index); part.ready && it != parts_.end()) {
+    part.has_checkpoint = true;
+    part.files = std::move(it->second);
+  }
+  if (part.ready) parts_.erase(parts_.begin(), parts_.upper_bound(index));
+  return part;
+}
+
+void TrainWorker::Deposit(int index, std::optional<CheckpointFiles> files) {
+  {
+    std::lock_guard lock(mu_);
+    if (files) parts_[index] = std::move(*files);
+    deposited_ = index + 1;
+  }
+  reported_.notify_all();
+}
+
 void TrainWorker::Enqueue(ReportMessage report) {
   {
     std::lock_guard lock(mu_);
@@ -424,7 +531,7 @@ void TrainWorker::Enqueue(ReportMessage report) {
 
 RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host,
             &TrainWorker::ReservePort, &TrainWorker::Run, &TrainWorker::Poll,
-            &TrainWorker::RequestStop);
+            &TrainWorker::Part, &TrainWorker::RequestStop);
 
 }  // namespace internal
 }  // namespace rayd::train

@@ -3,8 +3,9 @@
 // exchange through actor calls (msgpack).
 //
 // Threading: the actor runs with max concurrency 2. Run (which blocks for the whole loop) runs
-// on one actor thread; Host, NodeId and Poll on the other. Run and Poll share only the report
-// queue, under a mutex; everything else belongs to Run's thread.
+// on one actor thread; Host, NodeId, Poll and Part on the other. Run and Poll share only the
+// report queue, Run and Part the checkpoint parts, under a mutex; the loop's reports are enqueued
+// by its session's writer thread (background_writer.h). Everything else belongs to Run's thread.
 
 #include <rayd/api.h>
 #include <rayd/train/process_group.h>
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,18 @@ struct ReportMessage {
   std::map<std::string, double> metrics;
   bool has_checkpoint = false;
   CheckpointFiles checkpoint;
-  MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint);
+  int index = -1;  // the loop's Report calls before this one, this attempt (every rank counts)
+  MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint, index);
+};
+
+// Another rank's files for the checkpoint of rank 0's report `index` (its own `index`-th Report),
+// as the driver collects them before persisting that checkpoint.
+struct CheckpointPart {
+  bool ready = false;     // the rank has made that Report, or its loop is over
+  bool reported = false;  // the rank has made that Report
+  bool has_checkpoint = false;
+  CheckpointFiles files;
+  MSGPACK_DEFINE(ready, reported, has_checkpoint, files);
 };
 
 // A command trainable (rayd/train/command.h) as it travels to the ranks.
@@ -104,9 +117,14 @@ class TrainWorker {
   bool stop_requested() const { return stop_requested_; }
   // Rank 0's reports since the last call, waiting up to `wait_ms` for the first one.
   std::vector<ReportMessage> Poll(int wait_ms);
+  // Ranks 1..N-1: this rank's files for its `index`-th Report, once it made it (or its loop is
+  // over), waiting up to `wait_ms`; not ready after that. Parts up to `index` are let go.
+  CheckpointPart Part(int index, int wait_ms);
 
-  // Called by Report on the loop's thread.
+  // Called by the session as the loop's reports are shipped: rank 0's report, another rank's
+  // `index`-th Report (with its checkpoint files, if it had a checkpoint).
   void Enqueue(ReportMessage report);
+  void Deposit(int index, std::optional<CheckpointFiles> files);
 
  private:
   explicit TrainWorker(int rank);
@@ -122,6 +140,8 @@ class TrainWorker {
   std::mutex mu_;
   std::condition_variable reported_;
   std::deque<ReportMessage> reports_;  // guarded by mu_
+  std::map<int, CheckpointFiles> parts_;  // guarded by mu_: by report index, until collected
+  int deposited_ = 0;                  // guarded by mu_: Reports this rank has shipped
   bool finished_ = false;              // guarded by mu_: Run has returned or thrown
 };
 

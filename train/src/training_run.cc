@@ -23,6 +23,7 @@
 namespace rayd::train {
 namespace {
 
+using internal::CheckpointPart;
 using internal::CheckpointStore;
 using internal::ReportMessage;
 using internal::TrainWorker;
@@ -232,6 +233,12 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void OnRunReturned(size_t rank);
   void Advance();
   void Deliver();
+  // Rank 0's next report has a checkpoint: the other ranks' files of the same report join it
+  // before it is persisted. One Part call per rank, asked again until that rank has reported.
+  bool NeedsParts(const ReportMessage& report) const;
+  void CollectParts();
+  void AskPart(size_t rank);
+  void OnPart(size_t rank);
   void StopRanks();
   void EndAttempt(Attempt attempt);
   void Finish();
@@ -271,6 +278,12 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<ObjectRef<bool>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
   std::optional<Reports> poll_;        // the Poll of rank 0 in flight
+  // Collecting the other ranks' files for reports_.front()'s checkpoint: by rank, the Part
+  // call in flight; how many ranks are still owed; whether the front report has them all.
+  std::vector<std::optional<ObjectRef<CheckpointPart>>> part_calls_;
+  size_t parts_owed_ = 0;
+  bool parts_collected_ = false;
+  bool part_missing_ = false;  // a rank's loop ended without making the report
   std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
   bool final_poll_ = false;            // every Run returned; the last Poll was sent
   bool stopping_ = false;              // the ranks were asked to leave their loops
@@ -619,8 +632,13 @@ void TrainingRun::Impl::Advance() {
 void TrainingRun::Impl::Deliver() {
   delivering_ = true;
   while (!reports_.empty() && !awaiting_answer_ && !stop_asked_) {
+    if (NeedsParts(reports_.front())) {
+      delivering_ = false;
+      return CollectParts();  // Advance comes back here once they are in
+    }
     Result<ReportedResult> persisted = store_->Persist(reports_.front(), options_.result_fields);
     reports_.pop_front();
+    parts_collected_ = false;
     if (!persisted.ok()) {
       delivering_ = false;
       return EndAttempt(
@@ -638,6 +656,59 @@ void TrainingRun::Impl::Deliver() {
     }
   }
   delivering_ = false;
+  Advance();
+}
+
+bool TrainingRun::Impl::NeedsParts(const ReportMessage& report) const {
+  return report.has_checkpoint && report.index >= 0 && runs_.size() > 1 && !command_ &&
+         !parts_collected_;
+}
+
+void TrainingRun::Impl::CollectParts() {
+  if (parts_owed_ > 0) return;  // under way
+  part_calls_.assign(runs_.size(), std::nullopt);
+  parts_owed_ = runs_.size() - 1;
+  part_missing_ = false;
+  for (size_t rank = 1; rank < runs_.size(); ++rank) AskPart(rank);
+}
+
+void TrainingRun::Impl::AskPart(size_t rank) {
+  part_calls_[rank] =
+      gang_->actors()[rank].Task(&TrainWorker::Part).Remote(reports_.front().index, kPollWaitMs);
+  OnReady(part_calls_[rank]->id(), [rank](Impl& self) { self.OnPart(rank); });
+}
+
+void TrainingRun::Impl::OnPart(size_t rank) {
+  CheckpointPart part;
+  try {
+    part = std::move(*rayd::Get(*part_calls_[rank], 0));
+  } catch (const RaydError& e) {
+    // The rank is gone (its Run's failure ends the attempt): its files never come.
+    spdlog::warn("{}: rank {}'s checkpoint files did not come: {}", run_.name, rank, e.what());
+    part.ready = true;
+  }
+  if (!part.ready) return AskPart(rank);
+  part_calls_[rank].reset();
+  ReportMessage& report = reports_.front();
+  for (auto& [name, bytes] : part.files) {
+    if (!report.checkpoint.try_emplace(name, std::move(bytes)).second) {
+      spdlog::warn("{}: rank {}'s checkpoint file {} has the name of another rank's; rank 0's "
+                   "is kept",
+                   run_.name, rank, name);
+    }
+  }
+  if (!part.reported) part_missing_ = true;
+  if (--parts_owed_ > 0) return;
+  parts_collected_ = true;
+  if (part_missing_ && failed_) {
+    // A rank failed before its part of this checkpoint: keep the report, not the checkpoint
+    // (a restart resumes from the last whole one).
+    spdlog::warn("{}: a rank failed before its part of the checkpoint of report {}: the report "
+                 "is kept without it",
+                 run_.name, report.index);
+    report.has_checkpoint = false;
+    report.checkpoint.clear();
+  }
   Advance();
 }
 
@@ -681,6 +752,9 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   gang_.reset();
   runs_.clear();
   reports_.clear();
+  part_calls_.clear();
+  parts_owed_ = 0;
+  parts_collected_ = false;
   result_.error = attempt.error;
   result_.stopped = attempt.end == Attempt::End::kStopped || stop_asked_;
   const int max_failures = run_.failure.max_failures;

@@ -1,5 +1,7 @@
-// ZeRO stage 1: the optimizer state sharded by parameter (rayd/train/zero.h).
+// ZeRO stages 1 and 2: the optimizer state (and the gradients) sharded by parameter
+// (rayd/train/zero.h).
 
+#include <rayd/train/ddp.h>
 #include <rayd/train/zero.h>
 
 #include <algorithm>
@@ -7,6 +9,8 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "c10d_error.h"
 
@@ -80,13 +84,28 @@ Result<std::unique_ptr<torch::optim::OptimizerParamState>> MakeState(
   return Status::Unimplemented("sharded checkpoints know SGD's, Adam's and AdamW's state only");
 }
 
+// The marker that names how many shards the checkpoint in `dir` has, written whole.
+Status WriteMarker(const std::string& dir, int shards) {
+  const std::string complete = dir + "/" + kCompleteFile;
+  std::ofstream(complete + ".partial") << shards << "\n";
+  std::error_code ec;
+  std::filesystem::rename(complete + ".partial", complete, ec);
+  if (ec) return Status::Internal("cannot write " + complete + ": " + ec.message());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
-    torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options) {
-  if (options.zero_stage != 0 && options.zero_stage != 1) {
+    torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options,
+    DistributedDataParallel* ddp) {
+  if (options.zero_stage < 0 || options.zero_stage > 2) {
     return Status::InvalidArgument("zero_stage " + std::to_string(options.zero_stage) +
-                                   ": stages 0 and 1 are implemented (stage 2 is not yet)");
+                                   ": stages 0, 1 and 2 are implemented (not stage 3)");
+  }
+  if (options.zero_stage == 2 && ddp == nullptr) {
+    return Status::InvalidArgument(
+        "zero_stage 2 shards the gradients, so it needs the model's DistributedDataParallel");
   }
   std::unique_ptr<ShardedOptimizer> zero(new ShardedOptimizer(optimizer, group, options));
   for (auto& param_group : optimizer.param_groups()) {
@@ -139,6 +158,23 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
     }
     param_group.params() = std::move(kept);
   }
+  if (options.zero_stage == 2) {
+    // Each gradient goes to its owner only: the model's buckets regroup by owner.
+    std::unordered_map<const c10::TensorImpl*, int> owners;
+    for (size_t i = 0; i < n; ++i) owners[zero->params_[i].unsafeGetTensorImpl()] = zero->owners_[i];
+    std::unordered_set<const c10::TensorImpl*> in_model;
+    for (const torch::Tensor& param : ddp->module().parameters()) {
+      in_model.insert(param.unsafeGetTensorImpl());
+    }
+    for (const auto& [impl, owner] : owners) {
+      if (!in_model.count(impl)) {
+        return Status::InvalidArgument(
+            "zero_stage 2: the optimizer has a parameter that the DistributedDataParallel's "
+            "model does not");
+      }
+    }
+    RAYD_RETURN_IF_ERROR(ddp->ReduceGradientsToOwners(owners));
+  }
   return zero;
 }
 
@@ -184,45 +220,54 @@ int64_t ShardedOptimizer::state_bytes() const {
   return total;
 }
 
-Status ShardedOptimizer::SaveState(const std::string& dir) {
-  const int world = group_.world_size(), rank = group_.rank();
-  // At stage 0 every rank holds everything: rank 0's copy is the checkpoint.
-  const bool writes = options_.zero_stage > 0 || rank == 0;
+Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
+  OptimizerSnapshot snapshot;
+  // At stage 0 every rank holds everything: rank 0's copy is the checkpoint, in one shard.
+  const bool sharded = options_.zero_stage > 0;
+  snapshot.rank = group_.rank();  // at stage 0, only rank 0 writes (shard 0 of 1)
+  snapshot.shards = sharded ? group_.world_size() : 1;
+  snapshot.parameters = static_cast<int64_t>(params_.size());
+  if (!sharded && group_.rank() != 0) return snapshot;  // writes nothing
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (owners_[i] != group_.rank()) continue;
+    auto it = optimizer_.state().find(c10::guts::to_string(params_[i].unsafeGetTensorImpl()));
+    if (it == optimizer_.state().end()) continue;  // not stepped yet: no state
+    RAYD_ASSIGN_OR_RETURN(auto tensors, StateTensors(*it->second));
+    for (auto& [name, tensor] : tensors) {
+      // A copy: the live state changes at the next step, while the write may still run.
+      snapshot.tensors.emplace_back("p" + std::to_string(i) + "/" + name,
+                                    tensor.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
+  }
+  return snapshot;
+}
+
+Status ShardedOptimizer::WriteSnapshot(const OptimizerSnapshot& snapshot, const std::string& dir) {
+  if (snapshot.shards == 1 && snapshot.rank != 0) return Status::Ok();  // stage 0: rank 0's
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
-  if (writes) {
-    torch::serialize::OutputArchive archive;
-    int64_t saved = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (owners_[i] != rank) continue;
-      auto it = optimizer_.state().find(c10::guts::to_string(params_[i].unsafeGetTensorImpl()));
-      if (it == optimizer_.state().end()) continue;  // not stepped yet: no state
-      RAYD_ASSIGN_OR_RETURN(auto tensors, StateTensors(*it->second));
-      for (const auto& [name, tensor] : tensors) {
-        archive.write("p" + std::to_string(i) + "/" + name, tensor.to(torch::kCPU));
-      }
-      ++saved;
-    }
-    archive.write("parameters", torch::tensor(static_cast<int64_t>(params_.size())));
-    const std::string shard =
-        ShardFile(dir, options_.zero_stage > 0 ? rank : 0, options_.zero_stage > 0 ? world : 1);
-    try {
-      archive.save_to(shard + ".partial");
-    } catch (const std::exception& e) {
-      return Status::Internal("cannot write " + shard + ": " + e.what());
-    }
-    std::filesystem::rename(shard + ".partial", shard, ec);
-    if (ec) return Status::Internal("cannot write " + shard + ": " + ec.message());
+  torch::serialize::OutputArchive archive;
+  for (const auto& [key, tensor] : snapshot.tensors) archive.write(key, tensor);
+  archive.write("parameters", torch::tensor(snapshot.parameters));
+  const std::string shard = ShardFile(dir, snapshot.rank, snapshot.shards);
+  try {
+    archive.save_to(shard + ".partial");
+  } catch (const std::exception& e) {
+    return Status::Internal("cannot write " + shard + ": " + e.what());
   }
-  // Whole only once every shard is there.
-  if (world > 1) RAYD_RETURN_IF_ERROR(group_.Barrier());
-  if (rank == 0) {
-    const std::string complete = dir + "/" + kCompleteFile;
-    std::ofstream(complete + ".partial") << (options_.zero_stage > 0 ? world : 1) << "\n";
-    std::filesystem::rename(complete + ".partial", complete, ec);
-    if (ec) return Status::Internal("cannot write " + complete + ": " + ec.message());
-  }
+  std::filesystem::rename(shard + ".partial", shard, ec);
+  if (ec) return Status::Internal("cannot write " + shard + ": " + ec.message());
+  return snapshot.rank == 0 ? WriteMarker(dir, snapshot.shards) : Status::Ok();
+}
+
+Status ShardedOptimizer::SaveState(const std::string& dir) {
+  RAYD_ASSIGN_OR_RETURN(OptimizerSnapshot snapshot, Snapshot());
+  const bool rank0 = group_.rank() == 0;
+  if (!rank0) RAYD_RETURN_IF_ERROR(WriteSnapshot(snapshot, dir));
+  // Rank 0's shard and marker last, once every other shard is written: whole only then.
+  if (group_.world_size() > 1) RAYD_RETURN_IF_ERROR(group_.Barrier());
+  if (rank0) RAYD_RETURN_IF_ERROR(WriteSnapshot(snapshot, dir));
   return Status::Ok();
 }
 
@@ -231,6 +276,13 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
   if (!(std::ifstream(dir + "/" + kCompleteFile) >> shards) || shards < 1) {
     return Status::NotFound("no complete optimizer checkpoint in " + dir + " (no " + kCompleteFile +
                             ")");
+  }
+  for (int shard = 0; shard < shards; ++shard) {
+    if (!std::filesystem::exists(ShardFile(dir, shard, shards))) {
+      return Status::NotFound("incomplete optimizer checkpoint in " + dir + ": shard " +
+                              std::to_string(shard) + " of " + std::to_string(shards) +
+                              " is missing");
+    }
   }
   const int rank = group_.rank();
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();

@@ -106,7 +106,8 @@ Status Run(const Flags& flags) {
     optimizer = std::make_unique<torch::optim::SGD>(testing::MakeOptimizer(model, run));
   }
   RAYD_ASSIGN_OR_RETURN(auto zero,
-                        ShardedOptimizer::Create(*optimizer, *group, {.zero_stage = flags.zero_stage}));
+                        ShardedOptimizer::Create(*optimizer, *group, {.zero_stage = flags.zero_stage},
+                                                 ddp.get()));
 
   if (!flags.load_dir.empty()) RAYD_RETURN_IF_ERROR(zero->LoadState(flags.load_dir));
 
@@ -134,6 +135,11 @@ Status Run(const Flags& flags) {
     }
   }
   std::cout << "optimizer_state_bytes=" << zero->state_bytes() << std::endl;
+  int64_t grad_bytes = 0;
+  for (const auto& p : model->parameters()) {
+    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
+  }
+  std::cout << "grad_bytes=" << grad_bytes << std::endl;
   if (!flags.save_dir.empty()) RAYD_RETURN_IF_ERROR(zero->SaveState(flags.save_dir));
   if (!testing::WriteFloats(flags.out, testing::FlatParameters(*model))) {
     return Status::Internal("cannot write " + flags.out);
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", flags.timeout_ms);
   app.add_option("--bucket-cap-bytes", flags.bucket_cap_bytes, "the cap of every bucket");
   app.add_option("--exit-at-step", flags.exit_at_step, "exit abruptly before this step");
-  app.add_option("--zero-stage", flags.zero_stage, "ZeRO stage of the optimizer (0 or 1)");
+  app.add_option("--zero-stage", flags.zero_stage, "ZeRO stage of the optimizer (0, 1 or 2)");
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");

@@ -1,6 +1,6 @@
-// ZeRO stage 1 over Gloo with real rank processes (ddp_rank): 2 and 3 ranks training the test
-// MLP with SGD (momentum), Adam and AdamW end with exactly stage 0's parameters, while each rank
-// holds about 1/N of the optimizer state. In this process: the partition, and what Create refuses.
+// ZeRO stages 1 and 2 over Gloo with real rank processes (ddp_rank): 2 and 3 ranks training the
+// test MLP with SGD (momentum), Adam and AdamW end with stage 0's parameters (stage 1 exactly),
+// while each rank holds about 1/N of the optimizer state (and at stage 2 of the gradients). In this process: the partition, and what Create refuses.
 
 #include <rayd/train/process_group.h>
 #include <rayd/train/zero.h>
@@ -32,7 +32,14 @@ using rayd::testing::TempDir;
 struct RankRun {
   std::vector<std::vector<float>> params;
   std::vector<int64_t> state_bytes;
+  std::vector<int64_t> grad_bytes;  // the gradients each rank holds after its last step
 };
+
+int64_t Printed(const std::string& output, const std::string& key) {
+  const size_t at = output.find(key + "=");
+  REQUIRE(at != std::string::npos);
+  return std::stoll(output.substr(at + key.size() + 1));
+}
 
 RankRun RunRanks(int world, const std::vector<std::string>& args) {
   TempDir dir;
@@ -57,32 +64,55 @@ RankRun RunRanks(int world, const std::vector<std::string>& args) {
     REQUIRE(ranks[rank]->exit_code() == 0);
     out.params.push_back(testing::ReadFloats(dir.path() + "/params." + std::to_string(rank)));
     const std::string output = ranks[rank]->output();
-    const size_t at = output.find("optimizer_state_bytes=");
-    REQUIRE(at != std::string::npos);
-    out.state_bytes.push_back(std::stoll(output.substr(at + 22)));
+    out.state_bytes.push_back(Printed(output, "optimizer_state_bytes"));
+    out.grad_bytes.push_back(Printed(output, "grad_bytes"));
   }
   return out;
 }
 
-TEST_CASE("ZeRO stage 1 ends with stage 0's parameters, each rank holding 1/N of the state",
+TEST_CASE("ZeRO stages 1 and 2 end with stage 0's parameters, each rank holding 1/N of the state",
           "[train][zero]") {
   const int world = GENERATE(2, 3);
   const std::string optimizer = GENERATE(as<std::string>{}, "sgd", "adam", "adamw");
-  INFO(world << " ranks, " << optimizer);
+  const std::string stage = GENERATE(as<std::string>{}, "1", "2");
+  INFO(world << " ranks, " << optimizer << ", stage " << stage);
   const std::vector<std::string> common = {"--optimizer", optimizer};
-  std::vector<std::string> stage0 = common, stage1 = common;
+  std::vector<std::string> stage0 = common, staged = common;
   stage0.insert(stage0.end(), {"--zero-stage", "0"});
-  stage1.insert(stage1.end(), {"--zero-stage", "1"});
+  staged.insert(staged.end(), {"--zero-stage", stage});
   const RankRun whole = RunRanks(world, stage0);
-  const RankRun sharded = RunRanks(world, stage1);
+  const RankRun sharded = RunRanks(world, staged);
   const std::vector<float>& reference = whole.params[0];
   REQUIRE_FALSE(reference.empty());
   for (int rank = 0; rank < world; ++rank) {
     REQUIRE(sharded.params[rank].size() == reference.size());
-    // The owner steps exactly as every rank does at stage 0; the others copy its bytes.
-    CHECK(std::memcmp(sharded.params[rank].data(), reference.data(),
-                      reference.size() * sizeof(float)) == 0);
+    if (stage == "1") {
+      // The owner steps exactly as every rank does at stage 0; the others copy its bytes.
+      CHECK(std::memcmp(sharded.params[rank].data(), reference.data(),
+                        reference.size() * sizeof(float)) == 0);
+    } else {
+      // A reduce to the owner may sum in another order than the all-reduce did.
+      float max_diff = 0;
+      for (size_t i = 0; i < reference.size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(sharded.params[rank][i] - reference[i]));
+      }
+      CHECK(max_diff < 1e-5f);
+      // Every rank still holds the owner's bytes.
+      CHECK(std::memcmp(sharded.params[rank].data(), sharded.params[0].data(),
+                        reference.size() * sizeof(float)) == 0);
+    }
   }
+  int64_t grads = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    if (stage == "1") {
+      CHECK(sharded.grad_bytes[rank] == whole.grad_bytes[rank]);  // every gradient everywhere
+    } else {
+      // Only the gradients this rank steps: together, the whole once.
+      CHECK(sharded.grad_bytes[rank] < whole.grad_bytes[0] * 0.6);
+      grads += sharded.grad_bytes[rank];
+    }
+  }
+  if (stage == "2") CHECK(grads == whole.grad_bytes[0]);
   int64_t total = 0;
   for (int rank = 0; rank < world; ++rank) {
     CHECK(whole.state_bytes[rank] == whole.state_bytes[0]);  // stage 0: all of it everywhere
@@ -97,9 +127,9 @@ TEST_CASE("ZeRO stage 1 ends with stage 0's parameters, each rank holding 1/N of
   }
 }
 
-TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stage 0 and 1",
+TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0, 1 and 2",
           "[train][zero]") {
-  const std::string stage = GENERATE(as<std::string>{}, "0", "1");
+  const std::string stage = GENERATE(as<std::string>{}, "0", "1", "2");
   const RankRun whole = RunRanks(2, {"--zero-stage", stage});
   const RankRun accumulated = RunRanks(2, {"--zero-stage", stage, "--accumulation", "4"});
   const std::vector<float>& a = whole.params[0];
@@ -161,7 +191,8 @@ TEST_CASE("a sharded optimizer checkpoint taken on 4 ranks loads on 2, and stage
   for (const auto& [key, tensor] : sgd) CHECK(torch::equal(sgd3.at(key), tensor));
 }
 
-TEST_CASE("ZeRO's Create refuses a stage it does not have", "[train][zero]") {
+TEST_CASE("ZeRO's Create refuses a stage it does not have, and stage 2 without the model",
+          "[train][zero]") {
   torch::nn::Linear layer(4, 2);
   torch::optim::SGD sgd(layer->parameters(), torch::optim::SGDOptions(0.1));
   // A group of one is enough to be refused before any communication.
@@ -169,9 +200,12 @@ TEST_CASE("ZeRO's Create refuses a stage it does not have", "[train][zero]") {
   REQUIRE(rendezvous.ok());
   auto group = ProcessGroup::Connect(std::move(rendezvous).value(), ProcessGroupOptions{});
   REQUIRE(group.ok());
-  auto refused = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 2});
+  auto refused = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 3});
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(refused.status().message(), Catch::Contains("stage 2 is not yet"));
+  CHECK_THAT(refused.status().message(), Catch::Contains("not stage 3"));
+  auto no_ddp = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 2});
+  REQUIRE_FALSE(no_ddp.ok());
+  CHECK_THAT(no_ddp.status().message(), Catch::Contains("needs the model's DistributedDataParallel"));
   auto one = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 1});
   REQUIRE(one.ok());
   CHECK((*one)->owner(0) == 0);  // a group of one owns everything
@@ -181,6 +215,12 @@ TEST_CASE("ZeRO's Create refuses a stage it does not have", "[train][zero]") {
   Status incomplete = (*one)->LoadState(dir.path());
   CHECK(incomplete.code() == StatusCode::kNotFound);
   CHECK_THAT(incomplete.message(), Catch::Contains("no complete optimizer checkpoint"));
+  // A marker naming shards that are not all there is not loaded either.
+  std::ofstream(dir.path() + "/optimizer.complete") << "2\n";
+  std::ofstream(dir.path() + "/optimizer_shard_0_of_2.pt") << "partial";
+  incomplete = (*one)->LoadState(dir.path());
+  CHECK(incomplete.code() == StatusCode::kNotFound);
+  CHECK_THAT(incomplete.message(), Catch::Contains("shard 1 of 2 is missing"));
 }
 
 }  // namespace

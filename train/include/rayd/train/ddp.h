@@ -31,6 +31,15 @@
 //   buffers to every rank, as torch DDP does before each forward. NoSync() accumulates
 //   gradients over several backward passes without communicating (torch DDP's no_sync).
 //
+// - ZeRO stage 2 (ReduceGradientsToOwners, which ShardedOptimizer calls): each parameter has an
+//   owner rank, the only one that steps it. Buckets then hold one owner's parameters each, and
+//   a bucket is reduced (summed) to its owner instead of all-reduced to everyone. On the other
+//   ranks the bucket is allocated when its first gradient arrives and freed as soon as its
+//   reduce has completed (checked as later gradients arrive, and in FinishBackward), and those
+//   parameters' .grad is left undefined: each rank keeps only its owned ~1/N of the gradients
+//   between steps. Under NoSync every gradient still accumulates locally in .grad (no
+//   communication means no owner to hand it to); the synced backward hands it over and frees it.
+//
 // Invariants, between FinishBackward calls: buckets [0, next_bucket_) have been launched;
 // a bucket's `pending` counts its parameters whose gradient has not arrived; a parameter's
 // gradient arrives at most once (a second backward before FinishBackward is an error, since
@@ -51,6 +60,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -109,6 +119,12 @@ class DistributedDataParallel {
   };
   NoSyncGuard NoSync() { return NoSyncGuard(*this); }
 
+  // ZeRO stage 2: `owners` maps a parameter (by its TensorImpl) to the rank that steps it; the
+  // buckets are rebuilt so that each holds one owner's parameters, reduced to that owner only
+  // (see above). Parameters not in the map stay all-reduced. Between steps only (not during
+  // backward); the same map on every rank. InvalidArgument for an owner outside the group.
+  Status ReduceGradientsToOwners(const std::unordered_map<const c10::TensorImpl*, int>& owners);
+
   torch::nn::Module& module() { return module_; }
   size_t bucket_count() const { return buckets_.size(); }
   // How many buckets' all-reduces this step has launched so far: after backward and before
@@ -121,6 +137,9 @@ class DistributedDataParallel {
     std::vector<size_t> params;           // indices into params_, in order of their slices
     size_t pending = 0;                   // parameters whose gradient has not arrived this step
     c10::intrusive_ptr<c10d::Work> work;  // the all-reduce in flight, once launched
+    int owner = -1;                       // -1: all-reduced; else reduced to this rank only
+    int64_t elements = 0;
+    bool Transient(int rank) const { return owner >= 0 && owner != rank; }
   };
   struct Slot {
     size_t bucket = 0;
@@ -134,7 +153,14 @@ class DistributedDataParallel {
   // Copies rank 0's values of `tensors` to every rank, grouped by dtype: a small group as one
   // flat broadcast, a large one tensor by tensor in place (no flat copy of a large model).
   Status BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what);
-  void BuildBuckets(int64_t first_bucket_cap_bytes, int64_t bucket_cap_bytes);
+  // Buckets in reverse registration order, one open bucket per (owner, dtype); `owners` per
+  // parameter (-1: all-reduced). A transient bucket's storage is not allocated here.
+  void BuildBuckets(const std::vector<int>& owners);
+  // A transient bucket's storage and views, from the first gradient that arrives; and their
+  // release once its reduce is done, which leaves those parameters without a .grad.
+  void EnsureStorage(size_t bucket);
+  void Release(size_t bucket);
+  void ReleaseReducedBuckets();
   void InstallHooks();
   // Hook body: parameter `param` has its gradient for this step.
   void OnGradientReady(size_t param);
@@ -146,6 +172,7 @@ class DistributedDataParallel {
   ProcessGroup& group_;
   std::vector<torch::Tensor> params_;  // the trainable parameters, in registration order
   std::vector<torch::Tensor> buffers_;  // broadcast after each synced step (broadcast_buffers)
+  DistributedDataParallelOptions options_;
   bool sync_ = true;                    // false while a NoSyncGuard lives
   std::vector<Slot> slots_;            // per parameter
   std::vector<Bucket> buckets_;

@@ -39,12 +39,19 @@ class PreparedModel {
 PreparedModel& PrepareModel(torch::nn::Module& module);
 
 // An optimizer prepared for data-parallel training: ZeRO stage 0 (every rank steps every
-// parameter) or 1 (each rank keeps and steps its shard of the optimizer state, then shares the
-// new parameters: rayd/train/zero.h). Owned by the rank's session.
+// parameter), 1 (each rank keeps and steps its shard of the optimizer state, then shares the
+// new parameters) or 2 (the gradients too are reduced only to the rank that steps them:
+// rayd/train/zero.h). Owned by the rank's session.
+namespace internal {
+class BackgroundWriter;
+}  // namespace internal
+
 class PreparedOptimizer {
  public:
-  PreparedOptimizer(std::unique_ptr<ShardedOptimizer> zero, ProcessGroup& group)
-      : zero_(std::move(zero)), group_(group) {}
+  // `group` and `writer` (the session's) outlive it.
+  PreparedOptimizer(std::unique_ptr<ShardedOptimizer> zero, ProcessGroup& group,
+                    internal::BackgroundWriter& writer)
+      : zero_(std::move(zero)), group_(group), writer_(writer) {}
   // Steps (this rank's shard, then shares it). Throws rayd::RaydError when a peer died or timed
   // out, which ends the loop and the attempt.
   void Step();
@@ -57,13 +64,28 @@ class PreparedOptimizer {
   int64_t state_bytes() const { return zero_->state_bytes(); }
   ShardedOptimizer& sharded() { return *zero_; }
 
+  // Every rank saves its shard of the optimizer state into `dir` (on its own node; the
+  // directory it reports next, from NewCheckpointDir), without waiting for the write: the state
+  // is copied now and written in the background while training goes on, and a Report of `dir`
+  // ships it once written. The driver persists the checkpoint with every rank's files in it, so
+  // it is whole (optimizer.complete and every shard) or not there at all. Call it on every rank,
+  // between steps. Throws RaydError for an optimizer whose state it does not know (SGD, Adam
+  // and AdamW); a failed write fails the loop's next Report.
+  void SaveState(const std::string& dir);
+  // Loads the optimizer state from a checkpoint SaveState made (GetCheckpoint()'s directory),
+  // taken on any number of ranks at any stage: each rank keeps its own shard's. Throws
+  // RaydError when the checkpoint is incomplete or of another model.
+  void LoadState(const std::string& dir);
+
  private:
   std::unique_ptr<ShardedOptimizer> zero_;
   ProcessGroup& group_;
+  internal::BackgroundWriter& writer_;
 };
 
 // Prepares `optimizer` (built from the prepared model's parameters) at `options.zero_stage`.
-// `optimizer` must stay alive while the loop uses the result. Throws RaydError for a stage
-// other than 0 or 1.
+// `optimizer` must stay alive while the loop uses the result. Stage 2 needs the model prepared
+// first (PrepareModel), since it reshapes the model's gradient buckets. Throws RaydError for a
+// stage other than 0, 1 or 2.
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options = {});
 }  // namespace rayd::train

@@ -24,8 +24,10 @@
 //   (namespace "rayd.train", key "<placement group id>/rendezvous", deleted with the group),
 //   where the other ranks look it up.
 // - The driver polls rank 0 for its reports. A report's checkpoint directory is read on rank 0
-//   and its files travel as bytes through the actor call (no shared filesystem), so the driver
-//   writes them to storage_path/name/checkpoint_NNNNNN/, appends the metrics to
+//   and its files travel as bytes through the actor call (no shared filesystem); when rank 0's
+//   report has a checkpoint, the driver also collects the other ranks' files of the same report
+//   (TrainWorker::Part). It writes them to storage_path/name/checkpoint_NNNNNN/ (under a
+//   temporary name, renamed once whole), appends the metrics to
 //   storage_path/name/result.json (JSON lines) and keeps CheckpointConfig::num_to_keep.
 // - A rank that dies or a loop that throws ends the attempt: every rank actor is killed and the
 //   group removed; while the failures so far are <= FailureConfig::max_failures, a new attempt
@@ -203,12 +205,21 @@ struct TrainContext {
 // Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw
 // rayd::RaydError):
 const TrainContext& GetContext();
-// Records metrics (and a checkpoint directory, whose files are copied before this returns, so
-// the loop may delete it afterwards). Only rank 0's reports are kept; the others' are dropped.
+// Records metrics, and a checkpoint directory. Every rank calls it at the same points of the
+// loop (as Ray Train's report): rank 0's metrics are kept, the others' dropped; a checkpoint is
+// rank 0's report's, and the files the other ranks pass to their Report of the same count join
+// it (sharded state: name each rank's files apart). The driver persists the checkpoint only once
+// every rank's files are in: it appears whole or not at all.
+// - A directory from NewCheckpointDir is taken over: Report returns at once, and the directory is
+//   shipped (after the writes into it posted before, PreparedOptimizer::SaveState) and deleted
+//   in the background, while the loop trains on.
+// - Any other directory is copied before Report returns, so the loop may delete it afterwards.
 // When the driver stops a single-rank run (a scheduler's decision) to reuse the rank, Report
 // leaves the loop by throwing an internal type: let it pass (no catch (...) around Report).
 void Report(const std::map<std::string, double>& metrics,
             const std::optional<std::string>& checkpoint_dir = std::nullopt);
+// A new, empty directory on this rank's node for the checkpoint the next Report takes over.
+std::string NewCheckpointDir();
 // The directory of the checkpoint this attempt resumes from (on this node), if any.
 std::optional<std::string> GetCheckpoint();
 
