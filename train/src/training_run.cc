@@ -283,7 +283,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<std::optional<ObjectRef<CheckpointPart>>> part_calls_;
   size_t parts_owed_ = 0;
   bool parts_collected_ = false;
-  bool part_missing_ = false;  // a rank's loop ended without making the report
+  bool part_lost_ = false;  // a rank failed before its part came
   std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
   bool final_poll_ = false;            // every Run returned; the last Poll was sent
   bool stopping_ = false;              // the ranks were asked to leave their loops
@@ -668,7 +668,7 @@ void TrainingRun::Impl::CollectParts() {
   if (parts_owed_ > 0) return;  // under way
   part_calls_.assign(runs_.size(), std::nullopt);
   parts_owed_ = runs_.size() - 1;
-  part_missing_ = false;
+  part_lost_ = false;
   for (size_t rank = 1; rank < runs_.size(); ++rank) AskPart(rank);
 }
 
@@ -686,6 +686,7 @@ void TrainingRun::Impl::OnPart(size_t rank) {
     // The rank is gone (its Run's failure ends the attempt): its files never come.
     spdlog::warn("{}: rank {}'s checkpoint files did not come: {}", run_.name, rank, e.what());
     part.ready = true;
+    part_lost_ = true;
   }
   if (!part.ready) return AskPart(rank);
   part_calls_[rank].reset();
@@ -697,17 +698,19 @@ void TrainingRun::Impl::OnPart(size_t rank) {
                    run_.name, rank, name);
     }
   }
-  if (!part.reported) part_missing_ = true;
+  // A loop that ended without this report has no part in it, unless it ended by failing.
+  if (!part.reported && failed_) part_lost_ = true;
   if (--parts_owed_ > 0) return;
-  parts_collected_ = true;
-  if (part_missing_ && failed_) {
-    // A rank failed before its part of this checkpoint: keep the report, not the checkpoint
-    // (a restart resumes from the last whole one).
-    spdlog::warn("{}: a rank failed before its part of the checkpoint of report {}: the report "
-                 "is kept without it",
+  if (part_lost_) {
+    // A rank failed before its part of this checkpoint came: the report is not persisted, so
+    // the restart resumes from the last whole checkpoint and makes this report again (kept
+    // without its checkpoint, it would be made twice).
+    spdlog::warn("{}: a rank failed before its part of the checkpoint of report {} came; the "
+                 "report is dropped, and a restart resumes before it",
                  run_.name, report.index);
-    report.has_checkpoint = false;
-    report.checkpoint.clear();
+    reports_.pop_front();
+  } else {
+    parts_collected_ = true;
   }
   Advance();
 }
