@@ -159,15 +159,6 @@ constexpr int64_t kZeroBatch = 32;
 constexpr int kZeroLayers = 12;
 constexpr int64_t kZeroWidth = 2048;
 
-// Bytes of the gradients a rank holds between steps.
-int64_t GradBytes(torch::nn::Module& model) {
-  int64_t total = 0;
-  for (const auto& p : model.parameters()) {
-    if (p.grad().defined()) total += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-  }
-  return total;
-}
-
 // ZeRO at flags.zero_stage: the big MLP, Adam, DDP over Gloo; each rank prints its peak memory
 // above its baseline, rank 0 the group's samples/s.
 Status RunZero(const Flags& flags) {
@@ -211,14 +202,14 @@ Status RunZero(const Flags& flags) {
   if (flags.rank != 0) {
     std::printf("  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
                 "%4.0f MB\n",
-                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, GradBytes(*model) / 1e6);
+                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, ddp->gradient_bytes() / 1e6);
     std::fflush(stdout);
   }
   RAYD_RETURN_IF_ERROR(group->Barrier());
   if (flags.rank == 0) {
     std::printf("  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
                 "%4.0f MB\n",
-                peak / 1e6, zero->state_bytes() / 1e6, GradBytes(*model) / 1e6);
+                peak / 1e6, zero->state_bytes() / 1e6, ddp->gradient_bytes() / 1e6);
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, Adam, batch %lld per rank)\n",
                 ("zero stage " + std::to_string(flags.zero_stage) + ", 2 ranks").c_str(),
                 static_cast<double>(flags.zero_steps * kZeroBatch * flags.world_size) / seconds,

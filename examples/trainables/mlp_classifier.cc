@@ -66,15 +66,6 @@ torch::nn::Sequential MakeModel(int64_t hidden) {
                                torch::nn::Linear(hidden / 2, kClasses));
 }
 
-// Bytes of the gradients this rank holds.
-int64_t GradBytes(torch::nn::Module& model) {
-  int64_t total = 0;
-  for (const torch::Tensor& p : model.parameters()) {
-    if (p.grad().defined()) total += p.grad().numel() * p.grad().element_size();
-  }
-  return total;
-}
-
 void MlpClassifier(const nlohmann::json& config) {
   torch::set_num_threads(1);  // one BLAS thread per rank: ranks share the node's cores
   const double lr = config.value("lr", 0.02);
@@ -181,7 +172,7 @@ void MlpClassifier(const nlohmann::json& config) {
                                              {"epoch", epoch},
                                              {"optimizer_state_bytes",
                                               static_cast<double>(optimizer.state_bytes())},
-                                             {"grad_bytes", static_cast<double>(GradBytes(*model))}};
+                                             {"grad_bytes", static_cast<double>(ddp.ddp().gradient_bytes())}};
     // Every rank checkpoints: rank 0 the model and the epoch, each rank its shard of the
     // optimizer state, written in the background while the next epoch trains; the driver keeps
     // the checkpoint once every rank's files are in (only rank 0's metrics are kept).

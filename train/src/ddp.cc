@@ -1,10 +1,14 @@
 #include "rayd/train/ddp.h"
 
+#include <rayd/base/logging.h>
+
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "c10d_error.h"
@@ -35,7 +39,7 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
   RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero(everything, "rank 0's parameters"));
   if (options.broadcast_buffers) ddp->buffers_ = module.buffers();
   ddp->options_ = options;
-  ddp->BuildBuckets(std::vector<int>(ddp->params_.size(), -1));
+  ddp->BuildBuckets();
   ddp->InstallHooks();
   return ddp;
 }
@@ -99,46 +103,170 @@ Status DistributedDataParallel::BroadcastFromRankZero(const std::vector<torch::T
   return Status::Ok();
 }
 
-void DistributedDataParallel::BuildBuckets(const std::vector<int>& owners) {
+void DistributedDataParallel::BuildBuckets() {
+  flat_layout_ = false;
+  region_ = torch::Tensor();
   buckets_.clear();
   slots_.assign(params_.size(), Slot{});
-  // The open bucket of each (owner, dtype): a parameter joins it while it fits its cap, else
-  // opens the next one. Bucket indices follow the order buckets were opened, so every rank
-  // numbers (and launches) them alike.
-  std::map<std::pair<int, int>, size_t> open;
+  // The open bucket of each dtype: a parameter joins it while it fits its cap, else opens the
+  // next one. Bucket indices follow the order buckets were opened, so every rank numbers (and
+  // launches) them alike.
+  std::map<int, size_t> open;
   std::vector<int64_t> bytes;  // per bucket
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& param = params_[i];
     const int64_t size = param.numel() * static_cast<int64_t>(param.element_size());
-    const std::pair<int, int> key{owners[i], static_cast<int>(param.scalar_type())};
-    auto it = open.find(key);
-    if (it == open.end() ||
-        bytes[it->second] + size > (it->second == 0 ? options_.first_bucket_cap_bytes
-                                                    : options_.bucket_cap_bytes)) {
+    auto it = open.find(static_cast<int>(param.scalar_type()));
+    if (it == open.end() || bytes[it->second] + size > Cap(it->second)) {
       buckets_.emplace_back();
-      buckets_.back().owner = owners[i];
       bytes.push_back(0);
-      it = open.insert_or_assign(key, buckets_.size() - 1).first;
+      it = open.insert_or_assign(static_cast<int>(param.scalar_type()), buckets_.size() - 1).first;
     }
     Bucket& bucket = buckets_[it->second];
-    slots_[i].bucket = it->second;
-    slots_[i].offset = bucket.elements;
+    slots_[i].pieces.push_back({it->second, bucket.elements, 0, param.numel()});
     bucket.params.push_back(i);
     bucket.elements += param.numel();
     bytes[it->second] += size;
   }
-  const int rank = group_.rank();
+  torch::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (!buckets_[b].Transient(rank)) EnsureStorage(b);
+    Bucket& bucket = buckets_[b];
+    const torch::Tensor& first = params_[bucket.params.front()];
+    bucket.flat = torch::zeros({bucket.elements}, first.options().requires_grad(false));
+    for (size_t i : bucket.params) {
+      slots_[i].view = Alias(bucket.flat, slots_[i].pieces.front().bucket_offset, params_[i]);
+    }
   }
+  PointGradsHome();
+}
+
+Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& order,
+                                              const std::vector<int64_t>& bounds,
+                                              bool reduce_to_owners) {
+  // Where each of our parameters sits in the flat space.
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
+  std::vector<int64_t> begin(params_.size(), -1);
+  int64_t total = 0;
+  for (const torch::Tensor& param : order) {
+    auto it = index.find(param.unsafeGetTensorImpl());
+    if (it == index.end() || begin[it->second] >= 0) {
+      return Status::InvalidArgument(
+          "the flat layout must hold each of the model's trainable parameters once");
+    }
+    if (param.scalar_type() != order.front().scalar_type()) {
+      return Status::InvalidArgument("the flat layout needs parameters of one dtype");
+    }
+    begin[it->second] = total;
+    total += param.numel();
+  }
+  const int world = group_.world_size(), rank = group_.rank();
+  if (order.size() != params_.size() || bounds.size() != static_cast<size_t>(world) + 1 ||
+      bounds.front() != 0 || bounds.back() != total) {
+    return Status::InvalidArgument(
+        "the flat layout must hold every trainable parameter of the model, and its bounds must "
+        "split all of it among the group's ranks");
+  }
+  flat_layout_ = true;
+  buckets_.clear();
+  slots_.assign(params_.size(), Slot{});
+  // Buckets are ranges of the flat space, made from its end (backward's first gradients) down;
+  // with reduce_to_owners none crosses an owner's bound (a parameter that does is cut in two).
+  std::vector<int64_t> bytes;
+  std::vector<int64_t> low;  // per bucket: its lowest flat element so far
+  std::vector<std::pair<size_t, int64_t>> piece_at;  // (param, flat start) per piece, in order
+  const int64_t element_size = order.empty() ? 1 : order.front().element_size();
+  for (size_t o = order.size(); o-- > 0;) {
+    const size_t i = index.at(order[o].unsafeGetTensorImpl());
+    const int64_t start = begin[i], end = start + params_[i].numel();
+    for (int64_t hi = end; hi > start;) {
+      int owner = -1;
+      int64_t lo = start;
+      if (reduce_to_owners) {
+        owner = static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), hi - 1) -
+                                 bounds.begin()) - 1;
+        lo = std::max(start, bounds[owner]);
+      }
+      const int64_t size = (hi - lo) * element_size;
+      const bool fits = !buckets_.empty() && buckets_.back().owner == owner &&
+                        low.back() == hi && bytes.back() + size <= Cap(buckets_.size() - 1);
+      if (!fits) {
+        buckets_.emplace_back();
+        buckets_.back().owner = owner;
+        bytes.push_back(0);
+        low.push_back(hi);
+      }
+      const size_t b = buckets_.size() - 1;
+      slots_[i].pieces.push_back({b, lo, lo - start, hi - lo});  // bucket_offset fixed below
+      buckets_[b].params.push_back(i);
+      buckets_[b].elements += hi - lo;
+      bytes[b] += size;
+      low[b] = lo;
+      hi = lo;
+    }
+  }
+  // This rank's persistent gradients: all of them, or (reduce_to_owners) the range it owns.
+  region_begin_ = reduce_to_owners ? bounds[rank] : 0;
+  const int64_t region_end = reduce_to_owners ? bounds[rank + 1] : total;
+  torch::NoGradGuard no_grad;
+  region_ = torch::zeros({region_end - region_begin_},
+                         order.empty() ? torch::TensorOptions()
+                                       : order.front().options().requires_grad(false));
+  for (auto& slot : slots_) {
+    for (Piece& piece : slot.pieces) piece.bucket_offset -= low[piece.bucket];
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.region_offset = bucket.Transient(rank) ? -1 : low[b] - region_begin_;
+    if (bucket.region_offset >= 0) {
+      bucket.flat = region_.narrow(0, bucket.region_offset, bucket.elements);
+    }
+  }
+  // A parameter wholly in the region keeps its gradient there; the others have none between
+  // steps (their pieces are copied into the buckets as they arrive).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (begin[i] >= region_begin_ && begin[i] + params_[i].numel() <= region_end) {
+      slots_[i].view = Alias(region_, begin[i] - region_begin_, params_[i]);
+    }
+  }
+  PointGradsHome();
+  return Status::Ok();
+}
+
+int64_t DistributedDataParallel::gradient_bytes() const {
+  if (flat_layout_) return region_.numel() * static_cast<int64_t>(region_.element_size());
+  int64_t total = 0;
+  for (const Bucket& bucket : buckets_) {
+    total += bucket.flat.numel() * static_cast<int64_t>(bucket.flat.element_size());
+  }
+  return total;
+}
+
+torch::Tensor DistributedDataParallel::FlatGradients(int64_t begin, int64_t end) const {
+  RAYD_CHECK(flat_layout_ && begin >= region_begin_ && end >= begin &&
+             end - region_begin_ <= region_.numel());
+  torch::Tensor alias = torch::empty({0}, region_.options());
+  alias.set_(region_.storage(), begin - region_begin_, {end - begin});
+  return alias;
+}
+
+torch::Tensor DistributedDataParallel::Alias(const torch::Tensor& flat, int64_t offset,
+                                             const torch::Tensor& like) {
+  // Shares `flat`'s storage without being an autograd view of it, so zero_grad()'s in-place
+  // detach_() accepts it as a .grad, and it keeps the storage alive.
+  torch::Tensor alias = torch::empty({0}, flat.options());
+  alias.set_(flat.storage(), flat.storage_offset() + offset, like.sizes());
+  return alias;
+}
+
+void DistributedDataParallel::PointGradsHome() {
   // The backward accumulates straight into the bucket too, rather than into a .grad autograd
   // allocates and MarkReady then copies: no second copy of every gradient at the first step
-  // (for a large model, the run's peak memory). A parameter another rank steps (stage 2) keeps
-  // no gradient between steps.
+  // (for a large model, the run's peak memory).
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& grad = params_[i].mutable_grad();
-    if (buckets_[slots_[i].bucket].Transient(rank)) {
+    if (!slots_[i].view.defined()) {
       grad = torch::Tensor();
       continue;
     }
@@ -153,22 +281,8 @@ void DistributedDataParallel::BuildBuckets(const std::vector<int>& owners) {
 void DistributedDataParallel::EnsureStorage(size_t b) {
   Bucket& bucket = buckets_[b];
   if (bucket.flat.defined()) return;
-  torch::NoGradGuard no_grad;
   const torch::Tensor& first = params_[bucket.params.front()];
-  bucket.flat = torch::zeros(
-      {bucket.elements}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
-  // Each view shares its bucket's storage without being an autograd view of it, so
-  // zero_grad()'s in-place detach_() accepts it as a .grad, and it keeps the storage alive.
-  for (size_t i : bucket.params) {
-    slots_[i].view = torch::empty({0}, bucket.flat.options());
-    slots_[i].view.set_(bucket.flat.storage(), slots_[i].offset, params_[i].sizes());
-  }
-}
-
-void DistributedDataParallel::Release(size_t b) {
-  Bucket& bucket = buckets_[b];
-  bucket.flat = torch::Tensor();  // a reduce in flight keeps its own reference to the storage
-  for (size_t i : bucket.params) slots_[i].view = torch::Tensor();
+  bucket.flat = torch::zeros({bucket.elements}, first.options().requires_grad(false));
 }
 
 void DistributedDataParallel::ReleaseReducedBuckets() {
@@ -177,26 +291,9 @@ void DistributedDataParallel::ReleaseReducedBuckets() {
     Bucket& bucket = buckets_[b];
     if (bucket.Transient(rank) && bucket.flat.defined() && bucket.work &&
         bucket.work->isCompleted()) {
-      Release(b);
+      bucket.flat = torch::Tensor();  // a reduce in flight keeps its own reference to it
     }
   }
-}
-
-Status DistributedDataParallel::ReduceGradientsToOwners(
-    const std::unordered_map<const c10::TensorImpl*, int>& owners) {
-  std::vector<int> per_param(params_.size(), -1);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto it = owners.find(params_[i].unsafeGetTensorImpl());
-    if (it == owners.end()) continue;
-    if (it->second < 0 || it->second >= group_.world_size()) {
-      return Status::InvalidArgument("owner rank " + std::to_string(it->second) +
-                                     " is not in a group of " +
-                                     std::to_string(group_.world_size()));
-    }
-    per_param[i] = it->second;
-  }
-  BuildBuckets(per_param);
-  return Status::Ok();
 }
 
 void DistributedDataParallel::InstallHooks() {
@@ -232,19 +329,32 @@ void DistributedDataParallel::OnGradientReady(size_t param) {
 
 void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad) {
   torch::NoGradGuard no_grad;
-  const size_t b = slots_[param].bucket;
-  EnsureStorage(b);
-  torch::Tensor& view = slots_[param].view;
-  if (!grad.defined()) {
-    view.zero_();
-  } else if (grad.data_ptr() != view.data_ptr()) {
-    // .grad is not (or no longer) our bucket view: zero_grad(set_to_none), or the first step.
-    view.copy_(grad);
+  Slot& slot = slots_[param];
+  if (slot.view.defined()) {
+    // Its home is in the buckets' storage, where autograd accumulated it unless .grad was
+    // replaced (zero_grad(set_to_none), or the first step).
+    if (!grad.defined()) {
+      slot.view.zero_();
+    } else if (grad.data_ptr() != slot.view.data_ptr()) {
+      slot.view.copy_(grad);
+    }
+  } else {
+    // Its pieces go to buckets that may not exist yet (reduced to other ranks): copied in, and
+    // autograd's .grad let go.
+    const torch::Tensor flat = grad.defined() ? grad.reshape(-1) : torch::Tensor();
+    for (const Piece& piece : slot.pieces) {
+      EnsureStorage(piece.bucket);
+      torch::Tensor into = buckets_[piece.bucket].flat.narrow(0, piece.bucket_offset, piece.length);
+      if (flat.defined()) {
+        into.copy_(flat.narrow(0, piece.param_offset, piece.length));
+      } else {
+        into.zero_();
+      }
+    }
+    params_[param].mutable_grad() = torch::Tensor();
   }
-  // Another rank steps it (stage 2): the bucket has this gradient now; drop autograd's copy.
-  if (buckets_[b].Transient(group_.rank())) params_[param].mutable_grad() = torch::Tensor();
-  slots_[param].ready = true;
-  --buckets_[b].pending;
+  slot.ready = true;
+  for (const Piece& piece : slot.pieces) --buckets_[piece.bucket].pending;
 }
 
 void DistributedDataParallel::LaunchReadyBuckets() {
@@ -291,12 +401,12 @@ Status DistributedDataParallel::FinishBackward() {
   }
   const int rank = group_.rank();
   if (status.ok()) {
-    // From now on .grad is the parameter's slice of its bucket: the next backward accumulates
-    // straight into it, and the averaged result is already there. A parameter another rank
-    // steps has none.
+    // From now on .grad is the parameter's slice of the buckets' storage: the next backward
+    // accumulates straight into it, and the averaged result is already there. A parameter with
+    // (a piece) reduced to another rank has none.
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& grad = params_[i].mutable_grad();
-      if (buckets_[slots_[i].bucket].Transient(rank)) {
+      if (!slots_[i].view.defined()) {
         grad = torch::Tensor();
       } else if (!grad.defined() || grad.data_ptr() != slots_[i].view.data_ptr()) {
         grad = slots_[i].view;
@@ -304,8 +414,8 @@ Status DistributedDataParallel::FinishBackward() {
     }
     if (!buffers_.empty()) status = BroadcastFromRankZero(buffers_, "rank 0's buffers");
   }
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (buckets_[b].Transient(rank)) Release(b);
+  for (Bucket& bucket : buckets_) {
+    if (bucket.Transient(rank)) bucket.flat = torch::Tensor();
   }
   ResetStep();
   return status;

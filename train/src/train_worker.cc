@@ -177,7 +177,7 @@ bool PreparedOptimizer::Step(LossScaler& scaler) {
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options) {
   Session& session = RequireSession("PrepareOptimizer");
   ProcessGroup& group = session.Group();
-  // Stage 2 regroups the gradient buckets of the prepared model that holds these parameters.
+  // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.
   DistributedDataParallel* ddp = nullptr;
   if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
     const c10::TensorImpl* first = optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
@@ -187,9 +187,9 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
       }
     }
   }
-  if (options.zero_stage == 2 && ddp == nullptr) {
-    throw RaydError("PrepareOptimizer: zero_stage 2 needs the optimizer's model prepared first "
-                    "(PrepareModel)");
+  if (options.zero_stage > 0 && ddp == nullptr) {
+    throw RaydError("PrepareOptimizer: zero_stage " + std::to_string(options.zero_stage) +
+                    " needs the optimizer's model prepared first (PrepareModel)");
   }
   Result<std::unique_ptr<ShardedOptimizer>> zero =
       ShardedOptimizer::Create(optimizer, group, options, ddp);

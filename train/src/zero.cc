@@ -1,4 +1,4 @@
-// ZeRO stages 1 and 2: the optimizer state (and the gradients) sharded by parameter
+// ZeRO stages 1 and 2: the optimizer state (and the gradients) sharded by element
 // (rayd/train/zero.h).
 
 #include <rayd/train/ddp.h>
@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
+#include <map>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "c10d_error.h"
 
@@ -23,62 +21,75 @@ std::string ShardFile(const std::string& dir, int rank, int world) {
   return dir + "/optimizer_shard_" + std::to_string(rank) + "_of_" + std::to_string(world) + ".pt";
 }
 
-// The named tensors of one parameter's state ("step" as a scalar tensor), or an error for an
-// optimizer whose state this does not know: what checkpoints hold and state_bytes counts.
-Result<std::vector<std::pair<std::string, torch::Tensor>>> StateTensors(
-    const torch::optim::OptimizerParamState& state) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
+// LibTorch 1.13 keys a parameter's optimizer state by its TensorImpl's address, as text.
+std::string StateKey(const torch::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
+
+// A 1-D tensor on `flat`'s storage, elements [offset, offset + length): shares the storage
+// without being an autograd view (the optimizer may detach_ its gradient in place).
+torch::Tensor Alias(const torch::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
+  torch::Tensor alias = torch::empty({0}, flat.options().requires_grad(false));
+  alias.set_(flat.storage(), flat.storage_offset() + offset, sizes);
+  return alias;
+}
+
+// One parameter's (or shard's) optimizer state as named tensors: what checkpoints hold and
+// state_bytes counts. Adam's and AdamW's step is returned apart; -1 for SGD.
+struct NamedState {
+  std::map<std::string, torch::Tensor> tensors;
+  int64_t step = -1;
+};
+
+Result<NamedState> StateTensors(const torch::optim::OptimizerParamState& state) {
+  NamedState out;
+  auto adam = [&](const auto& s) {
+    out.step = s.step();
+    out.tensors = {{"exp_avg", s.exp_avg()},
+                   {"exp_avg_sq", s.exp_avg_sq()},
+                   {"max_exp_avg_sq", s.max_exp_avg_sq()}};
+  };
   if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
-    out = {{"step", torch::tensor(s->step())},
-           {"exp_avg", s->exp_avg()},
-           {"exp_avg_sq", s->exp_avg_sq()},
-           {"max_exp_avg_sq", s->max_exp_avg_sq()}};
+    adam(*s);
   } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
-    out = {{"step", torch::tensor(s->step())},
-           {"exp_avg", s->exp_avg()},
-           {"exp_avg_sq", s->exp_avg_sq()},
-           {"max_exp_avg_sq", s->max_exp_avg_sq()}};
+    adam(*s);
   } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
-    out = {{"momentum_buffer", s->momentum_buffer()}};
+    out.tensors = {{"momentum_buffer", s->momentum_buffer()}};
   } else {
     return Status::Unimplemented("sharded checkpoints know SGD's, Adam's and AdamW's state only");
   }
-  std::erase_if(out, [](const auto& entry) { return !entry.second.defined(); });
+  std::erase_if(out.tensors, [](const auto& entry) { return !entry.second.defined(); });
   return out;
 }
 
-// A parameter's state from its saved tensors, for `optimizer`'s kind.
+// A parameter's state from its named tensors, for `optimizer`'s kind.
 Result<std::unique_ptr<torch::optim::OptimizerParamState>> MakeState(
-    torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
-    const std::string& prefix, const torch::Device& device) {
-  auto read = [&](const std::string& name) {
-    torch::Tensor t;
-    if (!archive.try_read(prefix + name, t)) return torch::Tensor();
-    return t.to(device);
+    torch::optim::Optimizer& optimizer, const NamedState& named) {
+  auto get = [&](const std::string& name) {
+    auto it = named.tensors.find(name);
+    return it == named.tensors.end() ? torch::Tensor() : it->second;
   };
-  if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
-      dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
-    torch::Tensor step = read("step"), exp_avg = read("exp_avg"), exp_avg_sq = read("exp_avg_sq");
-    if (!step.defined() || !exp_avg.defined() || !exp_avg_sq.defined()) {
+  const bool is_adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  if (is_adam || dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
+    if (!get("exp_avg").defined() || !get("exp_avg_sq").defined() || named.step < 0) {
       return Status::InvalidArgument("the checkpoint's state is not Adam's");
     }
     auto fill = [&](auto state) -> std::unique_ptr<torch::optim::OptimizerParamState> {
-      state->step(step.to(torch::kCPU).item<int64_t>());
-      state->exp_avg(exp_avg);
-      state->exp_avg_sq(exp_avg_sq);
-      if (torch::Tensor max = read("max_exp_avg_sq"); max.defined()) state->max_exp_avg_sq(max);
+      state->step(named.step);
+      state->exp_avg(get("exp_avg"));
+      state->exp_avg_sq(get("exp_avg_sq"));
+      if (torch::Tensor max = get("max_exp_avg_sq"); max.defined()) state->max_exp_avg_sq(max);
       return state;
     };
-    if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr) {
-      return fill(std::make_unique<torch::optim::AdamParamState>());
-    }
+    if (is_adam) return fill(std::make_unique<torch::optim::AdamParamState>());
     return fill(std::make_unique<torch::optim::AdamWParamState>());
   }
   if (dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr) {
+    if (!get("momentum_buffer").defined()) {
+      return Status::InvalidArgument("the checkpoint's state is not SGD's");
+    }
     auto state = std::make_unique<torch::optim::SGDParamState>();
-    torch::Tensor momentum = read("momentum_buffer");
-    if (!momentum.defined()) return Status::InvalidArgument("the checkpoint's state is not SGD's");
-    state->momentum_buffer(momentum);
+    state->momentum_buffer(get("momentum_buffer"));
     return std::unique_ptr<torch::optim::OptimizerParamState>(std::move(state));
   }
   return Status::Unimplemented("sharded checkpoints know SGD's, Adam's and AdamW's state only");
@@ -94,6 +105,12 @@ Status WriteMarker(const std::string& dir, int shards) {
   return Status::Ok();
 }
 
+// A saved run of one parameter group's state: flat elements [begin, end) of the model.
+struct SavedPiece {
+  int64_t begin = 0, end = 0;
+  NamedState state;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
@@ -103,21 +120,23 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
     return Status::InvalidArgument("zero_stage " + std::to_string(options.zero_stage) +
                                    ": stages 0, 1 and 2 are implemented (not stage 3)");
   }
-  if (options.zero_stage == 2 && ddp == nullptr) {
-    return Status::InvalidArgument(
-        "zero_stage 2 shards the gradients, so it needs the model's DistributedDataParallel");
-  }
   std::unique_ptr<ShardedOptimizer> zero(new ShardedOptimizer(optimizer, group, options));
+  zero->group_offsets_.push_back(0);
   for (auto& param_group : optimizer.param_groups()) {
-    for (const torch::Tensor& param : param_group.params()) zero->params_.push_back(param);
+    for (const torch::Tensor& param : param_group.params()) {
+      zero->offsets_.push_back(zero->total_);
+      zero->params_.push_back(param);
+      zero->total_ += param.numel();
+    }
+    zero->group_offsets_.push_back(zero->total_);
   }
-  const int world = group.world_size(), rank = group.rank();
-  const size_t n = zero->params_.size();
-  if (options.zero_stage == 0 || world == 1) {
-    // Every rank steps everything: it "owns" every parameter.
-    zero->owners_.assign(n, rank);
-    return zero;
+  if (options.zero_stage > 0 && ddp == nullptr) {
+    return Status::InvalidArgument(
+        "zero_stage " + std::to_string(options.zero_stage) +
+        " lays the gradients out by shard, so it needs the model's DistributedDataParallel");
   }
+  const int world = group.world_size();
+  if (options.zero_stage == 0 || world == 1) return zero;  // every rank steps everything
   const bool nccl = group.backend() == CollectiveBackend::kNccl;
   for (const torch::Tensor& param : zero->params_) {
     if (param.scalar_type() != zero->params_.front().scalar_type()) {
@@ -131,67 +150,56 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
                                      "; one is on " + param.device().str());
     }
   }
-  // Largest first, each to the least loaded rank: the same deal on every rank.
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return zero->params_[a].numel() > zero->params_[b].numel();
-  });
-  zero->owners_.assign(n, 0);
-  std::vector<int64_t> load(world, 0);  // elements dealt to each rank
-  for (size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end());
-    zero->owners_[i] = static_cast<int>(least - load.begin());
-    *least += zero->params_[i].numel();
-  }
-  // The optimizer keeps this rank's shard only: its step and its state touch nothing else.
-  size_t index = 0;
-  for (auto& param_group : optimizer.param_groups()) {
+  for (int r = 0; r <= world; ++r) zero->bounds_.push_back(zero->total_ * r / world);
+  RAYD_RETURN_IF_ERROR(ddp->UseFlatLayout(zero->params_, zero->bounds_, options.zero_stage == 2));
+  zero->ddp_ = ddp;
+  zero->Flatten();
+  // The optimizer steps this rank's slice of each parameter group: one flat tensor per group,
+  // on the parameters' storage, with the gradients' slice as its .grad.
+  const int64_t lo = zero->bounds_[group.rank()], hi = zero->bounds_[group.rank() + 1];
+  optimizer.state().clear();  // keyed by the parameters it no longer holds
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const int64_t begin = std::max(lo, zero->group_offsets_[g]);
+    const int64_t end = std::min(hi, zero->group_offsets_[g + 1]);
     std::vector<torch::Tensor> kept;
-    for (const torch::Tensor& param : param_group.params()) {
-      if (zero->owners_[index++] == rank) {
-        kept.push_back(param);
-      } else {
-        // LibTorch 1.13 keys a parameter's state by its TensorImpl's address, as text.
-        optimizer.state().erase(c10::guts::to_string(param.unsafeGetTensorImpl()));
-      }
+    if (begin < end) {
+      torch::Tensor shard = Alias(zero->flat_params_, begin, {end - begin});
+      shard.mutable_grad() = ddp->FlatGradients(begin, end);
+      zero->shards_.push_back({g, begin, end, shard});
+      kept.push_back(shard);
     }
-    param_group.params() = std::move(kept);
-  }
-  if (options.zero_stage == 2) {
-    // Each gradient goes to its owner only: the model's buckets regroup by owner.
-    std::unordered_map<const c10::TensorImpl*, int> owners;
-    for (size_t i = 0; i < n; ++i) owners[zero->params_[i].unsafeGetTensorImpl()] = zero->owners_[i];
-    std::unordered_set<const c10::TensorImpl*> in_model;
-    for (const torch::Tensor& param : ddp->module().parameters()) {
-      in_model.insert(param.unsafeGetTensorImpl());
-    }
-    for (const auto& [impl, owner] : owners) {
-      if (!in_model.count(impl)) {
-        return Status::InvalidArgument(
-            "zero_stage 2: the optimizer has a parameter that the DistributedDataParallel's "
-            "model does not");
-      }
-    }
-    RAYD_RETURN_IF_ERROR(ddp->ReduceGradientsToOwners(owners));
+    optimizer.param_groups()[g].params() = std::move(kept);
   }
   return zero;
 }
 
+void ShardedOptimizer::Flatten() {
+  torch::NoGradGuard no_grad;
+  flat_params_ = torch::empty({total_}, params_.front().options().requires_grad(false));
+  // One parameter at a time, each old storage freed as its data moves: the resident memory
+  // grows by the largest parameter, not by the model.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor moved = Alias(flat_params_, offsets_[i], params_[i].sizes());
+    moved.copy_(params_[i]);
+    params_[i].set_data(moved);
+  }
+}
+
 Status ShardedOptimizer::Step() {
   optimizer_.step();
-  if (options_.zero_stage == 0 || group_.world_size() == 1) return Status::Ok();
+  if (!sharded()) return Status::Ok();
   torch::NoGradGuard no_grad;
-  // Each parameter straight from its owner into every rank's copy: no flat buffers (which
-  // would cost as much memory as the shards save). All broadcasts are launched before any is
-  // waited for, in parameter order on every rank.
+  // Each rank's slice of the flat parameters from its owner into every rank's copy (an
+  // all-gather, in place), all launched before any is waited for, in rank order on every rank.
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  const std::string doing = "ZeRO's broadcast of the updated parameters";
+  const std::string doing = "ZeRO's all-gather of the updated parameters";
   try {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      std::vector<torch::Tensor> tensors = {params_[i].detach()};
+    for (int r = 0; r < group_.world_size(); ++r) {
+      if (bounds_[r + 1] == bounds_[r]) continue;
+      std::vector<torch::Tensor> tensors = {
+          flat_params_.narrow(0, bounds_[r], bounds_[r + 1] - bounds_[r])};
       c10d::BroadcastOptions broadcast;
-      broadcast.rootRank = owners_[i];
+      broadcast.rootRank = r;
       works.push_back(group_.c10d().broadcast(tensors, broadcast));
     }
     for (auto& work : works) RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), doing));
@@ -211,10 +219,10 @@ void ShardedOptimizer::ZeroGrad() {
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t total = 0;
   for (const auto& [key, state] : optimizer_.state()) {
-    Result<std::vector<std::pair<std::string, torch::Tensor>>> tensors = StateTensors(*state);
-    if (!tensors.ok()) continue;
-    for (const auto& [name, tensor] : *tensors) {
-      if (name != "step") total += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    Result<NamedState> named = StateTensors(*state);
+    if (!named.ok()) continue;
+    for (const auto& [name, tensor] : named->tensors) {
+      total += tensor.numel() * static_cast<int64_t>(tensor.element_size());
     }
   }
   return total;
@@ -222,22 +230,47 @@ int64_t ShardedOptimizer::state_bytes() const {
 
 Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
   OptimizerSnapshot snapshot;
-  // At stage 0 every rank holds everything: rank 0's copy is the checkpoint, in one shard.
-  const bool sharded = options_.zero_stage > 0;
   snapshot.rank = group_.rank();  // at stage 0, only rank 0 writes (shard 0 of 1)
-  snapshot.shards = sharded ? group_.world_size() : 1;
-  snapshot.parameters = static_cast<int64_t>(params_.size());
-  if (!sharded && group_.rank() != 0) return snapshot;  // writes nothing
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owners_[i] != group_.rank()) continue;
-    auto it = optimizer_.state().find(c10::guts::to_string(params_[i].unsafeGetTensorImpl()));
-    if (it == optimizer_.state().end()) continue;  // not stepped yet: no state
-    RAYD_ASSIGN_OR_RETURN(auto tensors, StateTensors(*it->second));
-    for (auto& [name, tensor] : tensors) {
-      // A copy: the live state changes at the next step, while the write may still run.
-      snapshot.tensors.emplace_back("p" + std::to_string(i) + "/" + name,
-                                    tensor.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  snapshot.shards = sharded() ? group_.world_size() : 1;
+  snapshot.elements = total_;
+  if (!sharded() && group_.rank() != 0) return snapshot;  // writes nothing
+  // Each parameter group's state as runs of flat elements; a copy, since the live state
+  // changes at the next step while the write may still run.
+  auto add = [&](size_t g, int64_t begin, int64_t end, const NamedState& named, bool copy) {
+    const std::string prefix = "g" + std::to_string(g) + "/";
+    snapshot.tensors.emplace_back(prefix + "range", torch::tensor({begin, end}));
+    if (named.step >= 0) snapshot.tensors.emplace_back(prefix + "step", torch::tensor(named.step));
+    for (const auto& [name, tensor] : named.tensors) {
+      snapshot.tensors.emplace_back(prefix + name, tensor.reshape(-1).to(torch::kCPU, false, copy));
     }
+  };
+  if (sharded()) {
+    for (const Shard& shard : shards_) {
+      auto it = optimizer_.state().find(StateKey(shard.param));
+      if (it == optimizer_.state().end()) continue;  // not stepped yet: no state
+      RAYD_ASSIGN_OR_RETURN(NamedState named, StateTensors(*it->second));
+      add(shard.group, shard.begin, shard.end, named, /*copy=*/true);
+    }
+    return snapshot;
+  }
+  // Unsharded: each group's parameters back to back (one that has no state yet counts as zeros,
+  // which is what SGD's momentum and Adam's moments start from).
+  for (size_t g = 0; g + 1 < group_offsets_.size(); ++g) {
+    const int64_t first = group_offsets_[g], last = group_offsets_[g + 1];
+    NamedState whole;
+    for (size_t j = 0; j < params_.size(); ++j) {
+      if (offsets_[j] < first || offsets_[j] >= last) continue;
+      auto it = optimizer_.state().find(StateKey(params_[j]));
+      if (it == optimizer_.state().end()) continue;
+      RAYD_ASSIGN_OR_RETURN(NamedState named, StateTensors(*it->second));
+      whole.step = std::max(whole.step, named.step);
+      for (const auto& [name, tensor] : named.tensors) {
+        torch::Tensor& flat = whole.tensors[name];
+        if (!flat.defined()) flat = torch::zeros({last - first}, tensor.options().device(torch::kCPU));
+        flat.narrow(0, offsets_[j] - first, params_[j].numel()).copy_(tensor.reshape(-1));
+      }
+    }
+    if (!whole.tensors.empty()) add(g, first, last, whole, /*copy=*/false);
   }
   return snapshot;
 }
@@ -249,7 +282,7 @@ Status ShardedOptimizer::WriteSnapshot(const OptimizerSnapshot& snapshot, const 
   if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
   torch::serialize::OutputArchive archive;
   for (const auto& [key, tensor] : snapshot.tensors) archive.write(key, tensor);
-  archive.write("parameters", torch::tensor(snapshot.parameters));
+  archive.write("elements", torch::tensor(snapshot.elements));
   const std::string shard = ShardFile(dir, snapshot.rank, snapshot.shards);
   try {
     archive.save_to(shard + ".partial");
@@ -284,9 +317,8 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
                               " is missing");
     }
   }
-  const int rank = group_.rank();
-  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
-  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> loaded(params_.size());
+  // Every saved run of every group, from every shard.
+  std::vector<std::vector<SavedPiece>> saved(group_offsets_.size() - 1);
   for (int shard = 0; shard < shards; ++shard) {
     torch::serialize::InputArchive archive;
     const std::string file = ShardFile(dir, shard, shards);
@@ -296,25 +328,57 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
       return Status::InvalidArgument("cannot read " + file + ": " + e.what());
     }
     torch::Tensor count;
-    if (!archive.try_read("parameters", count) ||
-        count.item<int64_t>() != static_cast<int64_t>(params_.size())) {
+    if (!archive.try_read("elements", count) || count.item<int64_t>() != total_) {
       return Status::InvalidArgument(file + " is the checkpoint of a model with other parameters");
     }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (owners_[i] != rank || loaded[i]) continue;
-      torch::Tensor probe;
-      const std::string prefix = "p" + std::to_string(i) + "/";
-      if (!archive.try_read(prefix + "step", probe) &&
-          !archive.try_read(prefix + "momentum_buffer", probe)) {
-        continue;  // in another shard, or never stepped
+    for (size_t g = 0; g < saved.size(); ++g) {
+      const std::string prefix = "g" + std::to_string(g) + "/";
+      torch::Tensor range;
+      if (!archive.try_read(prefix + "range", range)) continue;
+      SavedPiece piece{range[0].item<int64_t>(), range[1].item<int64_t>(), {}};
+      torch::Tensor step;
+      if (archive.try_read(prefix + "step", step)) piece.state.step = step.item<int64_t>();
+      for (const char* name : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
+        torch::Tensor t;
+        if (archive.try_read(prefix + name, t)) piece.state.tensors[name] = t;
       }
-      RAYD_ASSIGN_OR_RETURN(loaded[i], MakeState(optimizer_, archive, prefix, device));
+      saved[g].push_back(std::move(piece));
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!loaded[i]) continue;
-    optimizer_.state()[c10::guts::to_string(params_[i].unsafeGetTensorImpl())] =
-        std::move(loaded[i]);
+  // The state of flat elements [begin, end) of group g, shaped `sizes`, from the saved runs
+  // that overlap it; none when no run does.
+  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
+  auto assemble = [&](size_t g, int64_t begin, int64_t end, at::IntArrayRef sizes,
+                      const torch::Tensor& key) -> Status {
+    NamedState state;
+    for (const SavedPiece& piece : saved[g]) {
+      const int64_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
+      if (from >= to) continue;
+      state.step = std::max(state.step, piece.state.step);
+      for (const auto& [name, tensor] : piece.state.tensors) {
+        torch::Tensor& into = state.tensors[name];
+        if (!into.defined()) into = torch::zeros({end - begin}, tensor.options());
+        into.narrow(0, from - begin, to - from)
+            .copy_(tensor.narrow(0, from - piece.begin, to - from));
+      }
+    }
+    if (state.tensors.empty()) return Status::Ok();
+    for (auto& [name, tensor] : state.tensors) tensor = tensor.view(sizes).to(device);
+    RAYD_ASSIGN_OR_RETURN(auto made, MakeState(optimizer_, state));
+    optimizer_.state()[StateKey(key)] = std::move(made);
+    return Status::Ok();
+  };
+  if (sharded()) {
+    for (const Shard& shard : shards_) {
+      RAYD_RETURN_IF_ERROR(
+          assemble(shard.group, shard.begin, shard.end, {shard.end - shard.begin}, shard.param));
+    }
+    return Status::Ok();
+  }
+  for (size_t i = 0, g = 0; i < params_.size(); ++i) {
+    while (offsets_[i] >= group_offsets_[g + 1]) ++g;
+    RAYD_RETURN_IF_ERROR(assemble(g, offsets_[i], offsets_[i] + params_[i].numel(),
+                                  params_[i].sizes(), params_[i]));
   }
   return Status::Ok();
 }

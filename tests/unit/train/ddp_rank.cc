@@ -135,11 +135,7 @@ Status Run(const Flags& flags) {
     }
   }
   std::cout << "optimizer_state_bytes=" << zero->state_bytes() << std::endl;
-  int64_t grad_bytes = 0;
-  for (const auto& p : model->parameters()) {
-    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
-  }
-  std::cout << "grad_bytes=" << grad_bytes << std::endl;
+  std::cout << "grad_bytes=" << ddp->gradient_bytes() << std::endl;
   if (!flags.save_dir.empty()) RAYD_RETURN_IF_ERROR(zero->SaveState(flags.save_dir));
   if (!testing::WriteFloats(flags.out, testing::FlatParameters(*model))) {
     return Status::Internal("cannot write " + flags.out);

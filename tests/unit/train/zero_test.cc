@@ -1,5 +1,5 @@
 // ZeRO stages 1 and 2 over Gloo with real rank processes (ddp_rank): 2 and 3 ranks training the
-// test MLP with SGD (momentum), Adam and AdamW end with stage 0's parameters (stage 1 exactly),
+// test MLP with SGD (momentum), Adam and AdamW end with stage 0's parameters (to float tolerance),
 // while each rank holds about 1/N of the optimizer state (and at stage 2 of the gradients). In this process: the partition, and what Create refuses.
 
 #include <rayd/train/process_group.h>
@@ -86,45 +86,33 @@ TEST_CASE("ZeRO stages 1 and 2 end with stage 0's parameters, each rank holding 
   REQUIRE_FALSE(reference.empty());
   for (int rank = 0; rank < world; ++rank) {
     REQUIRE(sharded.params[rank].size() == reference.size());
-    if (stage == "1") {
-      // The owner steps exactly as every rank does at stage 0; the others copy its bytes.
-      CHECK(std::memcmp(sharded.params[rank].data(), reference.data(),
-                        reference.size() * sizeof(float)) == 0);
-    } else {
-      // A reduce to the owner may sum in another order than the all-reduce did.
-      float max_diff = 0;
-      for (size_t i = 0; i < reference.size(); ++i) {
-        max_diff = std::max(max_diff, std::abs(sharded.params[rank][i] - reference[i]));
-      }
-      CHECK(max_diff < 1e-5f);
-      // Every rank still holds the owner's bytes.
-      CHECK(std::memcmp(sharded.params[rank].data(), sharded.params[0].data(),
-                        reference.size() * sizeof(float)) == 0);
+    // The owner steps what every rank steps at stage 0, from the same averaged gradient (at
+    // stage 2 summed in another order), but on a slice cut at other element bounds, which
+    // vectorised arithmetic may round differently at its edges: equal to float tolerance.
+    float max_diff = 0;
+    for (size_t i = 0; i < reference.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(sharded.params[rank][i] - reference[i]));
     }
+    CHECK(max_diff < 1e-5f);
+    // Every rank holds the owners' bytes.
+    CHECK(std::memcmp(sharded.params[rank].data(), sharded.params[0].data(),
+                      reference.size() * sizeof(float)) == 0);
   }
-  int64_t grads = 0;
+  int64_t total = 0, grads = 0;
   for (int rank = 0; rank < world; ++rank) {
+    CHECK(whole.state_bytes[rank] == whole.state_bytes[0]);  // stage 0: all of it everywhere
+    // Split by element: each rank holds its share, to one element of each state tensor.
+    CHECK(sharded.state_bytes[rank] <= whole.state_bytes[0] / world + 16);
+    total += sharded.state_bytes[rank];
     if (stage == "1") {
       CHECK(sharded.grad_bytes[rank] == whole.grad_bytes[rank]);  // every gradient everywhere
     } else {
-      // Only the gradients this rank steps: together, the whole once.
-      CHECK(sharded.grad_bytes[rank] < whole.grad_bytes[0] * 0.6);
+      CHECK(sharded.grad_bytes[rank] <= whole.grad_bytes[0] / world + 4);
       grads += sharded.grad_bytes[rank];
     }
   }
-  if (stage == "2") CHECK(grads == whole.grad_bytes[0]);
-  int64_t total = 0;
-  for (int rank = 0; rank < world; ++rank) {
-    CHECK(whole.state_bytes[rank] == whole.state_bytes[0]);  // stage 0: all of it everywhere
-    CHECK(sharded.state_bytes[rank] < whole.state_bytes[0]);
-    total += sharded.state_bytes[rank];
-  }
   CHECK(total == whole.state_bytes[0]);  // the shards add up to the whole, once
-  // Dealt largest first to the least loaded rank: no rank holds much more than its share (the
-  // test MLP's largest parameter is 32x16 of its 1,300-odd elements).
-  for (int rank = 0; rank < world; ++rank) {
-    CHECK(sharded.state_bytes[rank] < whole.state_bytes[0] * 0.6);
-  }
+  if (stage == "2") CHECK(grads == whole.grad_bytes[0]);
 }
 
 TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0, 1 and 2",
@@ -142,22 +130,36 @@ TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0,
                     b.size() * sizeof(float)) == 0);
 }
 
-// Every parameter's saved state in a checkpoint directory, by key ("p3/exp_avg"), whatever
-// the shards.
+// The whole saved state of a checkpoint directory, whatever its shards: per "g<group>/<name>"
+// one flat tensor assembled from every shard's runs, which must tile it without overlap.
 std::map<std::string, torch::Tensor> CheckpointTensors(const std::string& dir) {
-  std::map<std::string, torch::Tensor> out;
+  std::map<std::string, std::vector<std::pair<int64_t, torch::Tensor>>> runs;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("optimizer_shard_") || !name.ends_with(".pt")) continue;
     torch::serialize::InputArchive archive;
     archive.load_from(entry.path().string());
     for (const std::string& key : archive.keys()) {
-      if (key == "parameters") continue;
-      torch::Tensor t;
+      const size_t slash = key.find('/');
+      if (slash == std::string::npos || key.ends_with("/range") || key.ends_with("/step")) continue;
+      torch::Tensor range, t;
+      REQUIRE(archive.try_read(key.substr(0, slash) + "/range", range));
       REQUIRE(archive.try_read(key, t));
-      REQUIRE(out.count(key) == 0);  // each parameter's state in one shard only
-      out[key] = t;
+      runs[key].emplace_back(range[0].item<int64_t>(), t);
     }
+  }
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [key, pieces] : runs) {
+    std::sort(pieces.begin(), pieces.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<torch::Tensor> ordered;
+    int64_t next = pieces.front().first;
+    for (const auto& [begin, t] : pieces) {
+      CHECK(begin == next);  // no gap, no overlap
+      next = begin + t.numel();
+      ordered.push_back(t);
+    }
+    out[key] = torch::cat(ordered);
   }
   return out;
 }
@@ -173,7 +175,7 @@ TEST_CASE("a sharded optimizer checkpoint taken on 4 ranks loads on 2, and stage
   RunRanks(2, {"--optimizer", "adam", "--zero-stage", "1", "--train", "0", "--load-dir", four,
                "--save-dir", two});
   const auto saved = CheckpointTensors(four), resharded = CheckpointTensors(two);
-  REQUIRE(saved.size() > 10);
+  REQUIRE(saved.size() == 2);  // Adam's two moments, of the one parameter group
   REQUIRE(resharded.size() == saved.size());
   for (const auto& [key, tensor] : saved) {
     INFO(key);
@@ -191,7 +193,7 @@ TEST_CASE("a sharded optimizer checkpoint taken on 4 ranks loads on 2, and stage
   for (const auto& [key, tensor] : sgd) CHECK(torch::equal(sgd3.at(key), tensor));
 }
 
-TEST_CASE("ZeRO's Create refuses a stage it does not have, and stage 2 without the model",
+TEST_CASE("ZeRO's Create refuses a stage it does not have, and a sharded stage without the model",
           "[train][zero]") {
   torch::nn::Linear layer(4, 2);
   torch::optim::SGD sgd(layer->parameters(), torch::optim::SGDOptions(0.1));
@@ -203,12 +205,12 @@ TEST_CASE("ZeRO's Create refuses a stage it does not have, and stage 2 without t
   auto refused = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 3});
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.status().message(), Catch::Contains("not stage 3"));
-  auto no_ddp = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 2});
+  auto no_ddp = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 1});
   REQUIRE_FALSE(no_ddp.ok());
   CHECK_THAT(no_ddp.status().message(), Catch::Contains("needs the model's DistributedDataParallel"));
-  auto one = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 1});
+  auto one = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 0});
   REQUIRE(one.ok());
-  CHECK((*one)->owner(0) == 0);  // a group of one owns everything
+  CHECK((*one)->bounds().empty());  // a group of one: nothing is sharded
   // A checkpoint without its completion marker is not loaded.
   TempDir dir;
   std::ofstream(dir.path() + "/optimizer_shard_0_of_1.pt") << "partial";

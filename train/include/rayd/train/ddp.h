@@ -31,14 +31,18 @@
 //   buffers to every rank, as torch DDP does before each forward. NoSync() accumulates
 //   gradients over several backward passes without communicating (torch DDP's no_sync).
 //
-// - ZeRO stage 2 (ReduceGradientsToOwners, which ShardedOptimizer calls): each parameter has an
-//   owner rank, the only one that steps it. Buckets then hold one owner's parameters each, and
-//   a bucket is reduced (summed) to its owner instead of all-reduced to everyone. On the other
-//   ranks the bucket is allocated when its first gradient arrives and freed as soon as its
-//   reduce has completed (checked as later gradients arrive, and in FinishBackward), and those
-//   parameters' .grad is left undefined: each rank keeps only its owned ~1/N of the gradients
-//   between steps. Under NoSync every gradient still accumulates locally in .grad (no
-//   communication means no owner to hand it to); the synced backward hands it over and frees it.
+// - ZeRO (UseFlatLayout, which ShardedOptimizer calls): the gradients are laid out in one flat
+//   space, in the optimizer's parameter order, split among the ranks at element bounds (rank r
+//   steps elements [bounds[r], bounds[r+1])). Buckets are ranges of that space, made from its
+//   end down. At stage 1 every bucket is all-reduced and all of the space is one tensor (so
+//   each rank's shard of the gradients is a slice of it: FlatGradients). At stage 2
+//   (reduce_to_owners) no bucket crosses a bound, each is reduced (summed) to the rank owning
+//   its range only, and a rank keeps only its own range between steps: another rank's bucket is
+//   allocated when its first gradient arrives and freed as soon as its reduce completes (checked
+//   as later gradients arrive, and in FinishBackward). A parameter not wholly in this rank's
+//   range keeps no .grad between steps: its pieces are copied into their buckets as it arrives.
+//   Under NoSync every gradient still accumulates locally in .grad (no communication means no
+//   owner to hand it to); the synced backward hands it over and frees it.
 //
 // Invariants, between FinishBackward calls: buckets [0, next_bucket_) have been launched;
 // a bucket's `pending` counts its parameters whose gradient has not arrived; a parameter's
@@ -60,7 +64,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -119,11 +122,20 @@ class DistributedDataParallel {
   };
   NoSyncGuard NoSync() { return NoSyncGuard(*this); }
 
-  // ZeRO stage 2: `owners` maps a parameter (by its TensorImpl) to the rank that steps it; the
-  // buckets are rebuilt so that each holds one owner's parameters, reduced to that owner only
-  // (see above). Parameters not in the map stay all-reduced. Between steps only (not during
-  // backward); the same map on every rank. InvalidArgument for an owner outside the group.
-  Status ReduceGradientsToOwners(const std::unordered_map<const c10::TensorImpl*, int>& owners);
+  // ZeRO's layout (see above): `order` holds every trainable parameter of the module once, of
+  // one dtype, in the flat space's order; `bounds` (world size + 1 values, from 0 to the total
+  // element count) split it among the ranks. Rebuilds the buckets; between steps only (not
+  // during backward); the same arguments on every rank. InvalidArgument otherwise.
+  Status UseFlatLayout(const std::vector<torch::Tensor>& order, const std::vector<int64_t>& bounds,
+                       bool reduce_to_owners);
+  // After UseFlatLayout: the gradients of flat elements [begin, end), inside this rank's range
+  // (everything at stage 1), as a tensor sharing their storage: after FinishBackward it holds
+  // their average.
+  torch::Tensor FlatGradients(int64_t begin, int64_t end) const;
+
+  // Bytes of gradient storage this object keeps between steps: every gradient, or at ZeRO
+  // stage 2 this rank's range of them.
+  int64_t gradient_bytes() const;
 
   torch::nn::Module& module() { return module_; }
   size_t bucket_count() const { return buckets_.size(); }
@@ -134,18 +146,28 @@ class DistributedDataParallel {
  private:
   struct Bucket {
     torch::Tensor flat;                   // the bucket's gradients, back to back
-    std::vector<size_t> params;           // indices into params_, in order of their slices
-    size_t pending = 0;                   // parameters whose gradient has not arrived this step
-    c10::intrusive_ptr<c10d::Work> work;  // the all-reduce in flight, once launched
+    std::vector<size_t> params;           // indices into params_ with a piece here, in order
+    size_t pending = 0;                   // pieces whose gradient has not arrived this step
+    c10::intrusive_ptr<c10d::Work> work;  // the reduction in flight, once launched
     int owner = -1;                       // -1: all-reduced; else reduced to this rank only
     int64_t elements = 0;
+    int64_t region_offset = -1;           // flat layout: where it sits in region_ (-1: not there)
+    // Another rank's (stage 2): allocated while this step's gradients pass through it.
     bool Transient(int rank) const { return owner >= 0 && owner != rank; }
   };
-  struct Slot {
+  // A run of a parameter's gradient elements that lives in one bucket.
+  struct Piece {
     size_t bucket = 0;
-    int64_t offset = 0;  // in elements, within the bucket's flat tensor
-    torch::Tensor view;  // the parameter's slice of the bucket, shaped like it
-    bool ready = false;  // this step's gradient is in the bucket
+    int64_t bucket_offset = 0;  // elements, within the bucket's flat tensor
+    int64_t param_offset = 0;   // elements, within the flattened parameter
+    int64_t length = 0;
+  };
+  struct Slot {
+    std::vector<Piece> pieces;  // one, except for a parameter cut at an owner's bound
+    // The gradient's home in persistent storage, shaped like the parameter (.grad between
+    // steps); undefined when (a piece of) it is reduced to another rank.
+    torch::Tensor view;
+    bool ready = false;  // this step's gradient is in the buckets
   };
 
   DistributedDataParallel(torch::nn::Module& module, ProcessGroup& group);
@@ -153,13 +175,18 @@ class DistributedDataParallel {
   // Copies rank 0's values of `tensors` to every rank, grouped by dtype: a small group as one
   // flat broadcast, a large one tensor by tensor in place (no flat copy of a large model).
   Status BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what);
-  // Buckets in reverse registration order, one open bucket per (owner, dtype); `owners` per
-  // parameter (-1: all-reduced). A transient bucket's storage is not allocated here.
-  void BuildBuckets(const std::vector<int>& owners);
-  // A transient bucket's storage and views, from the first gradient that arrives; and their
-  // release once its reduce is done, which leaves those parameters without a .grad.
+  // The default layout: buckets in reverse registration order, one open bucket per dtype.
+  void BuildBuckets();
+  int64_t Cap(size_t bucket) const {
+    return bucket == 0 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
+  }
+  // A tensor shaped like `like` on `flat`'s storage from `offset` on.
+  static torch::Tensor Alias(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like);
+  // Points every .grad at its home (copying what it held), or drops it when it has none.
+  void PointGradsHome();
+  // A transient bucket's storage, from the first gradient that arrives; let go once its reduce
+  // is done.
   void EnsureStorage(size_t bucket);
-  void Release(size_t bucket);
   void ReleaseReducedBuckets();
   void InstallHooks();
   // Hook body: parameter `param` has its gradient for this step.
@@ -176,6 +203,9 @@ class DistributedDataParallel {
   bool sync_ = true;                    // false while a NoSyncGuard lives
   std::vector<Slot> slots_;            // per parameter
   std::vector<Bucket> buckets_;
+  bool flat_layout_ = false;
+  torch::Tensor region_;               // flat layout: this rank's persistent gradients
+  int64_t region_begin_ = 0;           // the flat element region_ starts at
   // Keep the accumulators alive: the autograd graph only holds them weakly between
   // iterations, and a new one would not carry our hook.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

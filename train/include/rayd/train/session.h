@@ -84,8 +84,8 @@ class PreparedOptimizer {
 };
 
 // Prepares `optimizer` (built from the prepared model's parameters) at `options.zero_stage`.
-// `optimizer` must stay alive while the loop uses the result. Stage 2 needs the model prepared
-// first (PrepareModel), since it reshapes the model's gradient buckets. Throws RaydError for a
+// `optimizer` must stay alive while the loop uses the result. Stages 1 and 2 need the model
+// prepared first (PrepareModel), since they lay out the model's gradients anew. Throws RaydError for a
 // stage other than 0, 1 or 2.
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options = {});
 }  // namespace rayd::train

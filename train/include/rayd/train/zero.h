@@ -1,40 +1,39 @@
 #pragma once
-// ZeRO (Rajbhandari et al., 2020), stages 1 and 2, for a LibTorch optimizer under data parallelism:
-// each parameter's optimizer state (Adam's two moments, SGD's momentum buffer) lives on one
-// rank only, its owner, so each rank holds about 1/N of it. After the gradients are averaged
-// (DistributedDataParallel::FinishBackward), every rank steps the parameters it owns, then each
-// parameter is broadcast from its owner, in place (no flat copies: they would cost the memory
-// the shards save). Python's counterpart is
-// torch.distributed.optim.ZeroRedundancyOptimizer.
+// ZeRO (Rajbhandari et al., 2020), stages 1 and 2, for a LibTorch optimizer under data
+// parallelism: the optimizer state (Adam's two moments, SGD's momentum buffer) is split among
+// the ranks, so each holds 1/N of it; at stage 2 the gradients are too. Python's counterparts
+// are torch.distributed.optim.ZeroRedundancyOptimizer (stage 1) and DeepSpeed's ZeRO.
 //
 //   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
-//   auto zero = rayd::train::ShardedOptimizer::Create(adam, group, {.zero_stage = 1}).value();
+//   auto zero = rayd::train::ShardedOptimizer::Create(adam, group, {.zero_stage = 2}, ddp.get());
 //   ... loss.backward(); ddp->FinishBackward(); zero->Step(); zero->ZeroGrad();
 //
-// Partition: parameters are dealt to ranks largest first, each to the rank with the fewest
-// elements so far (ties: the lower rank), the same way on every rank. Create takes the other
-// ranks' parameters out of the optimizer's parameter groups, so its step touches, and its state
-// holds, this rank's shard only. Every parameter must have one dtype and live on the group's
-// device kind (CPU for Gloo, CUDA for NCCL).
+// How it works (stages 1 and 2; stage 0 is plain data parallelism: Step steps the whole
+// optimizer, so a loop can take the stage from its config):
+// - The partition is by element, as real ZeRO's: the parameters, in the optimizer's order, make
+//   one flat space of T elements, and rank r steps elements [T*r/N, T*(r+1)/N). Every rank
+//   holds the same share (to one element), however unequal the parameters' sizes.
+// - Create moves every parameter's data into one flat tensor (Tensor::set_data: the modules,
+//   autograd and the caller's handles keep working), and replaces the optimizer's parameters
+//   by this rank's slice of each parameter group: one 1-D tensor on that flat storage. The
+//   optimizer's step and its state touch that slice only.
+// - The model's DistributedDataParallel lays its gradients out in the same flat space
+//   (DistributedDataParallel::UseFlatLayout), so the slice's .grad is a slice of its buckets'
+//   storage: at stage 1 every bucket is all-reduced; at stage 2 each bucket is reduced to the
+//   rank owning its range only, and the other ranks free it as soon as that reduce is done.
+// - Step steps the slice, then every rank's slice is broadcast from its owner into every
+//   rank's flat parameters, in place (an all-gather; no flat copies).
 //
-// The owner computes exactly what every rank computes without sharding, from the same averaged
-// gradient, and its result is copied bit for bit: parameters match stage 0's exactly.
-//
-// Stage 2 shards the gradients too: Create hands the partition to the model's
-// DistributedDataParallel, whose buckets then hold one owner's parameters each and are reduced
-// to that owner only (not all-reduced); the other ranks free a bucket as soon as its reduce is
-// done, so between steps each rank holds only the gradients of the parameters it steps. The
-// owner's gradient is the same sum as stage 0's all-reduce gives, so stage 2 too ends with stage
-// 0's parameters (to floating-point tolerance: a reduce may add in another order than an
-// all-reduce).
-//
-// Stage 0 is plain data parallelism (Step steps the whole optimizer), so a loop can take the
-// stage from its config.
+// The owner computes what every rank computes without sharding, from the same averaged
+// gradient, so the parameters match stage 0's to floating-point tolerance: not bit for bit,
+// since vectorised arithmetic may round a slice's edge elements differently from the whole
+// parameter's (and at stage 2 a reduce may add in another order than an all-reduce). Every rank
+// ends with the owners' bytes.
 //
 // Stage 3 (parameters sharded too) is not here. It would take gathering each layer's parameters
 // from their owners just before its forward and again before its backward (module pre-hooks,
-// which LibTorch's C++ modules lack: a wrapper module per layer), freeing them after, and a flat,
-// element-wise partition so that a layer's gather is one collective.
+// which LibTorch's C++ modules lack: a wrapper module per layer), and freeing them after; the
+// flat layout here is its starting point (a layer's gather is one collective over its range).
 
 #include <rayd/base/status.h>
 #include <rayd/train/process_group.h>
@@ -59,42 +58,45 @@ struct OptimizerSnapshot {
   int rank = 0;    // the rank it was taken on
   int shards = 1;  // the shards a complete checkpoint has: the world size, or 1 at stage 0,
                    // where rank 0's is the whole and the others write nothing
-  int64_t parameters = 0;
+  int64_t elements = 0;  // of the whole model's flat space
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // "p<index>/<name>"
 };
 
 class ShardedOptimizer {
  public:
-  // `optimizer` holds every trainable parameter (as built from model->parameters()) and must
-  // outlive the returned object, as must `group`. Stage 2 needs `ddp`, the model's
-  // DistributedDataParallel (which must hold every parameter of the optimizer and outlive the
-  // returned object); Create reshapes its buckets. InvalidArgument for another stage, stage 2
-  // without `ddp`, mixed dtypes, or parameters on a device the group's backend does not reduce.
+  // `optimizer` holds the trainable parameters of the model (as built from
+  // model->parameters()), before its first step, and must outlive the returned object, as must
+  // `group`. Stages 1 and 2 need `ddp`, the model's DistributedDataParallel, holding exactly
+  // those parameters and outliving the returned object: Create lays its gradients out anew.
+  // The optimizer's state from before Create is dropped (load a checkpoint after Create).
+  // InvalidArgument for another stage, a missing `ddp`, mixed dtypes, or parameters on a device
+  // the group's backend does not reduce.
   static Result<std::unique_ptr<ShardedOptimizer>> Create(
       torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options = {},
       DistributedDataParallel* ddp = nullptr);
 
-  // Steps this rank's shard and brings every rank every parameter's new value. DeadlineExceeded
-  // or Unavailable when a peer did not take part (as FinishBackward).
+  // Steps this rank's slice and brings every rank every parameter's new value.
+  // DeadlineExceeded or Unavailable when a peer did not take part (as FinishBackward).
   Status Step();
-  // Zeroes every parameter's gradient in place (the owned and the others').
+  // Zeroes every gradient this rank holds, in place.
   void ZeroGrad();
 
   int stage() const { return options_.zero_stage; }
-  // The optimizer, holding this rank's shard of the parameters.
+  // The optimizer, holding this rank's slice of each parameter group.
   torch::optim::Optimizer& optimizer() { return optimizer_; }
-  // The rank that steps parameter `index` (in the optimizer's original order).
-  int owner(size_t index) const { return owners_.at(index); }
+  // Rank r steps flat elements [bounds()[r], bounds()[r + 1]); empty when nothing is sharded.
+  const std::vector<int64_t>& bounds() const { return bounds_; }
   size_t parameter_count() const { return params_.size(); }
   // Bytes of optimizer state on this rank (SGD's momentum buffers, Adam's and AdamW's moments;
   // other optimizers' state is not counted).
   int64_t state_bytes() const;
 
   // Checkpoints of the optimizer state, sharded (SGD, Adam and AdamW). Every rank writes the
-  // state of the parameters it steps to `dir`/optimizer_shard_<rank>_of_<world>.pt at once;
+  // state of the elements it steps to `dir`/optimizer_shard_<rank>_of_<world>.pt at once;
   // rank 0 then writes `dir`/optimizer.complete (the world size), after a barrier, so a
   // checkpoint lacking it is incomplete. Every rank must call it. At stage 0 each rank holds
-  // everything: rank 0's shard is the whole.
+  // everything: rank 0's shard is the whole. A shard holds runs of flat elements ("g<group>/
+  // range", "g<group>/exp_avg", ...), whatever the parameters' shapes.
   Status SaveState(const std::string& dir);
   // SaveState in two halves, for a save that overlaps training: Snapshot copies this rank's
   // shard of the state (on the loop's thread, between steps); WriteSnapshot writes it to `dir`
@@ -103,21 +105,37 @@ class ShardedOptimizer {
   // also checks that every shard the marker names is there.
   Result<OptimizerSnapshot> Snapshot() const;
   static Status WriteSnapshot(const OptimizerSnapshot& snapshot, const std::string& dir);
-  // Loads a complete checkpoint from `dir`, taken on any number of ranks: each rank reads every
-  // shard and keeps the state of the parameters it steps now (re-sharding a 4-rank checkpoint
-  // onto 2 ranks, say). NotFound for an incomplete checkpoint (no marker, or a shard it names
-  // missing); InvalidArgument for one of another model or optimizer.
+  // Loads a complete checkpoint from `dir`, taken on any number of ranks at any stage: each
+  // rank reads every shard and assembles the state of the elements it steps now (re-sharding a
+  // 4-rank checkpoint onto 2 ranks, say). NotFound for an incomplete checkpoint (no marker, or a
+  // shard it names missing); InvalidArgument for one of another model or optimizer.
   Status LoadState(const std::string& dir);
 
  private:
+  // This rank's slice of one parameter group.
+  struct Shard {
+    size_t group = 0;
+    int64_t begin = 0, end = 0;  // flat elements
+    torch::Tensor param;         // on flat_params_'s storage; what the optimizer steps
+  };
+
   ShardedOptimizer(torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options)
       : optimizer_(optimizer), group_(group), options_(options) {}
+  bool sharded() const { return !bounds_.empty(); }
+  // Moves every parameter's data into flat_params_.
+  void Flatten();
 
   torch::optim::Optimizer& optimizer_;
   ProcessGroup& group_;
   ZeroOptions options_;
-  std::vector<torch::Tensor> params_;  // every parameter, in the optimizer's order
-  std::vector<int> owners_;            // per parameter
+  DistributedDataParallel* ddp_ = nullptr;  // sharded: lays the gradients out
+  std::vector<torch::Tensor> params_;       // every parameter, in the optimizer's order
+  std::vector<int64_t> offsets_;            // per parameter: its first flat element
+  std::vector<int64_t> group_offsets_;      // per parameter group, and the total at the end
+  int64_t total_ = 0;                       // flat elements
+  std::vector<int64_t> bounds_;             // sharded: world size + 1 element bounds
+  torch::Tensor flat_params_;               // sharded: every parameter's data, back to back
+  std::vector<Shard> shards_;               // sharded: per group with elements in our range
 };
 
 }  // namespace rayd::train
