@@ -168,6 +168,9 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
         "split all of it among the group's ranks");
   }
   flat_layout_ = true;
+  // The old buckets go before the new storage comes: for a large model, holding both at once
+  // would be the run's peak memory. (Between steps, so no gradient is lost that matters.)
+  for (torch::Tensor& param : params_) param.mutable_grad() = torch::Tensor();
   buckets_.clear();
   slots_.assign(params_.size(), Slot{});
   // Buckets are ranges of the flat space, made from its end (backward's first gradients) down;
@@ -286,13 +289,28 @@ void DistributedDataParallel::EnsureStorage(size_t b) {
 }
 
 void DistributedDataParallel::ReleaseReducedBuckets() {
-  const int rank = group_.rank();
-  for (size_t b = 0; b < next_bucket_; ++b) {
-    Bucket& bucket = buckets_[b];
-    if (bucket.Transient(rank) && bucket.flat.defined() && bucket.work &&
-        bucket.work->isCompleted()) {
-      bucket.flat = torch::Tensor();  // a reduce in flight keeps its own reference to it
-    }
+  // Those whose reduce is done; then, while more than the cap waits in flight, the oldest once
+  // it is done (backward outrunning the network must not hold every gradient).
+  // The work goes too: it holds its input, which would keep the bucket's memory alive.
+  auto let_go = [&](Bucket& bucket) {
+    Status done = WaitWork(*bucket.work, group_.timeout(), "reducing a gradient bucket to its owner");
+    if (error_.ok()) error_ = std::move(done);
+    bucket.flat = torch::Tensor();
+    bucket.work.reset();
+  };
+  std::erase_if(in_flight_, [&](size_t b) {
+    if (!buckets_[b].work->isCompleted()) return false;
+    let_go(buckets_[b]);
+    return true;
+  });
+  auto bytes = [&] {
+    int64_t total = 0;
+    for (size_t b : in_flight_) total += buckets_[b].elements * buckets_[b].flat.element_size();
+    return total;
+  };
+  while (in_flight_.size() > 1 && bytes() > options_.reduce_in_flight_cap_bytes && error_.ok()) {
+    let_go(buckets_[in_flight_.front()]);
+    in_flight_.pop_front();
   }
 }
 
@@ -340,11 +358,21 @@ void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad)
     }
   } else {
     // Its pieces go to buckets that may not exist yet (reduced to other ranks): copied in, and
-    // autograd's .grad let go.
+    // autograd's .grad let go. A bucket that is this whole gradient and nothing else takes
+    // autograd's tensor itself: no copy, and half the memory while its reduce is in flight.
     const torch::Tensor flat = grad.defined() ? grad.reshape(-1) : torch::Tensor();
+    if (slot.pieces.size() == 1 && flat.defined() && flat.is_contiguous() &&
+        flat.data_ptr() == grad.data_ptr()) {
+      Bucket& bucket = buckets_[slot.pieces.front().bucket];
+      if (!bucket.flat.defined() && bucket.params.size() == 1 &&
+          bucket.elements == flat.numel() && flat.scalar_type() == params_[param].scalar_type()) {
+        bucket.flat = flat;
+      }
+    }
     for (const Piece& piece : slot.pieces) {
       EnsureStorage(piece.bucket);
       torch::Tensor into = buckets_[piece.bucket].flat.narrow(0, piece.bucket_offset, piece.length);
+      if (into.data_ptr() == (flat.defined() ? flat.data_ptr() : nullptr)) continue;  // taken as is
       if (flat.defined()) {
         into.copy_(flat.narrow(0, piece.param_offset, piece.length));
       } else {
@@ -359,7 +387,6 @@ void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad)
 
 void DistributedDataParallel::LaunchReadyBuckets() {
   const int world = group_.world_size();
-  ReleaseReducedBuckets();
   while (error_.ok() && next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_++];
     try {
@@ -372,6 +399,7 @@ void DistributedDataParallel::LaunchReadyBuckets() {
         c10d::ReduceOptions reduce;
         reduce.rootRank = bucket.owner;
         bucket.work = group_.c10d().reduce(tensors, reduce);
+        if (bucket.Transient(group_.rank())) in_flight_.push_back(next_bucket_ - 1);
       } else {
         bucket.work = group_.c10d().allreduce(tensors);
       }
@@ -379,6 +407,7 @@ void DistributedDataParallel::LaunchReadyBuckets() {
       error_ = StatusFromC10dException(std::current_exception(), "launching a gradient reduction");
     }
   }
+  if (!in_flight_.empty()) ReleaseReducedBuckets();
 }
 
 Status DistributedDataParallel::FinishBackward() {
@@ -394,6 +423,7 @@ Status DistributedDataParallel::FinishBackward() {
   LaunchReadyBuckets();
   Status status = error_;
   for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
+    if (!buckets_[b].work) continue;  // reduced and let go already
     status = WaitWork(*buckets_[b].work, group_.timeout(),
                       std::string(buckets_[b].owner >= 0 ? "reducing" : "all-reducing") +
                           " gradient bucket " + std::to_string(b) + " of " +
@@ -423,6 +453,7 @@ Status DistributedDataParallel::FinishBackward() {
 
 void DistributedDataParallel::ResetStep() {
   for (auto& slot : slots_) slot.ready = false;
+  in_flight_.clear();
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.params.size();
     bucket.work.reset();

@@ -105,7 +105,7 @@ Status WriteMarker(const std::string& dir, int shards) {
   return Status::Ok();
 }
 
-// A saved run of one parameter group's state: flat elements [begin, end) of the model.
+// A saved run of state: flat elements [begin, end) of the model.
 struct SavedPiece {
   int64_t begin = 0, end = 0;
   NamedState state;
@@ -121,14 +121,12 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
                                    ": stages 0, 1 and 2 are implemented (not stage 3)");
   }
   std::unique_ptr<ShardedOptimizer> zero(new ShardedOptimizer(optimizer, group, options));
-  zero->group_offsets_.push_back(0);
   for (auto& param_group : optimizer.param_groups()) {
     for (const torch::Tensor& param : param_group.params()) {
       zero->offsets_.push_back(zero->total_);
       zero->params_.push_back(param);
       zero->total_ += param.numel();
     }
-    zero->group_offsets_.push_back(zero->total_);
   }
   if (options.zero_stage > 0 && ddp == nullptr) {
     return Status::InvalidArgument(
@@ -152,23 +150,26 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
   }
   for (int r = 0; r <= world; ++r) zero->bounds_.push_back(zero->total_ * r / world);
   RAYD_RETURN_IF_ERROR(ddp->UseFlatLayout(zero->params_, zero->bounds_, options.zero_stage == 2));
-  zero->ddp_ = ddp;
   zero->Flatten();
-  // The optimizer steps this rank's slice of each parameter group: one flat tensor per group,
-  // on the parameters' storage, with the gradients' slice as its .grad.
+  // The optimizer steps this rank's slice of each parameter (most parameters lie wholly in one
+  // rank's range): a 1-D tensor on the flat parameters' storage, with the gradients' slice as
+  // its .grad. Per parameter rather than one slice per group, so that the optimizer's
+  // temporaries (Adam's denominator) stay the size of a parameter, as without sharding.
   const int64_t lo = zero->bounds_[group.rank()], hi = zero->bounds_[group.rank() + 1];
   optimizer.state().clear();  // keyed by the parameters it no longer holds
-  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    const int64_t begin = std::max(lo, zero->group_offsets_[g]);
-    const int64_t end = std::min(hi, zero->group_offsets_[g + 1]);
+  size_t i = 0;
+  for (auto& param_group : optimizer.param_groups()) {
     std::vector<torch::Tensor> kept;
-    if (begin < end) {
-      torch::Tensor shard = Alias(zero->flat_params_, begin, {end - begin});
-      shard.mutable_grad() = ddp->FlatGradients(begin, end);
-      zero->shards_.push_back({g, begin, end, shard});
-      kept.push_back(shard);
+    for (const size_t group_end = i + param_group.params().size(); i < group_end; ++i) {
+      const int64_t begin = std::max(lo, zero->offsets_[i]);
+      const int64_t end = std::min(hi, zero->offsets_[i] + zero->params_[i].numel());
+      if (begin >= end) continue;
+      torch::Tensor slice = Alias(zero->flat_params_, begin, {end - begin});
+      slice.mutable_grad() = ddp->FlatGradients(begin, end);
+      zero->shards_.push_back({begin, end, slice});
+      kept.push_back(slice);
     }
-    optimizer.param_groups()[g].params() = std::move(kept);
+    param_group.params() = std::move(kept);
   }
   return zero;
 }
@@ -234,43 +235,28 @@ Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
   snapshot.shards = sharded() ? group_.world_size() : 1;
   snapshot.elements = total_;
   if (!sharded() && group_.rank() != 0) return snapshot;  // writes nothing
-  // Each parameter group's state as runs of flat elements; a copy, since the live state
+  // The state as runs of flat elements, one per slice this rank steps (per parameter when
+  // unsharded): "r<k>/range" and the state's tensors, flattened. A copy, since the live state
   // changes at the next step while the write may still run.
-  auto add = [&](size_t g, int64_t begin, int64_t end, const NamedState& named, bool copy) {
-    const std::string prefix = "g" + std::to_string(g) + "/";
+  auto add = [&](int64_t begin, int64_t end, const torch::Tensor& param) -> Status {
+    auto it = optimizer_.state().find(StateKey(param));
+    if (it == optimizer_.state().end()) return Status::Ok();  // not stepped yet: no state
+    RAYD_ASSIGN_OR_RETURN(NamedState named, StateTensors(*it->second));
+    const std::string prefix = "r" + std::to_string(snapshot.runs++) + "/";
     snapshot.tensors.emplace_back(prefix + "range", torch::tensor({begin, end}));
     if (named.step >= 0) snapshot.tensors.emplace_back(prefix + "step", torch::tensor(named.step));
     for (const auto& [name, tensor] : named.tensors) {
-      snapshot.tensors.emplace_back(prefix + name, tensor.reshape(-1).to(torch::kCPU, false, copy));
+      snapshot.tensors.emplace_back(prefix + name,
+                                    tensor.reshape(-1).to(torch::kCPU, false, /*copy=*/true));
     }
+    return Status::Ok();
   };
   if (sharded()) {
-    for (const Shard& shard : shards_) {
-      auto it = optimizer_.state().find(StateKey(shard.param));
-      if (it == optimizer_.state().end()) continue;  // not stepped yet: no state
-      RAYD_ASSIGN_OR_RETURN(NamedState named, StateTensors(*it->second));
-      add(shard.group, shard.begin, shard.end, named, /*copy=*/true);
+    for (const Shard& shard : shards_) RAYD_RETURN_IF_ERROR(add(shard.begin, shard.end, shard.param));
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      RAYD_RETURN_IF_ERROR(add(offsets_[i], offsets_[i] + params_[i].numel(), params_[i]));
     }
-    return snapshot;
-  }
-  // Unsharded: each group's parameters back to back (one that has no state yet counts as zeros,
-  // which is what SGD's momentum and Adam's moments start from).
-  for (size_t g = 0; g + 1 < group_offsets_.size(); ++g) {
-    const int64_t first = group_offsets_[g], last = group_offsets_[g + 1];
-    NamedState whole;
-    for (size_t j = 0; j < params_.size(); ++j) {
-      if (offsets_[j] < first || offsets_[j] >= last) continue;
-      auto it = optimizer_.state().find(StateKey(params_[j]));
-      if (it == optimizer_.state().end()) continue;
-      RAYD_ASSIGN_OR_RETURN(NamedState named, StateTensors(*it->second));
-      whole.step = std::max(whole.step, named.step);
-      for (const auto& [name, tensor] : named.tensors) {
-        torch::Tensor& flat = whole.tensors[name];
-        if (!flat.defined()) flat = torch::zeros({last - first}, tensor.options().device(torch::kCPU));
-        flat.narrow(0, offsets_[j] - first, params_[j].numel()).copy_(tensor.reshape(-1));
-      }
-    }
-    if (!whole.tensors.empty()) add(g, first, last, whole, /*copy=*/false);
   }
   return snapshot;
 }
@@ -317,8 +303,8 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
                               " is missing");
     }
   }
-  // Every saved run of every group, from every shard.
-  std::vector<std::vector<SavedPiece>> saved(group_offsets_.size() - 1);
+  // Every saved run, from every shard.
+  std::vector<SavedPiece> saved;
   for (int shard = 0; shard < shards; ++shard) {
     torch::serialize::InputArchive archive;
     const std::string file = ShardFile(dir, shard, shards);
@@ -331,10 +317,10 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
     if (!archive.try_read("elements", count) || count.item<int64_t>() != total_) {
       return Status::InvalidArgument(file + " is the checkpoint of a model with other parameters");
     }
-    for (size_t g = 0; g < saved.size(); ++g) {
-      const std::string prefix = "g" + std::to_string(g) + "/";
+    for (int k = 0;; ++k) {
+      const std::string prefix = "r" + std::to_string(k) + "/";
       torch::Tensor range;
-      if (!archive.try_read(prefix + "range", range)) continue;
+      if (!archive.try_read(prefix + "range", range)) break;
       SavedPiece piece{range[0].item<int64_t>(), range[1].item<int64_t>(), {}};
       torch::Tensor step;
       if (archive.try_read(prefix + "step", step)) piece.state.step = step.item<int64_t>();
@@ -342,16 +328,16 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
         torch::Tensor t;
         if (archive.try_read(prefix + name, t)) piece.state.tensors[name] = t;
       }
-      saved[g].push_back(std::move(piece));
+      saved.push_back(std::move(piece));
     }
   }
-  // The state of flat elements [begin, end) of group g, shaped `sizes`, from the saved runs
-  // that overlap it; none when no run does.
+  // The state of flat elements [begin, end), shaped `sizes`, from the saved runs that overlap
+  // it; none when no run does.
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
-  auto assemble = [&](size_t g, int64_t begin, int64_t end, at::IntArrayRef sizes,
+  auto assemble = [&](int64_t begin, int64_t end, at::IntArrayRef sizes,
                       const torch::Tensor& key) -> Status {
     NamedState state;
-    for (const SavedPiece& piece : saved[g]) {
+    for (const SavedPiece& piece : saved) {
       const int64_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
       if (from >= to) continue;
       state.step = std::max(state.step, piece.state.step);
@@ -370,14 +356,12 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
   };
   if (sharded()) {
     for (const Shard& shard : shards_) {
-      RAYD_RETURN_IF_ERROR(
-          assemble(shard.group, shard.begin, shard.end, {shard.end - shard.begin}, shard.param));
+      RAYD_RETURN_IF_ERROR(assemble(shard.begin, shard.end, {shard.end - shard.begin}, shard.param));
     }
     return Status::Ok();
   }
-  for (size_t i = 0, g = 0; i < params_.size(); ++i) {
-    while (offsets_[i] >= group_offsets_[g + 1]) ++g;
-    RAYD_RETURN_IF_ERROR(assemble(g, offsets_[i], offsets_[i] + params_[i].numel(),
+  for (size_t i = 0; i < params_.size(); ++i) {
+    RAYD_RETURN_IF_ERROR(assemble(offsets_[i], offsets_[i] + params_[i].numel(),
                                   params_[i].sizes(), params_[i]));
   }
   return Status::Ok();

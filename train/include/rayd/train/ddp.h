@@ -63,6 +63,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -81,6 +82,10 @@ struct DistributedDataParallelOptions {
   // forward with the same buffers. One broadcast per buffer dtype; nothing for a module
   // without buffers.
   bool broadcast_buffers = true;
+  // ZeRO stage 2: other ranks' gradients waiting in flight for their reduce, in bytes, beyond
+  // which backward waits for the oldest reduce to finish (and frees it) before going on. When
+  // backward outruns the network, this bounds the gradient memory a rank holds at once.
+  int64_t reduce_in_flight_cap_bytes = 32 * 1024 * 1024;
 };
 
 class DistributedDataParallel {
@@ -124,8 +129,9 @@ class DistributedDataParallel {
 
   // ZeRO's layout (see above): `order` holds every trainable parameter of the module once, of
   // one dtype, in the flat space's order; `bounds` (world size + 1 values, from 0 to the total
-  // element count) split it among the ranks. Rebuilds the buckets; between steps only (not
-  // during backward); the same arguments on every rank. InvalidArgument otherwise.
+  // element count) split it among the ranks. Rebuilds the buckets and drops the gradients
+  // (zero); between steps only (not during backward); the same arguments on every rank.
+  // InvalidArgument otherwise.
   Status UseFlatLayout(const std::vector<torch::Tensor>& order, const std::vector<int64_t>& bounds,
                        bool reduce_to_owners);
   // After UseFlatLayout: the gradients of flat elements [begin, end), inside this rank's range
@@ -185,7 +191,7 @@ class DistributedDataParallel {
   // Points every .grad at its home (copying what it held), or drops it when it has none.
   void PointGradsHome();
   // A transient bucket's storage, from the first gradient that arrives; let go once its reduce
-  // is done.
+  // is done (waiting for the oldest while more than the cap is in flight).
   void EnsureStorage(size_t bucket);
   void ReleaseReducedBuckets();
   void InstallHooks();
@@ -206,6 +212,7 @@ class DistributedDataParallel {
   bool flat_layout_ = false;
   torch::Tensor region_;               // flat layout: this rank's persistent gradients
   int64_t region_begin_ = 0;           // the flat element region_ starts at
+  std::deque<size_t> in_flight_;       // transient buckets launched, not yet let go, in order
   // Keep the accumulators alive: the autograd graph only holds them weakly between
   // iterations, and a new one would not carry our hook.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

@@ -15,8 +15,8 @@
 //   holds the same share (to one element), however unequal the parameters' sizes.
 // - Create moves every parameter's data into one flat tensor (Tensor::set_data: the modules,
 //   autograd and the caller's handles keep working), and replaces the optimizer's parameters
-//   by this rank's slice of each parameter group: one 1-D tensor on that flat storage. The
-//   optimizer's step and its state touch that slice only.
+//   by this rank's slices of them: 1-D tensors on that flat storage, one per parameter in its
+//   range (each group keeps its own). The optimizer's step and its state touch those only.
 // - The model's DistributedDataParallel lays its gradients out in the same flat space
 //   (DistributedDataParallel::UseFlatLayout), so the slice's .grad is a slice of its buckets'
 //   storage: at stage 1 every bucket is all-reduced; at stage 2 each bucket is reduced to the
@@ -59,6 +59,7 @@ struct OptimizerSnapshot {
   int shards = 1;  // the shards a complete checkpoint has: the world size, or 1 at stage 0,
                    // where rank 0's is the whole and the others write nothing
   int64_t elements = 0;  // of the whole model's flat space
+  int runs = 0;          // runs of flat elements: "r0/..." to "r<runs-1>/..."
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // "p<index>/<name>"
 };
 
@@ -75,14 +76,14 @@ class ShardedOptimizer {
       torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options = {},
       DistributedDataParallel* ddp = nullptr);
 
-  // Steps this rank's slice and brings every rank every parameter's new value.
+  // Steps this rank's slices and brings every rank every parameter's new value.
   // DeadlineExceeded or Unavailable when a peer did not take part (as FinishBackward).
   Status Step();
   // Zeroes every gradient this rank holds, in place.
   void ZeroGrad();
 
   int stage() const { return options_.zero_stage; }
-  // The optimizer, holding this rank's slice of each parameter group.
+  // The optimizer, holding this rank's slices of the parameters.
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   // Rank r steps flat elements [bounds()[r], bounds()[r + 1]); empty when nothing is sharded.
   const std::vector<int64_t>& bounds() const { return bounds_; }
@@ -95,8 +96,8 @@ class ShardedOptimizer {
   // state of the elements it steps to `dir`/optimizer_shard_<rank>_of_<world>.pt at once;
   // rank 0 then writes `dir`/optimizer.complete (the world size), after a barrier, so a
   // checkpoint lacking it is incomplete. Every rank must call it. At stage 0 each rank holds
-  // everything: rank 0's shard is the whole. A shard holds runs of flat elements ("g<group>/
-  // range", "g<group>/exp_avg", ...), whatever the parameters' shapes.
+  // everything: rank 0's shard is the whole. A shard holds runs of flat elements ("r<k>/range",
+  // "r<k>/exp_avg", ...), whatever the parameters' shapes.
   Status SaveState(const std::string& dir);
   // SaveState in two halves, for a save that overlaps training: Snapshot copies this rank's
   // shard of the state (on the loop's thread, between steps); WriteSnapshot writes it to `dir`
@@ -112,9 +113,8 @@ class ShardedOptimizer {
   Status LoadState(const std::string& dir);
 
  private:
-  // This rank's slice of one parameter group.
+  // This rank's slice of one parameter.
   struct Shard {
-    size_t group = 0;
     int64_t begin = 0, end = 0;  // flat elements
     torch::Tensor param;         // on flat_params_'s storage; what the optimizer steps
   };
@@ -128,14 +128,12 @@ class ShardedOptimizer {
   torch::optim::Optimizer& optimizer_;
   ProcessGroup& group_;
   ZeroOptions options_;
-  DistributedDataParallel* ddp_ = nullptr;  // sharded: lays the gradients out
   std::vector<torch::Tensor> params_;       // every parameter, in the optimizer's order
   std::vector<int64_t> offsets_;            // per parameter: its first flat element
-  std::vector<int64_t> group_offsets_;      // per parameter group, and the total at the end
   int64_t total_ = 0;                       // flat elements
   std::vector<int64_t> bounds_;             // sharded: world size + 1 element bounds
   torch::Tensor flat_params_;               // sharded: every parameter's data, back to back
-  std::vector<Shard> shards_;               // sharded: per group with elements in our range
+  std::vector<Shard> shards_;               // sharded: per parameter with elements in our range
 };
 
 }  // namespace rayd::train
