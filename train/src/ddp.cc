@@ -284,19 +284,45 @@ void DistributedDataParallel::PointGradsHome() {
 void DistributedDataParallel::EnsureStorage(size_t b) {
   Bucket& bucket = buckets_[b];
   if (bucket.flat.defined()) return;
-  const torch::Tensor& first = params_[bucket.params.front()];
-  bucket.flat = torch::zeros({bucket.elements}, first.options().requires_grad(false));
+  // Every element is written (copied or zeroed) before the bucket is launched: no need to zero
+  // it. The smallest spare that fits is reused: transient buckets come and go every step, and
+  // fresh allocations of their size fragment the heap (glibc keeps such chunks resident).
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->numel() >= bucket.elements && (best == spare_.end() || it->numel() < best->numel())) {
+      best = it;
+    }
+  }
+  if (best != spare_.end()) {
+    bucket.storage = std::move(*best);
+    spare_.erase(best);
+  } else {
+    bucket.storage = torch::empty({bucket.elements},
+                                  params_[bucket.params.front()].options().requires_grad(false));
+  }
+  bucket.flat = bucket.storage.narrow(0, 0, bucket.elements);
+}
+
+void DistributedDataParallel::LetGo(Bucket& bucket, bool reusable) {
+  int64_t spare_bytes = 0;
+  for (const torch::Tensor& t : spare_) spare_bytes += t.numel() * t.element_size();
+  if (reusable && bucket.storage.defined() &&
+      spare_bytes + bucket.storage.numel() * bucket.storage.element_size() <=
+          options_.reduce_in_flight_cap_bytes + options_.bucket_cap_bytes) {
+    spare_.push_back(std::move(bucket.storage));
+  }
+  bucket.storage = torch::Tensor();
+  bucket.flat = torch::Tensor();
+  bucket.work.reset();  // it holds its input, which would keep the memory alive
 }
 
 void DistributedDataParallel::ReleaseReducedBuckets() {
   // Those whose reduce is done; then, while more than the cap waits in flight, the oldest once
   // it is done (backward outrunning the network must not hold every gradient).
-  // The work goes too: it holds its input, which would keep the bucket's memory alive.
   auto let_go = [&](Bucket& bucket) {
     Status done = WaitWork(*bucket.work, group_.timeout(), "reducing a gradient bucket to its owner");
+    LetGo(bucket, done.ok());
     if (error_.ok()) error_ = std::move(done);
-    bucket.flat = torch::Tensor();
-    bucket.work.reset();
   };
   std::erase_if(in_flight_, [&](size_t b) {
     if (!buckets_[b].work->isCompleted()) return false;
@@ -445,7 +471,7 @@ Status DistributedDataParallel::FinishBackward() {
     if (!buffers_.empty()) status = BroadcastFromRankZero(buffers_, "rank 0's buffers");
   }
   for (Bucket& bucket : buckets_) {
-    if (bucket.Transient(rank)) bucket.flat = torch::Tensor();
+    if (bucket.Transient(rank) && bucket.flat.defined()) LetGo(bucket, status.ok());
   }
   ResetStep();
   return status;

@@ -71,8 +71,16 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rend
         c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
     c10::intrusive_ptr<C10dBackend> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         rendezvous->store(), options.rank, options.world_size, gloo_options);
-    return std::unique_ptr<ProcessGroup>(
+    std::unique_ptr<ProcessGroup> formed(
         new ProcessGroup(std::move(rendezvous), std::move(group), options));
+    // Gloo forms its mesh pair by pair: a rank may be done with its pairs while a peer is still
+    // completing another. A barrier makes every pair whole before any rank goes on, so none can
+    // leave (closing its pairs) under a peer still connecting.
+    if (options.world_size > 1) {
+      Status whole = formed->Barrier();
+      if (!whole.ok()) return Status(whole.code(), where + ": " + whole.message());
+    }
+    return formed;
   } catch (...) {
     return StatusFromC10dException(std::current_exception(), where);
   }

@@ -158,6 +158,7 @@ class DistributedDataParallel {
     int owner = -1;                       // -1: all-reduced; else reduced to this rank only
     int64_t elements = 0;
     int64_t region_offset = -1;           // flat layout: where it sits in region_ (-1: not there)
+    torch::Tensor storage;                // a transient bucket's own allocation (flat's base)
     // Another rank's (stage 2): allocated while this step's gradients pass through it.
     bool Transient(int rank) const { return owner >= 0 && owner != rank; }
   };
@@ -194,6 +195,9 @@ class DistributedDataParallel {
   // is done (waiting for the oldest while more than the cap is in flight).
   void EnsureStorage(size_t bucket);
   void ReleaseReducedBuckets();
+  // Drops a transient bucket's memory (and its work), keeping its storage as a spare while the
+  // spares stay under the in-flight cap plus a bucket, when `reusable` (its reduce succeeded).
+  void LetGo(Bucket& bucket, bool reusable);
   void InstallHooks();
   // Hook body: parameter `param` has its gradient for this step.
   void OnGradientReady(size_t param);
@@ -213,6 +217,7 @@ class DistributedDataParallel {
   torch::Tensor region_;               // flat layout: this rank's persistent gradients
   int64_t region_begin_ = 0;           // the flat element region_ starts at
   std::deque<size_t> in_flight_;       // transient buckets launched, not yet let go, in order
+  std::vector<torch::Tensor> spare_;   // transient buckets' storage, for the next ones
   // Keep the accumulators alive: the autograd graph only holds them weakly between
   // iterations, and a new one would not carry our hook.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
