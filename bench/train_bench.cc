@@ -10,9 +10,13 @@
 //   zero        ZeRO: a ~50M-parameter MLP (784, then 12 layers of 2048x2048, then 10) with Adam on
 //               2 ranks at stages 0, 1 and 2: samples/s and each rank's peak memory (the process's
 //               peak resident set less what it held before building the model), next to
-//               bench/peers/torch_zero.py (Python torch's Adam and ZeroRedundancyOptimizer)
+//               bench/peers/torch_zero.py (Python torch's Adam and ZeroRedundancyOptimizer), run
+//               after them. Peaks depend on the allocator: glibc keeps freed chunks of the sizes
+//               it last freed resident (its dynamic mmap threshold), which blurs them by ~100 MB;
+//               MALLOC_MMAP_THRESHOLD_=1048576 in the environment makes them repeat (and every
+//               large allocation an mmap: ~10% slower), for rayd and the peer alike.
 //
-//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--only zero]
+//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--only zero] [--no-peer]
 //
 // Prints figures only; asserts nothing.
 
@@ -28,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -55,6 +60,7 @@ struct Flags {
   int64_t zero_steps = 8;
   int zero_stage = 0;
   std::string only;  // "zero": the ZeRO figures alone
+  bool no_peer = false;
 };
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -327,6 +333,7 @@ int main(int argc, char** argv) {
   app.add_option("--zero-steps", flags.zero_steps, "measured steps of each ZeRO run");
   app.add_option("--zero-stage", flags.zero_stage, "internal: the zero run's stage");
   app.add_option("--only", flags.only, "zero: only the ZeRO figures");
+  app.add_flag("--no-peer", flags.no_peer, "leave out the Python torch peer of the ZeRO figures");
   CLI11_PARSE(app, argc, argv);
 
   if (!flags.mode.empty()) {
@@ -348,5 +355,14 @@ int main(int argc, char** argv) {
   }
   ok = ok && RunRanks(self, flags, "zero", 2, 0) && RunRanks(self, flags, "zero", 2, 1) &&
        RunRanks(self, flags, "zero", 2, 2);
+  // The peer, in the same run: Python torch's Adam and ZeroRedundancyOptimizer on the same model.
+  if (ok && !flags.no_peer) {
+    const std::string peer = std::string("/usr/bin/python3 ") + RAYD_TORCH_ZERO_PEER +
+                             " --steps " + std::to_string(flags.zero_steps);
+    if (std::system(peer.c_str()) != 0) {
+      std::printf("(the Python torch peer did not run: %s needs Debian's python3-torch)\n",
+                  RAYD_TORCH_ZERO_PEER);
+    }
+  }
   return ok ? 0 : 1;
 }
