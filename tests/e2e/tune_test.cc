@@ -383,6 +383,50 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "config.precision: fp16 needs a GPU"));
 }
 
+TEST_CASE("a sweep tunes the ZeRO stage and precision of 2-worker trials", "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("zero.yaml", R"(
+name: zero
+trainable: mlp_classifier
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+param_space:
+  zero_stage: {grid_search: [0, 1, 2]}
+  precision: {grid_search: [fp32, bf16]}
+  hidden: 32
+  epochs: 2
+  train_size: 512
+tune: {metric: loss, mode: min}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/zero";
+  json state = ReadJson(experiment + "/experiment_state.json");
+  REQUIRE(state["trials"].size() == 6);
+  std::map<int, double> state_bytes, grad_bytes;  // by stage
+  for (const json& trial : state["trials"]) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(experiment, trial);
+    const json params = ReadJson(dir + "/params.json");
+    const int stage = params["zero_stage"];
+    const json last = ReadLines(dir + "/result.json").back();
+    CHECK(last["training_iteration"] == 2);
+    state_bytes[stage] = last["optimizer_state_bytes"].get<double>();
+    grad_bytes[stage] = last["grad_bytes"].get<double>();
+    // Each trial's checkpoints hold its ranks' shards (one at stage 0).
+    const std::string checkpoint = dir + "/" + last["checkpoint_dir_name"].get<std::string>();
+    CHECK(fs::exists(checkpoint + (stage == 0 ? "/optimizer_shard_0_of_1.pt"
+                                              : "/optimizer_shard_1_of_2.pt")));
+  }
+  // Rank 0 holds half of SGD's momentum from stage 1 on, and half the gradients at stage 2.
+  CHECK(state_bytes[1] == Approx(state_bytes[0] / 2).margin(8));
+  CHECK(state_bytes[2] == Approx(state_bytes[0] / 2).margin(8));
+  CHECK(grad_bytes[1] == grad_bytes[0]);
+  CHECK(grad_bytes[2] == Approx(grad_bytes[0] / 2).margin(8));
+}
+
 TEST_CASE("a sharded checkpoint taken on 4 ranks resumes on 2 and the loss curve continues",
           "[train][e2e]") {
   Sandbox sandbox;
