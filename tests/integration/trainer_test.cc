@@ -37,7 +37,8 @@ int ReadInt(const std::string& path) {
 }
 
 // Every rank: trains mlp_fixture's MLP for config["epochs"] epochs from the latest checkpoint
-// (model, optimizer, epoch), reports each epoch's mean loss with a checkpoint from rank 0, and
+// (model, optimizer, epoch), reports each epoch's mean loss with a checkpoint from rank 0 (with
+// config["every_rank"], from every rank: rank r's file rank<r> beside rank 0's), and
 // at the end writes its parameters to out_dir/params_rank<r>.bin. Rank 1 SIGKILLs its own
 // process at the start of epoch config["crash_epoch"] unless config["crash_marker"] exists
 // (it creates the marker first, so only the first attempt crashes).
@@ -76,6 +77,19 @@ void MlpLoop(const json& config) {
     }
     std::map<std::string, double> metrics = {
         {"epoch", epoch}, {"loss", total / steps}, {"start_epoch", start_epoch}};
+    if (config.value("every_rank", false)) {
+      // Every rank's checkpoint: rank 1 adds a file of its own, which must arrive with rank 0's.
+      const std::string dir = rt::NewCheckpointDir();
+      if (context.world_rank == 0) {
+        torch::save(model, dir + "/model.pt");
+        torch::save(optimizer, dir + "/optimizer.pt");
+        std::ofstream(dir + "/epoch") << epoch;
+      } else {
+        std::ofstream(dir + "/rank" + std::to_string(context.world_rank)) << epoch;
+      }
+      rt::Report(metrics, dir);
+      continue;
+    }
     if (context.world_rank != 0) {
       rt::Report(metrics);
       continue;
@@ -215,6 +229,11 @@ TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint",
   json config = LoopConfig(out, 6);
   config["crash_epoch"] = 3;
   config["crash_marker"] = out.path() + "/crashed";
+  // Rank 0's checkpoints, or every rank's (whose report rank 1 may die before completing: then
+  // that report is dropped and made again, never twice).
+  const bool every_rank = GENERATE(false, true);
+  INFO("every rank checkpoints: " << every_rank);
+  config["every_rank"] = every_rank;
   rt::RunConfig run{.name = "crash", .storage_path = storage.path()};
   run.failure.max_failures = 1;
   rt::TrainResult result = rt::Trainer("MlpLoop", config, {.num_workers = 2}, run).Fit();
@@ -232,6 +251,12 @@ TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint",
   for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i].at("epoch") == static_cast<int>(i));
   CHECK(rt::testing::ReadFloats(out.path() + "/params_rank0.bin") ==
         rt::testing::ReadFloats(out.path() + "/params_rank1.bin"));
+  REQUIRE(result.checkpoint);
+  if (every_rank) {
+    CHECK(ReadInt(*result.checkpoint + "/rank1") == 5);  // rank 1's part of the last one
+  } else {
+    CHECK_FALSE(fs::exists(*result.checkpoint + "/rank1"));
+  }
 }
 
 TEST_CASE("without max_failures a killed rank fails the run", "[trainer]") {

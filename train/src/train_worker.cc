@@ -244,6 +244,7 @@ void Report(const std::map<std::string, double>& metrics,
     report.metrics = metrics;
     report.index = index;
     report.has_checkpoint = files.has_value();
+    report.gather = taken_over;
     if (files) report.checkpoint = std::move(*files);
     worker->Enqueue(std::move(report));
     return Status::Ok();

@@ -34,7 +34,10 @@ struct ReportMessage {
   bool has_checkpoint = false;
   CheckpointFiles checkpoint;
   int index = -1;  // the loop's Report calls before this one, this attempt (every rank counts)
-  MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint, index);
+  // The checkpoint is every rank's (its directory came from NewCheckpointDir): the other ranks'
+  // files of the same report join it before it is persisted.
+  bool gather = false;
+  MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint, index, gather);
 };
 
 // Another rank's files for the checkpoint of rank 0's report `index` (its own `index`-th Report),

@@ -233,8 +233,9 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void OnRunReturned(size_t rank);
   void Advance();
   void Deliver();
-  // Rank 0's next report has a checkpoint: the other ranks' files of the same report join it
-  // before it is persisted. One Part call per rank, asked again until that rank has reported.
+  // Rank 0's next report has a checkpoint of every rank's (from NewCheckpointDir): the other
+  // ranks' files of the same report join it before it is persisted. One Part call per rank,
+  // asked again until that rank has made that report.
   bool NeedsParts(const ReportMessage& report) const;
   void CollectParts();
   void AskPart(size_t rank);
@@ -660,8 +661,7 @@ void TrainingRun::Impl::Deliver() {
 }
 
 bool TrainingRun::Impl::NeedsParts(const ReportMessage& report) const {
-  return report.has_checkpoint && report.index >= 0 && runs_.size() > 1 && !command_ &&
-         !parts_collected_;
+  return report.has_checkpoint && report.gather && runs_.size() > 1 && !parts_collected_;
 }
 
 void TrainingRun::Impl::CollectParts() {

@@ -205,15 +205,16 @@ struct TrainContext {
 // Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw
 // rayd::RaydError):
 const TrainContext& GetContext();
-// Records metrics, and a checkpoint directory. Every rank calls it at the same points of the
-// loop (as Ray Train's report): rank 0's metrics are kept, the others' dropped; a checkpoint is
-// rank 0's report's, and the files the other ranks pass to their Report of the same count join
-// it (sharded state: name each rank's files apart). The driver persists the checkpoint only once
-// every rank's files are in: it appears whole or not at all.
-// - A directory from NewCheckpointDir is taken over: Report returns at once, and the directory is
-//   shipped (after the writes into it posted before, PreparedOptimizer::SaveState) and deleted
-//   in the background, while the loop trains on.
-// - Any other directory is copied before Report returns, so the loop may delete it afterwards.
+// Records metrics, and a checkpoint directory. Only rank 0's metrics are kept; the others' are
+// dropped. Two kinds of checkpoint:
+// - Every rank's, in directories from NewCheckpointDir (sharded state): every rank calls Report
+//   at the same points of the loop (as Ray Train's report), and the files each rank passes to
+//   its Report of the same count join rank 0's checkpoint (name each rank's files apart). The
+//   driver persists the checkpoint only once every rank's files are in: it appears whole or not
+//   at all. Report returns at once; the directory is shipped (after the writes into it posted
+//   before, PreparedOptimizer::SaveState) and deleted in the background while the loop trains.
+// - Rank 0's, in a directory of the loop's own: copied before Report returns, so the loop may
+//   delete it afterwards; the other ranks need not report.
 // When the driver stops a single-rank run (a scheduler's decision) to reuse the rank, Report
 // leaves the loop by throwing an internal type: let it pass (no catch (...) around Report).
 void Report(const std::map<std::string, double>& metrics,
