@@ -164,9 +164,19 @@ void PreparedOptimizer::Step() {
   if (!status.ok()) throw RaydError("optimizer step: " + status.message());
 }
 
-bool PreparedOptimizer::Step(LossScaler& scaler) {
+bool PreparedOptimizer::Unscale(LossScaler& scaler) {
   // Every rank learns whether any rank's shard had an inf, so all skip the same steps.
-  if (!scaler.Unscale(zero_->optimizer(), zero_->stage() > 0 ? &group_ : nullptr)) {
+  return scaler.Unscale(zero_->optimizer(), zero_->stage() > 0 ? &group_ : nullptr);
+}
+
+double PreparedOptimizer::ClipGradNorm(double max_norm) {
+  Result<double> norm = zero_->ClipGradNorm(max_norm);
+  if (!norm.ok()) throw RaydError("ClipGradNorm: " + norm.status().message());
+  return *norm;
+}
+
+bool PreparedOptimizer::Step(LossScaler& scaler) {
+  if (!Unscale(scaler)) {
     scaler.Step(zero_->optimizer());  // counts the skipped step; does not step
     return false;
   }

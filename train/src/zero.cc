@@ -5,6 +5,7 @@
 #include <rayd/train/zero.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -215,6 +216,35 @@ void ShardedOptimizer::ZeroGrad() {
     torch::Tensor grad = param.mutable_grad();
     if (grad.defined()) grad.zero_();  // in place: DistributedDataParallel's bucket views stay
   }
+}
+
+Result<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  // The gradients the optimizer steps: this rank's slices, or every parameter's at stage 0.
+  std::vector<torch::Tensor> grads;
+  for (auto& param_group : optimizer_.param_groups()) {
+    for (const torch::Tensor& param : param_group.params()) {
+      if (param.grad().defined()) grads.push_back(param.grad());
+    }
+  }
+  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
+  torch::Tensor squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  for (const torch::Tensor& grad : grads) squares += grad.norm(2).to(torch::kDouble).pow(2);
+  if (sharded()) {
+    const std::string doing = "summing the gradients' norm over the ranks";
+    try {
+      std::vector<torch::Tensor> tensors = {squares};
+      RAYD_RETURN_IF_ERROR(WaitWork(*group_.c10d().allreduce(tensors), group_.timeout(), doing));
+    } catch (...) {
+      return StatusFromC10dException(std::current_exception(), doing);
+    }
+  }
+  const double norm = std::sqrt(squares.item<double>());
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    for (torch::Tensor& grad : grads) grad.mul_(coefficient);
+  }
+  return norm;
 }
 
 int64_t ShardedOptimizer::state_bytes() const {

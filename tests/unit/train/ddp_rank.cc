@@ -67,6 +67,7 @@ struct Flags {
   std::string load_dir;  // the optimizer's sharded state to start from
   std::string save_dir;  // where to save it at the end
   std::string optimizer = "sgd";  // or adam, adamw
+  double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
 };
 
 Status Run(const Flags& flags) {
@@ -131,6 +132,7 @@ Status Run(const Flags& flags) {
         std::cout << "launched_in_backward=" << ddp->launched_bucket_count() << std::endl;
       }
       RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
+      if (flags.clip_norm > 0) RAYD_RETURN_IF_ERROR(zero->ClipGradNorm(flags.clip_norm).status());
       RAYD_RETURN_IF_ERROR(zero->Step());
     }
   }
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");
+  app.add_option("--clip-norm", flags.clip_norm, "clip the gradients' norm to this before steps");
   app.add_option("--load-dir", flags.load_dir, "start from this sharded optimizer checkpoint");
   app.add_option("--save-dir", flags.save_dir, "save the optimizer's sharded state here at the end");
   CLI11_PARSE(app, argc, argv);

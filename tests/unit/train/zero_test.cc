@@ -130,6 +130,59 @@ TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0,
                     b.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("clipping by the whole model's gradient norm at stages 1 and 2 matches stage 0's",
+          "[train][zero]") {
+  const RankRun unclipped = RunRanks(2, {"--optimizer", "adam", "--zero-stage", "0"});
+  std::vector<RankRun> clipped;
+  for (const char* stage : {"0", "1", "2"}) {
+    clipped.push_back(RunRanks(2, {"--optimizer", "adam", "--zero-stage", stage, "--clip-norm",
+                                   "0.05"}));
+  }
+  const std::vector<float>& reference = clipped[0].params[0];
+  // The clip bites: stage 0 clipped ends elsewhere than unclipped.
+  float moved = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    moved = std::max(moved, std::abs(reference[i] - unclipped.params[0][i]));
+  }
+  CHECK(moved > 1e-3f);
+  // Sharded, each rank's norm is summed with the other's: the same clip as stage 0's.
+  for (size_t stage = 1; stage < clipped.size(); ++stage) {
+    INFO("stage " << stage);
+    float max_diff = 0;
+    for (size_t i = 0; i < reference.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(clipped[stage].params[1][i] - reference[i]));
+    }
+    CHECK(max_diff < 1e-5f);
+  }
+}
+
+TEST_CASE("ClipGradNorm at stage 0 is torch's clip_grad_norm_", "[train][zero]") {
+  auto rendezvous = Rendezvous::Host("127.0.0.1", 0, 10s);
+  REQUIRE(rendezvous.ok());
+  auto group = ProcessGroup::Connect(std::move(rendezvous).value(), ProcessGroupOptions{});
+  REQUIRE(group.ok());
+  torch::manual_seed(3);
+  torch::nn::Linear ours(8, 4), theirs(8, 4);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < ours->parameters().size(); ++i) {
+    theirs->parameters()[i].copy_(ours->parameters()[i]);
+    ours->parameters()[i].mutable_grad() = torch::randn(ours->parameters()[i].sizes());
+    theirs->parameters()[i].mutable_grad() = ours->parameters()[i].grad().clone();
+  }
+  torch::optim::SGD sgd(ours->parameters(), torch::optim::SGDOptions(0.1));
+  auto zero = ShardedOptimizer::Create(sgd, **group, {.zero_stage = 0});
+  REQUIRE(zero.ok());
+  Result<double> norm = (*zero)->ClipGradNorm(0.5);
+  REQUIRE(norm.ok());
+  const double torch_norm = torch::nn::utils::clip_grad_norm_(theirs->parameters(), 0.5);
+  CHECK(*norm == Approx(torch_norm).epsilon(1e-6));
+  CHECK(*norm > 0.5);  // it clipped
+  for (size_t i = 0; i < ours->parameters().size(); ++i) {
+    CHECK(torch::allclose(ours->parameters()[i].grad(), theirs->parameters()[i].grad(), 1e-6,
+                          1e-7));
+  }
+}
+
 // The whole saved state of a checkpoint directory, whatever its shards: per state name
 // ("exp_avg") one flat tensor assembled from every shard's runs, which must tile it without
 // overlap.

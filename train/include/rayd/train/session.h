@@ -61,6 +61,14 @@ class PreparedOptimizer {
   // Zeroes every parameter's gradient in place (the optimizer's own zero_grad only reaches the
   // parameters this rank steps).
   void ZeroGrad() { zero_->ZeroGrad(); }
+  // Unscales this step's gradients (fp16), once, and says whether every rank's were finite: call
+  // it before ClipGradNorm; Step(scaler) does when it was not.
+  bool Unscale(LossScaler& scaler);
+  // Clips the gradients to `max_norm` of the whole model's L2 norm, over every rank's shard
+  // (ShardedOptimizer::ClipGradNorm; torch's clip_grad_norm_ over the model's parameters would
+  // see only this rank's at stage 2). Every rank calls it. Returns the norm before clipping;
+  // throws RaydError when a peer did not take part.
+  double ClipGradNorm(double max_norm);
   int64_t state_bytes() const { return zero_->state_bytes(); }
   ShardedOptimizer& sharded() { return *zero_; }
 

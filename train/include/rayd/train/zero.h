@@ -81,6 +81,13 @@ class ShardedOptimizer {
   Status Step();
   // Zeroes every gradient this rank holds, in place.
   void ZeroGrad();
+  // Scales this step's gradients so that their L2 norm over the whole model is at most
+  // `max_norm` (torch.nn.utils.clip_grad_norm_'s rule: multiplied by max_norm / (norm + 1e-6)
+  // when that is below 1); returns the norm before clipping. At stages 1 and 2 no rank holds
+  // every gradient, so the norm is summed over every rank's slices (an all-reduce of one
+  // number): torch's clip_grad_norm_ over model->parameters() would see only this rank's. Every
+  // rank calls it, after FinishBackward and before Step (with a loss scaler, after Unscale).
+  Result<double> ClipGradNorm(double max_norm);
 
   int stage() const { return options_.zero_stage; }
   // The optimizer, holding this rank's slices of the parameters.
