@@ -177,7 +177,7 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
   // with reduce_to_owners none crosses an owner's bound (a parameter that does is cut in two).
   std::vector<int64_t> bytes;
   std::vector<int64_t> low;  // per bucket: its lowest flat element so far
-  std::vector<std::pair<size_t, int64_t>> piece_at;  // (param, flat start) per piece, in order
+  bool sealed = false;  // the last bucket takes no more pieces
   const int64_t element_size = order.empty() ? 1 : order.front().element_size();
   for (size_t o = order.size(); o-- > 0;) {
     const size_t i = index.at(order[o].unsafeGetTensorImpl());
@@ -191,7 +191,10 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
         lo = std::max(start, bounds[owner]);
       }
       const int64_t size = (hi - lo) * element_size;
-      const bool fits = !buckets_.empty() && buckets_.back().owner == owner &&
+      // Reduced to owners, a large gradient gets a bucket of its own: a rank that does not own
+      // it then reduces autograd's tensor as it is, without a copy (MarkReady).
+      const bool alone = reduce_to_owners && 2 * size >= options_.bucket_cap_bytes;
+      const bool fits = !alone && !buckets_.empty() && !sealed && buckets_.back().owner == owner &&
                         low.back() == hi && bytes.back() + size <= Cap(buckets_.size() - 1);
       if (!fits) {
         buckets_.emplace_back();
@@ -199,6 +202,7 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
         bytes.push_back(0);
         low.push_back(hi);
       }
+      sealed = alone;
       const size_t b = buckets_.size() - 1;
       slots_[i].pieces.push_back({b, lo, lo - start, hi - lo});  // bucket_offset fixed below
       buckets_[b].params.push_back(i);
