@@ -38,14 +38,18 @@
 //   each rank's shard of the gradients is a slice of it: FlatGradients). At stage 2
 //   (reduce_to_owners) no bucket crosses a bound, each is reduced (summed) to the rank owning
 //   its range only, and a rank keeps only its own range between steps: another rank's bucket is
-//   allocated when its first gradient arrives and freed as soon as its reduce completes (checked
-//   as later gradients arrive, and in FinishBackward). A parameter not wholly in this rank's
-//   range keeps no .grad between steps: its pieces are copied into their buckets as it arrives.
+//   allocated when its first gradient arrives (from spare storage of earlier ones) and freed as
+//   soon as its reduce completes (checked as later gradients arrive, and in FinishBackward;
+//   backward waits for the oldest while more than reduce_in_flight_cap_bytes are in flight). A
+//   parameter not wholly in this rank's range keeps no .grad between steps: its pieces are
+//   copied into their buckets as it arrives, or, a large gradient with a bucket of its own,
+//   reduced from autograd's tensor as it is.
 //   Under NoSync every gradient still accumulates locally in .grad (no communication means no
 //   owner to hand it to); the synced backward hands it over and frees it.
 //
 // Invariants, between FinishBackward calls: buckets [0, next_bucket_) have been launched;
-// a bucket's `pending` counts its parameters whose gradient has not arrived; a parameter's
+// a bucket's `pending` counts its pieces (of parameters) whose gradient has not arrived; a
+// transient bucket launched and not let go is in in_flight_; a parameter's
 // gradient arrives at most once (a second backward before FinishBackward is an error, since
 // its gradient would miss the bucket already sent).
 //
