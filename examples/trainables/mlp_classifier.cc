@@ -14,8 +14,8 @@
 // signal (0.08), data_seed (0), precision (fp32 | bf16 | fp16: the forward under autocast;
 // fp16 needs a GPU and scales the loss dynamically), accumulation_steps (1: each step's
 // gradients are summed over that many micro-batches of batch_size, communicating only on the
-// last), zero_stage (0 | 1 | 2: ZeRO stage 1 keeps each parameter's optimizer state on one rank,
-// stage 2 its gradient too). One epoch is one training_iteration: rank 0 reports the validation
+// last), zero_stage (0 | 1 | 2: ZeRO stage 1 splits the optimizer state among the ranks, stage 2
+// the gradients too). One epoch is one training_iteration: rank 0 reports the validation
 // loss and accuracy and the mean training loss, its optimizer_state_bytes and grad_bytes, with a
 // checkpoint (model.pt, the epoch, and every rank's shard of the optimizer state), and a resumed
 // run continues after its checkpoint's epoch, on any number of ranks.
@@ -118,7 +118,7 @@ void MlpClassifier(const nlohmann::json& config) {
   // The momentum of the run it resumes, taken on any number of ranks at any stage (checkpoints
   // from before optimizer state was saved have none: the momentum starts at zero).
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint();
-      checkpoint && fs::exists(*checkpoint + "/optimizer.complete")) {
+      checkpoint && rt::ShardedOptimizer::HasSavedState(*checkpoint)) {
     optimizer.LoadState(*checkpoint);
   }
   rt::DistributedSampler sampler(train_size, context.world_size, context.world_rank);
@@ -172,7 +172,8 @@ void MlpClassifier(const nlohmann::json& config) {
                                              {"epoch", epoch},
                                              {"optimizer_state_bytes",
                                               static_cast<double>(optimizer.state_bytes())},
-                                             {"grad_bytes", static_cast<double>(ddp.ddp().gradient_bytes())}};
+                                             {"grad_bytes",
+                                              static_cast<double>(ddp.ddp().gradient_bytes())}};
     // Every rank checkpoints: rank 0 the model and the epoch, each rank its shard of the
     // optimizer state, written in the background while the next epoch trains; the driver keeps
     // the checkpoint once every rank's files are in (only rank 0's metrics are kept).

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "c10d_error.h"
+#include "tensor_alias.h"
 
 namespace rayd::train {
 
@@ -134,7 +135,8 @@ void DistributedDataParallel::BuildBuckets() {
     const torch::Tensor& first = params_[bucket.params.front()];
     bucket.flat = torch::zeros({bucket.elements}, first.options().requires_grad(false));
     for (size_t i : bucket.params) {
-      slots_[i].view = Alias(bucket.flat, slots_[i].pieces.front().bucket_offset, params_[i]);
+      slots_[i].view =
+          internal::AliasOf(bucket.flat, slots_[i].pieces.front().bucket_offset, params_[i].sizes());
     }
   }
   PointGradsHome();
@@ -176,7 +178,7 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
   // Buckets are ranges of the flat space, made from its end (backward's first gradients) down;
   // with reduce_to_owners none crosses an owner's bound (a parameter that does is cut in two).
   std::vector<int64_t> bytes;
-  std::vector<int64_t> low;  // per bucket: its lowest flat element so far
+  std::vector<int64_t> low;  // per bucket: its lowest flat element so far (buckets grow down)
   bool sealed = false;  // the last bucket takes no more pieces
   const int64_t element_size = order.empty() ? 1 : order.front().element_size();
   for (size_t o = order.size(); o-- > 0;) {
@@ -195,7 +197,7 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
       // it then reduces autograd's tensor as it is, without a copy (MarkReady).
       const bool alone = reduce_to_owners && 2 * size >= options_.bucket_cap_bytes;
       const bool fits = !alone && !buckets_.empty() && !sealed && buckets_.back().owner == owner &&
-                        low.back() == hi && bytes.back() + size <= Cap(buckets_.size() - 1);
+                        bytes.back() + size <= Cap(buckets_.size() - 1);
       if (!fits) {
         buckets_.emplace_back();
         buckets_.back().owner = owner;
@@ -224,16 +226,15 @@ Status DistributedDataParallel::UseFlatLayout(const std::vector<torch::Tensor>& 
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    bucket.region_offset = bucket.Transient(rank) ? -1 : low[b] - region_begin_;
-    if (bucket.region_offset >= 0) {
-      bucket.flat = region_.narrow(0, bucket.region_offset, bucket.elements);
+    if (!bucket.Transient(rank)) {
+      bucket.flat = region_.narrow(0, low[b] - region_begin_, bucket.elements);
     }
   }
   // A parameter wholly in the region keeps its gradient there; the others have none between
   // steps (their pieces are copied into the buckets as they arrive).
   for (size_t i = 0; i < params_.size(); ++i) {
     if (begin[i] >= region_begin_ && begin[i] + params_[i].numel() <= region_end) {
-      slots_[i].view = Alias(region_, begin[i] - region_begin_, params_[i]);
+      slots_[i].view = internal::AliasOf(region_, begin[i] - region_begin_, params_[i].sizes());
     }
   }
   PointGradsHome();
@@ -252,18 +253,7 @@ int64_t DistributedDataParallel::gradient_bytes() const {
 torch::Tensor DistributedDataParallel::FlatGradients(int64_t begin, int64_t end) const {
   RAYD_CHECK(flat_layout_ && begin >= region_begin_ && end >= begin &&
              end - region_begin_ <= region_.numel());
-  torch::Tensor alias = torch::empty({0}, region_.options());
-  alias.set_(region_.storage(), begin - region_begin_, {end - begin});
-  return alias;
-}
-
-torch::Tensor DistributedDataParallel::Alias(const torch::Tensor& flat, int64_t offset,
-                                             const torch::Tensor& like) {
-  // Shares `flat`'s storage without being an autograd view of it, so zero_grad()'s in-place
-  // detach_() accepts it as a .grad, and it keeps the storage alive.
-  torch::Tensor alias = torch::empty({0}, flat.options());
-  alias.set_(flat.storage(), flat.storage_offset() + offset, like.sizes());
-  return alias;
+  return internal::AliasOf(region_, begin - region_begin_, {end - begin});
 }
 
 void DistributedDataParallel::PointGradsHome() {
@@ -324,7 +314,8 @@ void DistributedDataParallel::ReleaseReducedBuckets() {
   // Those whose reduce is done; then, while more than the cap waits in flight, the oldest once
   // it is done (backward outrunning the network must not hold every gradient).
   auto let_go = [&](Bucket& bucket) {
-    Status done = WaitWork(*bucket.work, group_.timeout(), "reducing a gradient bucket to its owner");
+    Status done =
+        WaitWork(*bucket.work, group_.timeout(), "reducing a gradient bucket to its owner");
     LetGo(bucket, done.ok());
     if (error_.ok()) error_ = std::move(done);
   };
@@ -390,23 +381,21 @@ void DistributedDataParallel::MarkReady(size_t param, const torch::Tensor& grad)
     // Its pieces go to buckets that may not exist yet (reduced to other ranks): copied in, and
     // autograd's .grad let go. A bucket that is this whole gradient and nothing else takes
     // autograd's tensor itself: no copy, and half the memory while its reduce is in flight.
-    const torch::Tensor flat = grad.defined() ? grad.reshape(-1) : torch::Tensor();
-    if (slot.pieces.size() == 1 && flat.defined() && flat.is_contiguous() &&
-        flat.data_ptr() == grad.data_ptr()) {
-      Bucket& bucket = buckets_[slot.pieces.front().bucket];
-      if (!bucket.flat.defined() && bucket.params.size() == 1 &&
-          bucket.elements == flat.numel() && flat.scalar_type() == params_[param].scalar_type()) {
-        bucket.flat = flat;
-      }
-    }
-    for (const Piece& piece : slot.pieces) {
-      EnsureStorage(piece.bucket);
-      torch::Tensor into = buckets_[piece.bucket].flat.narrow(0, piece.bucket_offset, piece.length);
-      if (into.data_ptr() == (flat.defined() ? flat.data_ptr() : nullptr)) continue;  // taken as is
-      if (flat.defined()) {
-        into.copy_(flat.narrow(0, piece.param_offset, piece.length));
-      } else {
-        into.zero_();
+    Bucket& first = buckets_[slot.pieces.front().bucket];
+    if (grad.defined() && grad.is_contiguous() && slot.pieces.size() == 1 &&
+        !first.flat.defined() && first.params.size() == 1) {
+      first.flat = grad.view(-1);
+    } else {
+      const torch::Tensor flat = grad.defined() ? grad.reshape(-1) : torch::Tensor();
+      for (const Piece& piece : slot.pieces) {
+        EnsureStorage(piece.bucket);
+        torch::Tensor into =
+            buckets_[piece.bucket].flat.narrow(0, piece.bucket_offset, piece.length);
+        if (flat.defined()) {
+          into.copy_(flat.narrow(0, piece.param_offset, piece.length));
+        } else {
+          into.zero_();
+        }
       }
     }
     params_[param].mutable_grad() = torch::Tensor();

@@ -232,10 +232,14 @@ void Report(const std::map<std::string, double>& metrics,
     throw RaydError("Report: " + failed.message());
   }
   const bool taken_over = checkpoint_dir && session.new_dirs.erase(*checkpoint_dir) > 0;
+  const int rank = session.context.world_rank;
+  // Another rank's own directory is not part of any checkpoint (only rank 0's are kept), as its
+  // metrics are not: nothing to read, and no part the driver would never collect.
+  std::optional<std::string> dir = rank == 0 || taken_over ? checkpoint_dir : std::nullopt;
   // Read the checkpoint's files, hand them over (rank 0's report to the driver's Poll, another
   // rank's to the driver's collection of parts), and delete a directory taken over.
-  auto ship = [worker = session.worker, rank = session.context.world_rank,
-               index = session.reports++, metrics, checkpoint_dir, taken_over]() -> Status {
+  auto ship = [worker = session.worker, rank, index = session.reports++, metrics,
+               checkpoint_dir = dir, taken_over]() -> Status {
     std::optional<internal::CheckpointFiles> files;
     if (checkpoint_dir) {
       Result<internal::CheckpointFiles> read = internal::ReadCheckpointDir(*checkpoint_dir);
@@ -259,7 +263,7 @@ void Report(const std::map<std::string, double>& metrics,
     worker->Enqueue(std::move(report));
     return Status::Ok();
   };
-  if (!checkpoint_dir || taken_over) {
+  if (!dir || taken_over) {
     session.writer.Post(std::move(ship));  // in order behind the writes before it
     return;
   }
@@ -516,7 +520,6 @@ CheckpointPart TrainWorker::Part(int index, int wait_ms) {
                                   [&] { return deposited_ > index || finished_; });
   part.reported = deposited_ > index;
   if (auto it = parts_.find(index); part.ready && it != parts_.end()) {
-    part.has_checkpoint = true;
     part.files = std::move(it->second);
   }
   if (part.ready) parts_.erase(parts_.begin(), parts_.upper_bound(index));

@@ -45,9 +45,8 @@ struct ReportMessage {
 struct CheckpointPart {
   bool ready = false;     // the rank has made that Report, or its loop is over
   bool reported = false;  // the rank has made that Report
-  bool has_checkpoint = false;
-  CheckpointFiles files;
-  MSGPACK_DEFINE(ready, reported, has_checkpoint, files);
+  CheckpointFiles files;  // empty when it passed no NewCheckpointDir directory
+  MSGPACK_DEFINE(ready, reported, files);
 };
 
 // A command trainable (rayd/train/command.h) as it travels to the ranks.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "c10d_error.h"
+#include "tensor_alias.h"
 
 namespace rayd::train {
 namespace {
@@ -25,14 +26,6 @@ std::string ShardFile(const std::string& dir, int rank, int world) {
 // LibTorch 1.13 keys a parameter's optimizer state by its TensorImpl's address, as text.
 std::string StateKey(const torch::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
-
-// A 1-D tensor on `flat`'s storage, elements [offset, offset + length): shares the storage
-// without being an autograd view (the optimizer may detach_ its gradient in place).
-torch::Tensor Alias(const torch::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
-  torch::Tensor alias = torch::empty({0}, flat.options().requires_grad(false));
-  alias.set_(flat.storage(), flat.storage_offset() + offset, sizes);
-  return alias;
 }
 
 // One parameter's (or shard's) optimizer state as named tensors: what checkpoints hold and
@@ -165,7 +158,7 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
       const int64_t begin = std::max(lo, zero->offsets_[i]);
       const int64_t end = std::min(hi, zero->offsets_[i] + zero->params_[i].numel());
       if (begin >= end) continue;
-      torch::Tensor slice = Alias(zero->flat_params_, begin, {end - begin});
+      torch::Tensor slice = internal::AliasOf(zero->flat_params_, begin, {end - begin});
       slice.mutable_grad() = ddp->FlatGradients(begin, end);
       zero->shards_.push_back({begin, end, slice});
       kept.push_back(slice);
@@ -181,7 +174,7 @@ void ShardedOptimizer::Flatten() {
   // One parameter at a time, each old storage freed as its data moves: the resident memory
   // grows by the largest parameter, not by the model.
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor moved = Alias(flat_params_, offsets_[i], params_[i].sizes());
+    torch::Tensor moved = internal::AliasOf(flat_params_, offsets_[i], params_[i].sizes());
     moved.copy_(params_[i]);
     params_[i].set_data(moved);
   }
@@ -228,7 +221,8 @@ Result<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
     }
   }
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
-  torch::Tensor squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  torch::Tensor squares =
+      torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   for (const torch::Tensor& grad : grads) squares += grad.norm(2).to(torch::kDouble).pow(2);
   if (sharded()) {
     const std::string doing = "summing the gradients' norm over the ranks";
@@ -282,7 +276,9 @@ Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
     return Status::Ok();
   };
   if (sharded()) {
-    for (const Shard& shard : shards_) RAYD_RETURN_IF_ERROR(add(shard.begin, shard.end, shard.param));
+    for (const Shard& shard : shards_) {
+      RAYD_RETURN_IF_ERROR(add(shard.begin, shard.end, shard.param));
+    }
   } else {
     for (size_t i = 0; i < params_.size(); ++i) {
       RAYD_RETURN_IF_ERROR(add(offsets_[i], offsets_[i] + params_[i].numel(), params_[i]));
@@ -318,6 +314,10 @@ Status ShardedOptimizer::SaveState(const std::string& dir) {
   if (group_.world_size() > 1) RAYD_RETURN_IF_ERROR(group_.Barrier());
   if (rank0) RAYD_RETURN_IF_ERROR(WriteSnapshot(snapshot, dir));
   return Status::Ok();
+}
+
+bool ShardedOptimizer::HasSavedState(const std::string& dir) {
+  return std::filesystem::exists(dir + "/" + kCompleteFile);
 }
 
 Status ShardedOptimizer::LoadState(const std::string& dir) {
@@ -386,7 +386,8 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
   };
   if (sharded()) {
     for (const Shard& shard : shards_) {
-      RAYD_RETURN_IF_ERROR(assemble(shard.begin, shard.end, {shard.end - shard.begin}, shard.param));
+      RAYD_RETURN_IF_ERROR(
+          assemble(shard.begin, shard.end, {shard.end - shard.begin}, shard.param));
     }
     return Status::Ok();
   }

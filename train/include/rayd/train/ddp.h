@@ -161,7 +161,6 @@ class DistributedDataParallel {
     c10::intrusive_ptr<c10d::Work> work;  // the reduction in flight, once launched
     int owner = -1;                       // -1: all-reduced; else reduced to this rank only
     int64_t elements = 0;
-    int64_t region_offset = -1;           // flat layout: where it sits in region_ (-1: not there)
     torch::Tensor storage;                // a transient bucket's own allocation (flat's base)
     // Another rank's (stage 2): allocated while this step's gradients pass through it.
     bool Transient(int rank) const { return owner >= 0 && owner != rank; }
@@ -191,8 +190,6 @@ class DistributedDataParallel {
   int64_t Cap(size_t bucket) const {
     return bucket == 0 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
   }
-  // A tensor shaped like `like` on `flat`'s storage from `offset` on.
-  static torch::Tensor Alias(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like);
   // Points every .grad at its home (copying what it held), or drops it when it has none.
   void PointGradsHome();
   // A transient bucket's storage, from the first gradient that arrives; let go once its reduce

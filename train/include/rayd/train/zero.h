@@ -118,6 +118,9 @@ class ShardedOptimizer {
   // 4-rank checkpoint onto 2 ranks, say). NotFound for an incomplete checkpoint (no marker, or a
   // shard it names missing); InvalidArgument for one of another model or optimizer.
   Status LoadState(const std::string& dir);
+  // Whether `dir` holds a saved optimizer state (complete or not): a checkpoint from before a
+  // loop saved one has none, and LoadState would refuse it.
+  static bool HasSavedState(const std::string& dir);
 
  private:
   // This rank's slice of one parameter.
