@@ -11,52 +11,51 @@ capnp::Data::Reader AsData(const std::string& s) {
   return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
 }
 
-// Replies with `fill(value)` when `r` is ok, else fails the call.
-template <typename T, typename Fill>
-auto ReplyWith(const rpc::CallPtr& call, Fill fill) {
+// Replies with `fill(reply, value)` when `r` is ok, else fails the call.
+template <typename T, proto::Method M, typename Fill>
+auto ReplyWith(const rpc::Incoming<M>& call, Fill fill) {
   return [call, fill](Result<T> r) {
     if (!r.ok()) {
-      call->Fail(r.status());
+      call.Fail(r.status());
       return;
     }
-    call->Reply([&](capnp::AnyPointer::Builder b) { fill(b, *r); });
+    call.Reply([&](typename rpc::ReplyOf<M>::Builder b) { fill(b, *r); });
   };
 }
 
 }  // namespace
 
 void GcsKvManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::KV_PUT, [this](auto& c) { HandlePut(c); });
-  dispatcher.Register(proto::Method::KV_GET, [this](auto& c) { HandleGet(c); });
-  dispatcher.Register(proto::Method::KV_DEL, [this](auto& c) { HandleDel(c); });
-  dispatcher.Register(proto::Method::KV_KEYS, [this](auto& c) { HandleKeys(c); });
-  dispatcher.Register(proto::Method::KV_EXISTS, [this](auto& c) { HandleExists(c); });
+  dispatcher.Handle<proto::Method::KV_PUT>([this](const auto& c) { HandlePut(c); });
+  dispatcher.Handle<proto::Method::KV_GET>([this](const auto& c) { HandleGet(c); });
+  dispatcher.Handle<proto::Method::KV_DEL>([this](const auto& c) { HandleDel(c); });
+  dispatcher.Handle<proto::Method::KV_KEYS>([this](const auto& c) { HandleKeys(c); });
+  dispatcher.Handle<proto::Method::KV_EXISTS>([this](const auto& c) { HandleExists(c); });
 }
 
-void GcsKvManager::HandlePut(const rpc::CallPtr& call) {
-  auto r = call->Params<proto::KvPutRequest>();
+void GcsKvManager::HandlePut(const rpc::Incoming<proto::Method::KV_PUT>& call) {
+  auto r = call.params();
   auto value = r.getValue();
   store_.Put(Table(r.getNamespace()), r.getKey(),
              std::string(reinterpret_cast<const char*>(value.begin()), value.size()),
              r.getOverwrite(), ReplyWith<bool>(call, [](auto b, bool added) {
-               b.template initAs<proto::KvPutReply>().setAdded(added);
+               b.setAdded(added);
              }));
 }
 
-void GcsKvManager::HandleGet(const rpc::CallPtr& call) {
-  auto r = call->Params<proto::KvGetRequest>();
+void GcsKvManager::HandleGet(const rpc::Incoming<proto::Method::KV_GET>& call) {
+  auto r = call.params();
   store_.Get(Table(r.getNamespace()), r.getKey(),
              ReplyWith<std::optional<std::string>>(call, [](auto b, const auto& value) {
-               auto reply = b.template initAs<proto::KvGetReply>();
-               reply.setFound(value.has_value());
-               if (value) reply.setValue(AsData(*value));
+               b.setFound(value.has_value());
+               if (value) b.setValue(AsData(*value));
              }));
 }
 
-void GcsKvManager::HandleDel(const rpc::CallPtr& call) {
-  auto r = call->Params<proto::KvDelRequest>();
+void GcsKvManager::HandleDel(const rpc::Incoming<proto::Method::KV_DEL>& call) {
+  auto r = call.params();
   auto fill = [](auto b, int64_t n) {
-    b.template initAs<proto::KvDelReply>().setDeleted(static_cast<uint32_t>(n));
+    b.setDeleted(static_cast<uint32_t>(n));
   };
   if (r.getByPrefix()) {
     store_.DeleteByPrefix(Table(r.getNamespace()), r.getKey(), ReplyWith<int64_t>(call, fill));
@@ -66,20 +65,19 @@ void GcsKvManager::HandleDel(const rpc::CallPtr& call) {
   }
 }
 
-void GcsKvManager::HandleKeys(const rpc::CallPtr& call) {
-  auto r = call->Params<proto::KvKeysRequest>();
+void GcsKvManager::HandleKeys(const rpc::Incoming<proto::Method::KV_KEYS>& call) {
+  auto r = call.params();
   store_.Keys(Table(r.getNamespace()), r.getPrefix(),
               ReplyWith<std::vector<std::string>>(call, [](auto b, const auto& keys) {
-                auto list = b.template initAs<proto::KvKeysReply>().initKeys(
-                    static_cast<unsigned>(keys.size()));
+                auto list = b.initKeys(static_cast<unsigned>(keys.size()));
                 for (unsigned i = 0; i < keys.size(); ++i) list.set(i, keys[i]);
               }));
 }
 
-void GcsKvManager::HandleExists(const rpc::CallPtr& call) {
-  auto r = call->Params<proto::KvGetRequest>();
+void GcsKvManager::HandleExists(const rpc::Incoming<proto::Method::KV_EXISTS>& call) {
+  auto r = call.params();
   store_.Exists(Table(r.getNamespace()), r.getKey(), ReplyWith<bool>(call, [](auto b, bool e) {
-                  b.template initAs<proto::KvExistsReply>().setExists(e);
+                  b.setExists(e);
                 }));
 }
 

@@ -14,11 +14,11 @@ class GcsKvManager {
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
  private:
-  void HandlePut(const rpc::CallPtr& call);
-  void HandleGet(const rpc::CallPtr& call);
-  void HandleDel(const rpc::CallPtr& call);
-  void HandleKeys(const rpc::CallPtr& call);
-  void HandleExists(const rpc::CallPtr& call);
+  void HandlePut(const rpc::Incoming<proto::Method::KV_PUT>& call);
+  void HandleGet(const rpc::Incoming<proto::Method::KV_GET>& call);
+  void HandleDel(const rpc::Incoming<proto::Method::KV_DEL>& call);
+  void HandleKeys(const rpc::Incoming<proto::Method::KV_KEYS>& call);
+  void HandleExists(const rpc::Incoming<proto::Method::KV_EXISTS>& call);
 
   StoreClient& store_;
 };

@@ -18,21 +18,21 @@ NodeClientPool::~NodeClientPool() {
   clients.clear();
 }
 
-void NodeClientPool::Call(const NodeId& node, proto::Method method, const rpc::FillFn& fill,
-                          Millis timeout, rpc::ReplyFn cb) {
+rpc::RpcClient* NodeClientPool::Client(const NodeId& node) {
   auto it = clients_.find(node);
   if (it == clients_.end()) {
     const runtime::NodeInfo* info = nodes_.FindAlive(node);
-    if (info == nullptr) {
-      cb(Status::Unavailable("node " + node.Hex() + " is not alive"), capnp::AnyPointer::Reader());
-      return;
-    }
+    if (info == nullptr) return nullptr;
     auto client =
         std::make_unique<rpc::RpcClient>(loop_, info->address, rpc::Options{token_, "gcs"});
     client->Connect();
     it = clients_.emplace(node, std::move(client)).first;
   }
-  it->second->Call(method, fill, timeout, std::move(cb));
+  return it->second.get();
+}
+
+Status NodeClientPool::NotAlive(const NodeId& node) {
+  return Status::Unavailable("node " + node.Hex() + " is not alive");
 }
 
 bool NodeClientPool::Connected(const NodeId& node) const {

@@ -25,16 +25,25 @@ class NodeClientPool {
   NodeClientPool(const NodeClientPool&) = delete;
   NodeClientPool& operator=(const NodeClientPool&) = delete;
 
-  // Calls `method` on the node daemon of `node`. A node that is unknown or not alive answers
-  // Unavailable at once.
-  void Call(const NodeId& node, proto::Method method, const rpc::FillFn& fill, Millis timeout,
-            rpc::ReplyFn cb);
+  // Calls method M on the node daemon of `node` (as RpcClient::Call<M>). A node that is unknown
+  // or not alive answers Unavailable at once.
+  template <proto::Method M, typename Fill, typename Done>
+  void Call(const NodeId& node, Fill&& fill, Millis timeout, Done done) {
+    if (rpc::RpcClient* client = Client(node)) {
+      client->Call<M>(fill, timeout, std::move(done));
+    } else {
+      rpc::internal::ReadReply<M>(std::move(done))(NotAlive(node), capnp::AnyPointer::Reader());
+    }
+  }
   // True while the client to `node` holds an authenticated connection.
   bool Connected(const NodeId& node) const;
 
   const std::string& token() const { return token_; }
 
  private:
+  // The client to `node`, connecting on first use; null when the node is not alive.
+  rpc::RpcClient* Client(const NodeId& node);
+  static Status NotAlive(const NodeId& node);
   void Drop(const NodeId& node);
 
   EventLoop& loop_;

@@ -27,10 +27,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "rayd/base/event_loop.h"
+#include "rayd/base/rpc_methods.h"
 #include "rayd/base/status.h"
 #include "rayd/protocol/rpc.capnp.h"
 
@@ -66,6 +68,32 @@ using FillFn = std::function<void(capnp::AnyPointer::Builder)>;
 using ReplyFn = std::function<void(const Status&, capnp::AnyPointer::Reader)>;
 
 class Connection;
+
+namespace internal {
+
+// Adapts a typed request filler (taking M's request builder) to the wire's FillFn. `fill` is
+// used before the call returns (requests are serialised at once), so it is held by reference.
+template <proto::Method M, typename Fill>
+FillFn FillRequest(Fill& fill) {
+  return [&fill](capnp::AnyPointer::Builder b) { fill(b.initAs<RequestOf<M>>()); };
+}
+
+// Adapts a typed completion to the wire's ReplyFn. `done` takes (status, M's reply reader) or,
+// for callers that need only the outcome, (status). The reader is valid during the call only,
+// and is the default (empty) reply when the status is not ok.
+template <proto::Method M, typename Done>
+ReplyFn ReadReply(Done done) {
+  using Reader = typename ReplyOf<M>::Reader;
+  return [done = std::move(done)](const Status& s, capnp::AnyPointer::Reader r) mutable {
+    if constexpr (std::is_invocable_v<Done&, const Status&, Reader>) {
+      done(s, s.ok() ? r.getAs<ReplyOf<M>>() : Reader());
+    } else {
+      done(s);
+    }
+  };
+}
+
+}  // namespace internal
 
 // A request received from a peer. Handlers reply exactly once, now or later (keeping the
 // shared_ptr). Replying after the connection closed does nothing.
@@ -103,12 +131,43 @@ using Handler = std::function<void(const CallPtr&)>;
 // must outlive them.
 class Dispatcher {
  public:
+  // Serves method M: `handler` takes an Incoming<M> (below).
+  template <proto::Method M, typename H>
+  void Handle(H handler);
+
   void Register(proto::Method method, Handler handler);
   const Handler* Find(proto::Method method) const;
 
  private:
   std::map<uint16_t, Handler> handlers_;
 };
+
+// A received call of method M, typed by its MethodSpec: params() reads M's request and Reply
+// fills M's reply. Cheap to copy (it shares the call); keep a copy to reply later.
+template <proto::Method M>
+class Incoming {
+ public:
+  explicit Incoming(CallPtr call) : call_(std::move(call)) {}
+
+  typename RequestOf<M>::Reader params() const { return call_->params().getAs<RequestOf<M>>(); }
+  // `fill` takes M's reply builder.
+  template <typename Fill>
+  void Reply(Fill&& fill) const {
+    call_->Reply([&](capnp::AnyPointer::Builder b) { fill(b.initAs<ReplyOf<M>>()); });
+  }
+  void Reply() const { call_->Reply(); }
+  void Fail(const Status& status) const { call_->Fail(status); }
+  bool replied() const { return call_->replied(); }
+  std::shared_ptr<Connection> connection() const { return call_->connection(); }
+
+ private:
+  CallPtr call_;
+};
+
+template <proto::Method M, typename H>
+void Dispatcher::Handle(H handler) {
+  Register(M, [handler = std::move(handler)](const CallPtr& call) { handler(Incoming<M>(call)); });
+}
 
 // One connected, authenticated stream. Created by RpcServer or RpcClient; it keeps itself
 // alive while its socket is open, so owners may hold it by shared_ptr or weak_ptr.
@@ -132,6 +191,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (zero: no deadline), or Unavailable if the connection closes first. Calls made before the
   // handshake completes are sent once it does.
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
+  // Typed: `fill` takes M's request builder; `done` takes (status, M's reply reader) or
+  // (status). The overload without `fill` sends an empty request.
+  template <proto::Method M, typename Fill, typename Done>
+  void Call(Fill&& fill, Millis timeout, Done done) {
+    Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
+  }
+  template <proto::Method M, typename Done>
+  void Call(Millis timeout, Done done) {
+    Call(M, nullptr, timeout, internal::ReadReply<M>(std::move(done)));
+  }
   // Sends a request built by BuildRequest (its id and timeout are set here).
   void Send(std::unique_ptr<capnp::MallocMessageBuilder> request, Millis timeout, ReplyFn cb);
 
@@ -256,6 +325,15 @@ class RpcClient {
   void Connect();
 
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
+  // Typed, as Connection::Call<M>.
+  template <proto::Method M, typename Fill, typename Done>
+  void Call(Fill&& fill, Millis timeout, Done done) {
+    Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
+  }
+  template <proto::Method M, typename Done>
+  void Call(Millis timeout, Done done) {
+    Call(M, nullptr, timeout, internal::ReadReply<M>(std::move(done)));
+  }
 
   bool connected() const { return conn_ && conn_->ready(); }
   const Status& last_error() const { return last_error_; }
@@ -301,5 +379,21 @@ std::unique_ptr<capnp::MallocMessageBuilder> BuildRequest(proto::Method method,
 Status CallAndWait(EventLoop& loop, RpcClient& client, proto::Method method, const FillFn& fill,
                    Millis timeout,
                    const std::function<void(capnp::AnyPointer::Reader)>& on_result = nullptr);
+
+// Typed: `fill` takes M's request builder (nullptr: an empty request); `on_result` M's reply
+// reader.
+template <proto::Method M, typename Fill, typename OnResult = std::nullptr_t>
+Status CallAndWait(EventLoop& loop, RpcClient& client, Fill&& fill, Millis timeout,
+                   OnResult&& on_result = nullptr) {
+  FillFn raw_fill;
+  if constexpr (!std::is_same_v<std::decay_t<Fill>, std::nullptr_t>) {
+    raw_fill = internal::FillRequest<M>(fill);
+  }
+  std::function<void(capnp::AnyPointer::Reader)> raw_result;
+  if constexpr (!std::is_same_v<std::decay_t<OnResult>, std::nullptr_t>) {
+    raw_result = [&](capnp::AnyPointer::Reader r) { on_result(r.getAs<ReplyOf<M>>()); };
+  }
+  return CallAndWait(loop, client, M, raw_fill, timeout, raw_result);
+}
 
 }  // namespace rayd::rpc
