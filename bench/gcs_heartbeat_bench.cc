@@ -76,13 +76,11 @@ int main(int argc, char** argv) {
     clients.push_back(
         std::make_unique<rpc::RpcClient>(loop, address, rpc::Options{token, "node"}));
     clients.back()->Connect();
-    clients.back()->Call(
-        proto::Method::REGISTER_NODE,
-        [&, i](capnp::AnyPointer::Builder b) {
-          runtime::NodeInfoToProto(infos[i],
-                                   b.initAs<proto::RegisterNodeRequest>().initNode());
+    clients.back()->Call<proto::Method::REGISTER_NODE>(
+        [&](proto::RegisterNodeRequest::Builder r) {
+          runtime::NodeInfoToProto(infos[i], r.initNode());
         },
-        10000ms, [&](const Status& s, capnp::AnyPointer::Reader) { registered += s.ok(); });
+        10000ms, [&](const Status& s) { registered += s.ok(); });
   }
   if (!loop.RunUntil([&] { return registered == nodes; }, 60000ms)) {
     std::fprintf(stderr, "only %d of %d nodes registered\n", registered, nodes);
@@ -91,17 +89,13 @@ int main(int argc, char** argv) {
   Timer beat(loop);
   beat.Start(Millis(period_ms), Millis(period_ms), [&] {
     for (int i = 0; i < nodes; ++i) {
-      clients[i]->Call(
-          proto::Method::HEARTBEAT,
-          [&, i](capnp::AnyPointer::Builder b) {
-            auto hb = b.initAs<proto::HeartbeatRequest>();
+      clients[i]->Call<proto::Method::HEARTBEAT>(
+          [&](proto::HeartbeatRequest::Builder hb) {
             hb.setNodeId(infos[i].node_id.Hex());
             runtime::FillResources(infos[i].available,
                                    [&](unsigned n) { return hb.initAvailable(n); });
           },
-          Millis(period_ms), [&](const Status& s, capnp::AnyPointer::Reader) {
-            s.ok() ? ++beats : ++failed;
-          });
+          Millis(period_ms), [&](const Status& s) { s.ok() ? ++beats : ++failed; });
     }
   });
   const double cpu0 = CpuSeconds(head);

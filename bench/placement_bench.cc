@@ -51,14 +51,15 @@ class SimNode {
     info_.ip = "127.0.0.1";
     info_.total = scheduler::ResourceSet{{"CPU", 16}, {"GPU", 8}, {"memory", 64e9}};
     info_.available = info_.total;
-    dispatcher_.Register(proto::Method::REQUEST_LEASE, [this](auto& c) { Lease(c); });
-    dispatcher_.Register(proto::Method::RETURN_LEASE, [this](auto& c) { Return(c); });
-    dispatcher_.Register(proto::Method::PREPARE_BUNDLES, [this](auto& c) { Prepare(c); });
-    dispatcher_.Register(proto::Method::CANCEL_BUNDLES, [this](auto& c) { Cancel(c); });
-    for (auto m : {proto::Method::PING, proto::Method::COMMIT_BUNDLES, proto::Method::KILL_WORKER,
-                   proto::Method::JOB_FINISHED}) {
-      dispatcher_.Register(m, [](const rpc::CallPtr& c) { c->Reply(); });
-    }
+    dispatcher_.Handle<proto::Method::REQUEST_LEASE>([this](const auto& c) { Lease(c); });
+    dispatcher_.Handle<proto::Method::RETURN_LEASE>([this](const auto& c) { Return(c); });
+    dispatcher_.Handle<proto::Method::PREPARE_BUNDLES>([this](const auto& c) { Prepare(c); });
+    dispatcher_.Handle<proto::Method::CANCEL_BUNDLES>([this](const auto& c) { Cancel(c); });
+    auto ack = [](const auto& c) { c.Reply(); };
+    dispatcher_.Handle<proto::Method::PING>(ack);
+    dispatcher_.Handle<proto::Method::COMMIT_BUNDLES>(ack);
+    dispatcher_.Handle<proto::Method::KILL_WORKER>(ack);
+    dispatcher_.Handle<proto::Method::JOB_FINISHED>(ack);
     server_ = std::make_unique<rpc::RpcServer>(loop, rpc::Options{token, "node"}, dispatcher_);
     if (Status s = server_->Listen("127.0.0.1:0"); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
@@ -69,68 +70,65 @@ class SimNode {
   }
 
   void Register(int* registered) {
-    gcs_.Call(
-        proto::Method::REGISTER_NODE,
-        [this](capnp::AnyPointer::Builder b) {
-          runtime::NodeInfoToProto(info_, b.initAs<proto::RegisterNodeRequest>().initNode());
+    gcs_.Call<proto::Method::REGISTER_NODE>(
+        [this](proto::RegisterNodeRequest::Builder r) {
+          runtime::NodeInfoToProto(info_, r.initNode());
         },
-        10000ms, [registered](const Status& s, capnp::AnyPointer::Reader) { *registered += s.ok(); });
+        10000ms, [registered](const Status& s) { *registered += s.ok(); });
   }
 
   void Heartbeat() {
-    gcs_.Call(
-        proto::Method::HEARTBEAT,
-        [this](capnp::AnyPointer::Builder b) {
-          auto hb = b.initAs<proto::HeartbeatRequest>();
+    gcs_.Call<proto::Method::HEARTBEAT>(
+        [this](proto::HeartbeatRequest::Builder hb) {
           hb.setNodeId(info_.node_id.Hex());
           runtime::FillResources(info_.available, [&](unsigned n) { return hb.initAvailable(n); });
         },
-        1000ms, [](const Status&, capnp::AnyPointer::Reader) {});
+        1000ms, [](const Status&) {});
   }
 
  private:
-  void Lease(const rpc::CallPtr& call) {
-    auto demand = runtime::ResourcesFromProto(call->Params<proto::RequestLeaseRequest>().getResources());
+  void Lease(const rpc::Incoming<proto::Method::REQUEST_LEASE>& call) {
+    auto demand = runtime::ResourcesFromProto(call.params().getResources());
     if (!demand.IsSubsetOf(info_.available)) {
-      return call->Fail(Status::ResourceExhausted("simulated node is full"));
+      return call.Fail(Status::ResourceExhausted("simulated node is full"));
     }
     info_.available -= demand;
     const std::string lease = RandomHex();
     leases_[lease] = demand;
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      auto g = b.initAs<proto::RequestLeaseReply>().initGranted();
+    call.Reply([&](proto::RequestLeaseReply::Builder b) {
+      auto g = b.initGranted();
       g.setLeaseId(lease);
       g.setWorkerId(RandomHex());
       g.setWorkerAddress(worker_address_);
       g.setNodeId(info_.node_id.Hex());
     });
   }
-  void Return(const rpc::CallPtr& call) {
-    auto it = leases_.find(call->Params<proto::ReturnLeaseRequest>().getLeaseId().cStr());
+  void Return(const rpc::Incoming<proto::Method::RETURN_LEASE>& call) {
+    auto it = leases_.find(call.params().getLeaseId().cStr());
     if (it != leases_.end()) {
       info_.available += it->second;
       leases_.erase(it);
     }
-    call->Reply();
+    call.Reply();
   }
-  void Prepare(const rpc::CallPtr& call) {
-    auto params = call->Params<proto::PrepareBundlesRequest>();
+  void Prepare(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call) {
+    auto params = call.params();
     const std::string group = params.getPlacementGroupId();
     scheduler::ResourceSet sum;
     for (auto b : params.getBundles()) {
       if (!bundles_.contains({group, b.getIndex()})) sum += runtime::ResourcesFromProto(b.getResources());
     }
     if (!sum.IsSubsetOf(info_.available)) {
-      return call->Fail(Status::ResourceExhausted("simulated node is full"));
+      return call.Fail(Status::ResourceExhausted("simulated node is full"));
     }
     info_.available -= sum;
     for (auto b : params.getBundles()) {
       bundles_.try_emplace({group, b.getIndex()}, runtime::ResourcesFromProto(b.getResources()));
     }
-    call->Reply();
+    call.Reply();
   }
-  void Cancel(const rpc::CallPtr& call) {
-    auto params = call->Params<proto::CancelBundlesRequest>();
+  void Cancel(const rpc::Incoming<proto::Method::CANCEL_BUNDLES>& call) {
+    auto params = call.params();
     const std::string group = params.getPlacementGroupId();
     std::vector<uint32_t> indexes;
     for (uint32_t i : params.getIndexes()) indexes.push_back(i);
@@ -142,7 +140,7 @@ class SimNode {
         ++it;
       }
     }
-    call->Reply();
+    call.Reply();
   }
 
   std::string worker_address_;
@@ -193,9 +191,8 @@ int main(int argc, char** argv) {
   EventLoop loop;
   // The one simulated worker: every actor's constructor "runs" here and succeeds at once.
   rpc::Dispatcher worker_dispatcher;
-  worker_dispatcher.Register(proto::Method::PUSH_TASK, [](const rpc::CallPtr& c) {
-    c->Reply([](capnp::AnyPointer::Builder b) { b.initAs<proto::PushTaskReply>().initValue(); });
-  });
+  worker_dispatcher.Handle<proto::Method::PUSH_TASK>(
+      [](const auto& c) { c.Reply([](proto::PushTaskReply::Builder b) { b.initValue(); }); });
   rpc::RpcServer worker(loop, rpc::Options{token, "worker"}, worker_dispatcher);
   if (!worker.Listen("127.0.0.1:0").ok()) return 1;
 
@@ -225,10 +222,8 @@ int main(int argc, char** argv) {
   auto t0 = Clock::now();
   for (int i = 0; i < num_actors; ++i) {
     const std::string id = RandomHex();
-    driver.Call(
-        proto::Method::CREATE_ACTOR,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::CreateActorRequest>();
+    driver.Call<proto::Method::CREATE_ACTOR>(
+        [&](proto::CreateActorRequest::Builder r) {
           auto spec = r.initSpec();
           spec.setTaskId(RandomHex());
           spec.setJobId(job.Hex());
@@ -238,18 +233,16 @@ int main(int argc, char** argv) {
           runtime::FillResources(scheduler::ResourceSet{{"CPU", 1}},
                                  [&](unsigned n) { return spec.initResources(n); });
         },
-        30000ms, [](const Status&, capnp::AnyPointer::Reader) {});
-    driver.Call(
-        proto::Method::GET_ACTOR,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::GetActorRequest>();
+        30000ms, [](const Status&) {});
+    driver.Call<proto::Method::GET_ACTOR>(
+        [&](proto::GetActorRequest::Builder r) {
           r.setActorId(id);
           r.setWaitUntilSettled(true);
         },
-        120000ms, [&](const Status& s, capnp::AnyPointer::Reader r) {
+        120000ms,
+        [&](const Status& s, proto::GetActorReply::Reader r) {
           ++settled;
-          alive += s.ok() && r.getAs<proto::GetActorReply>().getActor().getState() ==
-                                 proto::ActorState::ALIVE;
+          alive += s.ok() && r.getActor().getState() == proto::ActorState::ALIVE;
         });
   }
   loop.RunUntil([&] { return settled == num_actors; }, 120000ms);
@@ -261,23 +254,19 @@ int main(int argc, char** argv) {
   auto create_and_await = [&](int bundles, double cpus, proto::PlacementStrategy strategy,
                               std::function<void(bool)> created) {
     const std::string id = RandomHex();
-    driver.Call(
-        proto::Method::CREATE_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          FillGroup(b.initAs<proto::CreatePlacementGroupRequest>().initGroup(), id, job, bundles,
-                    cpus, strategy);
+    driver.Call<proto::Method::CREATE_PLACEMENT_GROUP>(
+        [&](proto::CreatePlacementGroupRequest::Builder r) {
+          FillGroup(r.initGroup(), id, job, bundles, cpus, strategy);
         },
-        30000ms, [](const Status&, capnp::AnyPointer::Reader) {});
-    driver.Call(
-        proto::Method::GET_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::GetPlacementGroupRequest>();
+        30000ms, [](const Status&) {});
+    driver.Call<proto::Method::GET_PLACEMENT_GROUP>(
+        [&](proto::GetPlacementGroupRequest::Builder r) {
           r.setPlacementGroupId(id);
           r.setWaitUntilReady(true);
         },
-        120000ms, [created](const Status& st, capnp::AnyPointer::Reader r) {
-          created(st.ok() && r.getAs<proto::GetPlacementGroupReply>().getGroup().getState() ==
-                                 proto::PlacementGroupState::CREATED);
+        120000ms,
+        [created](const Status& st, proto::GetPlacementGroupReply::Reader r) {
+          created(st.ok() && r.getGroup().getState() == proto::PlacementGroupState::CREATED);
         });
     return id;
   };
@@ -290,12 +279,9 @@ int main(int argc, char** argv) {
       ++steps;
     });
     loop.RunUntil([&] { return steps == 1; }, 30000ms);
-    driver.Call(
-        proto::Method::REMOVE_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          b.initAs<proto::RemovePlacementGroupRequest>().setPlacementGroupId(id);
-        },
-        30000ms, [&](const Status& s, capnp::AnyPointer::Reader) { *ok &= s.ok(), ++steps; });
+    driver.Call<proto::Method::REMOVE_PLACEMENT_GROUP>(
+        [&](proto::RemovePlacementGroupRequest::Builder r) { r.setPlacementGroupId(id); }, 30000ms,
+        [&](const Status& s) { *ok &= s.ok(), ++steps; });
     loop.RunUntil([&] { return steps == 2; }, 30000ms);
   };
   bool ok = true;

@@ -12,8 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "common/cluster_json.h"
-#include "common/cluster_view.h"
+#include "rayd/runtime/cluster_json.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"

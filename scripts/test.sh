@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+./scripts/check-layers.sh  # the include rules of ARCHITECTURE.md §2, before spending a build
 ./scripts/build.sh
 # The dashboard's browser test drives Chromium with playwright-core (pinned in package-lock.json).
 (cd tests/e2e/dashboard && npm ci --no-audit --no-fund --loglevel=error)

@@ -37,12 +37,11 @@ RpcClient::RpcClient(EventLoop& loop, std::string address, Options options,
       dispatcher_(dispatcher),
       backoff_(backoff),
       next_delay_(backoff.initial),
-      alive_(std::make_shared<bool>(true)),
       retry_timer_(loop),
       queue_timer_(loop) {}
 
 RpcClient::~RpcClient() {
-  *alive_ = false;
+  guard_.Invalidate();
   stopped_ = true;
   auto queue = std::move(queue_);
   queue_.clear();
@@ -63,14 +62,14 @@ void RpcClient::StartAttempt() {
   }
   struct ConnectRequest {
     uv_connect_t req;
-    std::shared_ptr<bool> alive;
+    LifetimeGuard::Watch client_alive;
     RpcClient* client;
   };
-  auto* request = new ConnectRequest{{}, alive_, this};
+  auto* request = new ConnectRequest{{}, guard_.watch(), this};
   auto on_connect = [](uv_connect_t* req, int status) {
     auto* request = reinterpret_cast<ConnectRequest*>(req);
     std::unique_ptr<ConnectRequest> owned(request);
-    if (!*request->alive || status == UV_ECANCELED) {
+    if (!request->client_alive.alive() || status == UV_ECANCELED) {
       // The loop's destructor may have closed the socket already.
       if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(req->handle))) CloseAndFree(req->handle);
       return;
@@ -113,7 +112,6 @@ void RpcClient::OnConnected(uv_stream_t* stream) {
   PrepareStream(stream);
   conn_ = std::make_shared<Connection>(loop_, stream, Connection::Side::kConnecting, options_,
                                        dispatcher_, address_);
-  std::weak_ptr<bool> alive = alive_;
   conn_->Start(
       [this](Connection&) {
         next_delay_ = backoff_.initial;
@@ -121,9 +119,7 @@ void RpcClient::OnConnected(uv_stream_t* stream) {
         FlushQueue();
         if (on_state_) on_state_(Status::Ok());
       },
-      [this, alive](Connection& c, const Status& why) {
-        auto a = alive.lock();
-        if (!a || !*a) return;
+      guard_([this](Connection& c, const Status& why) {
         const bool was_ready = last_error_.ok();
         conn_.reset();
         if (why.code() == StatusCode::kPermissionDenied) stopped_ = true;
@@ -135,7 +131,7 @@ void RpcClient::OnConnected(uv_stream_t* stream) {
         } else {
           OnAttemptFailed(why);
         }
-      });
+      }));
 }
 
 void RpcClient::OnAttemptFailed(const Status& why) {

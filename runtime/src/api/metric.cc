@@ -9,7 +9,7 @@
 #include <mutex>
 #include <regex>
 
-#include "api/metric_registry.h"
+#include "core/metric_registry.h"
 #include "rayd/api/errors.h"
 
 namespace rayd {

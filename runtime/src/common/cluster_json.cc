@@ -1,7 +1,7 @@
 // The JSON shapes of the cluster's tables, shared by `rayd list --json`, `rayd status --json`
 // and the dashboard's API, so a field means the same thing wherever a program reads it.
 
-#include "common/cluster_json.h"
+#include "rayd/runtime/cluster_json.h"
 
 #include "rayd/scheduler/placement.h"
 

@@ -83,62 +83,57 @@ void ActorSubmitter::Pump(const ActorId& id) {
     auto [it, inserted] = actor.in_flight.emplace(seq, std::move(actor.queue.front()));
     actor.queue.pop_front();
     const TaskSpec& spec = it->second;
-    auto fill = [&spec](capnp::AnyPointer::Builder b) {
-      ToProto(spec, b.initAs<proto::PushTaskRequest>().initSpec());
-    };
+    auto fill = [&spec](proto::PushTaskRequest::Builder r) { ToProto(spec, r.initSpec()); };
     const std::string address = actor.address;
-    client.Call(proto::Method::PUSH_TASK, fill, Millis(0),
-                [this, id, seq, address](const Status& s, capnp::AnyPointer::Reader r) {
-                  if (ctx_.stopping) return;
-                  auto& actor = actors_[id];
-                  auto it = actor.in_flight.find(seq);
-                  if (it == actor.in_flight.end()) return;  // already failed over
-                  if (s.ok()) {
-                    ctx_.store.Put(it->second.return_id,
-                                   FromProto(r.getAs<proto::PushTaskReply>().getValue()));
-                    actor.in_flight.erase(it);
-                    return;
-                  }
-                  if (actor.address == address) OnDisconnected(id, s.message());
-                });
+    client.Call<proto::Method::PUSH_TASK>(
+        fill, Millis(0), [this, id, seq, address](const Status& s, proto::PushTaskReply::Reader r) {
+          if (ctx_.stopping) return;
+          auto& actor = actors_[id];
+          auto it = actor.in_flight.find(seq);
+          if (it == actor.in_flight.end()) return;  // already failed over
+          if (s.ok()) {
+            ctx_.store.Put(it->second.return_id, FromProto(r.getValue()));
+            actor.in_flight.erase(it);
+            return;
+          }
+          if (actor.address == address) OnDisconnected(id, s.message());
+        });
   }
 }
 
 void ActorSubmitter::Resolve(const ActorId& id) {
   actors_[id].state = Actor::State::kResolving;
-  auto fill = [id](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::GetActorRequest>();
+  auto fill = [id](proto::GetActorRequest::Builder r) {
     r.setActorId(id.Hex());
     r.setWaitUntilSettled(true);
   };
-  gcs_.Call(proto::Method::GET_ACTOR, fill, Millis(0),
-            [this, id](const Status& s, capnp::AnyPointer::Reader r) {
-              if (ctx_.stopping) return;
-              auto& actor = actors_[id];
-              if (!s.ok()) {
-                // The GCS is unreachable for now: try again shortly.
-                spdlog::warn("looking up actor {}: {}", id.Hex(), s.message());
-                return ResolveLater(id);
-              }
-              auto reply = r.getAs<proto::GetActorReply>();
-              if (!reply.getFound()) {
-                actor.state = Actor::State::kDead;
-                actor.death_cause = "actor " + id.Hex() + " does not exist";
-              } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
-                std::string address = reply.getActor().getAddress();
-                // The GCS may not have heard of the worker's death yet: ask again shortly.
-                if (address == actor.failed_address) return ResolveLater(id);
-                actor.state = Actor::State::kAlive;
-                actor.address = std::move(address);
-                actor.failed_address.clear();
-              } else {
-                actor.state = Actor::State::kDead;
-                actor.death_cause = reply.getActor().getDeathCause();
-                if (actor.death_cause.empty()) actor.death_cause = "the actor is dead";
-              }
-              if (actor.state == Actor::State::kDead) return FailAll(actor, actor.death_cause);
-              Pump(id);
-            });
+  gcs_.Call<proto::Method::GET_ACTOR>(
+      fill, Millis(0), [this, id](const Status& s, proto::GetActorReply::Reader reply) {
+        if (ctx_.stopping) return;
+        auto& actor = actors_[id];
+        if (!s.ok()) {
+          // The GCS is unreachable for now: try again shortly.
+          spdlog::warn("looking up actor {}: {}", id.Hex(), s.message());
+          return ResolveLater(id);
+        }
+        if (!reply.getFound()) {
+          actor.state = Actor::State::kDead;
+          actor.death_cause = "actor " + id.Hex() + " does not exist";
+        } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
+          std::string address = reply.getActor().getAddress();
+          // The GCS may not have heard of the worker's death yet: ask again shortly.
+          if (address == actor.failed_address) return ResolveLater(id);
+          actor.state = Actor::State::kAlive;
+          actor.address = std::move(address);
+          actor.failed_address.clear();
+        } else {
+          actor.state = Actor::State::kDead;
+          actor.death_cause = reply.getActor().getDeathCause();
+          if (actor.death_cause.empty()) actor.death_cause = "the actor is dead";
+        }
+        if (actor.state == Actor::State::kDead) return FailAll(actor, actor.death_cause);
+        Pump(id);
+      });
 }
 
 void ActorSubmitter::OnDisconnected(const ActorId& id, const std::string& why) {
@@ -189,37 +184,36 @@ void ActorSubmitter::WatchInFlight() {
   if (ctx_.stopping) return;
   for (auto& [id, actor] : actors_) {
     if (actor.in_flight.empty() || actor.state != Actor::State::kAlive) continue;
-    auto fill = [id = id](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::GetActorRequest>();
+    auto fill = [id = id](proto::GetActorRequest::Builder r) {
       r.setActorId(id.Hex());
       r.setWaitUntilSettled(false);
     };
-    gcs_.Call(proto::Method::GET_ACTOR, fill, kWatchPeriod,
-              [this, id = id, address = actor.address](const Status& s,
-                                                       capnp::AnyPointer::Reader r) {
-                if (!s.ok() || ctx_.stopping) return;  // no word: TCP's timeout still guards
-                auto it = actors_.find(id);
-                if (it == actors_.end() || it->second.address != address ||
-                    it->second.in_flight.empty()) {
-                  return;
-                }
-                auto reply = r.getAs<proto::GetActorReply>();
-                const bool there = reply.getFound() &&
-                                   reply.getActor().getState() == proto::ActorState::ALIVE &&
-                                   reply.getActor().getAddress() == address;
-                if (there) return;
-                std::string why = "the GCS reports actor " + id.Hex() + " ";
-                if (!reply.getFound()) {
-                  why += "gone";
-                } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
-                  why += "restarted elsewhere";
-                } else {
-                  const std::string cause = reply.getActor().getDeathCause();
-                  why += cause.empty() ? std::string("dead") : "dead: " + cause;
-                }
-                spdlog::info("{}; failing over its calls to {}", why, address);
-                OnDisconnected(id, why);
-              });
+    gcs_.Call<proto::Method::GET_ACTOR>(
+        fill, kWatchPeriod,
+        [this, id = id, address = actor.address](const Status& s,
+                                                 proto::GetActorReply::Reader reply) {
+          if (!s.ok() || ctx_.stopping) return;  // no word: TCP's timeout still guards
+          auto it = actors_.find(id);
+          if (it == actors_.end() || it->second.address != address ||
+              it->second.in_flight.empty()) {
+            return;
+          }
+          const bool there = reply.getFound() &&
+                             reply.getActor().getState() == proto::ActorState::ALIVE &&
+                             reply.getActor().getAddress() == address;
+          if (there) return;
+          std::string why = "the GCS reports actor " + id.Hex() + " ";
+          if (!reply.getFound()) {
+            why += "gone";
+          } else if (reply.getActor().getState() == proto::ActorState::ALIVE) {
+            why += "restarted elsewhere";
+          } else {
+            const std::string cause = reply.getActor().getDeathCause();
+            why += cause.empty() ? std::string("dead") : "dead: " + cause;
+          }
+          spdlog::info("{}; failing over its calls to {}", why, address);
+          OnDisconnected(id, why);
+        });
   }
 }
 

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "api/metric_registry.h"
+#include "core/metric_registry.h"
 #include "common/node_info.h"
 #include "rayd/api/errors.h"
 #include "rayd/protocol/core.capnp.h"
@@ -65,13 +65,12 @@ Status CoreWorker::Connect() {
                     [this](const ActorId& actor) {
                       // Ends this actor for good; the GCS has its worker killed.
                       if (!gcs_) return;
-                      auto fill = [&](capnp::AnyPointer::Builder b) {
-                        auto r = b.initAs<proto::KillActorRequest>();
+                      auto fill = [&](proto::KillActorRequest::Builder r) {
                         r.setActorId(actor.Hex());
                         r.setNoRestart(true);
                       };
-                      gcs_->Call(proto::Method::KILL_ACTOR, fill, Millis(15000),
-                                 [](const Status&, capnp::AnyPointer::Reader) {});
+                      gcs_->Call<proto::Method::KILL_ACTOR>(fill, Millis(15000),
+                                                            [](const Status&) {});
                     }});
   executor_->RegisterMethods(dispatcher_);
   gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
@@ -150,26 +149,25 @@ Status CoreWorker::ChooseNode() {
   };
   auto found = std::make_shared<Found>();
   Status s = RunOnLoop([this, found, host = std::string(host)](auto done) {
-    auto fill = [](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
-    };
-    gcs_->Call(proto::Method::GET_ALL_NODES, fill, Millis(15000),
-               [found, host, done](const Status& st, capnp::AnyPointer::Reader r) {
-                 if (!st.ok()) return done(st);
-                 const std::set<std::string> local = LocalAddresses();
-                 auto first = [](std::string& slot, const char* address) {
-                   if (slot.empty()) slot = address;
-                 };
-                 for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
-                   const bool same_ip = local.count(n.getIp().cStr()) > 0;
-                   const bool same_name = n.getHostname() == host;
-                   if (n.getIsHead()) first(found->head, n.getAddress().cStr());
-                   if (same_ip && same_name) first(found->by_ip_and_name, n.getAddress().cStr());
-                   if (same_ip) first(found->by_ip, n.getAddress().cStr());
-                   if (same_name) first(found->by_name, n.getAddress().cStr());
-                 }
-                 done(Status::Ok());
-               });
+    auto fill = [](proto::GetAllNodesRequest::Builder r) { r.setOnlyAlive(true); };
+    gcs_->Call<proto::Method::GET_ALL_NODES>(
+        fill, Millis(15000),
+        [found, host, done](const Status& st, proto::GetAllNodesReply::Reader r) {
+          if (!st.ok()) return done(st);
+          const std::set<std::string> local = LocalAddresses();
+          auto first = [](std::string& slot, const char* address) {
+            if (slot.empty()) slot = address;
+          };
+          for (auto n : r.getNodes()) {
+            const bool same_ip = local.count(n.getIp().cStr()) > 0;
+            const bool same_name = n.getHostname() == host;
+            if (n.getIsHead()) first(found->head, n.getAddress().cStr());
+            if (same_ip && same_name) first(found->by_ip_and_name, n.getAddress().cStr());
+            if (same_ip) first(found->by_ip, n.getAddress().cStr());
+            if (same_name) first(found->by_name, n.getAddress().cStr());
+          }
+          done(Status::Ok());
+        });
   });
   if (!s.ok()) {
     return Status::Unavailable("cannot reach the cluster at " + options_.gcs_address + ": " +
@@ -192,11 +190,11 @@ Status CoreWorker::LearnNodeId() {
   auto node = std::make_shared<Result<NodeInfo>>(Status::Internal("no answer"));
   Status s = RunOnLoop([this, node](auto done) {
     clients_.Get(options_.node_address)
-        .Call(proto::Method::GET_NODE_INFO, nullptr, Millis(15000),
-              [node, done](const Status& st, capnp::AnyPointer::Reader r) {
-                if (st.ok()) *node = runtime::NodeInfoFromProto(r.getAs<proto::NodeInfo>());
-                done(st.ok() ? node->status() : st);
-              });
+        .Call<proto::Method::GET_NODE_INFO>(
+            Millis(15000), [node, done](const Status& st, proto::NodeInfo::Reader r) {
+              if (st.ok()) *node = runtime::NodeInfoFromProto(r);
+              done(st.ok() ? node->status() : st);
+            });
   });
   if (!s.ok()) {
     return Status::Unavailable("cannot reach the node daemon at " + options_.node_address + ": " +
@@ -235,23 +233,23 @@ void CoreWorker::InstallStoreHooks() {
       },
       [this](const ObjectId& id) { OnUnreferenced(id); });
   RegisterBorrowerMethods();
-  dispatcher_.Register(proto::Method::ADD_OBJECT_LOCATION, [this](const rpc::CallPtr& call) {
-    auto req = call->Params<proto::AddObjectLocationRequest>();
+  dispatcher_.Handle<proto::Method::ADD_OBJECT_LOCATION>([this](const auto& call) {
+    auto req = call.params();
     auto id = ObjectId::FromHex(req.getObjectId().cStr());
-    if (!id.ok()) return call->Fail(id.status());
+    if (!id.ok()) return call.Fail(id.status());
     auto location = FromProto(req.getLocation());
     if (!store_.AddLocation(*id, location) && store_client_) {
       // Freed meanwhile: the new copy is not wanted either.
       store_client_->Delete(*id, {location});
     }
-    call->Reply();
+    call.Reply();
   });
 }
 
 Status CoreWorker::RegisterDriver() {
   return RunOnLoop([this](auto done) {
-    auto fill = [this](capnp::AnyPointer::Builder b) {
-      auto job = b.initAs<proto::AddJobRequest>().initJob();
+    auto fill = [this](proto::AddJobRequest::Builder r) {
+      auto job = r.initJob();
       job.setJobId(options_.job_id.Hex());
       job.setDriverPid(getpid());
       char host[256] = {0};
@@ -259,10 +257,9 @@ Status CoreWorker::RegisterDriver() {
       job.setDriverHost(host);
       job.setEntrypoint(options_.entrypoint);
     };
-    gcs_->Call(proto::Method::ADD_JOB, fill, Millis(15000),
-               [done](const Status& s, capnp::AnyPointer::Reader) {
-                 done(s.WithContext("registering the job"));
-               });
+    gcs_->Call<proto::Method::ADD_JOB>(fill, Millis(15000), [done](const Status& s) {
+      done(s.WithContext("registering the job"));
+    });
   });
 }
 
@@ -277,17 +274,16 @@ Status CoreWorker::RegisterWorker() {
         disconnected_.set_value();
       }
     });
-    auto fill = [this](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::RegisterWorkerRequest>();
+    auto fill = [this](proto::RegisterWorkerRequest::Builder r) {
       r.setWorkerId(options_.worker_id.Hex());
       r.setAddress(address_);
       r.setPid(getpid());
     };
-    node.Call(proto::Method::REGISTER_WORKER, fill, Millis(15000),
-              [this, done](const Status& s, capnp::AnyPointer::Reader r) {
-                if (s.ok()) node_id_ = r.getAs<proto::RegisterWorkerReply>().getNodeId();
-                done(s.WithContext("registering with the node daemon"));
-              });
+    node.Call<proto::Method::REGISTER_WORKER>(
+        fill, Millis(15000), [this, done](const Status& s, proto::RegisterWorkerReply::Reader r) {
+          if (s.ok()) node_id_ = r.getNodeId();
+          done(s.WithContext("registering with the node daemon"));
+        });
   });
 }
 
@@ -299,11 +295,11 @@ void CoreWorker::Shutdown() {
     RunOnLoop(
         [this](auto done) {
           if (tasks_) tasks_->ReturnAllLeases();
-          auto fill = [this](capnp::AnyPointer::Builder b) {
-            b.initAs<proto::JobDriverRequest>().setJobId(options_.job_id.Hex());
+          auto fill = [this](proto::JobDriverRequest::Builder r) {
+            r.setJobId(options_.job_id.Hex());
           };
-          gcs_->Call(proto::Method::JOB_DRIVER_EXITED, fill, Millis(5000),
-                     [done](const Status& s, capnp::AnyPointer::Reader) { done(s); });
+          gcs_->Call<proto::Method::JOB_DRIVER_EXITED>(fill, Millis(5000),
+                                                       [done](const Status& s) { done(s); });
         },
         Millis(6000))
         .IgnoreError();
@@ -344,18 +340,24 @@ TaskSpec CoreWorker::NewSpec(const std::string& function_name,
   return spec;
 }
 
-Status CoreWorker::CallGcs(proto::Method method, const rpc::FillFn& fill, Millis timeout,
-                           std::function<void(capnp::AnyPointer::Reader)> read) {
+template <proto::Method M>
+Status CoreWorker::CallGcs(const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
+                           Millis timeout,
+                           std::function<void(typename rpc::ReplyOf<M>::Reader)> read) {
   // The call's own deadline answers first; the wait only guards against a stalled loop.
   const Millis wait = timeout.count() > 0 ? timeout + Millis(5000) : Millis(-1);
   return RunOnLoop(
-      [this, method, fill, timeout, read = std::move(read)](auto done) {
+      [this, fill, timeout, read = std::move(read)](auto done) {
         if (!gcs_) return done(Status::Cancelled("rayd is shutting down"));
-        gcs_->Call(method, fill, timeout,
-                   [read, done](const Status& s, capnp::AnyPointer::Reader reply) {
-                     if (s.ok() && read) read(reply);
-                     done(s);
-                   });
+        auto on_reply = [read, done](const Status& s, typename rpc::ReplyOf<M>::Reader reply) {
+          if (s.ok() && read) read(reply);
+          done(s);
+        };
+        if (fill) {
+          gcs_->Call<M>(fill, timeout, std::move(on_reply));
+        } else {
+          gcs_->Call<M>(timeout, std::move(on_reply));
+        }
       },
       wait);
 }
@@ -576,8 +578,7 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
                                                const ObjectValue* error) {
       if (error) return done(Status::InvalidArgument(error->error_message));
       req->spec.args = std::move(resolved);
-      auto fill = [&](capnp::AnyPointer::Builder b) {
-        auto r = b.initAs<proto::CreateActorRequest>();
+      auto fill = [&](proto::CreateActorRequest::Builder r) {
         ToProto(req->spec, r.initSpec());
         r.setName(req->options.name);
         r.setNamespace(req->ray_namespace);
@@ -588,8 +589,8 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
       if (warner_ && req->spec.scheduling.placement_group_id.empty()) {
         warner_->Watch("actor", "actor " + req->spec.function_name, req->spec.resources);
       }
-      gcs_->Call(proto::Method::CREATE_ACTOR, fill, Millis(30000),
-                 [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+      gcs_->Call<proto::Method::CREATE_ACTOR>(fill, Millis(30000),
+                                              [done](const Status& st) { done(st); });
     });
   }, Millis(120000));
   if (!s.ok()) return s;
@@ -654,14 +655,12 @@ class CoreWorker::BlockedScope {
 void CoreWorker::SetBlocked(bool blocked) {
   loop_.Post([this, blocked] {
     if (shut_down_) return;
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::SetWorkerBlockedRequest>();
+    auto fill = [&](proto::SetWorkerBlockedRequest::Builder r) {
       r.setWorkerId(options_.worker_id.Hex());
       r.setBlocked(blocked);
     };
     clients_.Get(options_.node_address)
-        .Call(proto::Method::SET_WORKER_BLOCKED, fill, Millis(10000),
-              [](const Status&, capnp::AnyPointer::Reader) {});
+        .Call<proto::Method::SET_WORKER_BLOCKED>(fill, Millis(10000), [](const Status&) {});
   });
 }
 
@@ -732,23 +731,19 @@ std::optional<ActorId> CoreWorker::GetNamedActor(const std::string& name,
   const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
   Status s = RunOnLoop([this, result, name, ns](auto done) {
     if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::GetActorRequest>();
+    auto fill = [&](proto::GetActorRequest::Builder r) {
       r.setName(name);
       r.setNamespace(ns);
     };
-    gcs_->Call(proto::Method::GET_ACTOR, fill, Millis(15000),
-               [result, done](const Status& st, capnp::AnyPointer::Reader r) {
-                 if (st.ok()) {
-                   auto reply = r.getAs<proto::GetActorReply>();
-                   if (reply.getFound() &&
-                       reply.getActor().getState() != proto::ActorState::DEAD) {
-                     auto id = ActorId::FromHex(reply.getActor().getActorId().cStr());
-                     if (id.ok()) *result = *id;
-                   }
-                 }
-                 done(st);
-               });
+    gcs_->Call<proto::Method::GET_ACTOR>(
+        fill, Millis(15000), [result, done](const Status& st, proto::GetActorReply::Reader reply) {
+          if (st.ok() && reply.getFound() &&
+              reply.getActor().getState() != proto::ActorState::DEAD) {
+            auto id = ActorId::FromHex(reply.getActor().getActorId().cStr());
+            if (id.ok()) *result = *id;
+          }
+          done(st);
+        });
   });
   if (!s.ok()) spdlog::warn("GetActor({}): {}", name, s.ToString());
   return *result;
@@ -758,13 +753,12 @@ Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
   return RunOnLoop([this, actor, no_restart](auto done) {
     if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
     if (no_restart && actors_) actors_->MarkDead(actor, "the actor was killed by its handle");
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::KillActorRequest>();
+    auto fill = [&](proto::KillActorRequest::Builder r) {
       r.setActorId(actor.Hex());
       r.setNoRestart(no_restart);
     };
-    gcs_->Call(proto::Method::KILL_ACTOR, fill, Millis(15000),
-               [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+    gcs_->Call<proto::Method::KILL_ACTOR>(fill, Millis(15000),
+                                          [done](const Status& st) { done(st); });
   });
 }
 
@@ -802,14 +796,13 @@ void CoreWorker::RegisterKeptBorrows() {
   for (const auto& [owner, ids] : by_owner) {
     Status s = RunOnLoop(
         [this, owner = owner, ids = ids](auto done) {
-          auto fill = [&](capnp::AnyPointer::Builder b) {
-            auto r = b.initAs<proto::BorrowerRequest>();
+          auto fill = [&](proto::BorrowerRequest::Builder r) {
             auto list = r.initObjectIds(static_cast<unsigned>(ids.size()));
             for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i].Hex());
             r.setBorrower(address_);
           };
-          clients_.Get(owner).Call(proto::Method::ADD_BORROWER, fill, Millis(10000),
-                                   [done](const Status& st, capnp::AnyPointer::Reader) { done(st); });
+          clients_.Get(owner).Call<proto::Method::ADD_BORROWER>(
+              fill, Millis(10000), [done](const Status& st) { done(st); });
         },
         Millis(11000));
     if (!s.ok()) spdlog::warn("could not register as a borrower with {}: {}", owner, s.message());
@@ -827,30 +820,29 @@ void CoreWorker::OnUnreferenced(const ObjectId& id) {
     registered_borrows_.erase(it);
   }
   loop_.Post([this, id, owner] {
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::BorrowerRequest>();
+    auto fill = [&](proto::BorrowerRequest::Builder r) {
       r.initObjectIds(1).set(0, id.Hex());
       r.setBorrower(address_);
     };
-    clients_.Get(owner).Call(proto::Method::REMOVE_BORROWER, fill, Millis(10000),
-                             [](const Status&, capnp::AnyPointer::Reader) {});
+    clients_.Get(owner).Call<proto::Method::REMOVE_BORROWER>(fill, Millis(10000),
+                                                             [](const Status&) {});
   });
 }
 
 void CoreWorker::RegisterBorrowerMethods() {
   // Each borrower holds one reference on the owner's entry until it is done.
-  dispatcher_.Register(proto::Method::ADD_BORROWER, [this](const rpc::CallPtr& call) {
-    auto req = call->Params<proto::BorrowerRequest>();
+  dispatcher_.Handle<proto::Method::ADD_BORROWER>([this](const auto& call) {
+    auto req = call.params();
     const std::string borrower = req.getBorrower();
     for (auto hex : req.getObjectIds()) {
       auto id = ObjectId::FromHex(hex.cStr());
       if (!id.ok() || !store_.Known(*id)) continue;
       if (borrowers_[*id].insert(borrower).second) store_.AddRef(*id);
     }
-    call->Reply();
+    call.Reply();
   });
-  dispatcher_.Register(proto::Method::REMOVE_BORROWER, [this](const rpc::CallPtr& call) {
-    auto req = call->Params<proto::BorrowerRequest>();
+  dispatcher_.Handle<proto::Method::REMOVE_BORROWER>([this](const auto& call) {
+    auto req = call.params();
     const std::string borrower = req.getBorrower();
     for (auto hex : req.getObjectIds()) {
       auto id = ObjectId::FromHex(hex.cStr());
@@ -860,7 +852,7 @@ void CoreWorker::RegisterBorrowerMethods() {
       if (it->second.empty()) borrowers_.erase(it);
       store_.RemoveRef(*id);
     }
-    call->Reply();
+    call.Reply();
   });
 }
 
@@ -873,11 +865,11 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
   const std::string id = PlacementGroupId::FromRandom().Hex();
   const std::string ray_namespace =
       options.ray_namespace.empty() ? options_.ray_namespace : options.ray_namespace;
-  auto fill = [options, id, ray_namespace, job = options_.job_id](capnp::AnyPointer::Builder b) {
-    ToProto(options, id, job, ray_namespace,
-            b.initAs<proto::CreatePlacementGroupRequest>().initGroup());
+  auto fill = [options, id, ray_namespace,
+               job = options_.job_id](proto::CreatePlacementGroupRequest::Builder r) {
+    ToProto(options, id, job, ray_namespace, r.initGroup());
   };
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::CREATE_PLACEMENT_GROUP, fill, kGcsCallTimeout));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::CREATE_PLACEMENT_GROUP>(fill, kGcsCallTimeout));
   // Each bundle must fit some node; a strictly packed group must fit one node whole.
   std::vector<scheduler::ResourceSet> bundles;
   scheduler::ResourceSet whole;
@@ -905,16 +897,14 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
 }
 
 Status CoreWorker::RemovePlacementGroup(const std::string& id) {
-  auto fill = [id](capnp::AnyPointer::Builder b) {
-    b.initAs<proto::RemovePlacementGroupRequest>().setPlacementGroupId(id);
-  };
-  return CallGcs(proto::Method::REMOVE_PLACEMENT_GROUP, fill, kGcsCallTimeout);
+  auto fill = [id](proto::RemovePlacementGroupRequest::Builder r) { r.setPlacementGroupId(id); };
+  return CallGcs<proto::Method::REMOVE_PLACEMENT_GROUP>(fill, kGcsCallTimeout);
 }
 
 namespace {
 
-void FillGetPlacementGroup(capnp::AnyPointer::Builder b, const std::string& id, bool wait) {
-  auto r = b.initAs<proto::GetPlacementGroupRequest>();
+void FillGetPlacementGroup(proto::GetPlacementGroupRequest::Builder r, const std::string& id,
+                           bool wait) {
   r.setPlacementGroupId(id);
   r.setWaitUntilReady(wait);
 }
@@ -938,8 +928,8 @@ Result<bool> Readiness(const Status& s, const std::optional<internal::PlacementG
   return false;  // still pending: only when asked not to wait
 }
 
-std::optional<internal::PlacementGroupInfo> ReadPlacementGroup(capnp::AnyPointer::Reader r) {
-  auto reply = r.getAs<proto::GetPlacementGroupReply>();
+std::optional<internal::PlacementGroupInfo> ReadPlacementGroup(
+    proto::GetPlacementGroupReply::Reader reply) {
   if (!reply.getFound()) return std::nullopt;
   return runtime::PlacementGroupFromProto(reply.getGroup());
 }
@@ -951,11 +941,12 @@ Result<bool> CoreWorker::WaitPlacementGroupReady(const std::string& id,
   // A zero timeout only looks: as an RPC timeout, zero would mean no deadline.
   const bool wait = timeout.count() != 0;
   std::optional<internal::PlacementGroupInfo> group;
-  Status s = CallGcs(
-      proto::Method::GET_PLACEMENT_GROUP,
-      [id, wait](capnp::AnyPointer::Builder b) { FillGetPlacementGroup(b, id, wait); },
+  Status s = CallGcs<proto::Method::GET_PLACEMENT_GROUP>(
+      [id, wait](proto::GetPlacementGroupRequest::Builder r) {
+        FillGetPlacementGroup(r, id, wait);
+      },
       timeout.count() > 0 ? timeout : Millis(0),
-      [&group](capnp::AnyPointer::Reader r) { group = ReadPlacementGroup(r); });
+      [&group](proto::GetPlacementGroupReply::Reader r) { group = ReadPlacementGroup(r); });
   return Readiness(s, group, id);
 }
 
@@ -964,11 +955,12 @@ void CoreWorker::WhenPlacementGroupReady(const std::string& id, std::chrono::mil
   loop_.Post([this, id, timeout, ready = std::move(ready)] {
     if (!gcs_) return ready(Status::Cancelled("rayd is shutting down"));
     const bool wait = timeout.count() != 0;
-    gcs_->Call(
-        proto::Method::GET_PLACEMENT_GROUP,
-        [id, wait](capnp::AnyPointer::Builder b) { FillGetPlacementGroup(b, id, wait); },
+    gcs_->Call<proto::Method::GET_PLACEMENT_GROUP>(
+        [id, wait](proto::GetPlacementGroupRequest::Builder r) {
+          FillGetPlacementGroup(r, id, wait);
+        },
         timeout.count() > 0 ? timeout : Millis(0),
-        [id, ready](const Status& s, capnp::AnyPointer::Reader r) {
+        [id, ready](const Status& s, proto::GetPlacementGroupReply::Reader r) {
           std::optional<internal::PlacementGroupInfo> group;
           if (s.ok()) group = ReadPlacementGroup(r);
           ready(Readiness(s, group, id));
@@ -980,30 +972,26 @@ Result<std::optional<internal::PlacementGroupInfo>> CoreWorker::GetPlacementGrou
     const std::string& id, const std::string& name, const std::string& ray_namespace) {
   const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
   auto group = std::make_shared<std::optional<internal::PlacementGroupInfo>>();
-  auto fill = [id, name, ns](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::GetPlacementGroupRequest>();
+  auto fill = [id, name, ns](proto::GetPlacementGroupRequest::Builder r) {
     r.setPlacementGroupId(id);
     r.setName(name);
     r.setNamespace(ns);
   };
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::GET_PLACEMENT_GROUP, fill, kGcsCallTimeout,
-                               [group](capnp::AnyPointer::Reader r) {
-                                 auto reply = r.getAs<proto::GetPlacementGroupReply>();
-                                 if (reply.getFound())
-                                   *group = runtime::PlacementGroupFromProto(reply.getGroup());
-                               }));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::GET_PLACEMENT_GROUP>(
+      fill, kGcsCallTimeout, [group](proto::GetPlacementGroupReply::Reader reply) {
+        if (reply.getFound()) *group = runtime::PlacementGroupFromProto(reply.getGroup());
+      }));
   return std::move(*group);
 }
 
 Result<std::vector<internal::PlacementGroupInfo>> CoreWorker::GetAllPlacementGroups() {
   auto groups = std::make_shared<std::vector<internal::PlacementGroupInfo>>();
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::GET_ALL_PLACEMENT_GROUPS, nullptr, kGcsCallTimeout,
-                               [groups](capnp::AnyPointer::Reader r) {
-                                 for (auto g :
-                                      r.getAs<proto::GetAllPlacementGroupsReply>().getGroups()) {
-                                   groups->push_back(runtime::PlacementGroupFromProto(g));
-                                 }
-                               }));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::GET_ALL_PLACEMENT_GROUPS>(
+      nullptr, kGcsCallTimeout, [groups](proto::GetAllPlacementGroupsReply::Reader r) {
+        for (auto g : r.getGroups()) {
+          groups->push_back(runtime::PlacementGroupFromProto(g));
+        }
+      }));
   return std::move(*groups);
 }
 
@@ -1035,8 +1023,7 @@ void CoreWorker::ReportMetrics() {
   // Drivers have no worker id of their own: they report under their job's.
   const std::string process =
       options_.is_driver ? "driver-" + options_.job_id.Hex() : options_.worker_id.Hex();
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::ReportMetricsRequest>();
+  auto fill = [&](proto::ReportMetricsRequest::Builder r) {
     r.setWorkerId(process);
     auto list = r.initSeries(static_cast<unsigned>(all.size()));
     for (unsigned i = 0; i < all.size(); ++i) {
@@ -1057,62 +1044,52 @@ void CoreWorker::ReportMetrics() {
     }
   };
   clients_.Get(options_.node_address)
-      .Call(proto::Method::REPORT_METRICS, fill, Millis(10000),
-            [this](const Status& s, capnp::AnyPointer::Reader) {
-              if (!s.ok()) reported_metrics_version_ = 0;  // send again next time
-            });
+      .Call<proto::Method::REPORT_METRICS>(fill, Millis(10000), [this](const Status& s) {
+        if (!s.ok()) reported_metrics_version_ = 0;  // send again next time
+      });
 }
 
 Result<bool> CoreWorker::KvPut(const std::string& ns, const std::string& key,
                                const std::string& value, bool overwrite) {
   auto added = std::make_shared<bool>(false);
-  auto fill = [ns, key, value, overwrite](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::KvPutRequest>();
+  auto fill = [ns, key, value, overwrite](proto::KvPutRequest::Builder r) {
     r.setNamespace(ns);
     r.setKey(key);
     r.setValue(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()),
                                    value.size()));
     r.setOverwrite(overwrite);
   };
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_PUT, fill, kGcsCallTimeout,
-                               [added](capnp::AnyPointer::Reader r) {
-                                 *added = r.getAs<proto::KvPutReply>().getAdded();
-                               }));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_PUT>(
+      fill, kGcsCallTimeout, [added](proto::KvPutReply::Reader r) { *added = r.getAdded(); }));
   return *added;
 }
 
 Result<std::optional<std::string>> CoreWorker::KvGet(const std::string& ns,
                                                      const std::string& key) {
   auto value = std::make_shared<std::optional<std::string>>();
-  auto fill = [ns, key](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::KvGetRequest>();
+  auto fill = [ns, key](proto::KvGetRequest::Builder r) {
     r.setNamespace(ns);
     r.setKey(key);
   };
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_GET, fill, kGcsCallTimeout,
-                               [value](capnp::AnyPointer::Reader r) {
-                                 auto reply = r.getAs<proto::KvGetReply>();
-                                 if (!reply.getFound()) return;
-                                 auto data = reply.getValue();
-                                 *value = std::string(
-                                     reinterpret_cast<const char*>(data.begin()), data.size());
-                               }));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_GET>(
+      fill, kGcsCallTimeout, [value](proto::KvGetReply::Reader reply) {
+        if (!reply.getFound()) return;
+        auto data = reply.getValue();
+        *value = std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+      }));
   return std::move(*value);
 }
 
 Result<int> CoreWorker::KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
   auto deleted = std::make_shared<int>(0);
-  auto fill = [ns, key, by_prefix](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::KvDelRequest>();
+  auto fill = [ns, key, by_prefix](proto::KvDelRequest::Builder r) {
     r.setNamespace(ns);
     r.setKey(key);
     r.setByPrefix(by_prefix);
   };
-  RAYD_RETURN_IF_ERROR(CallGcs(proto::Method::KV_DEL, fill, kGcsCallTimeout,
-                               [deleted](capnp::AnyPointer::Reader r) {
-                                 *deleted = static_cast<int>(
-                                     r.getAs<proto::KvDelReply>().getDeleted());
-                               }));
+  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_DEL>(
+      fill, kGcsCallTimeout,
+      [deleted](proto::KvDelReply::Reader r) { *deleted = static_cast<int>(r.getDeleted()); }));
   return *deleted;
 }
 

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "core/actor_submitter.h"
-#include "core/client_pool.h"
+#include "common/client_pool.h"
 #include "core/executor.h"
 #include "core/infeasible_warner.h"
 #include "core/memory_store.h"
@@ -108,9 +108,12 @@ class CoreWorker : public internal::Runtime {
   // takes).
   Status RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
                    Millis timeout = Millis(60000));
-  // Calls the GCS from the loop and waits; `read` sees the reply (on the loop) when it is ok.
-  Status CallGcs(proto::Method method, const rpc::FillFn& fill, Millis timeout,
-                 std::function<void(capnp::AnyPointer::Reader)> read = nullptr);
+  // Calls the GCS's method M from the loop and waits; `fill` builds M's request (null: an empty
+  // one), `read` sees M's reply (on the loop) when it is ok.
+  template <proto::Method M>
+  Status CallGcs(const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
+                 Millis timeout,
+                 std::function<void(typename rpc::ReplyOf<M>::Reader)> read = nullptr);
   // Fetches borrowed objects that are not here yet (their values land in the store).
   void FetchMissing(const std::vector<ObjectId>& ids);
   TaskSpec NewSpec(const std::string& function_name, std::vector<internal::TaskArg> args);

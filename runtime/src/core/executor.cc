@@ -58,13 +58,12 @@ Executor::~Executor() {
 }
 
 void Executor::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::PUSH_TASK,
-                      [this](const rpc::CallPtr& call) { HandlePushTask(call); });
+  dispatcher.Handle<proto::Method::PUSH_TASK>([this](const auto& call) { HandlePushTask(call); });
 }
 
-void Executor::HandlePushTask(const rpc::CallPtr& call) {
-  auto parsed = FromProto(call->Params<proto::PushTaskRequest>().getSpec());
-  if (!parsed.ok()) return call->Fail(parsed.status());
+void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& call) {
+  auto parsed = FromProto(call.params().getSpec());
+  if (!parsed.ok()) return call.Fail(parsed.status());
   auto spec = std::make_shared<TaskSpec>(std::move(parsed).value());
   auto run = [this, call, spec] {
     const bool is_actor = spec->kind != TaskSpec::Kind::NORMAL;
@@ -84,9 +83,7 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
     value = hooks_.store_result(spec->return_id, std::move(value), spec->caller_address);
     hooks_.end_task();
     loop_.Post([this, call, exit_actor, actor = spec->actor_id, value = std::move(value)] {
-      call->Reply([&](capnp::AnyPointer::Builder b) {
-        ToProto(value, b.initAs<proto::PushTaskReply>().initValue());
-      });
+      call.Reply([&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
       if (exit_actor && hooks_.exit_actor) hooks_.exit_actor(actor);
     });
   };
@@ -97,7 +94,7 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
       break;
     case TaskSpec::Kind::ACTOR_CREATION:
       if (actor_pool_) {
-        return call->Fail(Status::AlreadyExists("this worker already holds an actor"));
+        return call.Fail(Status::AlreadyExists("this worker already holds an actor"));
       }
       actor_id_ = spec->actor_id;
       actor_restarted_ = spec->attempt > 0;
@@ -106,8 +103,8 @@ void Executor::HandlePushTask(const rpc::CallPtr& call) {
       break;
     case TaskSpec::Kind::ACTOR_TASK:
       if (!actor_pool_ || spec->actor_id != actor_id_) {
-        return call->Fail(Status::NotFound("actor " + spec->actor_id.Hex() +
-                                           " does not live in this worker"));
+        return call.Fail(
+            Status::NotFound("actor " + spec->actor_id.Hex() + " does not live in this worker"));
       }
       actor_pool_->Post(std::move(run));
       break;

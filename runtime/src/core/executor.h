@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/object_manager.h"
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 #include "rayd/base/rpc.h"
 
 namespace rayd::core {
@@ -67,7 +67,7 @@ class Executor {
   static bool InNormalTask();
 
  private:
-  void HandlePushTask(const rpc::CallPtr& call);
+  void HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& call);
   // Runs on a pool thread. Sets *exit_actor when the call ran rayd::ExitActor.
   ObjectValue Execute(const TaskSpec& spec, bool* exit_actor);
 

@@ -26,15 +26,12 @@ void InfeasibleWarner::Check() {
   if (ctx_.stopping || pending_.empty()) return;
   auto watched = std::make_shared<std::vector<Watched>>(std::move(pending_));
   pending_.clear();
-  auto fill = [](capnp::AnyPointer::Builder b) {
-    b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
-  };
-  ctx_.gcs.Call(
-      proto::Method::GET_ALL_NODES, fill, Millis(15000),
-      [watched](const Status& s, capnp::AnyPointer::Reader r) {
+  auto fill = [](proto::GetAllNodesRequest::Builder r) { r.setOnlyAlive(true); };
+  ctx_.gcs.Call<proto::Method::GET_ALL_NODES>(
+      fill, Millis(15000), [watched](const Status& s, proto::GetAllNodesReply::Reader r) {
         if (!s.ok()) return;  // no word from the GCS: no warning
         std::vector<scheduler::ResourceSet> totals;
-        for (auto node : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+        for (auto node : r.getNodes()) {
           totals.push_back(runtime::ResourcesFromProto(node.getTotal()));
         }
         for (const auto& w : *watched) {

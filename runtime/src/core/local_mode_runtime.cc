@@ -1,6 +1,6 @@
 #include "core/local_mode_runtime.h"
 
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 #include "rayd/internal/function_registry.h"
 #include "rayd/internal/type_names.h"
 

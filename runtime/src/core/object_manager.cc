@@ -7,18 +7,16 @@ namespace rayd::core {
 using internal::ErrorKind;
 
 void ObjectManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::GET_OBJECT, [this](const rpc::CallPtr& call) {
-    auto id = ObjectId::FromHex(call->Params<proto::GetObjectRequest>().getObjectId().cStr());
-    if (!id.ok()) return call->Fail(id.status());
+  dispatcher.Handle<proto::Method::GET_OBJECT>([this](const auto& call) {
+    auto id = ObjectId::FromHex(call.params().getObjectId().cStr());
+    if (!id.ok()) return call.Fail(id.status());
     if (!store_.Known(*id)) {
-      return call->Fail(Status::NotFound("object " + id->Hex() +
-                                         " was freed by its owner (no reference to it remained)"));
+      return call.Fail(Status::NotFound("object " + id->Hex() +
+                                        " was freed by its owner (no reference to it remained)"));
     }
     // Not stored yet: it may be a pending task result, so the reply waits for it.
     store_.WhenReady(*id, [call](const ObjectValue& v) {
-      call->Reply([&](capnp::AnyPointer::Builder b) {
-        ToProto(v, b.initAs<proto::GetObjectReply>().initValue());
-      });
+      call.Reply([&](proto::GetObjectReply::Builder b) { ToProto(v, b.initValue()); });
     });
   });
 }
@@ -29,24 +27,23 @@ void ObjectManager::Resolve(const ObjectId& id, const std::string& owner_address
     store_.WhenReady(id, std::move(cb));
     return;
   }
-  auto fill = [id](capnp::AnyPointer::Builder b) {
-    b.initAs<proto::GetObjectRequest>().setObjectId(id.Hex());
-  };
+  auto fill = [id](proto::GetObjectRequest::Builder r) { r.setObjectId(id.Hex()); };
   clients_.Get(owner_address)
-      .Call(proto::Method::GET_OBJECT, fill, Millis(0),
-            [this, id, owner_address, cb = std::move(cb)](const Status& s,
-                                                          capnp::AnyPointer::Reader r) {
-              ObjectValue value =
-                  s.ok() ? FromProto(r.getAs<proto::GetObjectReply>().getValue())
-                         : ErrorValue(ErrorKind::kObjectLost,
-                                      s.code() == StatusCode::kNotFound
-                                          ? s.message()
-                                          : "object " + id.Hex() + " is lost: its owner at " +
-                                                owner_address + " is unreachable (" +
-                                                s.message() + ")");
-              store_.Put(id, value);
-              cb(value);
-            });
+      .Call<proto::Method::GET_OBJECT>(
+          fill, Millis(0),
+          [this, id, owner_address, cb = std::move(cb)](const Status& s,
+                                                        proto::GetObjectReply::Reader r) {
+            ObjectValue value =
+                s.ok()
+                    ? FromProto(r.getValue())
+                    : ErrorValue(ErrorKind::kObjectLost,
+                                 s.code() == StatusCode::kNotFound
+                                     ? s.message()
+                                     : "object " + id.Hex() + " is lost: its owner at " +
+                                           owner_address + " is unreachable (" + s.message() + ")");
+            store_.Put(id, value);
+            cb(value);
+          });
 }
 
 void ObjectManager::ResolveArgs(

@@ -11,9 +11,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/client_pool.h"
+#include "common/client_pool.h"
 #include "core/memory_store.h"
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 
 namespace rayd::core {
 

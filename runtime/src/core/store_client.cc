@@ -52,17 +52,18 @@ Result<std::shared_ptr<StoreClient>> StoreClient::Connect(EventLoop& loop, Clien
       new StoreClient(loop, clients, std::move(node), std::move(arena)));
 }
 
-Status StoreClient::CallNode(proto::Method method, const rpc::FillFn& fill,
-                             const std::function<void(capnp::AnyPointer::Reader)>& on_result) {
+template <proto::Method M>
+Status StoreClient::CallNode(
+    const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
+    const std::function<void(typename rpc::ReplyOf<M>::Reader)>& on_result) {
   std::promise<Status> promise;
   auto future = promise.get_future();
   loop_.Post([&] {
     clients_.Get(node_.node_address)
-        .Call(method, fill, Millis(60000),
-              [&](const Status& s, capnp::AnyPointer::Reader r) {
-                if (s.ok() && on_result) on_result(r);
-                promise.set_value(s);
-              });
+        .Call<M>(fill, Millis(60000), [&](const Status& s, typename rpc::ReplyOf<M>::Reader r) {
+          if (s.ok() && on_result) on_result(r);
+          promise.set_value(s);
+        });
   });
   return future.get();
 }
@@ -70,16 +71,14 @@ Status StoreClient::CallNode(proto::Method method, const rpc::FillFn& fill,
 Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std::string& owner,
                                      bool caller_is_owner) {
   uint64_t offset = 0;
-  Status s = CallNode(
-      proto::Method::STORE_CREATE,
-      [&](capnp::AnyPointer::Builder b) {
-        auto r = b.initAs<proto::StoreCreateRequest>();
+  Status s = CallNode<proto::Method::STORE_CREATE>(
+      [&](proto::StoreCreateRequest::Builder r) {
         r.setObjectId(id.Hex());
         r.setSize(size);
         r.setOwner(owner);
         r.setCallerIsOwner(caller_is_owner);
       },
-      [&](capnp::AnyPointer::Reader r) { offset = r.getAs<proto::StoreCreateReply>().getOffset(); });
+      [&](proto::StoreCreateReply::Reader r) { offset = r.getOffset(); });
   if (!s.ok()) return s;
   if (offset + size > arena_->size()) {
     return Status::Internal("the node placed an object outside its arena");
@@ -88,18 +87,16 @@ Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std:
   return arena_->base() + offset;
 }
 
-void StoreClient::Seal(const ObjectId& id) { Tell(proto::Method::STORE_SEAL, id); }
-void StoreClient::Abort(const ObjectId& id) { Tell(proto::Method::STORE_ABORT, id); }
+void StoreClient::Seal(const ObjectId& id) { Tell<proto::Method::STORE_SEAL>(id); }
+void StoreClient::Abort(const ObjectId& id) { Tell<proto::Method::STORE_ABORT>(id); }
 
-void StoreClient::Tell(proto::Method method, const ObjectId& id) {
-  loop_.Post([weak = weak_from_this(), method, id] {
+template <proto::Method M>
+void StoreClient::Tell(const ObjectId& id) {
+  loop_.Post([weak = weak_from_this(), id] {
     auto self = weak.lock();
     if (!self) return;
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
-    };
-    self->clients_.Get(self->node_.node_address)
-        .Call(method, fill, Millis(60000), [](const Status&, capnp::AnyPointer::Reader) {});
+    auto fill = [&](proto::StoreObjectRequest::Builder r) { r.setObjectId(id.Hex()); };
+    self->clients_.Get(self->node_.node_address).Call<M>(fill, Millis(60000), [](const Status&) {});
   });
 }
 
@@ -123,8 +120,7 @@ Result<ObjectValue> StoreClient::PutInPlace(const ObjectId& id, size_t size,
 
 namespace {
 void FillGet(const ObjectId& id, const ObjectValue& marker, const std::string& owner,
-             capnp::AnyPointer::Builder b) {
-  auto r = b.initAs<proto::StoreGetRequest>();
+             proto::StoreGetRequest::Builder r) {
   r.setObjectId(id.Hex());
   r.setSize(marker.size);
   r.setOwner(owner);
@@ -137,11 +133,9 @@ Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
                                                             const ObjectValue& marker,
                                                             const std::string& owner) {
   uint64_t offset = 0, size = 0;
-  Status s = CallNode(
-      proto::Method::STORE_GET,
-      [&](capnp::AnyPointer::Builder b) { FillGet(id, marker, owner, b); },
-      [&](capnp::AnyPointer::Reader r) {
-        auto reply = r.getAs<proto::StoreGetReply>();
+  Status s = CallNode<proto::Method::STORE_GET>(
+      [&](proto::StoreGetRequest::Builder r) { FillGet(id, marker, owner, r); },
+      [&](proto::StoreGetReply::Reader reply) {
         offset = reply.getOffset();
         size = reply.getSize();
       });
@@ -154,17 +148,14 @@ Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
       std::make_shared<Bytes>(weak_from_this(), arena_, id, offset, size));
 }
 
-void StoreClient::Release(const ObjectId& id) { Tell(proto::Method::STORE_RELEASE, id); }
+void StoreClient::Release(const ObjectId& id) { Tell<proto::Method::STORE_RELEASE>(id); }
 
 void StoreClient::Delete(const ObjectId& id,
                          const std::vector<internal::ObjectLocation>& locations) {
   for (const auto& l : locations) {
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::StoreDeleteRequest>().initObjectIds(1).set(0, id.Hex());
-    };
+    auto fill = [&](proto::StoreDeleteRequest::Builder r) { r.initObjectIds(1).set(0, id.Hex()); };
     clients_.Get(l.node_address)
-        .Call(proto::Method::STORE_DELETE, fill, Millis(10000),
-              [](const Status&, capnp::AnyPointer::Reader) {});
+        .Call<proto::Method::STORE_DELETE>(fill, Millis(10000), [](const Status&) {});
   }
 }
 

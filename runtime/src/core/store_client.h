@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/client_pool.h"
-#include "core/task_spec.h"
+#include "common/client_pool.h"
+#include "common/task_spec.h"
 #include "rayd/object_store/arena.h"
 
 namespace rayd::core {
@@ -66,12 +66,15 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
   class Bytes;
   StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
               std::shared_ptr<object_store::Arena> arena);
-  // Runs a call to the node on the loop and waits for it.
-  Status CallNode(proto::Method method, const rpc::FillFn& fill,
-                  const std::function<void(capnp::AnyPointer::Reader)>& on_result);
+  // Runs a call of method M to the node on the loop and waits for it. `fill` builds M's
+  // request; `on_result` reads M's reply when the call succeeds.
+  template <proto::Method M>
+  Status CallNode(const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
+                  const std::function<void(typename rpc::ReplyOf<M>::Reader)>& on_result);
   void Release(const ObjectId& id);
-  // Sends a one-way STORE_SEAL/ABORT/RELEASE for `id` to the node (any thread).
-  void Tell(proto::Method method, const ObjectId& id);
+  // Sends a one-way M (STORE_SEAL/ABORT/RELEASE) for `id` to the node (any thread).
+  template <proto::Method M>
+  void Tell(const ObjectId& id);
 
   EventLoop& loop_;
   ClientPool& clients_;

@@ -169,20 +169,19 @@ Result<std::string> TaskSubmitter::BundleNode(Group& group, const Shape& shape) 
 
 void TaskSubmitter::LookUpGroup(const std::string& group_id) {
   groups_[group_id] = Group{};
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::GetPlacementGroupRequest>();
+  auto fill = [&](proto::GetPlacementGroupRequest::Builder r) {
     r.setPlacementGroupId(group_id);
     r.setWaitUntilReady(true);
   };
-  ctx_.gcs.Call(proto::Method::GET_PLACEMENT_GROUP, fill, Millis(0),
-                [this, group_id](const Status& s, capnp::AnyPointer::Reader r) {
-                  if (ctx_.stopping) return;
-                  OnGroupAnswer(group_id, s, r);
-                });
+  ctx_.gcs.Call<proto::Method::GET_PLACEMENT_GROUP>(
+      fill, Millis(0), [this, group_id](const Status& s, proto::GetPlacementGroupReply::Reader r) {
+        if (ctx_.stopping) return;
+        OnGroupAnswer(group_id, s, r);
+      });
 }
 
 void TaskSubmitter::OnGroupAnswer(const std::string& group_id, const Status& status,
-                                  capnp::AnyPointer::Reader reply) {
+                                  proto::GetPlacementGroupReply::Reader reply) {
   auto pump_group = [&] {
     for (auto& [key, shape] : shapes_) {
       if (shape.scheduling.placement_group_id == group_id) Pump(key);
@@ -197,10 +196,10 @@ void TaskSubmitter::OnGroupAnswer(const std::string& group_id, const Status& sta
   const std::string name = "placement group " + group_id;
   if (!status.ok()) {
     group.why = "cannot look up " + name + ": " + status.message();
-  } else if (auto answer = reply.getAs<proto::GetPlacementGroupReply>(); !answer.getFound()) {
+  } else if (!reply.getFound()) {
     group.why = "there is no " + name;
   } else {
-    auto info = answer.getGroup();
+    auto info = reply.getGroup();
     switch (info.getState()) {
       case proto::PlacementGroupState::REMOVED:
         group.why = name + " was removed";
@@ -229,8 +228,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
                                  bool no_spill) {
   auto& shape = shapes_[key];
   shape.pending_requests++;
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::RequestLeaseRequest>();
+  auto fill = [&](proto::RequestLeaseRequest::Builder r) {
     r.setJobId(ctx_.job_id.Hex());
     runtime::FillResources(shape.resources, [&](unsigned n) { return r.initResources(n); });
     FillLaunch(ctx_, shape.env, r.initLaunch());
@@ -238,32 +236,32 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
     ToProto(shape.scheduling, r.initScheduling());
   };
   ctx_.clients.Get(node_address)
-      .Call(proto::Method::REQUEST_LEASE, fill, Millis(0),
-            [this, key, node_address](const Status& s, capnp::AnyPointer::Reader r) {
-              if (ctx_.stopping) return;
-              auto& shape = shapes_[key];
-              shape.pending_requests--;
-              if (!s.ok()) return OnLeaseFailed(key, s);
-              auto reply = r.getAs<proto::RequestLeaseReply>();
-              if (reply.isSpillback()) {
-                RequestLease(key, reply.getSpillback().getNodeAddress(), true);
-                return;
-              }
-              auto granted = reply.getGranted();
-              shape.saturated = !granted.getMoreRoom();
-              shape.lease_failed = false;
-              auto lease = std::make_shared<Lease>();
-              lease->lease_id = granted.getLeaseId();
-              lease->worker_address = granted.getWorkerAddress();
-              lease->node_address = node_address;
-              lease->idle_since = Clock::now();
-              if (shape.queue.empty()) {
-                ReturnLease(lease, false);  // the work went elsewhere meanwhile
-                return;
-              }
-              shape.leases.push_back(lease);
-              Pump(key);
-            });
+      .Call<proto::Method::REQUEST_LEASE>(
+          fill, Millis(0),
+          [this, key, node_address](const Status& s, proto::RequestLeaseReply::Reader reply) {
+            if (ctx_.stopping) return;
+            auto& shape = shapes_[key];
+            shape.pending_requests--;
+            if (!s.ok()) return OnLeaseFailed(key, s);
+            if (reply.isSpillback()) {
+              RequestLease(key, reply.getSpillback().getNodeAddress(), true);
+              return;
+            }
+            auto granted = reply.getGranted();
+            shape.saturated = !granted.getMoreRoom();
+            shape.lease_failed = false;
+            auto lease = std::make_shared<Lease>();
+            lease->lease_id = granted.getLeaseId();
+            lease->worker_address = granted.getWorkerAddress();
+            lease->node_address = node_address;
+            lease->idle_since = Clock::now();
+            if (shape.queue.empty()) {
+              ReturnLease(lease, false);  // the work went elsewhere meanwhile
+              return;
+            }
+            shape.leases.push_back(lease);
+            Pump(key);
+          });
 }
 
 void TaskSubmitter::OnLeaseFailed(const std::string& key, const Status& status) {
@@ -302,8 +300,8 @@ void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& l
                          TaskSpec spec) {
   lease->in_flight++;
   auto shared_spec = std::make_shared<TaskSpec>(std::move(spec));
-  auto fill = [&shared_spec](capnp::AnyPointer::Builder b) {
-    ToProto(*shared_spec, b.initAs<proto::PushTaskRequest>().initSpec());
+  auto fill = [&shared_spec](proto::PushTaskRequest::Builder r) {
+    ToProto(*shared_spec, r.initSpec());
   };
   auto& client = ctx_.clients.Get(lease->worker_address);
   // A worker that can't be reached (it died before or between calls) fails over at once
@@ -313,43 +311,41 @@ void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& l
     if (s.ok() || ctx_.stopping || !lease) return;
     OnWorkerLost(key, lease);
   });
-  client.Call(proto::Method::PUSH_TASK, fill, Millis(0),
-            [this, key, lease, shared_spec](const Status& s, capnp::AnyPointer::Reader r) {
-              if (ctx_.stopping) return;
-              lease->in_flight--;
-              if (lease->in_flight == 0) lease->idle_since = Clock::now();
-              if (s.ok()) {
-                ctx_.store.Put(shared_spec->return_id,
-                               FromProto(r.getAs<proto::PushTaskReply>().getValue()));
-                Pump(key);
-                return;
-              }
-              const bool worker_lost = s.code() == StatusCode::kUnavailable ||
-                                       s.code() == StatusCode::kCancelled;
-              if (!worker_lost) {
-                ctx_.store.Put(shared_spec->return_id,
-                               ErrorValue(ErrorKind::kSystem, s.message()));
-                Pump(key);
-                return;
-              }
-              OnWorkerLost(key, lease);
-              auto& spec = *shared_spec;
-              if (spec.max_retries < 0 || spec.attempt < spec.max_retries) {
-                spec.attempt++;
-                spdlog::info("retrying {} (attempt {}) after its worker died: {}",
-                             spec.function_name, spec.attempt + 1, s.message());
-                shapes_[key].queue.push_front(std::move(spec));
-              } else {
-                ctx_.store.Put(spec.return_id,
-                               ErrorValue(ErrorKind::kSystem,
-                                          "the worker running " + spec.function_name +
-                                              " died and no retries are left (" +
-                                              std::to_string(spec.max_retries) +
-                                              " allowed): " + s.message(),
-                                          "WorkerCrashedError"));
-              }
-              Pump(key);
-            });
+  client.Call<proto::Method::PUSH_TASK>(
+      fill, Millis(0),
+      [this, key, lease, shared_spec](const Status& s, proto::PushTaskReply::Reader r) {
+        if (ctx_.stopping) return;
+        lease->in_flight--;
+        if (lease->in_flight == 0) lease->idle_since = Clock::now();
+        if (s.ok()) {
+          ctx_.store.Put(shared_spec->return_id, FromProto(r.getValue()));
+          Pump(key);
+          return;
+        }
+        const bool worker_lost =
+            s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled;
+        if (!worker_lost) {
+          ctx_.store.Put(shared_spec->return_id, ErrorValue(ErrorKind::kSystem, s.message()));
+          Pump(key);
+          return;
+        }
+        OnWorkerLost(key, lease);
+        auto& spec = *shared_spec;
+        if (spec.max_retries < 0 || spec.attempt < spec.max_retries) {
+          spec.attempt++;
+          spdlog::info("retrying {} (attempt {}) after its worker died: {}", spec.function_name,
+                       spec.attempt + 1, s.message());
+          shapes_[key].queue.push_front(std::move(spec));
+        } else {
+          ctx_.store.Put(spec.return_id, ErrorValue(ErrorKind::kSystem,
+                                                    "the worker running " + spec.function_name +
+                                                        " died and no retries are left (" +
+                                                        std::to_string(spec.max_retries) +
+                                                        " allowed): " + s.message(),
+                                                    "WorkerCrashedError"));
+        }
+        Pump(key);
+      });
 }
 
 void TaskSubmitter::OnWorkerLost(const std::string& key, const std::shared_ptr<Lease>& lease) {
@@ -362,14 +358,12 @@ void TaskSubmitter::OnWorkerLost(const std::string& key, const std::shared_ptr<L
 }
 
 void TaskSubmitter::ReturnLease(const std::shared_ptr<Lease>& lease, bool kill) {
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::ReturnLeaseRequest>();
+  auto fill = [&](proto::ReturnLeaseRequest::Builder r) {
     r.setLeaseId(lease->lease_id);
     r.setKillWorker(kill);
   };
   ctx_.clients.Get(lease->node_address)
-      .Call(proto::Method::RETURN_LEASE, fill, Millis(10000),
-            [](const Status&, capnp::AnyPointer::Reader) {});
+      .Call<proto::Method::RETURN_LEASE>(fill, Millis(10000), [](const Status&) {});
 }
 
 void TaskSubmitter::ReturnIdleLeases() {

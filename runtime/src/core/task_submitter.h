@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "core/client_pool.h"
+#include "common/client_pool.h"
 #include "core/memory_store.h"
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 
 namespace rayd::core {
 
@@ -117,7 +117,7 @@ class TaskSubmitter {
   // GET_PLACEMENT_GROUP (waiting until it is created), then pumps the group's shapes.
   void LookUpGroup(const std::string& group_id);
   void OnGroupAnswer(const std::string& group_id, const Status& status,
-                     capnp::AnyPointer::Reader reply);
+                     proto::GetPlacementGroupReply::Reader reply);
   // The node holding the bundle the shape should use next, or why there is none.
   Result<std::string> BundleNode(Group& group, const Shape& shape);
   void Push(const std::string& key, const std::shared_ptr<Lease>& lease, TaskSpec spec);

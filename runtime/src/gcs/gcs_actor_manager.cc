@@ -57,7 +57,7 @@ struct GcsActorManager::Actor {
   uint64_t attempt = 0;
   std::string creating_address;                   // the leased worker's address
   std::unique_ptr<rpc::RpcClient> worker_client;  // carries the creation push
-  std::vector<rpc::CallPtr> waiters;              // GET_ACTOR calls waiting for a settled state
+  std::vector<GetActorCall> waiters;              // GET_ACTOR calls waiting for a settled state
 
   proto::CreateActorRequest::Reader Request() {
     return request ? request->getRoot<proto::CreateActorRequest>().asReader()
@@ -230,11 +230,11 @@ void GcsActorManager::Start(std::function<void(Status)> done) {
 }
 
 void GcsActorManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::CREATE_ACTOR, [this](auto& c) { HandleCreate(c); });
-  dispatcher.Register(proto::Method::GET_ACTOR, [this](auto& c) { HandleGet(c); });
-  dispatcher.Register(proto::Method::KILL_ACTOR, [this](auto& c) { HandleKill(c); });
-  dispatcher.Register(proto::Method::GET_ALL_ACTORS, [this](auto& c) { HandleGetAll(c); });
-  dispatcher.Register(proto::Method::WORKER_FAILED, [this](auto& c) { HandleWorkerFailed(c); });
+  dispatcher.Handle<proto::Method::CREATE_ACTOR>([this](const auto& c) { HandleCreate(c); });
+  dispatcher.Handle<proto::Method::GET_ACTOR>([this](const auto& c) { HandleGet(c); });
+  dispatcher.Handle<proto::Method::KILL_ACTOR>([this](const auto& c) { HandleKill(c); });
+  dispatcher.Handle<proto::Method::GET_ALL_ACTORS>([this](const auto& c) { HandleGetAll(c); });
+  dispatcher.Handle<proto::Method::WORKER_FAILED>([this](const auto& c) { HandleWorkerFailed(c); });
 }
 
 GcsActorManager::Actor* GcsActorManager::Find(const std::string& actor_id) {
@@ -250,26 +250,25 @@ GcsActorManager::Actor* GcsActorManager::FindByName(const std::string& ray_names
 
 // ---- Handlers ----------------------------------------------------------------------------------
 
-void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::CreateActorRequest>();
+void GcsActorManager::HandleCreate(const rpc::Incoming<proto::Method::CREATE_ACTOR>& call) {
+  auto request = call.params();
   auto spec = request.getSpec();
   const std::string id = spec.getActorId();
-  if (id.empty()) return call->Fail(Status::InvalidArgument("CREATE_ACTOR needs spec.actorId"));
+  if (id.empty()) return call.Fail(Status::InvalidArgument("CREATE_ACTOR needs spec.actorId"));
   auto reply = [call, id] {
-    call->Reply(
-        [&](capnp::AnyPointer::Builder b) { b.initAs<proto::CreateActorReply>().setActorId(id); });
+    call.Reply([&](proto::CreateActorReply::Builder b) { b.setActorId(id); });
   };
   // A request sent again (a caller retrying after a reconnect) finds its actor.
   if (Find(id) != nullptr) return reply();
   if (request.getMaxRestarts() < -1) {
-    return call->Fail(Status::InvalidArgument("maxRestarts must be -1 (unlimited) or >= 0, not " +
-                                              std::to_string(request.getMaxRestarts())));
+    return call.Fail(Status::InvalidArgument("maxRestarts must be -1 (unlimited) or >= 0, not " +
+                                             std::to_string(request.getMaxRestarts())));
   }
   const std::string name = request.getName();
   const std::string ns = request.getNamespace();
   if (!name.empty() && names_.contains({ns, name})) {
-    return call->Fail(Status::AlreadyExists("an actor named '" + name +
-                                            "' already exists in namespace '" + ns + "'"));
+    return call.Fail(Status::AlreadyExists("an actor named '" + name +
+                                           "' already exists in namespace '" + ns + "'"));
   }
   auto actor = std::make_unique<Actor>();
   actor->id = id;
@@ -295,33 +294,31 @@ void GcsActorManager::HandleCreate(const rpc::CallPtr& call) {
   Schedule(a);
 }
 
-void GcsActorManager::HandleGet(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::GetActorRequest>();
+void GcsActorManager::HandleGet(const GetActorCall& call) {
+  auto request = call.params();
   Actor* actor = request.getActorId().size() > 0
                      ? Find(request.getActorId())
                      : FindByName(request.getNamespace(), request.getName());
   if (actor == nullptr) {
-    return call->Reply(
-        [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetActorReply>().setFound(false); });
+    return call.Reply([](proto::GetActorReply::Builder b) { b.setFound(false); });
   }
   if (request.getWaitUntilSettled() && !Settled(actor->state)) {
     // Callers that gave up (closed connections) need no answer.
-    std::erase_if(actor->waiters, [](const rpc::CallPtr& c) { return c->connection() == nullptr; });
+    std::erase_if(actor->waiters, [](const GetActorCall& c) { return c.connection() == nullptr; });
     actor->waiters.push_back(call);
     return;
   }
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto reply = b.initAs<proto::GetActorReply>();
+  call.Reply([&](proto::GetActorReply::Builder reply) {
     reply.setFound(true);
     actor->ToProto(reply.initActor());
   });
 }
 
-void GcsActorManager::HandleKill(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::KillActorRequest>();
+void GcsActorManager::HandleKill(const rpc::Incoming<proto::Method::KILL_ACTOR>& call) {
+  auto request = call.params();
   Actor* actor = Find(request.getActorId());
   if (actor == nullptr) {
-    return call->Fail(Status::NotFound("no actor " + std::string(request.getActorId().cStr())));
+    return call.Fail(Status::NotFound("no actor " + std::string(request.getActorId().cStr())));
   }
   if (request.getNoRestart()) {
     MarkDead(*actor, "killed by its handle", /*kill_worker=*/true);
@@ -329,24 +326,23 @@ void GcsActorManager::HandleKill(const rpc::CallPtr& call) {
     // Its node reports the worker's death, which restarts the actor if it may.
     KillWorker(actor->node_id, actor->worker_id, "its actor was killed by its handle");
   }
-  call->Reply();
+  call.Reply();
 }
 
-void GcsActorManager::HandleGetAll(const rpc::CallPtr& call) {
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto list =
-        b.initAs<proto::GetAllActorsReply>().initActors(static_cast<unsigned>(actors_.size()));
+void GcsActorManager::HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_ACTORS>& call) {
+  call.Reply([&](proto::GetAllActorsReply::Builder b) {
+    auto list = b.initActors(static_cast<unsigned>(actors_.size()));
     unsigned i = 0;
     for (const auto& [id, actor] : actors_) actor->ToProto(list[i++]);
   });
 }
 
-void GcsActorManager::HandleWorkerFailed(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::WorkerFailedRequest>();
+void GcsActorManager::HandleWorkerFailed(const rpc::Incoming<proto::Method::WORKER_FAILED>& call) {
+  auto request = call.params();
   const std::string worker_id = request.getWorkerId();
   std::string reason = request.getReason();
   if (reason.empty()) reason = "worker " + worker_id + " exited";
-  call->Reply();
+  call.Reply();
   if (worker_id.empty()) return;
   for (auto& [id, actor] : actors_) {
     if (actor->state == proto::ActorState::DEAD || actor->worker_id != worker_id) continue;
@@ -455,45 +451,41 @@ void GcsActorManager::RequestLease(Actor& actor, const NodeId& node,
   actor.node_id = node;
   // Work in a bundle uses the bundle's reservation, which the ledger already counted.
   if (!bundle) ledger_.Add(actor.id, node, actor.demand);
-  // Built now: the client may fill the request later (after a reconnect).
-  auto message = std::make_shared<capnp::MallocMessageBuilder>();
-  auto lease = message->initRoot<proto::RequestLeaseRequest>();
-  auto spec = actor.Request().getSpec();
-  lease.setJobId(spec.getJobId());
-  lease.setResources(spec.getResources());
-  lease.setLaunch(actor.Request().getLaunch());
-  lease.setForActor(true);
-  lease.setGrantOrReject(true);
-  lease.setScheduling(spec.getScheduling());
-  if (bundle) lease.getScheduling().setBundleIndex(static_cast<int32_t>(*bundle));
-  node_clients_.Call(
-      node, proto::Method::REQUEST_LEASE,
-      [message](capnp::AnyPointer::Builder b) {
-        b.setAs<proto::RequestLeaseRequest>(message->getRoot<proto::RequestLeaseRequest>());
+  node_clients_.Call<proto::Method::REQUEST_LEASE>(
+      node,
+      [&](proto::RequestLeaseRequest::Builder lease) {
+        auto spec = actor.Request().getSpec();
+        lease.setJobId(spec.getJobId());
+        lease.setResources(spec.getResources());
+        lease.setLaunch(actor.Request().getLaunch());
+        lease.setForActor(true);
+        lease.setGrantOrReject(true);
+        lease.setScheduling(spec.getScheduling());
+        if (bundle) lease.getScheduling().setBundleIndex(static_cast<int32_t>(*bundle));
       },
       Millis(0),
-      guard_([this, id = actor.id, attempt, node](const Status& s, capnp::AnyPointer::Reader r) {
+      guard_([this, id = actor.id, attempt, node](const Status& s,
+                                                  proto::RequestLeaseReply::Reader r) {
         OnLeaseReply(id, attempt, node, s, r);
       }));
 }
 
 void GcsActorManager::OnLeaseReply(const std::string& actor_id, uint64_t attempt,
                                    const NodeId& node, const Status& status,
-                                   capnp::AnyPointer::Reader reply) {
+                                   proto::RequestLeaseReply::Reader reply) {
   Actor* actor = Find(actor_id);
   const bool stale =
       actor == nullptr || actor->attempt != attempt || actor->state == proto::ActorState::DEAD;
-  const bool granted = status.ok() && reply.getAs<proto::RequestLeaseReply>().isGranted();
+  const bool granted = status.ok() && reply.isGranted();
   if (stale) {
     if (granted) {
       // Nobody wants this worker any more (the actor died or moved on meanwhile).
-      ReturnLease(node, reply.getAs<proto::RequestLeaseReply>().getGranted().getLeaseId(),
-                  /*kill_worker=*/true);
+      ReturnLease(node, reply.getGranted().getLeaseId(), /*kill_worker=*/true);
     }
     return;
   }
   if (granted) {
-    auto lease = reply.getAs<proto::RequestLeaseReply>().getGranted();
+    auto lease = reply.getGranted();
     actor->worker_id = lease.getWorkerId();
     actor->lease_id = lease.getLeaseId();
     actor->creating_address = lease.getWorkerAddress();
@@ -524,28 +516,24 @@ void GcsActorManager::OnLeaseReply(const std::string& actor_id, uint64_t attempt
 }
 
 void GcsActorManager::PushCreationTask(Actor& actor) {
-  auto message = std::make_shared<capnp::MallocMessageBuilder>();
-  auto push = message->initRoot<proto::PushTaskRequest>();
-  push.setSpec(actor.Request().getSpec());
-  push.getSpec().setAttempt(actor.num_restarts);
   actor.worker_client = std::make_unique<rpc::RpcClient>(
       loop_, actor.creating_address, rpc::Options{node_clients_.token(), "gcs"});
   actor.worker_client->Connect();
   // No deadline: a constructor may take long; a dead worker fails the call (or is reported).
-  actor.worker_client->Call(
-      proto::Method::PUSH_TASK,
-      [message](capnp::AnyPointer::Builder b) {
-        b.setAs<proto::PushTaskRequest>(message->getRoot<proto::PushTaskRequest>());
+  actor.worker_client->Call<proto::Method::PUSH_TASK>(
+      [&](proto::PushTaskRequest::Builder push) {
+        push.setSpec(actor.Request().getSpec());
+        push.getSpec().setAttempt(actor.num_restarts);
       },
       Millis(0),
       guard_([this, id = actor.id, attempt = actor.attempt](const Status& s,
-                                                            capnp::AnyPointer::Reader r) {
+                                                            proto::PushTaskReply::Reader r) {
         OnCreationReply(id, attempt, s, r);
       }));
 }
 
 void GcsActorManager::OnCreationReply(const std::string& actor_id, uint64_t attempt,
-                                      const Status& status, capnp::AnyPointer::Reader reply) {
+                                      const Status& status, proto::PushTaskReply::Reader reply) {
   Actor* actor = Find(actor_id);
   if (actor == nullptr || actor->attempt != attempt || actor->state == proto::ActorState::DEAD) {
     return;  // abandoned: whoever abandoned it dealt with the worker
@@ -563,7 +551,7 @@ void GcsActorManager::OnCreationReply(const std::string& actor_id, uint64_t atte
     }
     return;
   }
-  auto value = reply.getAs<proto::PushTaskReply>().getValue();
+  auto value = reply.getValue();
   if (value.getErrorKind() != 0) {
     const std::string type = value.getErrorType();
     const std::string message = value.getErrorMessage();
@@ -655,8 +643,7 @@ void GcsActorManager::Settle(Actor& actor) {
   auto waiters = std::move(actor.waiters);
   actor.waiters.clear();
   for (const auto& call : waiters) {
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      auto reply = b.initAs<proto::GetActorReply>();
+    call.Reply([&](proto::GetActorReply::Builder reply) {
       reply.setFound(true);
       actor.ToProto(reply.initActor());
     });
@@ -733,15 +720,14 @@ void GcsActorManager::OnJobFinished(const std::string& job_id) {
 
 void GcsActorManager::KillWorker(const NodeId& node, const std::string& worker_id,
                                  const std::string& reason) {
-  node_clients_.Call(
-      node, proto::Method::KILL_WORKER,
-      [worker_id, reason](capnp::AnyPointer::Builder b) {
-        auto r = b.initAs<proto::KillWorkerRequest>();
+  node_clients_.Call<proto::Method::KILL_WORKER>(
+      node,
+      [&](proto::KillWorkerRequest::Builder r) {
         r.setWorkerId(worker_id);
         r.setReason(reason);
       },
       kNodeCallTimeout,
-      [node, worker_id](const Status& s, capnp::AnyPointer::Reader) {
+      [node, worker_id](const Status& s) {
         if (!s.ok()) {
           spdlog::warn("could not kill worker {} on node {}: {}", worker_id, node.Hex(),
                        s.ToString());
@@ -752,15 +738,14 @@ void GcsActorManager::KillWorker(const NodeId& node, const std::string& worker_i
 void GcsActorManager::ReturnLease(const NodeId& node, const std::string& lease_id,
                                   bool kill_worker) {
   if (lease_id.empty() || node.IsNil()) return;
-  node_clients_.Call(
-      node, proto::Method::RETURN_LEASE,
-      [lease_id, kill_worker](capnp::AnyPointer::Builder b) {
-        auto r = b.initAs<proto::ReturnLeaseRequest>();
+  node_clients_.Call<proto::Method::RETURN_LEASE>(
+      node,
+      [&](proto::ReturnLeaseRequest::Builder r) {
         r.setLeaseId(lease_id);
         r.setKillWorker(kill_worker);
       },
       kNodeCallTimeout,
-      [node, lease_id](const Status& s, capnp::AnyPointer::Reader) {
+      [node, lease_id](const Status& s) {
         if (!s.ok()) {
           spdlog::debug("could not return lease {} to node {}: {}", lease_id, node.Hex(),
                         s.ToString());

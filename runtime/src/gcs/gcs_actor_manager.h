@@ -57,7 +57,7 @@
 
 #include "gcs/gcs_node_manager.h"
 #include "gcs/gcs_placement_group_manager.h"
-#include "gcs/lifetime_guard.h"
+#include "rayd/base/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
 #include "gcs/store_client.h"
@@ -97,11 +97,13 @@ class GcsActorManager {
  private:
   struct Actor;
 
-  void HandleCreate(const rpc::CallPtr& call);
-  void HandleGet(const rpc::CallPtr& call);
-  void HandleKill(const rpc::CallPtr& call);
-  void HandleGetAll(const rpc::CallPtr& call);
-  void HandleWorkerFailed(const rpc::CallPtr& call);
+  using GetActorCall = rpc::Incoming<proto::Method::GET_ACTOR>;
+
+  void HandleCreate(const rpc::Incoming<proto::Method::CREATE_ACTOR>& call);
+  void HandleGet(const GetActorCall& call);
+  void HandleKill(const rpc::Incoming<proto::Method::KILL_ACTOR>& call);
+  void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_ACTORS>& call);
+  void HandleWorkerFailed(const rpc::Incoming<proto::Method::WORKER_FAILED>& call);
 
   // Creation.
   void Schedule(Actor& actor);
@@ -112,10 +114,10 @@ class GcsActorManager {
   // Asks `node` for the actor's worker; `bundle`: the index of its group's bundle there.
   void RequestLease(Actor& actor, const NodeId& node, std::optional<uint32_t> bundle);
   void OnLeaseReply(const std::string& actor_id, uint64_t attempt, const NodeId& node,
-                    const Status& status, capnp::AnyPointer::Reader reply);
+                    const Status& status, proto::RequestLeaseReply::Reader reply);
   void PushCreationTask(Actor& actor);
   void OnCreationReply(const std::string& actor_id, uint64_t attempt, const Status& status,
-                       capnp::AnyPointer::Reader reply);
+                       proto::PushTaskReply::Reader reply);
 
   // State changes.
   void AbandonAttempt(Actor& actor);

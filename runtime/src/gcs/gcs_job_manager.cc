@@ -33,32 +33,33 @@ void JobFromJson(const nlohmann::json& j, proto::JobInfo::Builder out) {
   out.setIsDead(j.value("is_dead", false));
 }
 
-void ReplyJobId(const rpc::CallPtr& call, const std::string& id) {
-  call->Reply([&](capnp::AnyPointer::Builder b) { b.initAs<proto::AddJobReply>().setJobId(id); });
+void ReplyJobId(const rpc::Incoming<proto::Method::ADD_JOB>& call, const std::string& id) {
+  call.Reply([&](proto::AddJobReply::Builder b) { b.setJobId(id); });
 }
 
 }  // namespace
 
 void GcsJobManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::ADD_JOB, [this](auto& c) { HandleAdd(c); });
-  dispatcher.Register(proto::Method::MARK_JOB_FINISHED, [this](auto& c) { HandleFinished(c); });
-  dispatcher.Register(proto::Method::JOB_DRIVER_EXITED, [this](auto& c) { HandleDriverExited(c); });
-  dispatcher.Register(proto::Method::GET_ALL_JOBS, [this](auto& c) { HandleGetAll(c); });
+  dispatcher.Handle<proto::Method::ADD_JOB>([this](const auto& c) { HandleAdd(c); });
+  dispatcher.Handle<proto::Method::MARK_JOB_FINISHED>([this](const auto& c) { HandleFinished(c); });
+  dispatcher.Handle<proto::Method::JOB_DRIVER_EXITED>(
+      [this](const auto& c) { HandleDriverExited(c); });
+  dispatcher.Handle<proto::Method::GET_ALL_JOBS>([this](const auto& c) { HandleGetAll(c); });
 }
 
-void GcsJobManager::HandleAdd(const rpc::CallPtr& call) {
-  auto json = JobToJson(call->Params<proto::AddJobRequest>().getJob());
+void GcsJobManager::HandleAdd(const AddJobCall& call) {
+  auto json = JobToJson(call.params().getJob());
   if (json["job_id"].get<std::string>().empty()) json["job_id"] = JobId::FromRandom().Hex();
   json["start_time_ms"] = NowUnixMs();
   json["is_dead"] = false;
   const std::string id = json["job_id"];
   std::weak_ptr<rpc::Connection> conn;
-  if (auto c = call->connection()) conn = c;
+  if (auto c = call.connection()) conn = c;
   std::weak_ptr<bool> alive = alive_;
   store_.Put(kJobTable, id, json.dump(), /*overwrite=*/false,
              [this, alive, call, id, conn](Result<bool> r) {
                if (alive.expired()) return;
-               if (!r.ok()) return call->Fail(r.status());
+               if (!r.ok()) return call.Fail(r.status());
                if (!*r) return AddAgain(call, id, conn);
                BindConnection(id, conn);
                ReplyJobId(call, id);
@@ -67,15 +68,15 @@ void GcsJobManager::HandleAdd(const rpc::CallPtr& call) {
 
 // A job added again under its id while it is alive (a driver reconnecting to a restarted head)
 // is accepted and bound to the new connection; a finished one can't come back.
-void GcsJobManager::AddAgain(const rpc::CallPtr& call, const std::string& id,
+void GcsJobManager::AddAgain(const AddJobCall& call, const std::string& id,
                              const std::weak_ptr<rpc::Connection>& conn) {
   std::weak_ptr<bool> alive = alive_;
   store_.Get(kJobTable, id, [this, alive, call, id, conn](Result<std::optional<std::string>> r) {
     if (alive.expired()) return;
-    if (!r.ok()) return call->Fail(r.status());
+    if (!r.ok()) return call.Fail(r.status());
     auto old = nlohmann::json::parse(r->value_or("{}"), nullptr, /*allow_exceptions=*/false);
     if (old.is_discarded() || old.value("is_dead", false) || finished_.contains(id)) {
-      return call->Fail(Status::AlreadyExists("job " + id + " exists and has finished"));
+      return call.Fail(Status::AlreadyExists("job " + id + " exists and has finished"));
     }
     BindConnection(id, conn);
     ReplyJobId(call, id);
@@ -124,33 +125,34 @@ void GcsJobManager::FinishJob(const std::string& job_id, std::function<void(Stat
   });
 }
 
-void GcsJobManager::HandleFinished(const rpc::CallPtr& call) {
-  std::string id = call->Params<proto::MarkJobFinishedRequest>().getJobId();
+void GcsJobManager::HandleFinished(const rpc::Incoming<proto::Method::MARK_JOB_FINISHED>& call) {
+  std::string id = call.params().getJobId();
   FinishJob(id, [call](Status s) {
     if (s.ok()) {
-      call->Reply();
+      call.Reply();
     } else {
-      call->Fail(s);
+      call.Fail(s);
     }
   });
 }
 
-void GcsJobManager::HandleDriverExited(const rpc::CallPtr& call) {
-  std::string id = call->Params<proto::JobDriverRequest>().getJobId();
+void GcsJobManager::HandleDriverExited(
+    const rpc::Incoming<proto::Method::JOB_DRIVER_EXITED>& call) {
+  std::string id = call.params().getJobId();
   FinishJob(id, [call](Status s) {
     if (s.ok()) {
-      call->Reply();
+      call.Reply();
     } else {
-      call->Fail(s);
+      call.Fail(s);
     }
   });
 }
 
-void GcsJobManager::HandleGetAll(const rpc::CallPtr& call) {
+void GcsJobManager::HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_JOBS>& call) {
   store_.GetAll(kJobTable, [call](Result<std::map<std::string, std::string>> rows) {
-    if (!rows.ok()) return call->Fail(rows.status());
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      auto list = b.initAs<proto::GetAllJobsReply>().initJobs(static_cast<unsigned>(rows->size()));
+    if (!rows.ok()) return call.Fail(rows.status());
+    call.Reply([&](proto::GetAllJobsReply::Builder b) {
+      auto list = b.initJobs(static_cast<unsigned>(rows->size()));
       unsigned i = 0;
       for (const auto& [id, text] : *rows) {
         auto json = nlohmann::json::parse(text, nullptr, false);

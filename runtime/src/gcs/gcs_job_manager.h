@@ -40,12 +40,13 @@ class GcsJobManager {
   void FinishJob(const std::string& job_id, std::function<void(Status)> done);
 
  private:
-  void HandleAdd(const rpc::CallPtr& call);
-  void AddAgain(const rpc::CallPtr& call, const std::string& id,
+  using AddJobCall = rpc::Incoming<proto::Method::ADD_JOB>;
+  void HandleAdd(const AddJobCall& call);
+  void AddAgain(const AddJobCall& call, const std::string& id,
                 const std::weak_ptr<rpc::Connection>& conn);
-  void HandleFinished(const rpc::CallPtr& call);
-  void HandleDriverExited(const rpc::CallPtr& call);
-  void HandleGetAll(const rpc::CallPtr& call);
+  void HandleFinished(const rpc::Incoming<proto::Method::MARK_JOB_FINISHED>& call);
+  void HandleDriverExited(const rpc::Incoming<proto::Method::JOB_DRIVER_EXITED>& call);
+  void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_JOBS>& call);
   void BindConnection(const std::string& job_id, const std::weak_ptr<rpc::Connection>& conn);
 
   StoreClient& store_;

@@ -51,10 +51,10 @@ void GcsNodeManager::Start(std::function<void(Status)> done) {
 }
 
 void GcsNodeManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::REGISTER_NODE, [this](auto& c) { HandleRegister(c); });
-  dispatcher.Register(proto::Method::HEARTBEAT, [this](auto& c) { HandleHeartbeat(c); });
-  dispatcher.Register(proto::Method::GET_ALL_NODES, [this](auto& c) { HandleGetAll(c); });
-  dispatcher.Register(proto::Method::UNREGISTER_NODE, [this](auto& c) { HandleUnregister(c); });
+  dispatcher.Handle<proto::Method::REGISTER_NODE>([this](const auto& c) { HandleRegister(c); });
+  dispatcher.Handle<proto::Method::HEARTBEAT>([this](const auto& c) { HandleHeartbeat(c); });
+  dispatcher.Handle<proto::Method::GET_ALL_NODES>([this](const auto& c) { HandleGetAll(c); });
+  dispatcher.Handle<proto::Method::UNREGISTER_NODE>([this](const auto& c) { HandleUnregister(c); });
 }
 
 void GcsNodeManager::Persist(const runtime::NodeInfo& info, std::function<void(Status)> done) {
@@ -64,17 +64,17 @@ void GcsNodeManager::Persist(const runtime::NodeInfo& info, std::function<void(S
              });
 }
 
-void GcsNodeManager::HandleRegister(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::RegisterNodeRequest>();
+void GcsNodeManager::HandleRegister(const rpc::Incoming<proto::Method::REGISTER_NODE>& call) {
+  auto request = call.params();
   auto info = runtime::NodeInfoFromProto(request.getNode());
   if (!info.ok()) {
-    call->Fail(info.status());
+    call.Fail(info.status());
     return;
   }
   auto it = nodes_.find(info->node_id);
   if (it != nodes_.end() && !it->second.alive) {
-    call->Fail(Status::AlreadyExists("node " + info->node_id.Hex() +
-                                     " was declared dead; it must rejoin as a new node"));
+    call.Fail(Status::AlreadyExists("node " + info->node_id.Hex() +
+                                    " was declared dead; it must rejoin as a new node"));
     return;
   }
   const bool known = it != nodes_.end();
@@ -88,18 +88,18 @@ void GcsNodeManager::HandleRegister(const rpc::CallPtr& call) {
   Changed(info->node_id, NodeChange::kJoined);
   Persist(*info, [call](Status s) {
     if (s.ok()) {
-      call->Reply();
+      call.Reply();
     } else {
-      call->Fail(s.WithContext("storing the node"));
+      call.Fail(s.WithContext("storing the node"));
     }
   });
 }
 
-void GcsNodeManager::HandleHeartbeat(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::HeartbeatRequest>();
+void GcsNodeManager::HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEAT>& call) {
+  auto request = call.params();
   auto id = NodeId::FromHex(request.getNodeId().cStr());
   if (!id.ok()) {
-    call->Fail(id.status());
+    call.Fail(id.status());
     return;
   }
   auto status = proto::HeartbeatReply::Status::OK;
@@ -118,17 +118,15 @@ void GcsNodeManager::HandleHeartbeat(const rpc::CallPtr& call) {
       Changed(*id, NodeChange::kResources);
     }
   }
-  call->Reply([status](capnp::AnyPointer::Builder b) {
-    b.initAs<proto::HeartbeatReply>().setStatus(status);
-  });
+  call.Reply([status](proto::HeartbeatReply::Builder b) { b.setStatus(status); });
 }
 
-void GcsNodeManager::HandleGetAll(const rpc::CallPtr& call) {
-  const bool only_alive = call->Params<proto::GetAllNodesRequest>().getOnlyAlive();
-  call->Reply([&](capnp::AnyPointer::Builder b) {
+void GcsNodeManager::HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_NODES>& call) {
+  const bool only_alive = call.params().getOnlyAlive();
+  call.Reply([&](proto::GetAllNodesReply::Builder b) {
     unsigned n = 0;
     for (const auto& [id, info] : nodes_) n += (!only_alive || info.alive);
-    auto list = b.initAs<proto::GetAllNodesReply>().initNodes(n);
+    auto list = b.initNodes(n);
     unsigned i = 0;
     for (const auto& [id, info] : nodes_) {
       if (only_alive && !info.alive) continue;
@@ -137,20 +135,20 @@ void GcsNodeManager::HandleGetAll(const rpc::CallPtr& call) {
   });
 }
 
-void GcsNodeManager::HandleUnregister(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::UnregisterNodeRequest>();
+void GcsNodeManager::HandleUnregister(const rpc::Incoming<proto::Method::UNREGISTER_NODE>& call) {
+  auto request = call.params();
   auto id = NodeId::FromHex(request.getNodeId().cStr());
   if (!id.ok()) {
-    call->Fail(id.status());
+    call.Fail(id.status());
     return;
   }
   if (!nodes_.contains(*id)) {
-    call->Fail(Status::NotFound("no node " + id->Hex()));
+    call.Fail(Status::NotFound("no node " + id->Hex()));
     return;
   }
   MarkDead(*id, request.getReason().size() ? std::string(request.getReason().cStr())
                                            : "unregistered");
-  call->Reply();
+  call.Reply();
 }
 
 void GcsNodeManager::CheckHeartbeats() {

@@ -57,10 +57,10 @@ class GcsNodeManager {
   }
 
  private:
-  void HandleRegister(const rpc::CallPtr& call);
-  void HandleHeartbeat(const rpc::CallPtr& call);
-  void HandleGetAll(const rpc::CallPtr& call);
-  void HandleUnregister(const rpc::CallPtr& call);
+  void HandleRegister(const rpc::Incoming<proto::Method::REGISTER_NODE>& call);
+  void HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEAT>& call);
+  void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_NODES>& call);
+  void HandleUnregister(const rpc::Incoming<proto::Method::UNREGISTER_NODE>& call);
   void CheckHeartbeats();
   void MarkDead(const NodeId& id, const std::string& reason);
   void Persist(const runtime::NodeInfo& info, std::function<void(Status)> done);

@@ -90,7 +90,7 @@ struct GcsPlacementGroupManager::Group {
   size_t unanswered = 0;                    // nodes yet to answer the phase in progress
   std::optional<Clock::time_point> infeasible_since;
   uint32_t next_bundle = 0;           // FindBundle's round robin over bundles
-  std::vector<rpc::CallPtr> waiters;  // GET_PLACEMENT_GROUP calls waiting for a settled state
+  std::vector<GetGroupCall> waiters;  // GET_PLACEMENT_GROUP calls waiting for a settled state
 
   scheduler::GroupStrategy Strategy() const {
     return static_cast<scheduler::GroupStrategy>(strategy);
@@ -282,11 +282,13 @@ void GcsPlacementGroupManager::Resume(Group& group) {
 }
 
 void GcsPlacementGroupManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::CREATE_PLACEMENT_GROUP, [this](auto& c) { HandleCreate(c); });
-  dispatcher.Register(proto::Method::REMOVE_PLACEMENT_GROUP, [this](auto& c) { HandleRemove(c); });
-  dispatcher.Register(proto::Method::GET_PLACEMENT_GROUP, [this](auto& c) { HandleGet(c); });
-  dispatcher.Register(proto::Method::GET_ALL_PLACEMENT_GROUPS,
-                      [this](auto& c) { HandleGetAll(c); });
+  dispatcher.Handle<proto::Method::CREATE_PLACEMENT_GROUP>(
+      [this](const auto& c) { HandleCreate(c); });
+  dispatcher.Handle<proto::Method::REMOVE_PLACEMENT_GROUP>(
+      [this](const auto& c) { HandleRemove(c); });
+  dispatcher.Handle<proto::Method::GET_PLACEMENT_GROUP>([this](const auto& c) { HandleGet(c); });
+  dispatcher.Handle<proto::Method::GET_ALL_PLACEMENT_GROUPS>(
+      [this](const auto& c) { HandleGetAll(c); });
 }
 
 GcsPlacementGroupManager::Group* GcsPlacementGroupManager::Find(const std::string& group_id) {
@@ -296,33 +298,32 @@ GcsPlacementGroupManager::Group* GcsPlacementGroupManager::Find(const std::strin
 
 // ---- Handlers ----------------------------------------------------------------------------------
 
-void GcsPlacementGroupManager::HandleCreate(const rpc::CallPtr& call) {
-  auto in = call->Params<proto::CreatePlacementGroupRequest>().getGroup();
+void GcsPlacementGroupManager::HandleCreate(
+    const rpc::Incoming<proto::Method::CREATE_PLACEMENT_GROUP>& call) {
+  auto in = call.params().getGroup();
   const std::string id = in.getPlacementGroupId();
   if (!IsHexId(id)) {
-    return call->Fail(
+    return call.Fail(
         Status::InvalidArgument("a placement group id is 32 hex digits, not '" + id + "'"));
   }
   auto reply = [call, id] {
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::CreatePlacementGroupReply>().setPlacementGroupId(id);
-    });
+    call.Reply([&](proto::CreatePlacementGroupReply::Builder b) { b.setPlacementGroupId(id); });
   };
   // A request sent again (a caller retrying after a reconnect) finds its group.
   if (Find(id) != nullptr) return reply();
   auto group = std::make_unique<Group>();
   auto bundles = Group::BundlesFromProto(in.getBundles());
-  if (!bundles.ok()) return call->Fail(bundles.status());
+  if (!bundles.ok()) return call.Fail(bundles.status());
   group->bundles = std::move(*bundles);
   if (!KnownStrategy(in.getStrategy())) {
-    return call->Fail(Status::InvalidArgument("unknown placement strategy " +
-                                              std::to_string(static_cast<int>(in.getStrategy()))));
+    return call.Fail(Status::InvalidArgument("unknown placement strategy " +
+                                             std::to_string(static_cast<int>(in.getStrategy()))));
   }
   const std::string name = in.getName();
   const std::string ns = in.getNamespace();
   if (!name.empty() && names_.contains({ns, name})) {
-    return call->Fail(Status::AlreadyExists("a placement group named '" + name +
-                                            "' already exists in namespace '" + ns + "'"));
+    return call.Fail(Status::AlreadyExists("a placement group named '" + name +
+                                           "' already exists in namespace '" + ns + "'"));
   }
   group->id = id;
   group->name = name;
@@ -342,16 +343,17 @@ void GcsPlacementGroupManager::HandleCreate(const rpc::CallPtr& call) {
   Schedule(g);
 }
 
-void GcsPlacementGroupManager::HandleRemove(const rpc::CallPtr& call) {
-  const std::string id = call->Params<proto::RemovePlacementGroupRequest>().getPlacementGroupId();
+void GcsPlacementGroupManager::HandleRemove(
+    const rpc::Incoming<proto::Method::REMOVE_PLACEMENT_GROUP>& call) {
+  const std::string id = call.params().getPlacementGroupId();
   Group* group = Find(id);
-  if (group == nullptr) return call->Fail(Status::NotFound("no placement group " + id));
+  if (group == nullptr) return call.Fail(Status::NotFound("no placement group " + id));
   End(*group, State::REMOVED, kRemovedByUser);
-  call->Reply();
+  call.Reply();
 }
 
-void GcsPlacementGroupManager::HandleGet(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::GetPlacementGroupRequest>();
+void GcsPlacementGroupManager::HandleGet(const GetGroupCall& call) {
+  auto request = call.params();
   Group* group = nullptr;
   if (request.getPlacementGroupId().size() > 0) {
     group = Find(request.getPlacementGroupId());
@@ -360,31 +362,28 @@ void GcsPlacementGroupManager::HandleGet(const rpc::CallPtr& call) {
     group = Find(it->second);
   }
   if (group == nullptr) {
-    return call->Reply([](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::GetPlacementGroupReply>().setFound(false);
-    });
+    return call.Reply([](proto::GetPlacementGroupReply::Builder b) { b.setFound(false); });
   }
   if (request.getWaitUntilReady() && !Settled(group->state)) {
     // Callers that gave up (closed connections) need no answer.
-    std::erase_if(group->waiters, [](const rpc::CallPtr& c) { return c->connection() == nullptr; });
+    std::erase_if(group->waiters, [](const GetGroupCall& c) { return c.connection() == nullptr; });
     group->waiters.push_back(call);
     return;
   }
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto reply = b.initAs<proto::GetPlacementGroupReply>();
+  call.Reply([&](proto::GetPlacementGroupReply::Builder reply) {
     reply.setFound(true);
     ToProto(*group, reply.initGroup());
   });
 }
 
-void GcsPlacementGroupManager::HandleGetAll(const rpc::CallPtr& call) {
+void GcsPlacementGroupManager::HandleGetAll(
+    const rpc::Incoming<proto::Method::GET_ALL_PLACEMENT_GROUPS>& call) {
   std::vector<const Group*> ordered;
   ordered.reserve(groups_.size());
   for (const auto& [id, group] : groups_) ordered.push_back(group.get());
   std::sort(ordered.begin(), ordered.end(), BySeq);
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto list = b.initAs<proto::GetAllPlacementGroupsReply>().initGroups(
-        static_cast<unsigned>(ordered.size()));
+  call.Reply([&](proto::GetAllPlacementGroupsReply::Builder b) {
+    auto list = b.initGroups(static_cast<unsigned>(ordered.size()));
     for (unsigned i = 0; i < ordered.size(); ++i) ToProto(*ordered[i], list[i]);
   });
 }
@@ -579,10 +578,9 @@ void GcsPlacementGroupManager::StartAttempt(Group& group,
   for (const auto& [node, indexes] : plan) {
     std::vector<std::pair<uint32_t, scheduler::ResourceSet>> reservations;
     for (uint32_t i : indexes) reservations.emplace_back(i, group.bundles[i].resources);
-    node_clients_.Call(
-        node, proto::Method::PREPARE_BUNDLES,
-        [id, reservations = std::move(reservations), commit](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::PrepareBundlesRequest>();
+    node_clients_.Call<proto::Method::PREPARE_BUNDLES>(
+        node,
+        [&](proto::PrepareBundlesRequest::Builder r) {
           r.setPlacementGroupId(id);
           r.setCommit(commit);
           auto list = r.initBundles(static_cast<unsigned>(reservations.size()));
@@ -592,8 +590,7 @@ void GcsPlacementGroupManager::StartAttempt(Group& group,
                                    [&](unsigned n) { return list[k].initResources(n); });
           }
         },
-        kNodeCallTimeout,
-        guard_([this, id, attempt, node, indexes](const Status& s, capnp::AnyPointer::Reader) {
+        kNodeCallTimeout, guard_([this, id, attempt, node, indexes](const Status& s) {
           OnPrepareReply(id, attempt, node, indexes, s);
         }));
     // A node that is gone answers at once, which may have abandoned this attempt already.
@@ -633,13 +630,9 @@ void GcsPlacementGroupManager::OnPrepareReply(const std::string& group_id, uint6
   for (const auto& [n, reservation] : group->in_flight) parts.push_back(n);
   group->unanswered = parts.size();
   for (const NodeId& n : parts) {
-    node_clients_.Call(
-        n, proto::Method::COMMIT_BUNDLES,
-        [group_id](capnp::AnyPointer::Builder b) {
-          b.initAs<proto::CommitBundlesRequest>().setPlacementGroupId(group_id);
-        },
-        kNodeCallTimeout,
-        guard_([this, group_id, attempt, n](const Status& s, capnp::AnyPointer::Reader) {
+    node_clients_.Call<proto::Method::COMMIT_BUNDLES>(
+        n, [&](proto::CommitBundlesRequest::Builder b) { b.setPlacementGroupId(group_id); },
+        kNodeCallTimeout, guard_([this, group_id, attempt, n](const Status& s) {
           OnCommitReply(group_id, attempt, n, s);
         }));
     const Group* current = Find(group_id);
@@ -819,8 +812,7 @@ void GcsPlacementGroupManager::SettleOnceStored(Group& group) {
     auto waiters = std::move(g->waiters);
     g->waiters.clear();
     for (const auto& call : waiters) {
-      call->Reply([&](capnp::AnyPointer::Builder b) {
-        auto reply = b.initAs<proto::GetPlacementGroupReply>();
+      call.Reply([&](proto::GetPlacementGroupReply::Builder reply) {
         reply.setFound(true);
         ToProto(*g, reply.initGroup());
       });
@@ -844,17 +836,16 @@ void GcsPlacementGroupManager::ForgetOldEnded() {
 void GcsPlacementGroupManager::CancelBundles(const NodeId& node, const std::string& group_id,
                                              const std::vector<uint32_t>& indexes,
                                              const std::string& reason) {
-  node_clients_.Call(
-      node, proto::Method::CANCEL_BUNDLES,
-      [group_id, indexes, reason](capnp::AnyPointer::Builder b) {
-        auto r = b.initAs<proto::CancelBundlesRequest>();
+  node_clients_.Call<proto::Method::CANCEL_BUNDLES>(
+      node,
+      [&](proto::CancelBundlesRequest::Builder r) {
         r.setPlacementGroupId(group_id);
         auto list = r.initIndexes(static_cast<unsigned>(indexes.size()));
         for (unsigned k = 0; k < indexes.size(); ++k) list.set(k, indexes[k]);
         r.setReason(reason);
       },
       kNodeCallTimeout,
-      [node, group_id](const Status& s, capnp::AnyPointer::Reader) {
+      [node, group_id](const Status& s) {
         if (!s.ok()) {
           spdlog::debug("could not cancel bundles of placement group {} on node {}: {}", group_id,
                         node.Hex(), s.ToString());

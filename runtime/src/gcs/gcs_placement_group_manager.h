@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "gcs/gcs_node_manager.h"
-#include "gcs/lifetime_guard.h"
+#include "rayd/base/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
 #include "gcs/store_client.h"
@@ -132,10 +132,12 @@ class GcsPlacementGroupManager {
   // A group loaded by Start(): its bundles on nodes that are gone are lost, and what is not
   // placed is scheduled again.
   void Resume(Group& group);
-  void HandleCreate(const rpc::CallPtr& call);
-  void HandleRemove(const rpc::CallPtr& call);
-  void HandleGet(const rpc::CallPtr& call);
-  void HandleGetAll(const rpc::CallPtr& call);
+  using GetGroupCall = rpc::Incoming<proto::Method::GET_PLACEMENT_GROUP>;
+
+  void HandleCreate(const rpc::Incoming<proto::Method::CREATE_PLACEMENT_GROUP>& call);
+  void HandleRemove(const rpc::Incoming<proto::Method::REMOVE_PLACEMENT_GROUP>& call);
+  void HandleGet(const GetGroupCall& call);
+  void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_PLACEMENT_GROUPS>& call);
 
   // The cluster as one scheduling pass sees it: each group the pass places is applied to it, so
   // the next group sees what is left, and a pass over many waiting groups builds one snapshot.

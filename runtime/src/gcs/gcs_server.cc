@@ -45,9 +45,9 @@ void GcsServer::Start(std::function<void(Status)> done) {
 }
 
 void GcsServer::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::PING, [](const rpc::CallPtr& c) { c->Reply(); });
-  dispatcher.Register(proto::Method::GET_CLUSTER_INFO,
-                      [this](const rpc::CallPtr& c) { HandleClusterInfo(c); });
+  dispatcher.Handle<proto::Method::PING>([](const auto& c) { c.Reply(); });
+  dispatcher.Handle<proto::Method::GET_CLUSTER_INFO>(
+      [this](const auto& c) { HandleClusterInfo(c); });
   node_manager_.RegisterMethods(dispatcher);
   job_manager_.RegisterMethods(dispatcher);
   kv_manager_.RegisterMethods(dispatcher);
@@ -64,13 +64,10 @@ void GcsServer::OnJobFinished(const std::string& job_id) {
   placement_group_manager_.OnJobFinished(job_id);
   actor_manager_.OnJobFinished(job_id);
   for (const runtime::NodeInfo* node : node_manager_.AliveNodes()) {
-    node_clients_.Call(
-        node->node_id, proto::Method::JOB_FINISHED,
-        [job_id](capnp::AnyPointer::Builder b) {
-          b.initAs<proto::JobFinishedRequest>().setJobId(job_id);
-        },
+    node_clients_.Call<proto::Method::JOB_FINISHED>(
+        node->node_id, [&job_id](proto::JobFinishedRequest::Builder b) { b.setJobId(job_id); },
         Millis(10000),
-        [job_id, id = node->node_id](const Status& s, capnp::AnyPointer::Reader) {
+        [job_id, id = node->node_id](const Status& s) {
           if (!s.ok()) {
             spdlog::warn("could not tell node {} that job {} finished: {}", id.Hex(), job_id,
                          s.ToString());
@@ -79,9 +76,8 @@ void GcsServer::OnJobFinished(const std::string& job_id) {
   }
 }
 
-void GcsServer::HandleClusterInfo(const rpc::CallPtr& call) {
-  call->Reply([this](capnp::AnyPointer::Builder b) {
-    auto info = b.initAs<proto::ClusterInfo>();
+void GcsServer::HandleClusterInfo(const rpc::Incoming<proto::Method::GET_CLUSTER_INFO>& call) {
+  call.Reply([this](proto::ClusterInfo::Builder info) {
     info.setClusterId(cluster_id_);
     info.setGcsAddress(config_.gcs_address);
     info.setStorage(store_.Describe());

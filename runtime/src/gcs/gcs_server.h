@@ -49,7 +49,7 @@ class GcsServer {
   const GcsActorManager& actor_manager() const { return actor_manager_; }
 
  private:
-  void HandleClusterInfo(const rpc::CallPtr& call);
+  void HandleClusterInfo(const rpc::Incoming<proto::Method::GET_CLUSTER_INFO>& call);
   // A job ended: its placement groups are removed, its actors die and every alive node ends the
   // job's workers.
   void OnJobFinished(const std::string& job_id);

@@ -7,8 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "common/cluster_json.h"
-#include "common/cluster_view.h"
+#include "rayd/runtime/cluster_json.h"
 #include "common/prometheus.h"
 #include "rayd/base/auth.h"
 #include "rayd/base/event_loop.h"

@@ -35,12 +35,12 @@ std::string FormatBound(double bound) {
 }  // namespace
 
 void AppMetrics::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::REPORT_METRICS,
-                      [this](const rpc::CallPtr& call) { HandleReport(call); });
+  dispatcher.Handle<proto::Method::REPORT_METRICS>(
+      [this](const auto& call) { HandleReport(call); });
 }
 
-void AppMetrics::HandleReport(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::ReportMetricsRequest>();
+void AppMetrics::HandleReport(const rpc::Incoming<proto::Method::REPORT_METRICS>& call) {
+  auto params = call.params();
   const std::string process = params.getWorkerId();
   std::vector<Series> series;
   for (auto s : params.getSeries()) {
@@ -49,15 +49,15 @@ void AppMetrics::HandleReport(const rpc::CallPtr& call) {
     out.description = s.getDescription();
     out.unit = s.getUnit();
     out.kind = s.getKind();
-    if (out.kind > 3) return call->Fail(Status::InvalidArgument("unknown metric kind"));
+    if (out.kind > 3) return call.Fail(Status::InvalidArgument("unknown metric kind"));
     for (auto tag : s.getTags()) out.tags.emplace_back(tag.getKey(), tag.getValue());
     out.value = s.getValue();
     out.count = s.getCount();
     for (double b : s.getBoundaries()) out.boundaries.push_back(b);
     for (uint64_t b : s.getBuckets()) out.buckets.push_back(b);
     if (out.kind == 3 && out.buckets.size() != out.boundaries.size() + 1) {
-      return call->Fail(Status::InvalidArgument("histogram " + out.name +
-                                                ": buckets do not match its boundaries"));
+      return call.Fail(Status::InvalidArgument("histogram " + out.name +
+                                               ": buckets do not match its boundaries"));
     }
     out.updated_ms = s.getUpdatedMs();
     series.push_back(std::move(out));
@@ -70,7 +70,7 @@ void AppMetrics::HandleReport(const rpc::CallPtr& call) {
     }
   }
   by_process_[process] = std::move(series);
-  call->Reply();
+  call.Reply();
 }
 
 void AppMetrics::Render(prometheus::Text& text, const std::string& node_id) const {

@@ -36,7 +36,7 @@ class AppMetrics {
     std::vector<uint64_t> buckets;
     int64_t updated_ms = 0;
   };
-  void HandleReport(const rpc::CallPtr& call);
+  void HandleReport(const rpc::Incoming<proto::Method::REPORT_METRICS>& call);
 
   std::map<std::string, std::vector<Series>> by_process_;  // by worker id hex
   std::list<std::string> order_;                            // first report first

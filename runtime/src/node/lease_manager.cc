@@ -7,7 +7,7 @@
 #include <ranges>
 
 #include "common/node_info.h"
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/scheduler/placement.h"
 
@@ -21,14 +21,14 @@ namespace {
 struct LeaseIdTag {};
 using LeaseId = UniqueId<LeaseIdTag>;
 
-bool CallerGone(const rpc::CallPtr& call) {
-  auto connection = call->connection();
+bool CallerGone(const rpc::Incoming<proto::Method::REQUEST_LEASE>& call) {
+  auto connection = call.connection();
   return !connection || connection->closed();
 }
 
-void ReplySpillback(const rpc::CallPtr& call, const NodeInfo& node) {
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto spill = b.initAs<proto::RequestLeaseReply>().initSpillback();
+void ReplySpillback(const rpc::Incoming<proto::Method::REQUEST_LEASE>& call, const NodeInfo& node) {
+  call.Reply([&](proto::RequestLeaseReply::Builder b) {
+    auto spill = b.initSpillback();
     spill.setNodeId(node.node_id.Hex());
     spill.setNodeAddress(node.address);
   });
@@ -148,22 +148,24 @@ LeaseManager::LeaseManager(WorkerPool& pool, const NodeId& node_id, LeaseManager
 LeaseManager::~LeaseManager() = default;
 
 void LeaseManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::REQUEST_LEASE, [this](auto& c) { HandleRequest(c); });
-  dispatcher.Register(proto::Method::RETURN_LEASE, [this](auto& c) { HandleReturn(c); });
-  dispatcher.Register(proto::Method::JOB_FINISHED, [this](auto& c) { HandleJobFinished(c); });
-  dispatcher.Register(proto::Method::PREPARE_BUNDLES, [this](auto& c) { HandlePrepareBundles(c); });
-  dispatcher.Register(proto::Method::COMMIT_BUNDLES, [this](auto& c) { HandleCommitBundles(c); });
-  dispatcher.Register(proto::Method::CANCEL_BUNDLES, [this](auto& c) { HandleCancelBundles(c); });
-  dispatcher.Register(proto::Method::SET_WORKER_BLOCKED,
-                      [this](auto& c) { HandleSetWorkerBlocked(c); });
+  dispatcher.Handle<proto::Method::REQUEST_LEASE>([this](const auto& c) { HandleRequest(c); });
+  dispatcher.Handle<proto::Method::RETURN_LEASE>([this](const auto& c) { HandleReturn(c); });
+  dispatcher.Handle<proto::Method::JOB_FINISHED>([this](const auto& c) { HandleJobFinished(c); });
+  dispatcher.Handle<proto::Method::PREPARE_BUNDLES>(
+      [this](const auto& c) { HandlePrepareBundles(c); });
+  dispatcher.Handle<proto::Method::COMMIT_BUNDLES>(
+      [this](const auto& c) { HandleCommitBundles(c); });
+  dispatcher.Handle<proto::Method::CANCEL_BUNDLES>(
+      [this](const auto& c) { HandleCancelBundles(c); });
+  dispatcher.Handle<proto::Method::SET_WORKER_BLOCKED>(
+      [this](const auto& c) { HandleSetWorkerBlocked(c); });
 }
 
-void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::RequestLeaseRequest>();
+void LeaseManager::HandleRequest(const RequestLeaseCall& call) {
+  auto params = call.params();
   auto job_id = JobId::FromHex(params.getJobId().cStr());
-  if (!job_id.ok()) return call->Fail(job_id.status().WithContext("lease request"));
-  auto request = std::make_shared<Request>();
-  request->call = call;
+  if (!job_id.ok()) return call.Fail(job_id.status().WithContext("lease request"));
+  auto request = std::make_shared<Request>(Request{.call = call});
   request->job_id = *job_id;
   request->resources = runtime::ResourcesFromProto(params.getResources());
   for (auto arg : params.getLaunch().getArgv()) request->launch.argv.emplace_back(arg.cStr());
@@ -177,13 +179,13 @@ void LeaseManager::HandleRequest(const rpc::CallPtr& call) {
   if (!request->scheduling.placement_group_id.empty()) return ServeFromBundle(request);
   if (!AllowsThisNode(*request)) {
     if (!request->grant_or_reject) return SpillInfeasible(request);
-    return call->Fail(
+    return call.Fail(
         Status::ResourceExhausted("infeasible: node " + node_id_.Hex() +
                                   " is excluded by the request's label selector or node affinity"));
   }
   if (!node_.resources.IsFeasible(request->resources)) {
     if (!request->grant_or_reject) return SpillInfeasible(request);
-    return call->Fail(Status::ResourceExhausted(
+    return call.Fail(Status::ResourceExhausted(
         "infeasible: node " + node_id_.Hex() + " cannot satisfy " + request->resources.ToString() +
         " (its total: " + node_.resources.total().ToString() + ")"));
   }
@@ -223,7 +225,7 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
     if (CallerGone(request->call)) return;
     const ResourceSet& demand = request->resources;
     if (!nodes.ok()) {
-      return request->call->Fail(Status::Unavailable(
+      return request->call.Fail(Status::Unavailable(
           "this node cannot run " + demand.ToString() +
           " and the GCS could not be asked for other nodes: " + nodes.status().message()));
     }
@@ -238,14 +240,14 @@ void LeaseManager::SpillInfeasible(const RequestPtr& request) {
         return node.alive && node.node_id.Hex() == scheduling.node_affinity;
       });
       if (!alive) {
-        return request->call->Fail(Status::Unavailable("hard node affinity to node " +
-                                                       scheduling.node_affinity +
-                                                       ": the node is dead or unknown"));
+        return request->call.Fail(Status::Unavailable("hard node affinity to node " +
+                                                      scheduling.node_affinity +
+                                                      ": the node is dead or unknown"));
       }
-      return request->call->Fail(InfeasibleError(*nodes, *request));
+      return request->call.Fail(InfeasibleError(*nodes, *request));
     }
     if (config_.infeasible_timeout.count() <= 0) {
-      return request->call->Fail(InfeasibleError(*nodes, *request));
+      return request->call.Fail(InfeasibleError(*nodes, *request));
     }
     spdlog::warn("no node can satisfy {} yet; it waits up to {} ms for one to join",
                  demand.ToString(), config_.infeasible_timeout.count());
@@ -307,7 +309,7 @@ void LeaseManager::RecheckInfeasible() {
         ReplySpillback(request->call, *fits);
         it = infeasible_.erase(it);
       } else if (now >= it->deadline) {
-        request->call->Fail(InfeasibleError(*nodes, *request));
+        request->call.Fail(InfeasibleError(*nodes, *request));
         it = infeasible_.erase(it);
       } else {
         ++it;
@@ -396,13 +398,13 @@ void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
                       if (!worker.ok() || CallerGone(request->call)) {
                         // A registered worker nobody wants stays idle in the pool.
                         Release(request->resources, allocation);
-                        if (!worker.ok()) request->call->Fail(worker.status());
+                        if (!worker.ok()) request->call.Fail(worker.status());
                         DispatchQueue();
                         return;
                       }
                       if (!PoolOf(allocation)) {
                         const BundleKey& bundle = *allocation.bundle;
-                        return request->call->Fail(Status::Cancelled(
+                        return request->call.Fail(Status::Cancelled(
                             "bundle " + std::to_string(bundle.index) + " of placement group " +
                             bundle.group_id + " was freed while its worker started"));
                       }
@@ -427,8 +429,8 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
   const ResourcePool* pool = PoolOf(allocation);
   const bool more_room = (pool != nullptr && pool->resources.IsAvailable(request->resources)) ||
                          starting_grants_.count(request->job_id) > 0;
-  request->call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto granted = b.initAs<proto::RequestLeaseReply>().initGranted();
+  request->call.Reply([&](proto::RequestLeaseReply::Builder b) {
+    auto granted = b.initGranted();
     granted.setLeaseId(lease_id);
     granted.setWorkerId(worker.id.Hex());
     granted.setWorkerAddress(worker.address);
@@ -439,18 +441,19 @@ void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
   });
 }
 
-void LeaseManager::HandleSetWorkerBlocked(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::SetWorkerBlockedRequest>();
+void LeaseManager::HandleSetWorkerBlocked(
+    const rpc::Incoming<proto::Method::SET_WORKER_BLOCKED>& call) {
+  auto params = call.params();
   auto worker_id = WorkerId::FromHex(params.getWorkerId().cStr());
-  if (!worker_id.ok()) return call->Fail(worker_id.status());
+  if (!worker_id.ok()) return call.Fail(worker_id.status());
   Worker* worker = pool_.Find(*worker_id);
   auto it = worker ? leases_.find(worker->lease_id) : leases_.end();
   // A worker without a lease here (an actor's calls, a lease just returned): nothing to lend.
-  if (it == leases_.end() || it->second.for_actor) return call->Reply();
+  if (it == leases_.end() || it->second.for_actor) return call.Reply();
   Lease& lease = it->second;
   ResourcePool* pool = PoolOf(lease.allocation);
   const bool blocked = params.getBlocked();
-  if (pool == nullptr || blocked == lease.blocked) return call->Reply();
+  if (pool == nullptr || blocked == lease.blocked) return call.Reply();
   lease.blocked = blocked;
   scheduler::ResourceSet cpus;
   cpus.Set(scheduler::kCPU, lease.resources.Get(scheduler::kCPU));
@@ -458,18 +461,18 @@ void LeaseManager::HandleSetWorkerBlocked(const rpc::CallPtr& call) {
     const scheduler::ResourceSet lend = cpus - lease.lent;
     pool->resources.Release(lend);
     lease.lent += lend;
-    call->Reply();
+    call.Reply();
     return DispatchQueue();
   }
   if (pool->resources.TryAllocate(lease.lent)) lease.lent = {};
-  call->Reply();
+  call.Reply();
 }
 
-void LeaseManager::HandleReturn(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::ReturnLeaseRequest>();
+void LeaseManager::HandleReturn(const rpc::Incoming<proto::Method::RETURN_LEASE>& call) {
+  auto params = call.params();
   auto it = leases_.find(params.getLeaseId().cStr());
   if (it == leases_.end()) {
-    return call->Fail(
+    return call.Fail(
         Status::NotFound("no lease " + std::string(params.getLeaseId().cStr()) + " on this node"));
   }
   Lease lease = std::move(it->second);
@@ -485,24 +488,24 @@ void LeaseManager::HandleReturn(const rpc::CallPtr& call) {
       pool_.ReturnToIdle(*worker);
     }
   }
-  call->Reply();
+  call.Reply();
   DispatchQueue();
 }
 
-void LeaseManager::HandleJobFinished(const rpc::CallPtr& call) {
-  auto job_id = JobId::FromHex(call->Params<proto::JobFinishedRequest>().getJobId().cStr());
-  if (!job_id.ok()) return call->Fail(job_id.status());
+void LeaseManager::HandleJobFinished(const rpc::Incoming<proto::Method::JOB_FINISHED>& call) {
+  auto job_id = JobId::FromHex(call.params().getJobId().cStr());
+  if (!job_id.ok()) return call.Fail(job_id.status());
   const std::string why = "job " + job_id->Hex() + " finished";
   for (auto it = queue_.begin(); it != queue_.end();) {
     if ((*it)->job_id == *job_id && !(*it)->for_actor) {
-      (*it)->call->Fail(Status::Cancelled(why));
+      (*it)->call.Fail(Status::Cancelled(why));
       it = queue_.erase(it);
     } else {
       ++it;
     }
   }
   pool_.KillJobWorkers(*job_id, why);  // their exits release their leases
-  call->Reply();
+  call.Reply();
 }
 
 void LeaseManager::OnWorkerExit(const Worker& worker) {
@@ -516,10 +519,10 @@ void LeaseManager::OnWorkerExit(const Worker& worker) {
 void LeaseManager::CancelQueued(const Status& why) {
   auto queue = std::move(queue_);
   queue_.clear();
-  for (auto& request : queue) request->call->Fail(why);
+  for (auto& request : queue) request->call.Fail(why);
   auto waiting = std::move(infeasible_);
   infeasible_.clear();
-  for (auto& w : waiting) w.request->call->Fail(why);
+  for (auto& w : waiting) w.request->call.Fail(why);
 }
 
 void LeaseManager::Abandon(const Status& why) {
@@ -585,7 +588,7 @@ bool LeaseManager::Serves(const BundleKey& key, const Bundle& bundle,
 }
 
 void LeaseManager::ServeFromBundle(const RequestPtr& request) {
-  if (Status s = CheckBundleRequest(*request); !s.ok()) return request->call->Fail(s);
+  if (Status s = CheckBundleRequest(*request); !s.ok()) return request->call.Fail(s);
   if (auto allocation = TryAllocate(*request)) return Grant(request, std::move(*allocation));
   queue_.push_back(request);  // until a lease of its bundle ends
 }
@@ -620,8 +623,8 @@ Status LeaseManager::CheckBundleRequest(const Request& request) const {
                                    node_id_.Hex() + " (" + sizes + ")");
 }
 
-void LeaseManager::HandlePrepareBundles(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::PrepareBundlesRequest>();
+void LeaseManager::HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call) {
+  auto params = call.params();
   const std::string group_id = params.getPlacementGroupId();
   std::vector<BundleKey> listed;
   std::vector<BundleKey> taken;  // by this request: given back if another does not fit
@@ -647,29 +650,29 @@ void LeaseManager::HandlePrepareBundles(const rpc::CallPtr& call) {
   }
   if (!failed.ok()) {
     for (const auto& key : taken) FreeBundle(bundles_.find(key), "its prepare failed");
-    return call->Fail(failed);
+    return call.Fail(failed);
   }
   if (params.getCommit()) {
     for (const auto& key : listed) bundles_.at(key).committed = true;
   }
   spdlog::info("{} {} bundle(s) of placement group {}",
                params.getCommit() ? "reserved" : "prepared", listed.size(), group_id);
-  call->Reply();
+  call.Reply();
 }
 
-void LeaseManager::HandleCommitBundles(const rpc::CallPtr& call) {
-  const std::string group_id = call->Params<proto::CommitBundlesRequest>().getPlacementGroupId();
+void LeaseManager::HandleCommitBundles(const rpc::Incoming<proto::Method::COMMIT_BUNDLES>& call) {
+  const std::string group_id = call.params().getPlacementGroupId();
   auto bundles = GroupRange(bundles_, group_id);
   if (bundles.empty()) {
-    return call->Fail(Status::NotFound("placement group " + group_id +
-                                       " has no prepared bundle on node " + node_id_.Hex()));
+    return call.Fail(Status::NotFound("placement group " + group_id +
+                                      " has no prepared bundle on node " + node_id_.Hex()));
   }
   for (auto& [key, bundle] : bundles) bundle.committed = true;
-  call->Reply();
+  call.Reply();
 }
 
-void LeaseManager::HandleCancelBundles(const rpc::CallPtr& call) {
-  auto params = call->Params<proto::CancelBundlesRequest>();
+void LeaseManager::HandleCancelBundles(const rpc::Incoming<proto::Method::CANCEL_BUNDLES>& call) {
+  auto params = call.params();
   const std::string group_id = params.getPlacementGroupId();
   const std::string why = params.getReason().size() > 0
                               ? std::string(params.getReason().cStr())
@@ -686,13 +689,13 @@ void LeaseManager::HandleCancelBundles(const rpc::CallPtr& call) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     const Request& request = **it;
     if (request.scheduling.placement_group_id == group_id && !CheckBundleRequest(request).ok()) {
-      request.call->Fail(Status::Cancelled(why));
+      request.call.Fail(Status::Cancelled(why));
       it = queue_.erase(it);
     } else {
       ++it;
     }
   }
-  call->Reply();
+  call.Reply();
   DispatchQueue();
 }
 

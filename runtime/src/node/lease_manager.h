@@ -179,8 +179,9 @@ class LeaseManager {
     uint64_t serial = 0;
     std::vector<int> gpu_ids;
   };
+  using RequestLeaseCall = rpc::Incoming<proto::Method::REQUEST_LEASE>;
   struct Request {
-    rpc::CallPtr call;
+    RequestLeaseCall call;
     JobId job_id;
     scheduler::ResourceSet resources;
     WorkerLaunch launch;
@@ -202,13 +203,13 @@ class LeaseManager {
   };
   using NodesFn = std::function<void(Result<std::vector<NodeInfo>>)>;
 
-  void HandleRequest(const rpc::CallPtr& call);
-  void HandleReturn(const rpc::CallPtr& call);
-  void HandleJobFinished(const rpc::CallPtr& call);
-  void HandlePrepareBundles(const rpc::CallPtr& call);
-  void HandleCommitBundles(const rpc::CallPtr& call);
-  void HandleCancelBundles(const rpc::CallPtr& call);
-  void HandleSetWorkerBlocked(const rpc::CallPtr& call);
+  void HandleRequest(const RequestLeaseCall& call);
+  void HandleReturn(const rpc::Incoming<proto::Method::RETURN_LEASE>& call);
+  void HandleJobFinished(const rpc::Incoming<proto::Method::JOB_FINISHED>& call);
+  void HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call);
+  void HandleCommitBundles(const rpc::Incoming<proto::Method::COMMIT_BUNDLES>& call);
+  void HandleCancelBundles(const rpc::Incoming<proto::Method::CANCEL_BUNDLES>& call);
+  void HandleSetWorkerBlocked(const rpc::Incoming<proto::Method::SET_WORKER_BLOCKED>& call);
 
   // Whether `bundle` may serve a request with `scheduling`: committed, and the index it names.
   static bool Serves(const BundleKey& key, const Bundle& bundle,

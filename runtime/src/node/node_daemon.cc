@@ -56,11 +56,9 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
       heartbeat_timer_(loop),
       join_timer_(loop),
       retry_timer_(loop) {
-  dispatcher_.Register(proto::Method::PING, [](const rpc::CallPtr& c) { c->Reply(); });
-  dispatcher_.Register(proto::Method::GET_NODE_INFO, [this](const rpc::CallPtr& c) {
-    c->Reply([this](capnp::AnyPointer::Builder b) {
-      runtime::NodeInfoToProto(SelfInfo(), b.initAs<proto::NodeInfo>());
-    });
+  dispatcher_.Handle<proto::Method::PING>([](const auto& c) { c.Reply(); });
+  dispatcher_.Handle<proto::Method::GET_NODE_INFO>([this](const auto& c) {
+    c.Reply([this](proto::NodeInfo::Builder b) { runtime::NodeInfoToProto(SelfInfo(), b); });
   });
   pool_.RegisterMethods(dispatcher_);
   lease_manager_.RegisterMethods(dispatcher_);
@@ -75,16 +73,12 @@ NodeDaemon::~NodeDaemon() { server_.SetOnConnectionClosed(nullptr); }
 void NodeDaemon::ListAliveNodes(rpc::RpcClient& gcs,
                                 std::function<void(Result<std::vector<NodeInfo>>)> done) {
   // The reply may come while the daemon is being destroyed: touch nothing but `done`.
-  gcs.Call(
-      proto::Method::GET_ALL_NODES,
-      [](capnp::AnyPointer::Builder b) {
-        b.initAs<proto::GetAllNodesRequest>().setOnlyAlive(true);
-      },
-      Millis(2000),
-      [done = std::move(done)](const Status& s, capnp::AnyPointer::Reader reply) {
+  gcs.Call<proto::Method::GET_ALL_NODES>(
+      [](proto::GetAllNodesRequest::Builder r) { r.setOnlyAlive(true); }, Millis(2000),
+      [done = std::move(done)](const Status& s, proto::GetAllNodesReply::Reader reply) {
         if (!s.ok()) return done(s);
         std::vector<NodeInfo> nodes;
-        for (auto n : reply.getAs<proto::GetAllNodesReply>().getNodes()) {
+        for (auto n : reply.getNodes()) {
           auto info = runtime::NodeInfoFromProto(n);
           if (info.ok()) nodes.push_back(std::move(*info));
         }
@@ -99,17 +93,16 @@ void NodeDaemon::OnWorkerExit(Worker& worker, WorkerState previous) {
   const bool report =
       previous == WorkerState::kLeased || (worker.registered && worker.kill_reason.empty());
   if (!report || shutting_down_) return;
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::WorkerFailedRequest>();
+  auto fill = [&](proto::WorkerFailedRequest::Builder r) {
     r.setWorkerId(worker.id.Hex());
     r.setNodeId(node_id_.Hex());
     r.setJobId(worker.job_id.Hex());
     r.setReason(worker.exit_reason);
   };
-  gcs_.Call(proto::Method::WORKER_FAILED, fill, Millis(10000),
-            [id = worker.id.Hex()](const Status& s, capnp::AnyPointer::Reader) {
-              if (!s.ok()) spdlog::warn("reporting worker {} failed: {}", id, s.ToString());
-            });
+  gcs_.Call<proto::Method::WORKER_FAILED>(
+      fill, Millis(10000), [id = worker.id.Hex()](const Status& s) {
+        if (!s.ok()) spdlog::warn("reporting worker {} failed: {}", id, s.ToString());
+      });
 }
 
 void NodeDaemon::Start(std::function<void(Status)> on_joined) {
@@ -192,45 +185,40 @@ NodeInfo NodeDaemon::SelfInfo() const {
 void NodeDaemon::Register() {
   if (shutting_down_) return;
   // Learn the head's heartbeat period first, then register.
-  gcs_.Call(
-      proto::Method::GET_CLUSTER_INFO, nullptr, Millis(5000),
-      [this](const Status& s, capnp::AnyPointer::Reader reply) {
+  gcs_.Call<proto::Method::GET_CLUSTER_INFO>(
+      Millis(5000), [this](const Status& s, proto::ClusterInfo::Reader info) {
         if (!s.ok()) {
           retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
           return;
         }
-        auto info = reply.getAs<proto::ClusterInfo>();
         if (info.getHeartbeatPeriodMs() > 0) {
           config_.heartbeat_period = Millis(info.getHeartbeatPeriodMs());
         }
-        auto fill = [this](capnp::AnyPointer::Builder b) {
-          auto node = b.initAs<proto::RegisterNodeRequest>().initNode();
-          runtime::NodeInfoToProto(SelfInfo(), node);
+        auto fill = [this](proto::RegisterNodeRequest::Builder r) {
+          runtime::NodeInfoToProto(SelfInfo(), r.initNode());
         };
-        gcs_.Call(proto::Method::REGISTER_NODE, fill, Millis(5000),
-                  [this](const Status& r, capnp::AnyPointer::Reader) {
-                    if (r.code() == StatusCode::kAlreadyExists) {
-                      RejoinAsNewNode(r.message());
-                      return;
-                    }
-                    if (!r.ok()) {
-                      spdlog::warn("registration failed: {}; retrying", r.ToString());
-                      retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
-                      return;
-                    }
-                    registered_ = true;
-                    spdlog::info("registered as node {}", node_id_.Hex());
-                    heartbeat_timer_.Start(config_.heartbeat_period, config_.heartbeat_period,
-                                           [this] { SendHeartbeat(); });
-                    FinishJoin(Status::Ok());
-                  });
+        gcs_.Call<proto::Method::REGISTER_NODE>(fill, Millis(5000), [this](const Status& r) {
+          if (r.code() == StatusCode::kAlreadyExists) {
+            RejoinAsNewNode(r.message());
+            return;
+          }
+          if (!r.ok()) {
+            spdlog::warn("registration failed: {}; retrying", r.ToString());
+            retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
+            return;
+          }
+          registered_ = true;
+          spdlog::info("registered as node {}", node_id_.Hex());
+          heartbeat_timer_.Start(config_.heartbeat_period, config_.heartbeat_period,
+                                 [this] { SendHeartbeat(); });
+          FinishJoin(Status::Ok());
+        });
       });
 }
 
 void NodeDaemon::SendHeartbeat() {
   if (!gcs_.connected()) return;  // reconnecting; registration follows the reconnection
-  auto fill = [this](capnp::AnyPointer::Builder b) {
-    auto hb = b.initAs<proto::HeartbeatRequest>();
+  auto fill = [this](proto::HeartbeatRequest::Builder hb) {
     hb.setNodeId(node_id_.Hex());
     runtime::FillResources(lease_manager_.available(),
                            [&](unsigned n) { return hb.initAvailable(n); });
@@ -239,22 +227,22 @@ void NodeDaemon::SendHeartbeat() {
                             hb.initInfeasible(static_cast<unsigned>(infeasible.size())));
   };
   lease_manager_.RecheckInfeasible();
-  gcs_.Call(proto::Method::HEARTBEAT, fill, config_.heartbeat_period,
-            [this](const Status& s, capnp::AnyPointer::Reader reply) {
-              if (!s.ok()) return;
-              switch (reply.getAs<proto::HeartbeatReply>().getStatus()) {
-                case proto::HeartbeatReply::Status::OK:
-                  break;
-                case proto::HeartbeatReply::Status::UNKNOWN:
-                  spdlog::warn("the GCS does not know node {}; registering again", node_id_.Hex());
-                  heartbeat_timer_.Stop();
-                  Register();
-                  break;
-                case proto::HeartbeatReply::Status::DEAD:
-                  RejoinAsNewNode("the GCS declared node " + node_id_.Hex() + " dead");
-                  break;
-              }
-            });
+  gcs_.Call<proto::Method::HEARTBEAT>(
+      fill, config_.heartbeat_period, [this](const Status& s, proto::HeartbeatReply::Reader reply) {
+        if (!s.ok()) return;
+        switch (reply.getStatus()) {
+          case proto::HeartbeatReply::Status::OK:
+            break;
+          case proto::HeartbeatReply::Status::UNKNOWN:
+            spdlog::warn("the GCS does not know node {}; registering again", node_id_.Hex());
+            heartbeat_timer_.Stop();
+            Register();
+            break;
+          case proto::HeartbeatReply::Status::DEAD:
+            RejoinAsNewNode("the GCS declared node " + node_id_.Hex() + " dead");
+            break;
+        }
+      });
 }
 
 void NodeDaemon::RejoinAsNewNode(const std::string& why) {
@@ -280,13 +268,11 @@ void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done)
   retry_timer_.Stop();
   server_.Close();
   if (!registered_ || !gcs_.connected()) return done();
-  auto fill = [this, reason](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::UnregisterNodeRequest>();
+  auto fill = [this, reason](proto::UnregisterNodeRequest::Builder r) {
     r.setNodeId(node_id_.Hex());
     r.setReason(reason);
   };
-  gcs_.Call(proto::Method::UNREGISTER_NODE, fill, Millis(2000),
-            [done](const Status&, capnp::AnyPointer::Reader) { done(); });
+  gcs_.Call<proto::Method::UNREGISTER_NODE>(fill, Millis(2000), [done](const Status&) { done(); });
 }
 
 }  // namespace rayd::node

@@ -60,10 +60,6 @@ Result<std::unique_ptr<ObjectService>> ObjectService::Start(EventLoop& loop,
   return s;
 }
 
-ClientId ObjectService::ClientOf(const rpc::CallPtr& call) {
-  return reinterpret_cast<ClientId>(call->connection().get());
-}
-
 void ObjectService::OnConnectionClosed(rpc::Connection& connection) {
   const auto client = reinterpret_cast<ClientId>(&connection);
   store_->UnpinAll(client);
@@ -78,41 +74,41 @@ void ObjectService::OnConnectionClosed(rpc::Connection& connection) {
 }
 
 void ObjectService::RegisterMethods(rpc::Dispatcher& d) {
-  d.Register(proto::Method::STORE_CREATE, [this](const rpc::CallPtr& c) { HandleCreate(c); });
-  d.Register(proto::Method::STORE_SEAL, [this](const rpc::CallPtr& c) {
-    auto id = ParseId(c->Params<proto::StoreObjectRequest>().getObjectId());
-    if (!id.ok()) return c->Fail(id.status());
+  d.Handle<proto::Method::STORE_CREATE>([this](const auto& c) { HandleCreate(c); });
+  d.Handle<proto::Method::STORE_SEAL>([this](const auto& c) {
+    auto id = ParseId(c.params().getObjectId());
+    if (!id.ok()) return c.Fail(id.status());
     creating_[ClientOf(c)].erase(*id);
     Status s = store_->Seal(*id);
-    s.ok() ? c->Reply() : c->Fail(s);
+    s.ok() ? c.Reply() : c.Fail(s);
   });
-  d.Register(proto::Method::STORE_ABORT, [this](const rpc::CallPtr& c) {
-    auto id = ParseId(c->Params<proto::StoreObjectRequest>().getObjectId());
-    if (!id.ok()) return c->Fail(id.status());
+  d.Handle<proto::Method::STORE_ABORT>([this](const auto& c) {
+    auto id = ParseId(c.params().getObjectId());
+    if (!id.ok()) return c.Fail(id.status());
     creating_[ClientOf(c)].erase(*id);
     store_->Abort(*id);
-    c->Reply();
+    c.Reply();
   });
-  d.Register(proto::Method::STORE_GET, [this](const rpc::CallPtr& c) { HandleGet(c); });
-  d.Register(proto::Method::STORE_RELEASE, [this](const rpc::CallPtr& c) {
-    auto id = ParseId(c->Params<proto::StoreObjectRequest>().getObjectId());
-    if (!id.ok()) return c->Fail(id.status());
+  d.Handle<proto::Method::STORE_GET>([this](const auto& c) { HandleGet(c); });
+  d.Handle<proto::Method::STORE_RELEASE>([this](const auto& c) {
+    auto id = ParseId(c.params().getObjectId());
+    if (!id.ok()) return c.Fail(id.status());
     store_->Unpin(*id, ClientOf(c));
-    c->Reply();
+    c.Reply();
   });
-  d.Register(proto::Method::STORE_DELETE, [this](const rpc::CallPtr& c) {
-    for (auto hex : c->Params<proto::StoreDeleteRequest>().getObjectIds()) {
+  d.Handle<proto::Method::STORE_DELETE>([this](const auto& c) {
+    for (auto hex : c.params().getObjectIds()) {
       if (auto id = ParseId(hex); id.ok()) store_->Delete(*id);
     }
-    c->Reply();
+    c.Reply();
   });
-  d.Register(proto::Method::STORE_LIST, [this](const rpc::CallPtr& c) { HandleList(c); });
+  d.Handle<proto::Method::STORE_LIST>([this](const auto& c) { HandleList(c); });
 }
 
-void ObjectService::HandleCreate(const rpc::CallPtr& call) {
-  auto req = call->Params<proto::StoreCreateRequest>();
+void ObjectService::HandleCreate(const rpc::Incoming<proto::Method::STORE_CREATE>& call) {
+  auto req = call.params();
   auto id = ParseId(req.getObjectId());
-  if (!id.ok()) return call->Fail(id.status());
+  if (!id.ok()) return call.Fail(id.status());
   const ClientId client = ClientOf(call);
   creating_[client].insert(*id);
   if (req.getCallerIsOwner()) owner_of_client_[client] = req.getOwner();
@@ -120,18 +116,17 @@ void ObjectService::HandleCreate(const rpc::CallPtr& call) {
                        [this, call, client, id = *id](Result<Slice> r) {
                          if (!r.ok()) {
                            creating_[client].erase(id);
-                           return call->Fail(r.status());
+                           return call.Fail(r.status());
                          }
-                         call->Reply([&](capnp::AnyPointer::Builder b) {
-                           b.initAs<proto::StoreCreateReply>().setOffset(r->offset);
-                         });
+                         call.Reply(
+                             [&](proto::StoreCreateReply::Builder b) { b.setOffset(r->offset); });
                        });
 }
 
-void ObjectService::HandleGet(const rpc::CallPtr& call) {
-  auto req = call->Params<proto::StoreGetRequest>();
+void ObjectService::HandleGet(const rpc::Incoming<proto::Method::STORE_GET>& call) {
+  auto req = call.params();
   auto id = ParseId(req.getObjectId());
-  if (!id.ok()) return call->Fail(id.status());
+  if (!id.ok()) return call.Fail(id.status());
   std::vector<Location> locations;
   for (auto l : req.getLocations()) {
     if (l.getNodeId() == config_.node_id.Hex()) continue;  // that's us: nothing to pull
@@ -139,9 +134,8 @@ void ObjectService::HandleGet(const rpc::CallPtr& call) {
   }
   Get(*id, ClientOf(call), req.getSize(), std::move(locations), req.getOwner(),
       [call](Result<Slice> r) {
-        if (!r.ok()) return call->Fail(r.status());
-        call->Reply([&](capnp::AnyPointer::Builder b) {
-          auto reply = b.initAs<proto::StoreGetReply>();
+        if (!r.ok()) return call.Fail(r.status());
+        call.Reply([&](proto::StoreGetReply::Builder reply) {
           reply.setOffset(r->offset);
           reply.setSize(r->size);
         });
@@ -191,41 +185,35 @@ void ObjectService::TryNextLocation(const ObjectId& id) {
     it->second.errors += "; node " + from.node_id.substr(0, 8) + ": " + s.message();
     TryNextLocation(id);
   };
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::StoreGetRequest>();
+  auto fill = [&](proto::StoreGetRequest::Builder r) {
     r.setObjectId(id.Hex());
     r.setSize(pull.size);
   };
   peers_.Get(from.node_address)
-      .Call(proto::Method::STORE_GET, fill, Millis(30000),
-            [this, id, from, fail](const Status& s, capnp::AnyPointer::Reader) {
-              if (!s.ok()) return fail(s);
-              auto allocate = [this, id](size_t n, std::function<void(Result<uint8_t*>)> give) {
-                auto it = pulls_.find(id);
-                std::string owner = it == pulls_.end() ? "" : it->second.owner;
-                store_->CreateObject(id, n, /*primary=*/false, owner,
-                                     [this, give = std::move(give)](Result<Slice> slice) {
-                                       if (!slice.ok()) return give(slice.status());
-                                       give(store_->arena().base() + slice->offset);
-                                     });
-              };
-              transfer_client_->Fetch(
-                  from.transfer_address, id, allocate,
-                  [this, id, from, fail](Status st) {
-                    auto unpin = [&](capnp::AnyPointer::Builder b) {
-                      b.initAs<proto::StoreObjectRequest>().setObjectId(id.Hex());
-                    };
-                    peers_.Get(from.node_address)
-                        .Call(proto::Method::STORE_RELEASE, unpin, Millis(10000),
-                              [](const Status&, capnp::AnyPointer::Reader) {});
-                    if (st.ok()) st = store_->Seal(id);
-                    if (!st.ok()) {
-                      store_->Abort(id);
-                      return fail(st);
-                    }
-                    FinishPull(id, Status::Ok());
-                  });
+      .Call<proto::Method::STORE_GET>(fill, Millis(30000), [this, id, from, fail](const Status& s) {
+        if (!s.ok()) return fail(s);
+        auto allocate = [this, id](size_t n, std::function<void(Result<uint8_t*>)> give) {
+          auto it = pulls_.find(id);
+          std::string owner = it == pulls_.end() ? "" : it->second.owner;
+          store_->CreateObject(id, n, /*primary=*/false, owner,
+                               [this, give = std::move(give)](Result<Slice> slice) {
+                                 if (!slice.ok()) return give(slice.status());
+                                 give(store_->arena().base() + slice->offset);
+                               });
+        };
+        transfer_client_->Fetch(
+            from.transfer_address, id, allocate, [this, id, from, fail](Status st) {
+              auto unpin = [&](proto::StoreObjectRequest::Builder r) { r.setObjectId(id.Hex()); };
+              peers_.Get(from.node_address)
+                  .Call<proto::Method::STORE_RELEASE>(unpin, Millis(10000), [](const Status&) {});
+              if (st.ok()) st = store_->Seal(id);
+              if (!st.ok()) {
+                store_->Abort(id);
+                return fail(st);
+              }
+              FinishPull(id, Status::Ok());
             });
+      });
 }
 
 void ObjectService::FinishPull(const ObjectId& id, const Status& status) {
@@ -246,16 +234,15 @@ void ObjectService::FinishPull(const ObjectId& id, const Status& status) {
 // The owner frees every copy it knows of: tell it about this one.
 void ObjectService::TellOwner(const ObjectId& id, const std::string& owner) {
   if (owner.empty()) return;
-  auto fill = [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::AddObjectLocationRequest>();
+  auto fill = [&](proto::AddObjectLocationRequest::Builder r) {
     r.setObjectId(id.Hex());
     auto l = r.initLocation();
     l.setNodeId(config_.node_id.Hex());
     l.setNodeAddress(node_address_);
     l.setTransferAddress(transfer_address());
   };
-  peers_.Get(owner).Call(proto::Method::ADD_OBJECT_LOCATION, fill, Millis(10000),
-                         [](const Status&, capnp::AnyPointer::Reader) {});
+  peers_.Get(owner).Call<proto::Method::ADD_OBJECT_LOCATION>(fill, Millis(10000),
+                                                             [](const Status&) {});
 }
 
 void ObjectService::DeleteOwnedBy(const std::string& owner) {
@@ -268,11 +255,10 @@ void ObjectService::DeleteOwnedBy(const std::string& owner) {
   if (n > 0) spdlog::info("deleted {} objects of {}, which is gone", n, owner);
 }
 
-void ObjectService::HandleList(const rpc::CallPtr& call) {
+void ObjectService::HandleList(const rpc::Incoming<proto::Method::STORE_LIST>& call) {
   auto objects = store_->List();
   auto stats = store_->Stats();
-  call->Reply([&](capnp::AnyPointer::Builder b) {
-    auto reply = b.initAs<proto::StoreListReply>();
+  call.Reply([&](proto::StoreListReply::Builder reply) {
     auto list = reply.initObjects(static_cast<unsigned>(objects.size()));
     for (unsigned i = 0; i < objects.size(); ++i) {
       const auto& o = objects[i];

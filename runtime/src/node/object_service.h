@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/client_pool.h"
+#include "common/client_pool.h"
 #include "rayd/base/rpc.h"
 #include "rayd/object_store/arena_handout.h"
 #include "rayd/object_store/object_store.h"
@@ -71,16 +71,20 @@ class ObjectService {
   };
 
   ObjectService(EventLoop& loop, ObjectServiceConfig config);
-  void HandleCreate(const rpc::CallPtr& call);
-  void HandleGet(const rpc::CallPtr& call);
-  void HandleList(const rpc::CallPtr& call);
+  void HandleCreate(const rpc::Incoming<proto::Method::STORE_CREATE>& call);
+  void HandleGet(const rpc::Incoming<proto::Method::STORE_GET>& call);
+  void HandleList(const rpc::Incoming<proto::Method::STORE_LIST>& call);
   void Get(const ObjectId& id, object_store::ClientId client, size_t size,
            std::vector<Location> locations, std::string owner,
            std::function<void(Result<object_store::Slice>)> done);
   void TryNextLocation(const ObjectId& id);
   void FinishPull(const ObjectId& id, const Status& status);
   void TellOwner(const ObjectId& id, const std::string& owner);
-  static object_store::ClientId ClientOf(const rpc::CallPtr& call);
+  // The client a call came from: its connection.
+  template <proto::Method M>
+  static object_store::ClientId ClientOf(const rpc::Incoming<M>& call) {
+    return reinterpret_cast<object_store::ClientId>(call.connection().get());
+  }
 
   EventLoop& loop_;
   ObjectServiceConfig config_;

@@ -77,9 +77,9 @@ WorkerPool::~WorkerPool() {
 }
 
 void WorkerPool::RegisterMethods(rpc::Dispatcher& dispatcher) {
-  dispatcher.Register(proto::Method::REGISTER_WORKER, [this](auto& c) { HandleRegister(c); });
-  dispatcher.Register(proto::Method::KILL_WORKER, [this](auto& c) { HandleKill(c); });
-  dispatcher.Register(proto::Method::GET_WORKERS, [this](auto& c) { HandleGetWorkers(c); });
+  dispatcher.Handle<proto::Method::REGISTER_WORKER>([this](const auto& c) { HandleRegister(c); });
+  dispatcher.Handle<proto::Method::KILL_WORKER>([this](const auto& c) { HandleKill(c); });
+  dispatcher.Handle<proto::Method::GET_WORKERS>([this](const auto& c) { HandleGetWorkers(c); });
 }
 
 std::vector<std::string> WorkerPool::BuildEnv(const Worker& worker) const {
@@ -313,16 +313,16 @@ void WorkerPool::Maintain() {
   }
 }
 
-void WorkerPool::HandleRegister(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::RegisterWorkerRequest>();
+void WorkerPool::HandleRegister(const rpc::Incoming<proto::Method::REGISTER_WORKER>& call) {
+  auto request = call.params();
   auto id = WorkerId::FromHex(request.getWorkerId().cStr());
-  if (!id.ok()) return call->Fail(id.status());
+  if (!id.ok()) return call.Fail(id.status());
   Worker* w = Find(*id);
   if (!w || w->state == WorkerState::kDead) {
-    return call->Fail(Status::NotFound("no starting worker " + id->Hex() + " on this node"));
+    return call.Fail(Status::NotFound("no starting worker " + id->Hex() + " on this node"));
   }
   if (w->state != WorkerState::kStarting) {
-    return call->Fail(Status::AlreadyExists("worker " + id->Hex() + " is already registered"));
+    return call.Fail(Status::AlreadyExists("worker " + id->Hex() + " is already registered"));
   }
   if (request.getPid() != 0 && request.getPid() != w->pid) {
     spdlog::warn("worker {} registered with pid {}, but the node started pid {}", id->Hex(),
@@ -334,8 +334,7 @@ void WorkerPool::HandleRegister(const rpc::CallPtr& call) {
   w->idle_since = Clock::now();
   if (w->start_timer) w->start_timer->Stop();
   spdlog::info("worker {} registered at {}", id->Hex(), w->address);
-  call->Reply([this](capnp::AnyPointer::Builder b) {
-    auto reply = b.initAs<proto::RegisterWorkerReply>();
+  call.Reply([this](proto::RegisterWorkerReply::Builder reply) {
     reply.setNodeId(node_id_.Hex());
     reply.setGcsAddress(config_.gcs_address);
   });
@@ -346,21 +345,20 @@ void WorkerPool::HandleRegister(const rpc::CallPtr& call) {
   if (w->state == WorkerState::kIdle) TrimIdle(w->job_id);
 }
 
-void WorkerPool::HandleKill(const rpc::CallPtr& call) {
-  auto request = call->Params<proto::KillWorkerRequest>();
+void WorkerPool::HandleKill(const rpc::Incoming<proto::Method::KILL_WORKER>& call) {
+  auto request = call.params();
   auto id = WorkerId::FromHex(request.getWorkerId().cStr());
-  if (!id.ok()) return call->Fail(id.status());
+  if (!id.ok()) return call.Fail(id.status());
   Worker* w = Find(*id);
-  if (!w) return call->Fail(Status::NotFound("no worker " + id->Hex() + " on this node"));
+  if (!w) return call.Fail(Status::NotFound("no worker " + id->Hex() + " on this node"));
   std::string reason = request.getReason();
   Kill(*w, reason.empty() ? "killed on request" : reason);
-  call->Reply();
+  call.Reply();
 }
 
-void WorkerPool::HandleGetWorkers(const rpc::CallPtr& call) {
-  call->Reply([this](capnp::AnyPointer::Builder b) {
-    auto list =
-        b.initAs<proto::GetWorkersReply>().initWorkers(static_cast<unsigned>(workers_.size()));
+void WorkerPool::HandleGetWorkers(const rpc::Incoming<proto::Method::GET_WORKERS>& call) {
+  call.Reply([this](proto::GetWorkersReply::Builder b) {
+    auto list = b.initWorkers(static_cast<unsigned>(workers_.size()));
     unsigned i = 0;
     for (const auto& [id, w] : workers_) {
       auto out = list[i++];

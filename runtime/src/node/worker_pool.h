@@ -123,9 +123,9 @@ class WorkerPool {
  private:
   static void OnProcessExit(uv_process_t* process, int64_t exit_status, int term_signal);
   void HandleExit(Worker& worker, int64_t exit_status, int term_signal);
-  void HandleRegister(const rpc::CallPtr& call);
-  void HandleKill(const rpc::CallPtr& call);
-  void HandleGetWorkers(const rpc::CallPtr& call);
+  void HandleRegister(const rpc::Incoming<proto::Method::REGISTER_WORKER>& call);
+  void HandleKill(const rpc::Incoming<proto::Method::KILL_WORKER>& call);
+  void HandleGetWorkers(const rpc::Incoming<proto::Method::GET_WORKERS>& call);
   // Fails a STARTING worker's callback: "worker for job J failed to start: <why> (log: P)".
   void FailStart(Worker& worker, const std::string& why);
   std::vector<std::string> BuildEnv(const Worker& worker) const;

@@ -59,25 +59,23 @@ int main() {
   node.Connect();
   rayd::Timer exit_timer(loop);
   if (Env("FAKE_WORKER_NO_REGISTER").empty()) {
-    auto fill = [](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<rayd::proto::RegisterWorkerRequest>();
+    auto fill = [](rayd::proto::RegisterWorkerRequest::Builder r) {
       r.setWorkerId(Env("RAYD_WORKER_ID"));
       r.setAddress("127.0.0.1:1");
       r.setPid(getpid());
     };
-    node.Call(rayd::proto::Method::REGISTER_WORKER, fill, rayd::Millis(10000),
-              [&](const rayd::Status& s, capnp::AnyPointer::Reader r) {
-                if (!s.ok()) Exit(1, "registration failed: " + s.ToString());
-                auto reply = r.getAs<rayd::proto::RegisterWorkerReply>();
-                std::printf("registered with node %s (gcs %s)\n", reply.getNodeId().cStr(),
-                            reply.getGcsAddress().cStr());
-                std::fflush(stdout);
-                if (Env("FAKE_WORKER_EXIT_AFTER_MS").empty()) return;
-                exit_timer.Start(
-                    rayd::Millis(std::atoi(Env("FAKE_WORKER_EXIT_AFTER_MS").c_str())),
-                    rayd::Millis(0),
-                    [] { Exit(std::atoi(Env("FAKE_WORKER_EXIT_CODE").c_str()), "asked to"); });
-              });
+    node.Call<rayd::proto::Method::REGISTER_WORKER>(
+        fill, rayd::Millis(10000),
+        [&](const rayd::Status& s, rayd::proto::RegisterWorkerReply::Reader reply) {
+          if (!s.ok()) Exit(1, "registration failed: " + s.ToString());
+          std::printf("registered with node %s (gcs %s)\n", reply.getNodeId().cStr(),
+                      reply.getGcsAddress().cStr());
+          std::fflush(stdout);
+          if (Env("FAKE_WORKER_EXIT_AFTER_MS").empty()) return;
+          exit_timer.Start(
+              rayd::Millis(std::atoi(Env("FAKE_WORKER_EXIT_AFTER_MS").c_str())), rayd::Millis(0),
+              [] { Exit(std::atoi(Env("FAKE_WORKER_EXIT_CODE").c_str()), "asked to"); });
+        });
   }
   loop.Run();
   return 0;

@@ -257,14 +257,12 @@ TEST_CASE("a driver disconnecting ends its job: non-detached actors die, nodes a
   CHECK(keeper.state == proto::ActorState::ALIVE);
   CHECK(observer.GetByName("", "keeper").id == detached);
   bool finished = false;
-  REQUIRE(observer
-              .Call(proto::Method::GET_ALL_JOBS, nullptr,
-                    [&](capnp::AnyPointer::Reader r) {
-                      for (auto j : r.getAs<proto::GetAllJobsReply>().getJobs()) {
-                        if (j.getJobId() == job) finished = j.getIsDead();
-                      }
-                    })
-              .ok());
+  auto read_jobs = [&](proto::GetAllJobsReply::Reader r) {
+    for (auto j : r.getJobs()) {
+      if (j.getJobId() == job) finished = j.getIsDead();
+    }
+  };
+  REQUIRE(observer.Call<proto::Method::GET_ALL_JOBS>(nullptr, read_jobs).ok());
   CHECK(finished);
 }
 
@@ -278,9 +276,8 @@ TEST_CASE("JOB_DRIVER_EXITED ends the job once", "[gcs][actors][jobs]") {
   REQUIRE(id.ok());
   REQUIRE(driver.Get(*id, true).state == proto::ActorState::ALIVE);
   auto exited = [&] {
-    return driver.Call(proto::Method::JOB_DRIVER_EXITED, [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::JobDriverRequest>().setJobId(job);
-    });
+    return driver.Call<proto::Method::JOB_DRIVER_EXITED>(
+        [&](proto::JobDriverRequest::Builder r) { r.setJobId(job); });
   };
   REQUIRE(exited().ok());
   // Answered after the cleanup: the actor is already dead.

@@ -168,15 +168,15 @@ class FakeNode {
     info_.node_id = NodeId::FromRandom();
     worker_ = std::make_unique<ServerThread>(
         [record = record_](rpc::Dispatcher& d, EventLoop&, ServerThread::Keep&) {
-          d.Register(proto::Method::PUSH_TASK, [record](const rpc::CallPtr& call) {
-            auto spec = call->Params<proto::PushTaskRequest>().getSpec();
+          d.Handle<proto::Method::PUSH_TASK>([record](const auto& call) {
+            auto spec = call.params().getSpec();
             const bool raise = record->Locked([&] {
               if (spec.getKind() != proto::TaskSpec::Kind::ACTOR_CREATION) ++record->malformed;
               record->pushes.emplace_back(spec.getActorId().cStr(), spec.getAttempt());
               return record->constructor_raises;
             });
-            call->Reply([raise](capnp::AnyPointer::Builder b) {
-              auto value = b.initAs<proto::PushTaskReply>().initValue();
+            call.Reply([raise](proto::PushTaskReply::Builder b) {
+              auto value = b.initValue();
               if (raise) {
                 value.setErrorKind(1);
                 value.setErrorType("std::runtime_error");
@@ -189,8 +189,8 @@ class FakeNode {
                                             worker_address = worker_->address()](
                                                rpc::Dispatcher& d, EventLoop&,
                                                ServerThread::Keep&) {
-      d.Register(proto::Method::REQUEST_LEASE, [=](const rpc::CallPtr& call) {
-        auto request = call->Params<proto::RequestLeaseRequest>();
+      d.Handle<proto::Method::REQUEST_LEASE>([=](const auto& call) {
+        auto request = call.params();
         std::string error;
         int n = record->Locked([&] {
           if (!request.getForActor() || !request.getGrantOrReject() ||
@@ -203,32 +203,32 @@ class FakeNode {
           error = record->lease_error;
           return error.empty() ? ++record->leases_granted : 0;
         });
-        if (!error.empty()) return call->Fail(Status::Unavailable(error));
-        call->Reply([&](capnp::AnyPointer::Builder b) {
-          auto lease = b.initAs<proto::RequestLeaseReply>().initGranted();
+        if (!error.empty()) return call.Fail(Status::Unavailable(error));
+        call.Reply([&](proto::RequestLeaseReply::Builder b) {
+          auto lease = b.initGranted();
           lease.setLeaseId(node_id.substr(0, 8) + "-lease-" + std::to_string(n));
           lease.setWorkerId(WorkerId::FromRandom().Hex());
           lease.setWorkerAddress(worker_address);
           lease.setNodeId(node_id);
         });
       });
-      d.Register(proto::Method::RETURN_LEASE, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::ReturnLeaseRequest>();
+      d.Handle<proto::Method::RETURN_LEASE>([record](const auto& call) {
+        auto r = call.params();
         record->Locked([&] { record->returned.emplace_back(r.getLeaseId(), r.getKillWorker()); });
-        call->Reply();
+        call.Reply();
       });
-      d.Register(proto::Method::KILL_WORKER, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::KillWorkerRequest>();
+      d.Handle<proto::Method::KILL_WORKER>([record](const auto& call) {
+        auto r = call.params();
         record->Locked([&] { record->killed_workers.emplace_back(r.getWorkerId()); });
-        call->Reply();
+        call.Reply();
       });
-      d.Register(proto::Method::JOB_FINISHED, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::JobFinishedRequest>();
+      d.Handle<proto::Method::JOB_FINISHED>([record](const auto& call) {
+        auto r = call.params();
         record->Locked([&] { record->finished_jobs.emplace_back(r.getJobId()); });
-        call->Reply();
+        call.Reply();
       });
-      d.Register(proto::Method::PREPARE_BUNDLES, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::PrepareBundlesRequest>();
+      d.Handle<proto::Method::PREPARE_BUNDLES>([record](const auto& call) {
+        auto r = call.params();
         Record::BundleCall c{
             proto::Method::PREPARE_BUNDLES, r.getPlacementGroupId(), {}, r.getCommit()};
         for (auto b : r.getBundles()) c.indexes.push_back(b.getIndex());
@@ -239,19 +239,19 @@ class FakeNode {
           }
           return record->prepare_error;
         });
-        if (!error.empty()) return call->Fail(Status::ResourceExhausted(error));
-        call->Reply();
+        if (!error.empty()) return call.Fail(Status::ResourceExhausted(error));
+        call.Reply();
       });
-      d.Register(proto::Method::COMMIT_BUNDLES, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::CommitBundlesRequest>();
+      d.Handle<proto::Method::COMMIT_BUNDLES>([record](const auto& call) {
+        auto r = call.params();
         record->Locked([&] {
           record->bundle_calls.push_back(
               {proto::Method::COMMIT_BUNDLES, r.getPlacementGroupId(), {}, false});
         });
-        call->Reply();
+        call.Reply();
       });
-      d.Register(proto::Method::CANCEL_BUNDLES, [record](const rpc::CallPtr& call) {
-        auto r = call->Params<proto::CancelBundlesRequest>();
+      d.Handle<proto::Method::CANCEL_BUNDLES>([record](const auto& call) {
+        auto r = call.params();
         Record::BundleCall c{proto::Method::CANCEL_BUNDLES, r.getPlacementGroupId(), {}, false};
         for (uint32_t i : r.getIndexes()) c.indexes.push_back(i);
         record->Locked([&] {
@@ -261,7 +261,7 @@ class FakeNode {
           for (uint32_t i : c.indexes) held.erase(i);
           if (held.empty()) record->held.erase(c.group);
         });
-        call->Reply();
+        call.Reply();
       });
     });
     // Wait until both loops run: ServerThread's destructor stops its loop with a Stop() that
@@ -373,35 +373,35 @@ class Client {
     rpc_.Connect();
   }
 
-  Status Call(proto::Method method, const rpc::FillFn& fill,
-              const std::function<void(capnp::AnyPointer::Reader)>& read = nullptr) {
-    return rpc::CallAndWait(loop_, rpc_, method, fill, 10000ms, read);
+  // Calls method M and waits for its reply (10 s at most): `fill` takes M's request builder
+  // (nullptr: an empty request), `read` M's reply reader.
+  template <proto::Method M, typename Fill = std::nullptr_t, typename Read = std::nullptr_t>
+  Status Call(Fill&& fill = nullptr, Read&& read = nullptr) {
+    return rpc::CallAndWait<M>(loop_, rpc_, fill, 10000ms, read);
   }
 
   void Register(const NodeInfo& info) {
-    REQUIRE(Call(proto::Method::REGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
-              runtime::NodeInfoToProto(info, b.initAs<proto::RegisterNodeRequest>().initNode());
+    REQUIRE(Call<proto::Method::REGISTER_NODE>([&](proto::RegisterNodeRequest::Builder r) {
+              runtime::NodeInfoToProto(info, r.initNode());
             }).ok());
   }
   // A heartbeat from `node` that reports `available`.
   void Heartbeat(const NodeId& node, const scheduler::ResourceSet& available) {
-    REQUIRE(Call(proto::Method::HEARTBEAT, [&](capnp::AnyPointer::Builder b) {
-              auto r = b.initAs<proto::HeartbeatRequest>();
+    REQUIRE(Call<proto::Method::HEARTBEAT>([&](proto::HeartbeatRequest::Builder r) {
               r.setNodeId(node.Hex());
               runtime::FillResources(available, [&](unsigned n) { return r.initAvailable(n); });
             }).ok());
   }
   void Unregister(const NodeId& id) {
-    REQUIRE(Call(proto::Method::UNREGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
-              auto r = b.initAs<proto::UnregisterNodeRequest>();
+    REQUIRE(Call<proto::Method::UNREGISTER_NODE>([&](proto::UnregisterNodeRequest::Builder r) {
               r.setNodeId(id.Hex());
               r.setReason("test");
             }).ok());
   }
   std::string AddJob() {
     std::string job_id = JobId::FromRandom().Hex();
-    REQUIRE(Call(proto::Method::ADD_JOB, [&](capnp::AnyPointer::Builder b) {
-              auto job = b.initAs<proto::AddJobRequest>().initJob();
+    REQUIRE(Call<proto::Method::ADD_JOB>([&](proto::AddJobRequest::Builder r) {
+              auto job = r.initJob();
               job.setJobId(job_id);
               job.setDriverPid(1234);
             }).ok());
@@ -412,10 +412,8 @@ class Client {
   Result<std::string> Create(const CreateOptions& o) {
     const std::string actor_id = JobId::FromRandom().Hex();
     std::string replied;
-    Status s = Call(
-        proto::Method::CREATE_ACTOR,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::CreateActorRequest>();
+    Status s = Call<proto::Method::CREATE_ACTOR>(
+        [&](proto::CreateActorRequest::Builder r) {
           auto spec = r.initSpec();
           spec.setTaskId(JobId::FromRandom().Hex());
           spec.setJobId(o.job_id);
@@ -442,9 +440,7 @@ class Client {
           r.setDetached(o.detached);
           r.initLaunch().initArgv(1).set(0, "/bin/true");
         },
-        [&](capnp::AnyPointer::Reader r) {
-          replied = r.getAs<proto::CreateActorReply>().getActorId();
-        });
+        [&](proto::CreateActorReply::Reader r) { replied = r.getActorId(); });
     if (!s.ok()) return s;
     CHECK(replied == actor_id);
     return replied;
@@ -475,16 +471,14 @@ class Client {
   }
 
   Status Kill(const std::string& actor_id, bool no_restart) {
-    return Call(proto::Method::KILL_ACTOR, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::KillActorRequest>();
+    return Call<proto::Method::KILL_ACTOR>([&](proto::KillActorRequest::Builder r) {
       r.setActorId(actor_id);
       r.setNoRestart(no_restart);
     });
   }
   void WorkerFailed(const std::string& worker_id, const std::string& node_id,
                     const std::string& reason) {
-    REQUIRE(Call(proto::Method::WORKER_FAILED, [&](capnp::AnyPointer::Builder b) {
-              auto r = b.initAs<proto::WorkerFailedRequest>();
+    REQUIRE(Call<proto::Method::WORKER_FAILED>([&](proto::WorkerFailedRequest::Builder r) {
               r.setWorkerId(worker_id);
               r.setNodeId(node_id);
               r.setReason(reason);
@@ -492,10 +486,8 @@ class Client {
   }
   std::vector<ActorView> All() {
     std::vector<ActorView> all;
-    REQUIRE(Call(proto::Method::GET_ALL_ACTORS, nullptr, [&](capnp::AnyPointer::Reader r) {
-              for (auto a : r.getAs<proto::GetAllActorsReply>().getActors()) {
-                all.push_back(ReadActor(a));
-              }
+    REQUIRE(Call<proto::Method::GET_ALL_ACTORS>(nullptr, [&](proto::GetAllActorsReply::Reader r) {
+              for (auto a : r.getActors()) all.push_back(ReadActor(a));
             }).ok());
     return all;
   }
@@ -504,10 +496,9 @@ class Client {
   Result<std::string> CreateGroup(const GroupOptions& o,
                                   std::string id = JobId::FromRandom().Hex()) {
     std::string replied;
-    Status s = Call(
-        proto::Method::CREATE_PLACEMENT_GROUP,
-        [&](capnp::AnyPointer::Builder b) {
-          auto g = b.initAs<proto::CreatePlacementGroupRequest>().initGroup();
+    Status s = Call<proto::Method::CREATE_PLACEMENT_GROUP>(
+        [&](proto::CreatePlacementGroupRequest::Builder r) {
+          auto g = r.initGroup();
           g.setPlacementGroupId(id);
           g.setName(o.name);
           g.setNamespace(o.ray_namespace);
@@ -521,17 +512,14 @@ class Client {
                                    [&](unsigned n) { return bundles[i].initResources(n); });
           }
         },
-        [&](capnp::AnyPointer::Reader r) {
-          replied = r.getAs<proto::CreatePlacementGroupReply>().getPlacementGroupId();
-        });
+        [&](proto::CreatePlacementGroupReply::Reader r) { replied = r.getPlacementGroupId(); });
     if (!s.ok()) return s;
     CHECK(replied == id);
     return replied;
   }
   Status RemoveGroup(const std::string& id) {
-    return Call(proto::Method::REMOVE_PLACEMENT_GROUP, [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::RemovePlacementGroupRequest>().setPlacementGroupId(id);
-    });
+    return Call<proto::Method::REMOVE_PLACEMENT_GROUP>(
+        [&](proto::RemovePlacementGroupRequest::Builder r) { r.setPlacementGroupId(id); });
   }
   GroupView GetGroup(const std::string& id, bool wait = false) {
     return GetGroupBy([&](proto::GetPlacementGroupRequest::Builder r) {
@@ -558,40 +546,28 @@ class Client {
   }
   std::vector<GroupView> AllGroups() {
     std::vector<GroupView> all;
-    REQUIRE(
-        Call(proto::Method::GET_ALL_PLACEMENT_GROUPS, nullptr, [&](capnp::AnyPointer::Reader r) {
-          for (auto g : r.getAs<proto::GetAllPlacementGroupsReply>().getGroups()) {
-            all.push_back(ReadGroup(g));
-          }
-        }).ok());
+    auto read = [&](proto::GetAllPlacementGroupsReply::Reader r) {
+      for (auto g : r.getGroups()) all.push_back(ReadGroup(g));
+    };
+    REQUIRE(Call<proto::Method::GET_ALL_PLACEMENT_GROUPS>(nullptr, read).ok());
     return all;
   }
 
  private:
   GroupView GetGroupBy(const std::function<void(proto::GetPlacementGroupRequest::Builder)>& fill) {
     GroupView v;
-    REQUIRE(Call(
-                proto::Method::GET_PLACEMENT_GROUP,
-                [&](capnp::AnyPointer::Builder b) {
-                  fill(b.initAs<proto::GetPlacementGroupRequest>());
-                },
-                [&](capnp::AnyPointer::Reader r) {
-                  auto reply = r.getAs<proto::GetPlacementGroupReply>();
-                  if (reply.getFound()) v = ReadGroup(reply.getGroup());
-                })
-                .ok());
+    auto read = [&](proto::GetPlacementGroupReply::Reader reply) {
+      if (reply.getFound()) v = ReadGroup(reply.getGroup());
+    };
+    REQUIRE(Call<proto::Method::GET_PLACEMENT_GROUP>(fill, read).ok());
     return v;
   }
   ActorView GetBy(const std::function<void(proto::GetActorRequest::Builder)>& fill) {
     ActorView v;
-    REQUIRE(Call(
-                proto::Method::GET_ACTOR,
-                [&](capnp::AnyPointer::Builder b) { fill(b.initAs<proto::GetActorRequest>()); },
-                [&](capnp::AnyPointer::Reader r) {
-                  auto reply = r.getAs<proto::GetActorReply>();
-                  if (reply.getFound()) v = ReadActor(reply.getActor());
-                })
-                .ok());
+    auto read = [&](proto::GetActorReply::Reader reply) {
+      if (reply.getFound()) v = ReadActor(reply.getActor());
+    };
+    REQUIRE(Call<proto::Method::GET_ACTOR>(fill, read).ok());
     return v;
   }
 

@@ -109,13 +109,14 @@ TEST_CASE("CREATE_PLACEMENT_GROUP refuses malformed groups and taken names", "[g
   CHECK(empty.status().code() == StatusCode::kInvalidArgument);
   CHECK(empty.status().message() ==
         "bundle 1 is empty: every bundle needs a positive amount of some resource");
-  Status negative = client.Call(Method::CREATE_PLACEMENT_GROUP, [&](capnp::AnyPointer::Builder b) {
-    auto g = b.initAs<proto::CreatePlacementGroupRequest>().initGroup();
-    g.setPlacementGroupId(JobId::FromRandom().Hex());
-    auto amount = g.initBundles(1)[0].initResources(1)[0];
-    amount.setName("CPU");
-    amount.setUnits(-10000);
-  });
+  Status negative = client.Call<Method::CREATE_PLACEMENT_GROUP>(
+      [&](proto::CreatePlacementGroupRequest::Builder r) {
+        auto g = r.initGroup();
+        g.setPlacementGroupId(JobId::FromRandom().Hex());
+        auto amount = g.initBundles(1)[0].initResources(1)[0];
+        amount.setName("CPU");
+        amount.setUnits(-10000);
+      });
   CHECK(negative.code() == StatusCode::kInvalidArgument);
   CHECK(negative.message() == "bundle 0 asks for a negative amount of CPU");
   auto bad_id = client.CreateGroup({.job_id = job, .bundles = {kOneCpu}}, "not-an-id");

@@ -65,64 +65,54 @@ class Client {
   }
 
   Status Register(const NodeInfo& info) {
-    return Call(proto::Method::REGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
-      runtime::NodeInfoToProto(info, b.initAs<proto::RegisterNodeRequest>().initNode());
+    return Call<proto::Method::REGISTER_NODE>([&](proto::RegisterNodeRequest::Builder r) {
+      runtime::NodeInfoToProto(info, r.initNode());
     });
   }
   proto::HeartbeatReply::Status Heartbeat(const NodeId& id) {
     auto status = proto::HeartbeatReply::Status::OK;
-    Status s = Call(
-        proto::Method::HEARTBEAT,
-        [&](capnp::AnyPointer::Builder b) {
-          b.initAs<proto::HeartbeatRequest>().setNodeId(id.Hex());
-        },
-        [&](capnp::AnyPointer::Reader r) { status = r.getAs<proto::HeartbeatReply>().getStatus(); });
+    Status s = Call<proto::Method::HEARTBEAT>(
+        [&](proto::HeartbeatRequest::Builder r) { r.setNodeId(id.Hex()); },
+        [&](proto::HeartbeatReply::Reader r) { status = r.getStatus(); });
     REQUIRE(s.ok());
     return status;
   }
   std::map<NodeId, NodeInfo> Nodes() {
     std::map<NodeId, NodeInfo> nodes;
-    Status s = Call(
-        proto::Method::GET_ALL_NODES,
-        [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetAllNodesRequest>(); },
-        [&](capnp::AnyPointer::Reader r) {
-          for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
-            auto info = runtime::NodeInfoFromProto(n);
-            REQUIRE(info.ok());
-            nodes[info->node_id] = *info;
-          }
-        });
+    Status s = Call<proto::Method::GET_ALL_NODES>([](proto::GetAllNodesRequest::Builder) {},
+                                                  [&](proto::GetAllNodesReply::Reader r) {
+                                                    for (auto n : r.getNodes()) {
+                                                      auto info = runtime::NodeInfoFromProto(n);
+                                                      REQUIRE(info.ok());
+                                                      nodes[info->node_id] = *info;
+                                                    }
+                                                  });
     REQUIRE(s.ok());
     return nodes;
   }
   Result<bool> KvPut(const std::string& ns, const std::string& key, const std::string& value,
                      bool overwrite) {
     bool added = false;
-    Status s = Call(
-        proto::Method::KV_PUT,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::KvPutRequest>();
+    Status s = Call<proto::Method::KV_PUT>(
+        [&](proto::KvPutRequest::Builder r) {
           r.setNamespace(ns);
           r.setKey(key);
           r.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()),
                                          value.size()));
           r.setOverwrite(overwrite);
         },
-        [&](capnp::AnyPointer::Reader r) { added = r.getAs<proto::KvPutReply>().getAdded(); });
+        [&](proto::KvPutReply::Reader r) { added = r.getAdded(); });
     if (!s.ok()) return s;
     return added;
   }
   std::optional<std::string> KvGet(const std::string& ns, const std::string& key) {
     std::optional<std::string> value;
-    Status s = Call(
-        proto::Method::KV_GET,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::KvGetRequest>();
+    Status s = Call<proto::Method::KV_GET>(
+        [&](proto::KvGetRequest::Builder r) {
           r.setNamespace(ns);
           r.setKey(key);
         },
-        [&](capnp::AnyPointer::Reader r) {
-          auto reply = r.getAs<proto::KvGetReply>();
+        [&](proto::KvGetReply::Reader reply) {
           if (reply.getFound()) {
             auto v = reply.getValue();
             value.emplace(reinterpret_cast<const char*>(v.begin()), v.size());
@@ -133,36 +123,34 @@ class Client {
   }
   std::vector<std::string> KvKeys(const std::string& ns, const std::string& prefix) {
     std::vector<std::string> keys;
-    Status s = Call(
-        proto::Method::KV_KEYS,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::KvKeysRequest>();
+    Status s = Call<proto::Method::KV_KEYS>(
+        [&](proto::KvKeysRequest::Builder r) {
           r.setNamespace(ns);
           r.setPrefix(prefix);
         },
-        [&](capnp::AnyPointer::Reader r) {
-          for (auto k : r.getAs<proto::KvKeysReply>().getKeys()) keys.emplace_back(k.cStr());
+        [&](proto::KvKeysReply::Reader r) {
+          for (auto k : r.getKeys()) keys.emplace_back(k.cStr());
         });
     REQUIRE(s.ok());
     return keys;
   }
   uint32_t KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
     uint32_t deleted = 0;
-    Status s = Call(
-        proto::Method::KV_DEL,
-        [&](capnp::AnyPointer::Builder b) {
-          auto r = b.initAs<proto::KvDelRequest>();
+    Status s = Call<proto::Method::KV_DEL>(
+        [&](proto::KvDelRequest::Builder r) {
           r.setNamespace(ns);
           r.setKey(key);
           r.setByPrefix(by_prefix);
         },
-        [&](capnp::AnyPointer::Reader r) { deleted = r.getAs<proto::KvDelReply>().getDeleted(); });
+        [&](proto::KvDelReply::Reader r) { deleted = r.getDeleted(); });
     REQUIRE(s.ok());
     return deleted;
   }
-  Status Call(proto::Method method, const rpc::FillFn& fill,
-              const std::function<void(capnp::AnyPointer::Reader)>& read = nullptr) {
-    return rpc::CallAndWait(loop_, rpc_, method, fill, 10000ms, read);
+  // Calls method M and waits for its reply: `fill` takes M's request builder (nullptr: an empty
+  // request), `read` M's reply reader.
+  template <proto::Method M, typename Fill = std::nullptr_t, typename Read = std::nullptr_t>
+  Status Call(Fill&& fill = nullptr, Read&& read = nullptr) {
+    return rpc::CallAndWait<M>(loop_, rpc_, fill, 10000ms, read);
   }
 
  private:
@@ -229,11 +217,11 @@ TEST_CASE("a node that unregisters is marked dead with its reason", "[gcs]") {
   Client client(server->address());
   NodeInfo n = FakeNode("n", 1);
   REQUIRE(client.Register(n).ok());
-  Status s = client.Call(proto::Method::UNREGISTER_NODE, [&](capnp::AnyPointer::Builder b) {
-    auto r = b.initAs<proto::UnregisterNodeRequest>();
-    r.setNodeId(n.node_id.Hex());
-    r.setReason("stopped by test");
-  });
+  Status s =
+      client.Call<proto::Method::UNREGISTER_NODE>([&](proto::UnregisterNodeRequest::Builder r) {
+        r.setNodeId(n.node_id.Hex());
+        r.setReason("stopped by test");
+      });
   REQUIRE(s.ok());
   auto nodes = client.Nodes();
   CHECK_FALSE(nodes[n.node_id].alive);
@@ -266,36 +254,32 @@ TEST_CASE("jobs are added, finished and listed", "[gcs][jobs]") {
   Client client(server->address());
   std::string job_id;
   REQUIRE(client
-              .Call(
-                  proto::Method::ADD_JOB,
-                  [](capnp::AnyPointer::Builder b) {
-                    auto job = b.initAs<proto::AddJobRequest>().initJob();
+              .Call<proto::Method::ADD_JOB>(
+                  [](proto::AddJobRequest::Builder r) {
+                    auto job = r.initJob();
                     job.setDriverPid(42);
                     job.setEntrypoint("./train");
                   },
-                  [&](capnp::AnyPointer::Reader r) {
-                    job_id = r.getAs<proto::AddJobReply>().getJobId();
-                  })
+                  [&](proto::AddJobReply::Reader r) { job_id = r.getJobId(); })
               .ok());
   CHECK(job_id.size() == 32);
   REQUIRE(client
-              .Call(proto::Method::MARK_JOB_FINISHED,
-                    [&](capnp::AnyPointer::Builder b) {
-                      b.initAs<proto::MarkJobFinishedRequest>().setJobId(job_id);
-                    })
+              .Call<proto::Method::MARK_JOB_FINISHED>(
+                  [&](proto::MarkJobFinishedRequest::Builder r) { r.setJobId(job_id); })
               .ok());
   bool seen = false;
   REQUIRE(client
-              .Call(proto::Method::GET_ALL_JOBS, nullptr,
-                    [&](capnp::AnyPointer::Reader r) {
-                      for (auto job : r.getAs<proto::GetAllJobsReply>().getJobs()) {
-                        if (job.getJobId() != job_id) continue;
-                        seen = true;
-                        CHECK(job.getIsDead());
-                        CHECK(job.getDriverPid() == 42);
-                        CHECK(std::string(job.getEntrypoint().cStr()) == "./train");
-                      }
-                    })
+              .Call<proto::Method::GET_ALL_JOBS>(
+                  nullptr,
+                  [&](proto::GetAllJobsReply::Reader r) {
+                    for (auto job : r.getJobs()) {
+                      if (job.getJobId() != job_id) continue;
+                      seen = true;
+                      CHECK(job.getIsDead());
+                      CHECK(job.getDriverPid() == 42);
+                      CHECK(std::string(job.getEntrypoint().cStr()) == "./train");
+                    }
+                  })
               .ok());
   CHECK(seen);
 }

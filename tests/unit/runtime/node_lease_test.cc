@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "common/node_info.h"
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 #include "gcs/gcs_server.h"
 #include "gcs/store_client.h"
 #include "node/node_daemon.h"
@@ -73,10 +73,10 @@ class Cluster {
           REQUIRE(loop.RunUntil([&] { return started.has_value(); }, 10000ms));
           REQUIRE(started->ok());
           state->gcs->RegisterMethods(d);
-          d.Register(proto::Method::WORKER_FAILED, [s = state.get()](const rpc::CallPtr& c) {
-            auto r = c->Params<proto::WorkerFailedRequest>();
+          d.Handle<proto::Method::WORKER_FAILED>([s = state.get()](const auto& c) {
+            auto r = c.params();
             s->failures.push_back({r.getWorkerId(), r.getNodeId(), r.getJobId(), r.getReason()});
-            c->Reply();
+            c.Reply();
           });
           for (size_t i = 0; i < specs.size(); ++i) {
             NodeDaemonConfig config;
@@ -208,8 +208,7 @@ class NodeClient {
 
   std::shared_ptr<std::optional<LeaseReply>> RequestLeaseAsync(const LeaseArgs& a) {
     auto slot = std::make_shared<std::optional<LeaseReply>>();
-    auto fill = [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::RequestLeaseRequest>();
+    auto fill = [&](proto::RequestLeaseRequest::Builder r) {
       r.setJobId(a.job);
       runtime::FillResources(a.resources, [&](unsigned n) { return r.initResources(n); });
       auto launch = r.initLaunch();
@@ -224,27 +223,26 @@ class NodeClient {
       r.setGrantOrReject(a.grant_or_reject);
       core::ToProto(a.scheduling, r.initScheduling());
     };
-    rpc_.Call(proto::Method::REQUEST_LEASE, fill, Millis(0),
-              [slot](const Status& s, capnp::AnyPointer::Reader r) {
-                LeaseReply reply;
-                reply.status = s;
-                if (s.ok()) {
-                  auto out = r.getAs<proto::RequestLeaseReply>();
-                  if (out.isGranted()) {
-                    auto g = out.getGranted();
-                    reply.granted = true;
-                    reply.lease_id = g.getLeaseId();
-                    reply.worker_id = g.getWorkerId();
-                    reply.worker_address = g.getWorkerAddress();
-                    reply.node_id = g.getNodeId();
-                    for (int id : g.getGpuIds()) reply.gpu_ids.push_back(id);
-                  } else {
-                    reply.spill_node_id = out.getSpillback().getNodeId();
-                    reply.spill_address = out.getSpillback().getNodeAddress();
-                  }
-                }
-                slot->emplace(std::move(reply));
-              });
+    rpc_.Call<proto::Method::REQUEST_LEASE>(
+        fill, Millis(0), [slot](const Status& s, proto::RequestLeaseReply::Reader out) {
+          LeaseReply reply;
+          reply.status = s;
+          if (s.ok()) {
+            if (out.isGranted()) {
+              auto g = out.getGranted();
+              reply.granted = true;
+              reply.lease_id = g.getLeaseId();
+              reply.worker_id = g.getWorkerId();
+              reply.worker_address = g.getWorkerAddress();
+              reply.node_id = g.getNodeId();
+              for (int id : g.getGpuIds()) reply.gpu_ids.push_back(id);
+            } else {
+              reply.spill_node_id = out.getSpillback().getNodeId();
+              reply.spill_address = out.getSpillback().getNodeAddress();
+            }
+          }
+          slot->emplace(std::move(reply));
+        });
     return slot;
   }
 
@@ -263,27 +261,23 @@ class NodeClient {
   }
 
   Status ReturnLease(const std::string& lease_id, bool kill = false) {
-    return Call(proto::Method::RETURN_LEASE, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::ReturnLeaseRequest>();
+    return Call<proto::Method::RETURN_LEASE>([&](proto::ReturnLeaseRequest::Builder r) {
       r.setLeaseId(lease_id);
       r.setKillWorker(kill);
     });
   }
   Status KillWorker(const std::string& worker_id, const std::string& reason) {
-    return Call(proto::Method::KILL_WORKER, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::KillWorkerRequest>();
+    return Call<proto::Method::KILL_WORKER>([&](proto::KillWorkerRequest::Builder r) {
       r.setWorkerId(worker_id);
       r.setReason(reason);
     });
   }
   Status JobFinished(const std::string& job_id) {
-    return Call(proto::Method::JOB_FINISHED, [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::JobFinishedRequest>().setJobId(job_id);
-    });
+    return Call<proto::Method::JOB_FINISHED>(
+        [&](proto::JobFinishedRequest::Builder r) { r.setJobId(job_id); });
   }
   Status RegisterWorker(const std::string& worker_id) {
-    return Call(proto::Method::REGISTER_WORKER, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::RegisterWorkerRequest>();
+    return Call<proto::Method::REGISTER_WORKER>([&](proto::RegisterWorkerRequest::Builder r) {
       r.setWorkerId(worker_id);
       r.setAddress("127.0.0.1:2");
     });
@@ -291,8 +285,7 @@ class NodeClient {
   // Bundles by index.
   Status PrepareBundles(const std::string& group, const std::map<uint32_t, ResourceSet>& bundles,
                         bool commit) {
-    return Call(proto::Method::PREPARE_BUNDLES, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::PrepareBundlesRequest>();
+    return Call<proto::Method::PREPARE_BUNDLES>([&](proto::PrepareBundlesRequest::Builder r) {
       r.setPlacementGroupId(group);
       auto list = r.initBundles(static_cast<unsigned>(bundles.size()));
       unsigned i = 0;
@@ -305,13 +298,11 @@ class NodeClient {
     });
   }
   Status CommitBundles(const std::string& group) {
-    return Call(proto::Method::COMMIT_BUNDLES, [&](capnp::AnyPointer::Builder b) {
-      b.initAs<proto::CommitBundlesRequest>().setPlacementGroupId(group);
-    });
+    return Call<proto::Method::COMMIT_BUNDLES>(
+        [&](proto::CommitBundlesRequest::Builder r) { r.setPlacementGroupId(group); });
   }
   Status CancelBundles(const std::string& group, const std::vector<uint32_t>& indexes = {}) {
-    return Call(proto::Method::CANCEL_BUNDLES, [&](capnp::AnyPointer::Builder b) {
-      auto r = b.initAs<proto::CancelBundlesRequest>();
+    return Call<proto::Method::CANCEL_BUNDLES>([&](proto::CancelBundlesRequest::Builder r) {
       r.setPlacementGroupId(group);
       auto list = r.initIndexes(static_cast<unsigned>(indexes.size()));
       for (unsigned i = 0; i < indexes.size(); ++i) list.set(i, indexes[i]);
@@ -319,8 +310,8 @@ class NodeClient {
   }
   std::map<std::string, WorkerRow> Workers() {
     std::map<std::string, WorkerRow> rows;
-    Status s = Call(proto::Method::GET_WORKERS, nullptr, [&](capnp::AnyPointer::Reader r) {
-      for (auto w : r.getAs<proto::GetWorkersReply>().getWorkers()) {
+    Status s = Call<proto::Method::GET_WORKERS>(nullptr, [&](proto::GetWorkersReply::Reader r) {
+      for (auto w : r.getWorkers()) {
         rows[w.getWorkerId()] =
             WorkerRow{w.getJobId(), w.getState(), w.getExitReason(), w.getAddress(), w.getPid()};
       }
@@ -334,9 +325,11 @@ class NodeClient {
   }
 
  private:
-  Status Call(proto::Method method, const rpc::FillFn& fill,
-              const std::function<void(capnp::AnyPointer::Reader)>& read = nullptr) {
-    return rpc::CallAndWait(loop_, rpc_, method, fill, 10000ms, read);
+  // Calls method M and waits: `fill` takes M's request builder (nullptr: an empty request),
+  // `read` M's reply reader.
+  template <proto::Method M, typename Fill, typename Read = std::nullptr_t>
+  Status Call(Fill&& fill, Read&& read = nullptr) {
+    return rpc::CallAndWait<M>(loop_, rpc_, fill, 10000ms, read);
   }
 
   EventLoop& loop_;
@@ -346,11 +339,10 @@ class NodeClient {
 // What the GCS last heard from node `node_id` about its available resources.
 ResourceSet ReportedAvailable(EventLoop& loop, rpc::RpcClient& gcs, const std::string& node_id) {
   ResourceSet available;
-  Status s = rpc::CallAndWait(
-      loop, gcs, proto::Method::GET_ALL_NODES,
-      [](capnp::AnyPointer::Builder b) { b.initAs<proto::GetAllNodesRequest>(); }, 10000ms,
-      [&](capnp::AnyPointer::Reader r) {
-        for (auto n : r.getAs<proto::GetAllNodesReply>().getNodes()) {
+  Status s = rpc::CallAndWait<proto::Method::GET_ALL_NODES>(
+      loop, gcs, [](proto::GetAllNodesRequest::Builder) {}, 10000ms,
+      [&](proto::GetAllNodesReply::Reader r) {
+        for (auto n : r.getNodes()) {
           if (n.getNodeId() == node_id) available = runtime::ResourcesFromProto(n.getAvailable());
         }
       });

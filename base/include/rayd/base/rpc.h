@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "rayd/base/event_loop.h"
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc_methods.h"
 #include "rayd/base/status.h"
 #include "rayd/protocol/rpc.capnp.h"
@@ -359,7 +360,7 @@ class RpcClient {
   Backoff backoff_;
   Millis next_delay_;
   std::shared_ptr<Connection> conn_;
-  std::shared_ptr<bool> alive_;  // shared with in-flight uv callbacks; false once destroyed
+  LifetimeGuard guard_;  // for in-flight uv and connection callbacks
   std::vector<Queued> queue_;
   Timer retry_timer_;
   Timer queue_timer_;

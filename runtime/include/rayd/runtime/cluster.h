@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "rayd/base/ids.h"
 #include "rayd/base/status.h"
+#include "rayd/internal/runtime.h"
 #include "rayd/scheduler/resources.h"
 
 namespace rayd {
@@ -158,6 +160,18 @@ Result<WorkersView> FetchWorkers(const std::string& address, const std::string& 
 // Asks every alive node for the objects in its store.
 Result<ObjectsView> FetchObjects(const std::string& address, const std::string& token,
                                  Millis timeout = Millis(10000));
+
+// Reads the GCS's placement-group table: every group it knows (recently removed and failed ones
+// included), in creation order.
+Result<std::vector<internal::PlacementGroupInfo>> FetchPlacementGroups(
+    const std::string& address, const std::string& token, Millis timeout = Millis(10000));
+
+// Every key under `prefix` in KV namespace `ns` with its value, read on one connection.
+Result<std::map<std::string, std::string>> FetchKvPrefix(const std::string& address,
+                                                         const std::string& token,
+                                                         const std::string& ns,
+                                                         const std::string& prefix,
+                                                         Millis timeout = Millis(10000));
 
 // Resources of the node a daemon runs; unset values are detected.
 struct NodeResourceOptions {

@@ -1,5 +1,6 @@
 #pragma once
-// The JSON shapes of the cluster's tables (see cluster_json.cc).
+// The JSON shapes of the cluster's tables, as `rayd list --json`, `rayd status --json` and the
+// dashboard show them (implemented in runtime/src/common/cluster_json.cc).
 
 #include <map>
 #include <nlohmann/json.hpp>

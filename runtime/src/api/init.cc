@@ -18,7 +18,7 @@
 #include <mutex>
 
 #include "core/core_worker.h"
-#include "core/embedded_cluster.h"
+#include "head/embedded_cluster.h"
 #include "core/local_mode_runtime.h"
 #include "rayd/api.h"
 #include "rayd/base/logging.h"
@@ -29,7 +29,7 @@ namespace rayd {
 namespace {
 
 struct Driver {
-  std::unique_ptr<core::EmbeddedCluster> cluster;  // null when joined to a running cluster
+  std::unique_ptr<head::EmbeddedCluster> cluster;  // null when joined to a running cluster
   std::unique_ptr<core::CoreWorker> worker;        // null in local mode...
   std::unique_ptr<core::LocalModeRuntime> local;   // ...which runs everything in here
   std::string gcs_address;
@@ -231,7 +231,7 @@ void Init(RaydConfig config, int argc, char** argv) {
 
   std::string address = config.address.empty() ? Env("RAYD_ADDRESS") : config.address;
   if (address.empty()) {
-    core::EmbeddedClusterOptions embedded;
+    head::EmbeddedClusterOptions embedded;
     NodeResourceOptions& resources = embedded.resources;
     if (config.num_cpus >= 0) resources.num_cpus = config.num_cpus;
     if (config.num_gpus >= 0) resources.num_gpus = config.num_gpus;
@@ -247,8 +247,8 @@ void Init(RaydConfig config, int argc, char** argv) {
     }
     embedded.infeasible_timeout = Millis(int64_t{config.infeasible_timeout_s} * 1000);
     embedded.dashboard_port = config.dashboard_port;
-    internal::ThrowIfError(core::ApplyHeadArgs(config.head_args, &embedded));
-    auto cluster = core::EmbeddedCluster::Start(embedded, temp_root);
+    internal::ThrowIfError(head::ApplyHeadArgs(config.head_args, &embedded));
+    auto cluster = head::EmbeddedCluster::Start(embedded, temp_root);
     if (!cluster.ok()) throw RaydError("rayd::Init: " + cluster.status().message());
     driver->cluster = std::move(*cluster);
     if (embedded.dashboard_port >= 0) {

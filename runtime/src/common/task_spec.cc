@@ -1,4 +1,4 @@
-#include "core/task_spec.h"
+#include "common/task_spec.h"
 
 #include <cmath>
 #include <sstream>

@@ -1,10 +1,10 @@
-#include "core/head_args.h"
+#include "head/head_args.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <optional>
 
-namespace rayd::core {
+namespace rayd::head {
 
 Status ApplyHeadArgs(const std::vector<std::string>& args, EmbeddedClusterOptions* options) {
   if (args.empty()) return Status::Ok();
@@ -76,4 +76,4 @@ Status ApplyHeadArgs(const std::vector<std::string>& args, EmbeddedClusterOption
   return Status::Ok();
 }
 
-}  // namespace rayd::core
+}  // namespace rayd::head

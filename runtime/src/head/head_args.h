@@ -7,7 +7,7 @@
 #include "rayd/base/status.h"
 #include "rayd/runtime/cluster.h"
 
-namespace rayd::core {
+namespace rayd::head {
 
 // What an embedded cluster is started with.
 struct EmbeddedClusterOptions {
@@ -22,4 +22,4 @@ struct EmbeddedClusterOptions {
 // (a flag only a real head has, such as --port or --redis-address, says so) or a bad value.
 Status ApplyHeadArgs(const std::vector<std::string>& args, EmbeddedClusterOptions* options);
 
-}  // namespace rayd::core
+}  // namespace rayd::head

@@ -1,4 +1,4 @@
-#include "core/client_pool.h"
+#include "common/client_pool.h"
 
 namespace rayd::core {
 

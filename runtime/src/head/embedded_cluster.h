@@ -1,18 +1,19 @@
 #pragma once
-// EmbeddedCluster: a whole single-node cluster (GCS with in-memory tables + a node daemon)
-// inside the driver's process, on its own thread, for `rayd::Init()` with no address. Workers
-// are separate processes as usual. It installs no signal handlers: the program owns those.
+// EmbeddedCluster: a whole single-node cluster (a Head: GCS with in-memory tables + the head
+// node daemon) inside the driver's process, on its own thread, for `rayd::Init()` with no
+// address. Workers are separate processes as usual. It installs no signal handlers: the program
+// owns those.
 
 #include <memory>
 #include <string>
 #include <thread>
 
-#include "core/head_args.h"
-#include "head/dashboard.h"
+#include "head/head.h"
+#include "head/head_args.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
 
-namespace rayd::core {
+namespace rayd::head {
 
 class EmbeddedCluster {
  public:
@@ -37,9 +38,9 @@ class EmbeddedCluster {
   std::string token_;
   std::string session_dir_;
   EventLoop* loop_ = nullptr;  // owned by the thread
-  std::function<void()> stop_;  // posted to the loop by the destructor
+  Head* head_ = nullptr;       // owned by the thread; used on the loop only
+  bool stopping_ = false;      // loop only
   std::thread thread_;
-  std::unique_ptr<head::Dashboard> dashboard_;  // stopped first
 };
 
-}  // namespace rayd::core
+}  // namespace rayd::head
