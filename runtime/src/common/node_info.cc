@@ -1,5 +1,9 @@
 #include "common/node_info.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <nlohmann/json.hpp>
 
 #include "rayd/scheduler/placement.h"
@@ -225,6 +229,41 @@ Result<NodeInfo> NodeInfoFromJson(const std::string& text) {
   } catch (const nlohmann::json::exception& e) {
     return Status::Internal(std::string("corrupt node record in the GCS store: ") + e.what());
   }
+}
+
+std::string ChooseDriverNode(const std::vector<NodeInfo>& nodes, const std::string& hostname,
+                             const std::set<std::string>& local_addresses) {
+  std::string by_ip_and_name, by_ip, by_name, head;
+  auto first = [](std::string& slot, const std::string& address) {
+    if (slot.empty()) slot = address;
+  };
+  for (const NodeInfo& n : nodes) {
+    if (!n.alive) continue;
+    const bool same_ip = local_addresses.contains(n.ip);
+    const bool same_name = n.hostname == hostname;
+    if (n.is_head) first(head, n.address);
+    if (same_ip && same_name) first(by_ip_and_name, n.address);
+    if (same_ip) first(by_ip, n.address);
+    if (same_name) first(by_name, n.address);
+  }
+  for (const std::string* choice : {&by_ip_and_name, &by_ip, &by_name, &head}) {
+    if (!choice->empty()) return *choice;
+  }
+  return "";
+}
+
+std::set<std::string> LocalAddresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) out.insert(text);
+  }
+  freeifaddrs(list);
+  return out;
 }
 
 }  // namespace rayd::runtime

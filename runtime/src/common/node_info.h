@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "rayd/base/ids.h"
@@ -52,6 +53,15 @@ const char* PlacementGroupStateName(proto::PlacementGroupState state);
 const char* PlacementStrategyName(proto::PlacementStrategy strategy);
 // A group as GET_PLACEMENT_GROUP reports it, as a plain value (bundle nodes "" while unplaced).
 internal::PlacementGroupInfo PlacementGroupFromProto(proto::PlacementGroupInfo::Reader in);
+
+// The node a driver on this host attaches to, among the alive `nodes`: its own host's node if
+// there is one, else the head's. Its own host's node is one whose IP is an address of this host
+// (as Ray matches the node IP), preferring one with this hostname too; failing that, one with
+// this hostname. The node's address, or "" when there is none.
+std::string ChooseDriverNode(const std::vector<NodeInfo>& nodes, const std::string& hostname,
+                             const std::set<std::string>& local_addresses);
+// The IPv4 addresses of this host's interfaces (its network namespace's, in a container).
+std::set<std::string> LocalAddresses();
 
 std::string NodeInfoToJson(const NodeInfo& info);
 Result<NodeInfo> NodeInfoFromJson(const std::string& text);

@@ -1,8 +1,5 @@
 #include "core/core_worker.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/metric_registry.h"
+#include "core/metrics_reporter.h"
 #include "common/node_info.h"
 #include "rayd/api/errors.h"
 #include "rayd/protocol/core.capnp.h"
@@ -51,6 +48,7 @@ Status CoreWorker::Connect() {
   RAYD_RETURN_IF_ERROR(server_->Listen(options_.node_ip + ":0"));
   address_ = server_->bound_addresses().front();
   objects_ = std::make_unique<ObjectManager>(store_, clients_, address_);
+  borrowing_ = std::make_unique<Borrowing>(loop_, clients_, refs_, address_);
   objects_->RegisterMethods(dispatcher_);
   InstallStoreHooks();
   executor_ = std::make_unique<Executor>(
@@ -61,7 +59,7 @@ Status CoreWorker::Connect() {
                     [this](const ObjectId& id, ObjectValue v, const std::string& owner) {
                       return StoreResult(id, std::move(v), owner);
                     },
-                    [] { BeginTaskBorrows(); }, [this] { RegisterKeptBorrows(); },
+                    [] { Borrowing::BeginTask(); }, [this] { borrowing_->EndTask(); },
                     [this](const ActorId& actor) {
                       // Ends this actor for good; the GCS has its worker killed.
                       if (!gcs_) return;
@@ -73,8 +71,9 @@ Status CoreWorker::Connect() {
                                                             [](const Status&) {});
                     }});
   executor_->RegisterMethods(dispatcher_);
-  gcs_ = std::make_unique<rpc::RpcClient>(loop_, options_.gcs_address, rpc::Options{options_.token, role},
-                                          nullptr, rpc::ReconnectBackoff{Millis(50), Millis(1000)});
+  gcs_ = std::make_unique<runtime::GcsClient>(loop_, options_.gcs_address,
+                                              rpc::Options{options_.token, role}, kGcsCallTimeout,
+                                              rpc::ReconnectBackoff{Millis(50), Millis(1000)});
   io_thread_ = std::thread([this] { loop_.Run(); });
   loop_.Post([this] { gcs_->Connect(); });
 
@@ -87,8 +86,13 @@ Status CoreWorker::Connect() {
     submit_ctx_->warner = warner_.get();
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
     actors_ = std::make_unique<ActorSubmitter>(*submit_ctx_, *gcs_);
-    metrics_timer_ = std::make_unique<Timer>(loop_);
-    metrics_timer_->Start(kMetricsReportPeriod, kMetricsReportPeriod, [this] { ReportMetrics(); });
+    if (!options_.node_address.empty()) {
+      // Drivers have no worker id of their own: they report under their job's.
+      metrics_ = std::make_unique<MetricsReporter>(
+          loop_, clients_, options_.node_address,
+          options_.is_driver ? "driver-" + options_.job_id.Hex() : options_.worker_id.Hex(),
+          kMetricsReportPeriod);
+    }
     done(Status::Ok());
   }));
   if (options_.is_driver) return RegisterDriver();
@@ -120,66 +124,18 @@ Status CoreWorker::RunOnLoop(const std::function<void(std::function<void(Status)
   return future.get();
 }
 
-namespace {
-// The IPv4 addresses of this host's interfaces (its network namespace's, in a container).
-std::set<std::string> LocalAddresses() {
-  std::set<std::string> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) out.insert(text);
-  }
-  freeifaddrs(list);
-  return out;
-}
-}  // namespace
-
 Status CoreWorker::ChooseNode() {
   if (!options_.node_address.empty()) return LearnNodeId();
-  // A driver uses the node daemon on its own host if there is one, else the head's. Its own
-  // host's node is the one whose IP is an address of this host (as Ray matches the node IP),
-  // preferring one with this hostname too; failing that one with this hostname.
+  // A driver uses the node daemon on its own host if there is one, else the head's.
+  auto nodes = AskGcs<std::vector<NodeInfo>>(
+      [](auto& gcs, auto done) { gcs.GetNodes(/*only_alive=*/true, done); });
+  if (!nodes.ok()) {
+    return Status::Unavailable("cannot reach the cluster at " + options_.gcs_address + ": " +
+                               nodes.status().message());
+  }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  struct Found {
-    std::string by_ip_and_name, by_ip, by_name, head;
-  };
-  auto found = std::make_shared<Found>();
-  Status s = RunOnLoop([this, found, host = std::string(host)](auto done) {
-    auto fill = [](proto::GetAllNodesRequest::Builder r) { r.setOnlyAlive(true); };
-    gcs_->Call<proto::Method::GET_ALL_NODES>(
-        fill, Millis(15000),
-        [found, host, done](const Status& st, proto::GetAllNodesReply::Reader r) {
-          if (!st.ok()) return done(st);
-          const std::set<std::string> local = LocalAddresses();
-          auto first = [](std::string& slot, const char* address) {
-            if (slot.empty()) slot = address;
-          };
-          for (auto n : r.getNodes()) {
-            const bool same_ip = local.count(n.getIp().cStr()) > 0;
-            const bool same_name = n.getHostname() == host;
-            if (n.getIsHead()) first(found->head, n.getAddress().cStr());
-            if (same_ip && same_name) first(found->by_ip_and_name, n.getAddress().cStr());
-            if (same_ip) first(found->by_ip, n.getAddress().cStr());
-            if (same_name) first(found->by_name, n.getAddress().cStr());
-          }
-          done(Status::Ok());
-        });
-  });
-  if (!s.ok()) {
-    return Status::Unavailable("cannot reach the cluster at " + options_.gcs_address + ": " +
-                               s.message());
-  }
-  for (const std::string* choice :
-       {&found->by_ip_and_name, &found->by_ip, &found->by_name, &found->head}) {
-    if (!choice->empty()) {
-      options_.node_address = *choice;
-      break;
-    }
-  }
+  options_.node_address = runtime::ChooseDriverNode(*nodes, host, runtime::LocalAddresses());
   if (options_.node_address.empty()) {
     return Status::Unavailable("the cluster at " + options_.gcs_address + " has no alive node");
   }
@@ -206,41 +162,41 @@ Status CoreWorker::LearnNodeId() {
 }
 
 void CoreWorker::ConnectStore(const NodeInfo& node) {
-  auto client = StoreClient::Connect(
+  auto client = ObjectStoreClient::Connect(
       loop_, clients_,
-      StoreClient::NodeStore{node.node_id.Hex(), options_.node_address, node.store_socket,
+      ObjectStoreClient::NodeStore{node.node_id.Hex(), options_.node_address, node.store_socket,
                              node.transfer_address});
   if (!client.ok()) {
     spdlog::info("no shared-memory object store on this host ({}); large values stay inline",
                  client.status().message());
     return;
   }
-  store_client_ = std::move(client).value();
+  object_store_ = std::move(client).value();
 }
 
 void CoreWorker::InstallStoreHooks() {
   store_.SetHooks(
       [this](const ObjectId& id, bool in_store) {
-        ReleaseArgPins(id);
-        if (!in_store) ForgetLineage(id);  // only stored results can be lost
+        refs_.ReleaseArgs(id);
+        if (!in_store) refs_.ForgetLineage(id);  // only stored results can be lost
       },
       [this](const ObjectId& id, const ObjectValue& marker) {
-        ForgetLineage(id);
+        refs_.ForgetLineage(id);
         // Only the owner frees; a borrower just forgets its marker.
-        if (store_client_ && objects_->OwnerOf(id) == address_) {
-          store_client_->Delete(id, marker.locations);
+        if (object_store_ && objects_->OwnerOf(id) == address_) {
+          object_store_->Delete(id, marker.locations);
         }
       },
-      [this](const ObjectId& id) { OnUnreferenced(id); });
-  RegisterBorrowerMethods();
+      [this](const ObjectId& id) { borrowing_->OnUnreferenced(id); });
+  borrowing_->RegisterMethods(dispatcher_);
   dispatcher_.Handle<proto::Method::ADD_OBJECT_LOCATION>([this](const auto& call) {
     auto req = call.params();
     auto id = ObjectId::FromHex(req.getObjectId().cStr());
     if (!id.ok()) return call.Fail(id.status());
     auto location = FromProto(req.getLocation());
-    if (!store_.AddLocation(*id, location) && store_client_) {
+    if (!store_.AddLocation(*id, location) && object_store_) {
       // Freed meanwhile: the new copy is not wanted either.
-      store_client_->Delete(*id, {location});
+      object_store_->Delete(*id, {location});
     }
     call.Reply();
   });
@@ -314,7 +270,7 @@ void CoreWorker::Shutdown() {
     done(Status::Ok());
   }).IgnoreError();
   RunOnLoop([this](auto done) {
-    metrics_timer_.reset();
+    metrics_.reset();
     actors_.reset();
     tasks_.reset();
     if (submit_ctx_) submit_ctx_->warner = nullptr;
@@ -340,30 +296,25 @@ TaskSpec CoreWorker::NewSpec(const std::string& function_name,
   return spec;
 }
 
-template <proto::Method M>
-Status CoreWorker::CallGcs(const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
-                           Millis timeout,
-                           std::function<void(typename rpc::ReplyOf<M>::Reader)> read) {
-  // The call's own deadline answers first; the wait only guards against a stalled loop.
-  const Millis wait = timeout.count() > 0 ? timeout + Millis(5000) : Millis(-1);
-  return RunOnLoop(
-      [this, fill, timeout, read = std::move(read)](auto done) {
+template <typename T>
+Result<T> CoreWorker::AskGcs(
+    std::function<void(runtime::GcsClient&, runtime::Done<T>)> op, Millis wait) {
+  // Shared: a wait that gives up returns before the answer, which must land somewhere.
+  auto result = std::make_shared<std::optional<Result<T>>>();
+  RAYD_RETURN_IF_ERROR(RunOnLoop(
+      [this, op = std::move(op), result](auto done) {
         if (!gcs_) return done(Status::Cancelled("rayd is shutting down"));
-        auto on_reply = [read, done](const Status& s, typename rpc::ReplyOf<M>::Reader reply) {
-          if (s.ok() && read) read(reply);
-          done(s);
-        };
-        if (fill) {
-          gcs_->Call<M>(fill, timeout, std::move(on_reply));
-        } else {
-          gcs_->Call<M>(timeout, std::move(on_reply));
-        }
+        op(*gcs_, [result, done](Result<T> r) {
+          result->emplace(std::move(r));
+          done(Status::Ok());
+        });
       },
-      wait);
+      wait));
+  return std::move(**result);
 }
 
 ObjectId CoreWorker::Put(std::string value) {
-  if (store_client_ && value.size() >= internal::kMaxInlineBytes) {
+  if (object_store_ && value.size() >= internal::kMaxInlineBytes) {
     return PutSerialized(value.size(), [&](uint8_t* dest) {
       std::memcpy(dest, value.data(), value.size());
     });
@@ -376,11 +327,11 @@ ObjectId CoreWorker::Put(std::string value) {
 }
 
 ObjectId CoreWorker::PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) {
-  if (!store_client_ || size < internal::kMaxInlineBytes) {
+  if (!object_store_ || size < internal::kMaxInlineBytes) {
     return internal::Runtime::PutSerialized(size, write);
   }
   ObjectId id = ObjectId::FromRandom();
-  auto marker = store_client_->PutInPlace(id, size, address_, /*caller_is_owner=*/true, write);
+  auto marker = object_store_->PutInPlace(id, size, address_, /*caller_is_owner=*/true, write);
   if (!marker.ok()) {
     if (marker.status().code() == StatusCode::kResourceExhausted) {
       throw ObjectStoreFullError("Put: " + marker.status().message());
@@ -392,7 +343,7 @@ ObjectId CoreWorker::PutSerialized(size_t size, const std::function<void(uint8_t
 }
 
 void CoreWorker::PromoteLargeArgs(std::vector<internal::TaskArg>& args) {
-  if (!store_client_) return;
+  if (!object_store_) return;
   for (auto& a : args) {
     if (a.kind != internal::TaskArg::Kind::kValue || a.value.size() < internal::kMaxInlineBytes) {
       continue;
@@ -404,41 +355,10 @@ void CoreWorker::PromoteLargeArgs(std::vector<internal::TaskArg>& args) {
   }
 }
 
-void CoreWorker::PinArgs(const TaskSpec& spec) {
-  std::vector<ObjectId> refs;
-  for (const auto& a : spec.args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) refs.push_back(a.ref);
-  }
-  if (refs.empty()) return;
-  for (const auto& id : refs) store_.AddRef(id);
-  std::lock_guard lock(pins_mu_);
-  arg_pins_[spec.return_id] = std::move(refs);
-}
-
-void CoreWorker::RecordLineage(const TaskSpec& spec) {
-  if (spec.max_retries == 0 || !store_client_) return;
-  for (const auto& a : spec.args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) return;  // refs may be gone by then
-  }
-  std::lock_guard lock(pins_mu_);
-  lineage_[spec.return_id] = Lineage{spec, spec.max_retries < 0 ? INT32_MAX : spec.max_retries};
-}
-
-void CoreWorker::ForgetLineage(const ObjectId& return_id) {
-  std::lock_guard lock(pins_mu_);
-  lineage_.erase(return_id);
-}
-
 bool CoreWorker::Reconstruct(const ObjectId& id) {
-  TaskSpec spec;
-  {
-    std::lock_guard lock(pins_mu_);
-    auto it = lineage_.find(id);
-    if (it == lineage_.end() || it->second.attempts_left <= 0) return false;
-    --it->second.attempts_left;
-    spec = it->second.spec;
-    spec.attempt = ++it->second.spec.attempt;
-  }
+  std::optional<TaskSpec> retry = refs_.TakeRetry(id);
+  if (!retry) return false;
+  TaskSpec& spec = *retry;
   spdlog::warn("object {} was lost; running its task {} again (attempt {})", id.Hex(),
                spec.function_name, spec.attempt);
   store_.Reset(id);
@@ -448,26 +368,14 @@ bool CoreWorker::Reconstruct(const ObjectId& id) {
   return true;
 }
 
-void CoreWorker::ReleaseArgPins(const ObjectId& return_id) {
-  std::vector<ObjectId> refs;
-  {
-    std::lock_guard lock(pins_mu_);
-    auto it = arg_pins_.find(return_id);
-    if (it == arg_pins_.end()) return;
-    refs = std::move(it->second);
-    arg_pins_.erase(it);
-  }
-  for (const auto& id : refs) store_.RemoveRef(id);
-}
-
 internal::ObjectValue CoreWorker::ResolveStored(const ObjectId& id,
                                                 const internal::ObjectValue& marker) {
-  if (!store_client_) {
+  if (!object_store_) {
     return ErrorValue(ErrorKind::kSystem, "object " + id.Hex() +
                                               " lives in a node's shared memory, and this "
                                               "process has no node daemon on its host");
   }
-  auto bytes = store_client_->Get(id, marker, objects_->OwnerOf(id));
+  auto bytes = object_store_->Get(id, marker, objects_->OwnerOf(id));
   if (!bytes.ok()) {
     const auto code = bytes.status().code();
     const bool lost = code == StatusCode::kNotFound || code == StatusCode::kUnavailable;
@@ -502,11 +410,11 @@ internal::ObjectValue CoreWorker::FetchArg(const ObjectId& id, const std::string
 
 internal::ObjectValue CoreWorker::StoreResult(const ObjectId& id, internal::ObjectValue value,
                                               const std::string& owner) {
-  if (!store_client_ || value.error != ErrorKind::kNone ||
+  if (!object_store_ || value.error != ErrorKind::kNone ||
       value.data.size() < internal::kMaxInlineBytes) {
     return value;
   }
-  auto marker = store_client_->PutInPlace(id, value.data.size(), owner,
+  auto marker = object_store_->PutInPlace(id, value.data.size(), owner,
                                           /*caller_is_owner=*/false, [&](uint8_t* dest) {
     std::memcpy(dest, value.data.data(), value.data.size());
   });
@@ -523,7 +431,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
                                 const internal::TaskOptions& options) {
   PromoteLargeArgs(args);
   TaskSpec spec = NewSpec(function_name, std::move(args));
-  PinArgs(spec);
+  refs_.PinArgs(spec);
   spec.resources = ToResourceSet(options.resources.empty()
                                      ? std::map<std::string, double>{{"CPU", 1.0}}
                                      : options.resources);
@@ -531,7 +439,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
   spec.name = options.name;
   spec.scheduling = options.scheduling;
   spec.env = options.env;
-  RecordLineage(spec);
+  if (object_store_) refs_.RecordLineage(spec);  // only stored results can be lost
   const ObjectId id = spec.return_id;
   loop_.Post([this, spec = std::move(spec)]() mutable {
     if (!tasks_) {
@@ -601,7 +509,7 @@ ObjectId CoreWorker::SubmitActorTask(const ActorId& actor, const std::string& me
                                      std::vector<internal::TaskArg> args) {
   PromoteLargeArgs(args);
   TaskSpec spec = NewSpec(method_name, std::move(args));
-  PinArgs(spec);
+  refs_.PinArgs(spec);
   spec.kind = TaskSpec::Kind::ACTOR_TASK;
   spec.actor_id = actor;
   const ObjectId id = spec.return_id;
@@ -765,99 +673,13 @@ Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
 void CoreWorker::AddLocalRef(const ObjectId& id) { store_.AddRef(id); }
 void CoreWorker::RemoveLocalRef(const ObjectId& id) { store_.RemoveRef(id); }
 std::string CoreWorker::OwnerAddress(const ObjectId& id) { return objects_->OwnerOf(id); }
-namespace {
-// Refs received by the task running on this thread (executor threads, during a task).
-thread_local bool t_in_task = false;
-thread_local std::vector<std::pair<ObjectId, std::string>> t_received_refs;
-}  // namespace
-
-void CoreWorker::BeginTaskBorrows() {
-  t_in_task = true;
-  t_received_refs.clear();
-}
-
 void CoreWorker::RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) {
   objects_->RegisterBorrowed(id, owner_address);
-  if (t_in_task && owner_address != address_) t_received_refs.emplace_back(id, owner_address);
-}
-
-void CoreWorker::RegisterKeptBorrows() {
-  t_in_task = false;
-  std::vector<std::pair<ObjectId, std::string>> received;
-  received.swap(t_received_refs);
-  std::map<std::string, std::vector<ObjectId>> by_owner;
-  {
-    std::lock_guard lock(pins_mu_);
-    for (const auto& [id, owner] : received) {
-      if (owner.empty() || store_.RefCount(id) == 0) continue;  // not kept
-      if (registered_borrows_.emplace(id, owner).second) by_owner[owner].push_back(id);
-    }
-  }
-  for (const auto& [owner, ids] : by_owner) {
-    Status s = RunOnLoop(
-        [this, owner = owner, ids = ids](auto done) {
-          auto fill = [&](proto::BorrowerRequest::Builder r) {
-            auto list = r.initObjectIds(static_cast<unsigned>(ids.size()));
-            for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i].Hex());
-            r.setBorrower(address_);
-          };
-          clients_.Get(owner).Call<proto::Method::ADD_BORROWER>(
-              fill, Millis(10000), [done](const Status& st) { done(st); });
-        },
-        Millis(11000));
-    if (!s.ok()) spdlog::warn("could not register as a borrower with {}: {}", owner, s.message());
-  }
-}
-
-// Any thread: a ref count here reached zero. Cheap unless the id is a registered borrow.
-void CoreWorker::OnUnreferenced(const ObjectId& id) {
-  std::string owner;
-  {
-    std::lock_guard lock(pins_mu_);
-    auto it = registered_borrows_.find(id);
-    if (it == registered_borrows_.end() || store_.RefCount(id) > 0) return;
-    owner = it->second;
-    registered_borrows_.erase(it);
-  }
-  loop_.Post([this, id, owner] {
-    auto fill = [&](proto::BorrowerRequest::Builder r) {
-      r.initObjectIds(1).set(0, id.Hex());
-      r.setBorrower(address_);
-    };
-    clients_.Get(owner).Call<proto::Method::REMOVE_BORROWER>(fill, Millis(10000),
-                                                             [](const Status&) {});
-  });
-}
-
-void CoreWorker::RegisterBorrowerMethods() {
-  // Each borrower holds one reference on the owner's entry until it is done.
-  dispatcher_.Handle<proto::Method::ADD_BORROWER>([this](const auto& call) {
-    auto req = call.params();
-    const std::string borrower = req.getBorrower();
-    for (auto hex : req.getObjectIds()) {
-      auto id = ObjectId::FromHex(hex.cStr());
-      if (!id.ok() || !store_.Known(*id)) continue;
-      if (borrowers_[*id].insert(borrower).second) store_.AddRef(*id);
-    }
-    call.Reply();
-  });
-  dispatcher_.Handle<proto::Method::REMOVE_BORROWER>([this](const auto& call) {
-    auto req = call.params();
-    const std::string borrower = req.getBorrower();
-    for (auto hex : req.getObjectIds()) {
-      auto id = ObjectId::FromHex(hex.cStr());
-      if (!id.ok()) continue;
-      auto it = borrowers_.find(*id);
-      if (it == borrowers_.end() || it->second.erase(borrower) == 0) continue;
-      if (it->second.empty()) borrowers_.erase(it);
-      store_.RemoveRef(*id);
-    }
-    call.Reply();
-  });
+  borrowing_->Received(id, owner_address);
 }
 
 // ---- Placement groups --------------------------------------------------------------------------
-// Fills capture by value: a wait that gives up may return before the loop sends the call.
+// Operations capture by value: a wait that gives up may return before the loop sends the call.
 
 Result<std::string> CoreWorker::CreatePlacementGroup(
     const internal::PlacementGroupOptions& options) {
@@ -865,11 +687,10 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
   const std::string id = PlacementGroupId::FromRandom().Hex();
   const std::string ray_namespace =
       options.ray_namespace.empty() ? options_.ray_namespace : options.ray_namespace;
-  auto fill = [options, id, ray_namespace,
-               job = options_.job_id](proto::CreatePlacementGroupRequest::Builder r) {
-    ToProto(options, id, job, ray_namespace, r.initGroup());
-  };
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::CREATE_PLACEMENT_GROUP>(fill, kGcsCallTimeout));
+  RAYD_RETURN_IF_ERROR(
+      AskGcs<bool>([options, id, ray_namespace, job = options_.job_id](auto& gcs, auto done) {
+        gcs.CreatePlacementGroup(options, id, job, ray_namespace, done);
+      }).status());
   // Each bundle must fit some node; a strictly packed group must fit one node whole.
   std::vector<scheduler::ResourceSet> bundles;
   scheduler::ResourceSet whole;
@@ -897,102 +718,38 @@ Result<std::string> CoreWorker::CreatePlacementGroup(
 }
 
 Status CoreWorker::RemovePlacementGroup(const std::string& id) {
-  auto fill = [id](proto::RemovePlacementGroupRequest::Builder r) { r.setPlacementGroupId(id); };
-  return CallGcs<proto::Method::REMOVE_PLACEMENT_GROUP>(fill, kGcsCallTimeout);
+  return AskGcs<bool>([id](auto& gcs, auto done) { gcs.RemovePlacementGroup(id, done); })
+      .status();
 }
-
-namespace {
-
-void FillGetPlacementGroup(proto::GetPlacementGroupRequest::Builder r, const std::string& id,
-                           bool wait) {
-  r.setPlacementGroupId(id);
-  r.setWaitUntilReady(wait);
-}
-
-// What a GET_PLACEMENT_GROUP that waited for the group to be ready answered, as
-// WaitPlacementGroupReady returns it.
-Result<bool> Readiness(const Status& s, const std::optional<internal::PlacementGroupInfo>& group,
-                       const std::string& id) {
-  if (s.code() == StatusCode::kDeadlineExceeded) return false;
-  if (!s.ok()) return s;
-  if (!group) return Status::NotFound("no placement group " + id);
-  if (group->state == "CREATED") return true;
-  if (group->state == "REMOVED") {
-    return Status::Cancelled("placement group " + id + " was removed" +
-                             (group->cause.empty() ? "" : ": " + group->cause));
-  }
-  if (group->state == "FAILED") {
-    return Status::ResourceExhausted(group->cause.empty() ? "placement group " + id + " failed"
-                                                          : group->cause);
-  }
-  return false;  // still pending: only when asked not to wait
-}
-
-std::optional<internal::PlacementGroupInfo> ReadPlacementGroup(
-    proto::GetPlacementGroupReply::Reader reply) {
-  if (!reply.getFound()) return std::nullopt;
-  return runtime::PlacementGroupFromProto(reply.getGroup());
-}
-
-}  // namespace
 
 Result<bool> CoreWorker::WaitPlacementGroupReady(const std::string& id,
                                                  std::chrono::milliseconds timeout) {
-  // A zero timeout only looks: as an RPC timeout, zero would mean no deadline.
-  const bool wait = timeout.count() != 0;
-  std::optional<internal::PlacementGroupInfo> group;
-  Status s = CallGcs<proto::Method::GET_PLACEMENT_GROUP>(
-      [id, wait](proto::GetPlacementGroupRequest::Builder r) {
-        FillGetPlacementGroup(r, id, wait);
-      },
-      timeout.count() > 0 ? timeout : Millis(0),
-      [&group](proto::GetPlacementGroupReply::Reader r) { group = ReadPlacementGroup(r); });
-  return Readiness(s, group, id);
+  // The call's own deadline answers first; the wait only guards against a stalled loop.
+  const Millis guard = timeout.count() > 0 ? timeout + Millis(5000) : Millis(-1);
+  return AskGcs<bool>(
+      [id, timeout](auto& gcs, auto done) { gcs.WaitPlacementGroupReady(id, timeout, done); },
+      guard);
 }
 
 void CoreWorker::WhenPlacementGroupReady(const std::string& id, std::chrono::milliseconds timeout,
                                          std::function<void(Result<bool>)> ready) {
   loop_.Post([this, id, timeout, ready = std::move(ready)] {
     if (!gcs_) return ready(Status::Cancelled("rayd is shutting down"));
-    const bool wait = timeout.count() != 0;
-    gcs_->Call<proto::Method::GET_PLACEMENT_GROUP>(
-        [id, wait](proto::GetPlacementGroupRequest::Builder r) {
-          FillGetPlacementGroup(r, id, wait);
-        },
-        timeout.count() > 0 ? timeout : Millis(0),
-        [id, ready](const Status& s, proto::GetPlacementGroupReply::Reader r) {
-          std::optional<internal::PlacementGroupInfo> group;
-          if (s.ok()) group = ReadPlacementGroup(r);
-          ready(Readiness(s, group, id));
-        });
+    gcs_->WaitPlacementGroupReady(id, timeout, ready);
   });
 }
 
 Result<std::optional<internal::PlacementGroupInfo>> CoreWorker::GetPlacementGroup(
     const std::string& id, const std::string& name, const std::string& ray_namespace) {
   const std::string ns = ray_namespace.empty() ? options_.ray_namespace : ray_namespace;
-  auto group = std::make_shared<std::optional<internal::PlacementGroupInfo>>();
-  auto fill = [id, name, ns](proto::GetPlacementGroupRequest::Builder r) {
-    r.setPlacementGroupId(id);
-    r.setName(name);
-    r.setNamespace(ns);
-  };
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::GET_PLACEMENT_GROUP>(
-      fill, kGcsCallTimeout, [group](proto::GetPlacementGroupReply::Reader reply) {
-        if (reply.getFound()) *group = runtime::PlacementGroupFromProto(reply.getGroup());
-      }));
-  return std::move(*group);
+  return AskGcs<std::optional<internal::PlacementGroupInfo>>([id, name, ns](auto& gcs, auto done) {
+    gcs.GetPlacementGroup(id, name, ns, false, gcs.timeout(), done);
+  });
 }
 
 Result<std::vector<internal::PlacementGroupInfo>> CoreWorker::GetAllPlacementGroups() {
-  auto groups = std::make_shared<std::vector<internal::PlacementGroupInfo>>();
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::GET_ALL_PLACEMENT_GROUPS>(
-      nullptr, kGcsCallTimeout, [groups](proto::GetAllPlacementGroupsReply::Reader r) {
-        for (auto g : r.getGroups()) {
-          groups->push_back(runtime::PlacementGroupFromProto(g));
-        }
-      }));
-  return std::move(*groups);
+  return AskGcs<std::vector<internal::PlacementGroupInfo>>(
+      [](auto& gcs, auto done) { gcs.GetPlacementGroups(done); });
 }
 
 std::vector<int> CoreWorker::GetGpuIds() {
@@ -1015,82 +772,22 @@ bool CoreWorker::WasCurrentActorRestarted() {
   return internal::InActorCall() && executor_ && executor_->actor_restarted();
 }
 
-void CoreWorker::ReportMetrics() {
-  const uint64_t version = internal::MetricsVersion();
-  if (version == reported_metrics_version_ || options_.node_address.empty() || shut_down_) return;
-  reported_metrics_version_ = version;
-  const std::vector<internal::MetricSeriesState> all = internal::SnapshotMetrics();
-  // Drivers have no worker id of their own: they report under their job's.
-  const std::string process =
-      options_.is_driver ? "driver-" + options_.job_id.Hex() : options_.worker_id.Hex();
-  auto fill = [&](proto::ReportMetricsRequest::Builder r) {
-    r.setWorkerId(process);
-    auto list = r.initSeries(static_cast<unsigned>(all.size()));
-    for (unsigned i = 0; i < all.size(); ++i) {
-      const internal::MetricSeriesState& m = all[i];
-      auto out = list[i];
-      out.setName(m.name);
-      out.setDescription(m.description);
-      out.setUnit(m.unit);
-      out.setKind(static_cast<uint8_t>(m.kind));
-      runtime::FillLabels(m.tags, [&](unsigned n) { return out.initTags(n); });
-      out.setValue(m.value);
-      out.setCount(m.count);
-      auto bounds = out.initBoundaries(static_cast<unsigned>(m.boundaries.size()));
-      for (unsigned j = 0; j < m.boundaries.size(); ++j) bounds.set(j, m.boundaries[j]);
-      auto buckets = out.initBuckets(static_cast<unsigned>(m.buckets.size()));
-      for (unsigned j = 0; j < m.buckets.size(); ++j) buckets.set(j, m.buckets[j]);
-      out.setUpdatedMs(m.updated_ms);
-    }
-  };
-  clients_.Get(options_.node_address)
-      .Call<proto::Method::REPORT_METRICS>(fill, Millis(10000), [this](const Status& s) {
-        if (!s.ok()) reported_metrics_version_ = 0;  // send again next time
-      });
-}
-
 Result<bool> CoreWorker::KvPut(const std::string& ns, const std::string& key,
                                const std::string& value, bool overwrite) {
-  auto added = std::make_shared<bool>(false);
-  auto fill = [ns, key, value, overwrite](proto::KvPutRequest::Builder r) {
-    r.setNamespace(ns);
-    r.setKey(key);
-    r.setValue(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()),
-                                   value.size()));
-    r.setOverwrite(overwrite);
-  };
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_PUT>(
-      fill, kGcsCallTimeout, [added](proto::KvPutReply::Reader r) { *added = r.getAdded(); }));
-  return *added;
+  return AskGcs<bool>([ns, key, value, overwrite](auto& gcs, auto done) {
+    gcs.KvPut(ns, key, value, overwrite, done);
+  });
 }
 
 Result<std::optional<std::string>> CoreWorker::KvGet(const std::string& ns,
                                                      const std::string& key) {
-  auto value = std::make_shared<std::optional<std::string>>();
-  auto fill = [ns, key](proto::KvGetRequest::Builder r) {
-    r.setNamespace(ns);
-    r.setKey(key);
-  };
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_GET>(
-      fill, kGcsCallTimeout, [value](proto::KvGetReply::Reader reply) {
-        if (!reply.getFound()) return;
-        auto data = reply.getValue();
-        *value = std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-      }));
-  return std::move(*value);
+  return AskGcs<std::optional<std::string>>(
+      [ns, key](auto& gcs, auto done) { gcs.KvGet(ns, key, done); });
 }
 
 Result<int> CoreWorker::KvDel(const std::string& ns, const std::string& key, bool by_prefix) {
-  auto deleted = std::make_shared<int>(0);
-  auto fill = [ns, key, by_prefix](proto::KvDelRequest::Builder r) {
-    r.setNamespace(ns);
-    r.setKey(key);
-    r.setByPrefix(by_prefix);
-  };
-  RAYD_RETURN_IF_ERROR(CallGcs<proto::Method::KV_DEL>(
-      fill, kGcsCallTimeout,
-      [deleted](proto::KvDelReply::Reader r) { *deleted = static_cast<int>(r.getDeleted()); }));
-  return *deleted;
+  return AskGcs<int>(
+      [ns, key, by_prefix](auto& gcs, auto done) { gcs.KvDel(ns, key, by_prefix, done); });
 }
 
 }  // namespace rayd::core

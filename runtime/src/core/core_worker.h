@@ -15,12 +15,16 @@
 #include <thread>
 
 #include "core/actor_submitter.h"
+#include "core/borrowing.h"
 #include "common/client_pool.h"
+#include "common/gcs_client.h"
 #include "core/executor.h"
 #include "core/infeasible_warner.h"
 #include "core/memory_store.h"
+#include "core/metrics_reporter.h"
 #include "core/object_manager.h"
-#include "core/store_client.h"
+#include "core/reference_counter.h"
+#include "core/object_store_client.h"
 #include "core/task_submitter.h"
 #include "rayd/runtime/cluster.h"
 
@@ -108,12 +112,11 @@ class CoreWorker : public internal::Runtime {
   // takes).
   Status RunOnLoop(const std::function<void(std::function<void(Status)>)>& fn,
                    Millis timeout = Millis(60000));
-  // Calls the GCS's method M from the loop and waits; `fill` builds M's request (null: an empty
-  // one), `read` sees M's reply (on the loop) when it is ok.
-  template <proto::Method M>
-  Status CallGcs(const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
-                 Millis timeout,
-                 std::function<void(typename rpc::ReplyOf<M>::Reader)> read = nullptr);
+  // Runs `op` (a GcsClient operation, given its completion) on the loop and waits for its
+  // result; `wait` guards against a stalled loop (the call's own deadline answers first).
+  template <typename T>
+  Result<T> AskGcs(std::function<void(runtime::GcsClient&, runtime::Done<T>)> op,
+                   Millis wait = Millis(20000));
   // Fetches borrowed objects that are not here yet (their values land in the store).
   void FetchMissing(const std::vector<ObjectId>& ids);
   TaskSpec NewSpec(const std::string& function_name, std::vector<internal::TaskArg> args);
@@ -127,58 +130,34 @@ class CoreWorker : public internal::Runtime {
   // Large by-value arguments go to the object store and travel as refs; every ref argument is
   // kept alive until the task's result arrives.
   void PromoteLargeArgs(std::vector<internal::TaskArg>& args);
-  void PinArgs(const TaskSpec& spec);
-  void ReleaseArgPins(const ObjectId& return_id);
-  // Lineage: a retryable task whose arguments are all values can be run again to recreate its
-  // result if the only node holding it is lost (Ray's lineage reconstruction).
-  void RecordLineage(const TaskSpec& spec);
-  void ForgetLineage(const ObjectId& return_id);
+  // Runs the task that made `id` again (its lineage), if it can; see ReferenceCounter.
   bool Reconstruct(const ObjectId& id);
   // Executor hooks (task threads).
   internal::ObjectValue FetchArg(const ObjectId& id, const std::string& owner);
   internal::ObjectValue StoreResult(const ObjectId& id, internal::ObjectValue value,
                                     const std::string& owner);
-  // Borrowers: refs that a task received and kept past its end are registered with their
-  // owners (before the task's reply, while the caller still pins them); the owner counts each
-  // borrower as a reference until it says it is done.
-  static void BeginTaskBorrows();
-  void RegisterKeptBorrows();
-  void OnUnreferenced(const ObjectId& id);
-  void RegisterBorrowerMethods();
   // Tells the node the running task waits (or runs again); see BlockedScope.
   class BlockedScope;
   void SetBlocked(bool blocked);
-  // Loop thread: sends the process's application metrics to the node when they changed.
-  void ReportMetrics();
 
   CoreWorkerOptions options_;
   EventLoop loop_;
   MemoryStore store_;
   ClientPool clients_;
-  std::shared_ptr<StoreClient> store_client_;  // co-owned by the SharedBytes it hands out
-  struct Lineage {
-    TaskSpec spec;
-    int attempts_left = 0;
-  };
-  std::mutex pins_mu_;
-  std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id; pins_mu_
-  std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id; pins_mu_
-  // Borrower side: refs registered with their owners (id -> owner); pins_mu_.
-  std::unordered_map<ObjectId, std::string> registered_borrows_;
-  // Owner side (loop thread): who borrows each object we own.
-  std::unordered_map<ObjectId, std::set<std::string>> borrowers_;
+  std::shared_ptr<ObjectStoreClient> object_store_;  // co-owned by the SharedBytes it hands out
+  ReferenceCounter refs_{store_};  // argument pins, borrowers, borrows, lineage
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;
   std::unique_ptr<ObjectManager> objects_;
-  std::unique_ptr<rpc::RpcClient> gcs_;
+  std::unique_ptr<Borrowing> borrowing_;
+  std::unique_ptr<runtime::GcsClient> gcs_;
   std::unique_ptr<SubmitterContext> submit_ctx_;
   std::unique_ptr<InfeasibleWarner> warner_;
   std::unique_ptr<TaskSubmitter> tasks_;
   std::unique_ptr<ActorSubmitter> actors_;
   std::unique_ptr<Executor> executor_;
-  std::unique_ptr<Timer> metrics_timer_;  // loop thread
-  uint64_t reported_metrics_version_ = 0;  // loop thread
+  std::unique_ptr<MetricsReporter> metrics_;  // loop thread
   std::string node_id_;
   std::promise<void> disconnected_;
   bool disconnect_signalled_ = false;  // loop thread

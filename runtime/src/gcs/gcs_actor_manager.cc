@@ -151,7 +151,7 @@ struct GcsActorManager::Actor {
   }
 };
 
-GcsActorManager::GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
+GcsActorManager::GcsActorManager(EventLoop& loop, TableStore& store, GcsNodeManager& nodes,
                                  NodeClientPool& node_clients, PendingPlacements& ledger,
                                  GcsPlacementGroupManager& placement_groups,
                                  Millis infeasible_timeout)

@@ -60,7 +60,7 @@
 #include "rayd/base/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/rpc.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/scheduler/placement.h"
@@ -76,7 +76,7 @@ class GcsActorManager {
   // `placement_groups`.
   // An actor no alive node could ever hold waits `infeasible_timeout` for one to join (0: it
   // is DEAD at once).
-  GcsActorManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
+  GcsActorManager(EventLoop& loop, TableStore& store, GcsNodeManager& nodes,
                   NodeClientPool& node_clients, PendingPlacements& ledger,
                   GcsPlacementGroupManager& placement_groups,
                   Millis infeasible_timeout = Millis(0));
@@ -148,7 +148,7 @@ class GcsActorManager {
 
   const Millis infeasible_timeout_;
   EventLoop& loop_;
-  StoreClient& store_;
+  TableStore& store_;
   GcsNodeManager& nodes_;
   NodeClientPool& node_clients_;
   // Shared with the placement-group manager: what the head placed that heartbeats may not show

@@ -42,8 +42,7 @@ void ReplyJobId(const rpc::Incoming<proto::Method::ADD_JOB>& call, const std::st
 void GcsJobManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Handle<proto::Method::ADD_JOB>([this](const auto& c) { HandleAdd(c); });
   dispatcher.Handle<proto::Method::MARK_JOB_FINISHED>([this](const auto& c) { HandleFinished(c); });
-  dispatcher.Handle<proto::Method::JOB_DRIVER_EXITED>(
-      [this](const auto& c) { HandleDriverExited(c); });
+  dispatcher.Handle<proto::Method::JOB_DRIVER_EXITED>([this](const auto& c) { HandleFinished(c); });
   dispatcher.Handle<proto::Method::GET_ALL_JOBS>([this](const auto& c) { HandleGetAll(c); });
 }
 
@@ -55,24 +54,20 @@ void GcsJobManager::HandleAdd(const AddJobCall& call) {
   const std::string id = json["job_id"];
   std::weak_ptr<rpc::Connection> conn;
   if (auto c = call.connection()) conn = c;
-  std::weak_ptr<bool> alive = alive_;
   store_.Put(kJobTable, id, json.dump(), /*overwrite=*/false,
-             [this, alive, call, id, conn](Result<bool> r) {
-               if (alive.expired()) return;
+             guard_([this, call, id, conn](Result<bool> r) {
                if (!r.ok()) return call.Fail(r.status());
                if (!*r) return AddAgain(call, id, conn);
                BindConnection(id, conn);
                ReplyJobId(call, id);
-             });
+             }));
 }
 
 // A job added again under its id while it is alive (a driver reconnecting to a restarted head)
 // is accepted and bound to the new connection; a finished one can't come back.
 void GcsJobManager::AddAgain(const AddJobCall& call, const std::string& id,
                              const std::weak_ptr<rpc::Connection>& conn) {
-  std::weak_ptr<bool> alive = alive_;
-  store_.Get(kJobTable, id, [this, alive, call, id, conn](Result<std::optional<std::string>> r) {
-    if (alive.expired()) return;
+  store_.Get(kJobTable, id, guard_([this, call, id, conn](Result<std::optional<std::string>> r) {
     if (!r.ok()) return call.Fail(r.status());
     auto old = nlohmann::json::parse(r->value_or("{}"), nullptr, /*allow_exceptions=*/false);
     if (old.is_discarded() || old.value("is_dead", false) || finished_.contains(id)) {
@@ -80,7 +75,7 @@ void GcsJobManager::AddAgain(const AddJobCall& call, const std::string& id,
     }
     BindConnection(id, conn);
     ReplyJobId(call, id);
-  });
+  }));
 }
 
 void GcsJobManager::BindConnection(const std::string& job_id,
@@ -107,9 +102,7 @@ void GcsJobManager::OnConnectionClosed(uint64_t connection_id) {
 
 void GcsJobManager::FinishJob(const std::string& job_id, std::function<void(Status)> done) {
   if (finished_.contains(job_id)) return done(Status::Ok());
-  std::weak_ptr<bool> alive = alive_;
-  store_.Get(kJobTable, job_id, [this, alive, job_id, done](Result<std::optional<std::string>> r) {
-    if (alive.expired()) return;
+  store_.Get(kJobTable, job_id, guard_([this, job_id, done](Result<std::optional<std::string>> r) {
     if (!r.ok()) return done(r.status());
     if (!r->has_value()) return done(Status::NotFound("no job " + job_id));
     if (!finished_.insert(job_id).second) return done(Status::Ok());  // ended meanwhile
@@ -122,24 +115,13 @@ void GcsJobManager::FinishJob(const std::string& job_id, std::function<void(Stat
     json["end_time_ms"] = NowUnixMs();
     store_.Put(kJobTable, job_id, json.dump(), /*overwrite=*/true,
                [done](Result<bool> w) { done(w.status()); });
-  });
+  }));
 }
 
-void GcsJobManager::HandleFinished(const rpc::Incoming<proto::Method::MARK_JOB_FINISHED>& call) {
-  std::string id = call.params().getJobId();
-  FinishJob(id, [call](Status s) {
-    if (s.ok()) {
-      call.Reply();
-    } else {
-      call.Fail(s);
-    }
-  });
-}
-
-void GcsJobManager::HandleDriverExited(
-    const rpc::Incoming<proto::Method::JOB_DRIVER_EXITED>& call) {
-  std::string id = call.params().getJobId();
-  FinishJob(id, [call](Status s) {
+// MARK_JOB_FINISHED and JOB_DRIVER_EXITED: the job ends, either way.
+template <proto::Method M>
+void GcsJobManager::HandleFinished(const rpc::Incoming<M>& call) {
+  FinishJob(call.params().getJobId(), [call](Status s) {
     if (s.ok()) {
       call.Reply();
     } else {

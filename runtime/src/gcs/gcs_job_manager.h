@@ -16,7 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc.h"
 
 namespace rayd::gcs {
@@ -26,8 +27,8 @@ class GcsJobManager {
   using OnJobFinished = std::function<void(const std::string& job_id)>;
 
   // `store` must outlive the manager.
-  explicit GcsJobManager(StoreClient& store) : store_(store) {}
-  ~GcsJobManager() { *alive_ = false; }
+  explicit GcsJobManager(TableStore& store) : store_(store) {}
+  ~GcsJobManager() { guard_.Invalidate(); }
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
   // Set once, before serving.
@@ -44,19 +45,19 @@ class GcsJobManager {
   void HandleAdd(const AddJobCall& call);
   void AddAgain(const AddJobCall& call, const std::string& id,
                 const std::weak_ptr<rpc::Connection>& conn);
-  void HandleFinished(const rpc::Incoming<proto::Method::MARK_JOB_FINISHED>& call);
-  void HandleDriverExited(const rpc::Incoming<proto::Method::JOB_DRIVER_EXITED>& call);
+  template <proto::Method M>
+  void HandleFinished(const rpc::Incoming<M>& call);
   void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_JOBS>& call);
   void BindConnection(const std::string& job_id, const std::weak_ptr<rpc::Connection>& conn);
 
-  StoreClient& store_;
+  TableStore& store_;
   OnJobFinished on_finished_;
   // Jobs ended by this GCS (the hook ran or is running).
   std::set<std::string> finished_;
   // Which driver connection added which jobs, to end them when it closes.
   std::unordered_map<uint64_t, std::vector<std::string>> jobs_by_connection_;
   // False once destroyed: store callbacks that arrive later do nothing.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  LifetimeGuard guard_;  // for late store callbacks
 };
 
 }  // namespace rayd::gcs

@@ -2,7 +2,7 @@
 // The GCS's namespaced key-value store (rendezvous addresses, job configs, user data). Each
 // namespace is one store table, "kv:<namespace>"; values are opaque bytes.
 
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/rpc.h"
 
 namespace rayd::gcs {
@@ -10,7 +10,7 @@ namespace rayd::gcs {
 class GcsKvManager {
  public:
   // `store` must outlive the manager.
-  explicit GcsKvManager(StoreClient& store) : store_(store) {}
+  explicit GcsKvManager(TableStore& store) : store_(store) {}
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
  private:
@@ -20,7 +20,7 @@ class GcsKvManager {
   void HandleKeys(const rpc::Incoming<proto::Method::KV_KEYS>& call);
   void HandleExists(const rpc::Incoming<proto::Method::KV_EXISTS>& call);
 
-  StoreClient& store_;
+  TableStore& store_;
 };
 
 }  // namespace rayd::gcs

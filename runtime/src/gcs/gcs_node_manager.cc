@@ -9,7 +9,7 @@ namespace {
 constexpr char kNodeTable[] = "nodes";
 }
 
-GcsNodeManager::GcsNodeManager(EventLoop& loop, StoreClient& store, FailureDetectorConfig config)
+GcsNodeManager::GcsNodeManager(EventLoop& loop, TableStore& store, FailureDetectorConfig config)
     : loop_(loop), store_(store), config_(config), check_timer_(loop) {}
 
 void GcsNodeManager::Start(std::function<void(Status)> done) {

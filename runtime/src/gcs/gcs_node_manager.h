@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/node_info.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/rpc.h"
 
 namespace rayd::gcs {
@@ -27,7 +27,7 @@ struct FailureDetectorConfig {
 class GcsNodeManager {
  public:
   // `loop` and `store` must outlive the manager.
-  GcsNodeManager(EventLoop& loop, StoreClient& store, FailureDetectorConfig config);
+  GcsNodeManager(EventLoop& loop, TableStore& store, FailureDetectorConfig config);
 
   // Loads the node table from the store (a head restart) and starts failure detection.
   void Start(std::function<void(Status)> done);
@@ -67,7 +67,7 @@ class GcsNodeManager {
   void Changed(const NodeId& id, NodeChange change) const;
 
   EventLoop& loop_;
-  StoreClient& store_;
+  TableStore& store_;
   FailureDetectorConfig config_;
   std::map<NodeId, runtime::NodeInfo> nodes_;
   std::map<NodeId, Clock::time_point> last_seen_;  // alive nodes only

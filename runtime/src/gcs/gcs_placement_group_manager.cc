@@ -205,7 +205,7 @@ struct GcsPlacementGroupManager::Group {
 // Creation order.
 bool GcsPlacementGroupManager::BySeq(const Group* a, const Group* b) { return a->seq < b->seq; }
 
-GcsPlacementGroupManager::GcsPlacementGroupManager(EventLoop& loop, StoreClient& store,
+GcsPlacementGroupManager::GcsPlacementGroupManager(EventLoop& loop, TableStore& store,
                                                    GcsNodeManager& nodes,
                                                    NodeClientPool& node_clients,
                                                    PendingPlacements& ledger,

@@ -57,7 +57,7 @@
 #include "rayd/base/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/rpc.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/scheduler/placement.h"
@@ -70,7 +70,7 @@ class GcsPlacementGroupManager {
 
   // `loop`, `store`, `nodes`, `node_clients` and `ledger` must outlive the manager. Registers a
   // node-death listener on `nodes`.
-  GcsPlacementGroupManager(EventLoop& loop, StoreClient& store, GcsNodeManager& nodes,
+  GcsPlacementGroupManager(EventLoop& loop, TableStore& store, GcsNodeManager& nodes,
                            NodeClientPool& node_clients, PendingPlacements& ledger,
                            Millis infeasible_timeout = Millis(0));
   ~GcsPlacementGroupManager();
@@ -181,7 +181,7 @@ class GcsPlacementGroupManager {
   static bool BySeq(const Group* a, const Group* b);
 
   const Millis infeasible_timeout_;
-  StoreClient& store_;
+  TableStore& store_;
   GcsNodeManager& nodes_;
   NodeClientPool& node_clients_;
   PendingPlacements& ledger_;

@@ -8,7 +8,7 @@
 
 namespace rayd::gcs {
 
-GcsServer::GcsServer(EventLoop& loop, StoreClient& store, GcsConfig config)
+GcsServer::GcsServer(EventLoop& loop, TableStore& store, GcsConfig config)
     : loop_(loop),
       store_(store),
       config_(std::move(config)),

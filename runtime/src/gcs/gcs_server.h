@@ -14,7 +14,7 @@
 #include "gcs/gcs_placement_group_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/rpc.h"
 
 namespace rayd::gcs {
@@ -31,7 +31,7 @@ struct GcsConfig {
 class GcsServer {
  public:
   // `loop` and `store` must outlive the server.
-  GcsServer(EventLoop& loop, StoreClient& store, GcsConfig config);
+  GcsServer(EventLoop& loop, TableStore& store, GcsConfig config);
 
   // Loads (or creates) the cluster id and recovers the tables; then `done`.
   void Start(std::function<void(Status)> done);
@@ -55,7 +55,7 @@ class GcsServer {
   void OnJobFinished(const std::string& job_id);
 
   EventLoop& loop_;
-  StoreClient& store_;
+  TableStore& store_;
   GcsConfig config_;
   int64_t start_time_ms_;
   std::string cluster_id_;

@@ -6,7 +6,7 @@
 
 #include "common/prometheus.h"
 #include "gcs/gcs_server.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "node/node_daemon.h"
 #include "node/resource_detection.h"
 #include "rayd/base/auth.h"
@@ -16,20 +16,20 @@ namespace rayd::head {
 namespace {
 
 // Connects the store the head was asked for, running the loop until it answers.
-Result<std::unique_ptr<gcs::StoreClient>> OpenStore(EventLoop& loop, const HeadOptions& options) {
-  if (options.redis_address.empty()) return gcs::MakeInMemoryStoreClient();
+Result<std::unique_ptr<gcs::TableStore>> OpenStore(EventLoop& loop, const HeadOptions& options) {
+  if (options.redis_address.empty()) return gcs::MakeInMemoryTableStore();
   RAYD_ASSIGN_OR_RETURN(auto redis,
                         gcs::ParseRedisAddress(options.redis_address, options.redis_password));
-  std::optional<Result<std::unique_ptr<gcs::StoreClient>>> result;
+  std::optional<Result<std::unique_ptr<gcs::TableStore>>> result;
   const auto timeout = redis.connect_timeout;
-  gcs::ConnectRedisStoreClient(loop, redis, [&](auto r) { result.emplace(std::move(r)); });
+  gcs::ConnectRedisTableStore(loop, redis, [&](auto r) { result.emplace(std::move(r)); });
   loop.RunUntil([&] { return result.has_value(); }, timeout + Millis(1000));
   if (!result) return Status::Unavailable("no answer from Redis at " + options.redis_address);
   return std::move(*result);
 }
 
 // The cluster token: given, else the one a Redis-backed cluster already uses, else new.
-Result<std::string> ResolveToken(EventLoop& loop, gcs::StoreClient& store,
+Result<std::string> ResolveToken(EventLoop& loop, gcs::TableStore& store,
                                  const std::string& given) {
   std::optional<Result<std::optional<std::string>>> stored;
   store.Get("cluster", "token", [&](auto r) { stored.emplace(std::move(r)); });

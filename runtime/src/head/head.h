@@ -19,7 +19,7 @@
 
 namespace rayd::gcs {
 class GcsServer;
-class StoreClient;
+class TableStore;
 }  // namespace rayd::gcs
 namespace rayd::node {
 class NodeDaemon;
@@ -58,7 +58,7 @@ class Head {
   EventLoop& loop_;
   DaemonInfo info_;
   // Destroyed in reverse: the dashboard and /metrics first, the store last.
-  std::unique_ptr<gcs::StoreClient> store_;
+  std::unique_ptr<gcs::TableStore> store_;
   std::unique_ptr<gcs::GcsServer> gcs_;
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;

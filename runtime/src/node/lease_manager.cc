@@ -387,11 +387,9 @@ void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
       pool_.StartWorker(request->job_id, request->launch, {}, false, [](Result<Worker*>) {});
     }
   }
-  std::weak_ptr<bool> alive = alive_;
   ++starting_grants_[request->job_id];
   pool_.StartWorker(request->job_id, request->launch, gpu_ids, request->for_actor,
-                    [this, alive, request, allocation](Result<Worker*> worker) {
-                      if (alive.expired()) return;
+                    guard_([this, request, allocation](Result<Worker*> worker) {
                       if (--starting_grants_[request->job_id] <= 0) {
                         starting_grants_.erase(request->job_id);
                       }
@@ -409,7 +407,7 @@ void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
                             bundle.group_id + " was freed while its worker started"));
                       }
                       GrantTo(request, **worker, allocation);
-                    });
+                    }));
 }
 
 void LeaseManager::GrantTo(const RequestPtr& request, Worker& worker,
@@ -567,8 +565,7 @@ void LeaseManager::WithNodes(NodesFn fn) {
   if (nodes_ && Clock::now() - nodes_time_ < config_.node_cache_ttl) return fn(*nodes_);
   node_waiters_.push_back(std::move(fn));
   if (node_waiters_.size() > 1) return;  // a fetch is in flight
-  list_nodes_([this, alive = std::weak_ptr<bool>(alive_)](Result<std::vector<NodeInfo>> nodes) {
-    if (alive.expired()) return;
+  list_nodes_(guard_([this](Result<std::vector<NodeInfo>> nodes) {
     if (nodes.ok()) {
       nodes_ = *nodes;
       nodes_time_ = Clock::now();
@@ -576,7 +573,7 @@ void LeaseManager::WithNodes(NodesFn fn) {
     auto waiters = std::move(node_waiters_);
     node_waiters_.clear();
     for (auto& waiter : waiters) waiter(nodes);
-  });
+  }));
 }
 
 // ---- LeaseManager: placement-group bundles --------------------------------------------------

@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "node/worker_pool.h"
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc.h"
 #include "rayd/internal/runtime.h"
 #include "rayd/runtime/cluster.h"
@@ -274,7 +275,7 @@ class LeaseManager {
   std::optional<std::vector<NodeInfo>> nodes_;  // the last GET_ALL_NODES answer
   Clock::time_point nodes_time_;
   std::vector<NodesFn> node_waiters_;  // non-empty while a fetch is in flight
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for late GCS callbacks
+  LifetimeGuard guard_;  // for late GCS and worker-start callbacks
 };
 
 }  // namespace rayd::node

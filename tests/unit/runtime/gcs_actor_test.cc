@@ -408,19 +408,19 @@ void CheckActorRecovery(const GcsThread::MakeStore& make_store) {
 
 TEST_CASE("a new GCS on the same in-memory store keeps ALIVE actors and their names",
           "[gcs][actors][recovery]") {
-  auto store = MakeInMemoryStoreClient();
-  CheckActorRecovery([&](EventLoop&, std::unique_ptr<StoreClient>&) { return store.get(); });
+  auto store = MakeInMemoryTableStore();
+  CheckActorRecovery([&](EventLoop&, std::unique_ptr<TableStore>&) { return store.get(); });
 }
 
 TEST_CASE("a restarted GCS keeps ALIVE actors recovered from a real Redis",
           "[gcs][actors][recovery][redis]") {
   testing::RedisServer redis;
   CheckActorRecovery(
-      [port = redis.port()](EventLoop& loop, std::unique_ptr<StoreClient>& owned) -> StoreClient* {
+      [port = redis.port()](EventLoop& loop, std::unique_ptr<TableStore>& owned) -> TableStore* {
         RedisOptions options;
         options.port = port;
-        std::optional<Result<std::unique_ptr<StoreClient>>> client;
-        ConnectRedisStoreClient(loop, options, [&](auto r) { client.emplace(std::move(r)); });
+        std::optional<Result<std::unique_ptr<TableStore>>> client;
+        ConnectRedisTableStore(loop, options, [&](auto r) { client.emplace(std::move(r)); });
         if (!loop.RunUntil([&] { return client.has_value(); }, 10000ms) || !client->ok()) {
           return nullptr;
         }

@@ -14,7 +14,7 @@
 
 #include "common/node_info.h"
 #include "gcs/gcs_server.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "server_thread.h"
 #include "test_util.h"
 
@@ -46,7 +46,7 @@ class GcsThread {
  public:
   // Makes the GCS's store on the GCS thread; the store may be kept in `owned` (destroyed after
   // the GCS) or borrowed. Null: a fresh in-memory store.
-  using MakeStore = std::function<StoreClient*(EventLoop&, std::unique_ptr<StoreClient>& owned)>;
+  using MakeStore = std::function<TableStore*(EventLoop&, std::unique_ptr<TableStore>& owned)>;
 
   explicit GcsThread(MakeStore make_store = nullptr, Millis infeasible_timeout = Millis(0)) {
     // As in the head daemon: a peer (a fake node going away) that closes mid-write is an error
@@ -56,9 +56,9 @@ class GcsThread {
     thread_ = std::thread([this, make_store, infeasible_timeout, &bound] {
       EventLoop loop;
       loop_ = &loop;
-      std::unique_ptr<StoreClient> owned;
-      StoreClient* store =
-          make_store ? make_store(loop, owned) : (owned = MakeInMemoryStoreClient()).get();
+      std::unique_ptr<TableStore> owned;
+      TableStore* store =
+          make_store ? make_store(loop, owned) : (owned = MakeInMemoryTableStore()).get();
       if (store == nullptr) {
         bound.set_value(Status::Unavailable("no store for the GCS"));
         return;

@@ -370,8 +370,8 @@ TEST_CASE("a job that ends removes its groups that are not detached", "[gcs][pla
 
 TEST_CASE("a new GCS on the same in-memory store keeps CREATED groups and redoes pending ones",
           "[gcs][placement][recovery]") {
-  auto store = MakeInMemoryStoreClient();
-  GcsThread::MakeStore same = [&](EventLoop&, std::unique_ptr<StoreClient>&) {
+  auto store = MakeInMemoryTableStore();
+  GcsThread::MakeStore same = [&](EventLoop&, std::unique_ptr<TableStore>&) {
     return store.get();
   };
   FakeNode a("a", 2);

@@ -6,7 +6,7 @@
 
 #include "common/node_info.h"
 #include "gcs/gcs_server.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "redis_server.h"
 #include "server_thread.h"
 #include "test_util.h"
@@ -19,13 +19,13 @@ using testing::ServerThread;
 
 // Runs a GcsServer on a ServerThread over `store` (created on the server thread by
 // `make_store`, or borrowed).
-std::unique_ptr<ServerThread> StartGcs(std::function<StoreClient*(EventLoop&, ServerThread::Keep&)>
+std::unique_ptr<ServerThread> StartGcs(std::function<TableStore*(EventLoop&, ServerThread::Keep&)>
                                            make_store,
                                        FailureDetectorConfig failure = {},
                                        std::string* cluster_id = nullptr) {
   return std::make_unique<ServerThread>(
       [=](rpc::Dispatcher& d, EventLoop& loop, ServerThread::Keep& keep) {
-        StoreClient* store = make_store(loop, keep);
+        TableStore* store = make_store(loop, keep);
         auto gcs = std::make_shared<GcsServer>(loop, *store, GcsConfig{failure, "test"});
         std::optional<Status> started;
         gcs->Start([&](Status s) { started = s; });
@@ -38,19 +38,19 @@ std::unique_ptr<ServerThread> StartGcs(std::function<StoreClient*(EventLoop&, Se
 }
 
 // Borrows a store that outlives the server (to restart a GCS on the same tables).
-auto Borrowed(StoreClient& store) {
+auto Borrowed(TableStore& store) {
   return [&store](EventLoop&, ServerThread::Keep&) { return &store; };
 }
 
 auto Redis(const testing::RedisServer& redis) {
-  return [port = redis.port()](EventLoop& loop, ServerThread::Keep& keep) -> StoreClient* {
+  return [port = redis.port()](EventLoop& loop, ServerThread::Keep& keep) -> TableStore* {
     RedisOptions options;
     options.port = port;
-    std::optional<Result<std::unique_ptr<StoreClient>>> client;
-    ConnectRedisStoreClient(loop, options, [&](auto r) { client.emplace(std::move(r)); });
+    std::optional<Result<std::unique_ptr<TableStore>>> client;
+    ConnectRedisTableStore(loop, options, [&](auto r) { client.emplace(std::move(r)); });
     REQUIRE(loop.RunUntil([&] { return client.has_value(); }, 10000ms));
     REQUIRE(client->ok());
-    std::shared_ptr<StoreClient> store(std::move(**client));
+    std::shared_ptr<TableStore> store(std::move(**client));
     keep.insert(keep.begin(), store);  // destroyed after the GCS that uses it
     return store.get();
   };
@@ -171,7 +171,7 @@ NodeInfo FakeNode(const std::string& name, double cpus) {
 }
 
 TEST_CASE("nodes register, heartbeat, and are listed with their resources", "[gcs]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   auto server = StartGcs(Borrowed(*store));
   Client client(server->address());
   NodeInfo a = FakeNode("a", 4), b = FakeNode("b", 2);
@@ -188,7 +188,7 @@ TEST_CASE("nodes register, heartbeat, and are listed with their resources", "[gc
 }
 
 TEST_CASE("a node that stops heartbeating is declared dead and must rejoin anew", "[gcs]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   FailureDetectorConfig failure{Millis(50), 3, Millis(0)};
   auto server = StartGcs(Borrowed(*store), failure);
   Client client(server->address());
@@ -212,7 +212,7 @@ TEST_CASE("a node that stops heartbeating is declared dead and must rejoin anew"
 }
 
 TEST_CASE("a node that unregisters is marked dead with its reason", "[gcs]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   auto server = StartGcs(Borrowed(*store));
   Client client(server->address());
   NodeInfo n = FakeNode("n", 1);
@@ -229,7 +229,7 @@ TEST_CASE("a node that unregisters is marked dead with its reason", "[gcs]") {
 }
 
 TEST_CASE("the KV is namespaced and supports prefixes", "[gcs][kv]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   auto server = StartGcs(Borrowed(*store));
   Client client(server->address());
   CHECK(*client.KvPut("ns1", "rdzv/0", "10.0.0.1:29500", false) == true);
@@ -249,7 +249,7 @@ TEST_CASE("the KV is namespaced and supports prefixes", "[gcs][kv]") {
 }
 
 TEST_CASE("jobs are added, finished and listed", "[gcs][jobs]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   auto server = StartGcs(Borrowed(*store));
   Client client(server->address());
   std::string job_id;
@@ -309,7 +309,7 @@ void CheckRecovery(const std::function<std::unique_ptr<ServerThread>(std::string
 }
 
 TEST_CASE("a new GCS on the same in-memory store recovers every table", "[gcs][recovery]") {
-  auto store = MakeInMemoryStoreClient();
+  auto store = MakeInMemoryTableStore();
   CheckRecovery([&](std::string* id) { return StartGcs(Borrowed(*store), {}, id); });
 }
 

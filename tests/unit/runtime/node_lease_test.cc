@@ -17,7 +17,7 @@
 #include "common/node_info.h"
 #include "common/task_spec.h"
 #include "gcs/gcs_server.h"
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "node/node_daemon.h"
 #include "rayd/protocol/core.capnp.h"
 #include "server_thread.h"
@@ -62,7 +62,7 @@ class Cluster {
         [this, specs, gcs_address](rpc::Dispatcher& d, EventLoop& loop, ServerThread::Keep& keep) {
           auto state = std::make_shared<State>();
           state_ = state.get();
-          state->store = gcs::MakeInMemoryStoreClient();
+          state->store = gcs::MakeInMemoryTableStore();
           gcs::FailureDetectorConfig failure;
           failure.heartbeat_period = 100ms;
           failure.missed_heartbeats = 100;
@@ -144,7 +144,7 @@ class Cluster {
  private:
   // Destroyed in reverse: the nodes, then the GCS, then its store.
   struct State {
-    std::unique_ptr<gcs::StoreClient> store;
+    std::unique_ptr<gcs::TableStore> store;
     std::unique_ptr<gcs::GcsServer> gcs;
     std::vector<std::unique_ptr<NodeDaemon>> nodes;
     std::vector<WorkerFailure> failures;

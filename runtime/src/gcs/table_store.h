@@ -1,9 +1,9 @@
 #pragma once
-// StoreClient: where the GCS keeps its tables (nodes, jobs, KV, ...). Each table is a map
+// TableStore: where the GCS keeps its tables (nodes, jobs, KV, ...). Each table is a map
 // from string keys to opaque string values. Two implementations: in memory (the default) and
 // Redis (durable: a restarted head reloads every table from it).
 //
-// Threading: a StoreClient belongs to one EventLoop and is called on its thread only.
+// Threading: a TableStore belongs to one EventLoop and is called on its thread only.
 // Callbacks run on that thread exactly once; an implementation may run them before the call
 // returns (the in-memory one does), so callers must not hold state that the callback changes.
 // Errors (Redis down, protocol errors) arrive as non-ok Results; nothing throws.
@@ -20,12 +20,12 @@
 
 namespace rayd::gcs {
 
-class StoreClient {
+class TableStore {
  public:
   template <typename T>
   using Callback = std::function<void(Result<T>)>;
 
-  virtual ~StoreClient() = default;
+  virtual ~TableStore() = default;
 
   // Sets table[key] = value unless `overwrite` is false and the key exists.
   // Yields true when the key was new.
@@ -49,7 +49,7 @@ class StoreClient {
   virtual std::string Describe() const = 0;
 };
 
-std::unique_ptr<StoreClient> MakeInMemoryStoreClient();
+std::unique_ptr<TableStore> MakeInMemoryTableStore();
 
 struct RedisOptions {
   std::string host = "127.0.0.1";
@@ -67,7 +67,7 @@ Result<RedisOptions> ParseRedisAddress(const std::string& url, const std::string
 // The client reconnects by itself with backoff if Redis drops; calls made while it is down
 // fail with Unavailable. `loop` must outlive the client. hiredis writes with write(2), so the
 // process must ignore SIGPIPE or a write to a Redis that just died kills it.
-void ConnectRedisStoreClient(EventLoop& loop, RedisOptions options,
-                             std::function<void(Result<std::unique_ptr<StoreClient>>)> cb);
+void ConnectRedisTableStore(EventLoop& loop, RedisOptions options,
+                             std::function<void(Result<std::unique_ptr<TableStore>>)> cb);
 
 }  // namespace rayd::gcs

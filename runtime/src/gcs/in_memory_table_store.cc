@@ -1,4 +1,4 @@
-// The in-memory StoreClient: the default GCS storage, lost when the head exits. Every call
+// The in-memory TableStore: the default GCS storage, lost when the head exits. Every call
 // completes before it returns, so callbacks run synchronously on the caller's stack.
 
 #include <cstdint>
@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 
 namespace rayd::gcs {
 namespace {
 
-class InMemoryStoreClient final : public StoreClient {
+class InMemoryTableStore final : public TableStore {
  public:
   void Put(const std::string& table, const std::string& key, std::string value, bool overwrite,
            Callback<bool> cb) override {
@@ -97,8 +97,8 @@ class InMemoryStoreClient final : public StoreClient {
 
 }  // namespace
 
-std::unique_ptr<StoreClient> MakeInMemoryStoreClient() {
-  return std::make_unique<InMemoryStoreClient>();
+std::unique_ptr<TableStore> MakeInMemoryTableStore() {
+  return std::make_unique<InMemoryTableStore>();
 }
 
 }  // namespace rayd::gcs

@@ -1,4 +1,4 @@
-// The Redis StoreClient: every table is a Redis hash "<key_prefix>:<table>", reached through
+// The Redis TableStore: every table is a Redis hash "<key_prefix>:<table>", reached through
 // hiredis' async API on the EventLoop's uv_loop_t.
 //
 // How it works. The client holds at most one hiredis context and is in one of three states:
@@ -7,7 +7,7 @@
 //   kUp          commands go to Redis;
 //   kDown        no context; a backoff timer (100 ms doubling to 5 s) starts kConnecting.
 // Only kUp accepts commands; in the other states calls fail with Unavailable at once. The first
-// handshake decides what ConnectRedisStoreClient reports; after that the client reconnects by
+// handshake decides what ConnectRedisTableStore reports; after that the client reconnects by
 // itself for as long as it lives.
 //
 // Invariants (hiredis 0.14 semantics drive most of them):
@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 #include "rayd/base/logging.h"
 
 namespace rayd::gcs {
@@ -138,28 +138,28 @@ Status AttachToLoop(redisAsyncContext* ac, uv_loop_t* loop) {
   return Status::Ok();
 }
 
-class RedisStoreClient;
+class RedisTableStore;
 
 // One command handed to hiredis; see the invariants above.
 struct PendingCommand {
-  RedisStoreClient* owner;  // null once the client has let go of the command
+  RedisTableStore* owner;  // null once the client has let go of the command
   ReplyFn on_reply;
 };
 
-class RedisStoreClient final : public StoreClient {
+class RedisTableStore final : public TableStore {
  public:
-  using ConnectCallback = std::function<void(Result<std::unique_ptr<StoreClient>>)>;
+  using ConnectCallback = std::function<void(Result<std::unique_ptr<TableStore>>)>;
 
   // Until the first handshake ends the client owns itself: StartConnecting() then either hands
   // it to `connect_cb` or deletes it. `loop` must outlive the client.
-  RedisStoreClient(EventLoop& loop, RedisOptions options, ConnectCallback connect_cb)
+  RedisTableStore(EventLoop& loop, RedisOptions options, ConnectCallback connect_cb)
       : loop_(loop),
         options_(std::move(options)),
         connect_cb_(std::move(connect_cb)),
         handshake_timer_(loop),
         reconnect_timer_(loop) {}
 
-  ~RedisStoreClient() override { DropContext(); }
+  ~RedisTableStore() override { DropContext(); }
 
   void StartConnecting();
 
@@ -285,7 +285,7 @@ class RedisStoreClient final : public StoreClient {
   Timer reconnect_timer_;
 };
 
-void RedisStoreClient::StartConnecting() {
+void RedisTableStore::StartConnecting() {
   state_ = State::kConnecting;
   redisAsyncContext* ac = redisAsyncConnect(options_.host.c_str(), options_.port);
   if (ac == nullptr) {
@@ -302,7 +302,7 @@ void RedisStoreClient::StartConnecting() {
     return HandshakeFailed(std::move(attached));
   }
   ac->data = this;
-  redisAsyncSetDisconnectCallback(ac, &RedisStoreClient::OnDisconnect);
+  redisAsyncSetDisconnectCallback(ac, &RedisTableStore::OnDisconnect);
   ac_ = ac;
   handshake_timer_.Start(options_.connect_timeout, Millis(0), [this] { OnHandshakeTimeout(); });
   // hiredis queues the command until the TCP connect completes; a refused connect arrives as a
@@ -315,7 +315,7 @@ void RedisStoreClient::StartConnecting() {
   }
 }
 
-void RedisStoreClient::Send(const std::vector<std::string_view>& args, ReplyFn on_reply) {
+void RedisTableStore::Send(const std::vector<std::string_view>& args, ReplyFn on_reply) {
   if (state_ != State::kUp) {
     return on_reply(Status::Unavailable(
         fmt::format("{} is unavailable ({}); reconnecting", Where(), last_error_)));
@@ -323,7 +323,7 @@ void RedisStoreClient::Send(const std::vector<std::string_view>& args, ReplyFn o
   SendRaw(args, std::move(on_reply));
 }
 
-void RedisStoreClient::SendRaw(const std::vector<std::string_view>& args, ReplyFn on_reply) {
+void RedisTableStore::SendRaw(const std::vector<std::string_view>& args, ReplyFn on_reply) {
   std::vector<const char*> argv;
   std::vector<size_t> argvlen;
   argv.reserve(args.size());
@@ -334,7 +334,7 @@ void RedisStoreClient::SendRaw(const std::vector<std::string_view>& args, ReplyF
   }
   auto cmd = std::make_unique<PendingCommand>(PendingCommand{this, std::move(on_reply)});
   // hiredis refuses commands while it is tearing the context down.
-  if (ac_ == nullptr || redisAsyncCommandArgv(ac_, &RedisStoreClient::OnReply, cmd.get(),
+  if (ac_ == nullptr || redisAsyncCommandArgv(ac_, &RedisTableStore::OnReply, cmd.get(),
                                               static_cast<int>(args.size()), argv.data(),
                                               argvlen.data()) != REDIS_OK) {
     return cmd->on_reply(Status::Unavailable(fmt::format("{}: connection lost", Where())));
@@ -342,9 +342,9 @@ void RedisStoreClient::SendRaw(const std::vector<std::string_view>& args, ReplyF
   pending_.insert(cmd.release());
 }
 
-void RedisStoreClient::OnReply(redisAsyncContext* ac, void* reply, void* privdata) {
+void RedisTableStore::OnReply(redisAsyncContext* ac, void* reply, void* privdata) {
   std::unique_ptr<PendingCommand> cmd(static_cast<PendingCommand*>(privdata));
-  RedisStoreClient* self = cmd->owner;
+  RedisTableStore* self = cmd->owner;
   if (self == nullptr) return;  // the client let go of this command
   self->pending_.erase(cmd.get());
   if (reply == nullptr) {
@@ -356,12 +356,12 @@ void RedisStoreClient::OnReply(redisAsyncContext* ac, void* reply, void* privdat
   cmd->on_reply(static_cast<const redisReply*>(reply));
 }
 
-void RedisStoreClient::OnDisconnect(const redisAsyncContext* ac, int /*status*/) {
-  auto* self = static_cast<RedisStoreClient*>(ac->data);
+void RedisTableStore::OnDisconnect(const redisAsyncContext* ac, int /*status*/) {
+  auto* self = static_cast<RedisTableStore*>(ac->data);
   if (self != nullptr) self->OnContextLost(ac);
 }
 
-void RedisStoreClient::OnContextLost(const redisAsyncContext* ac) {
+void RedisTableStore::OnContextLost(const redisAsyncContext* ac) {
   if (ac != ac_) return;
   last_error_ = ac->err != 0 && ac->errstr != nullptr ? ac->errstr : "connection closed";
   const_cast<redisAsyncContext*>(ac)->data = nullptr;
@@ -374,7 +374,7 @@ void RedisStoreClient::OnContextLost(const redisAsyncContext* ac) {
   ScheduleReconnect();
 }
 
-void RedisStoreClient::OnHandshakeReply(ReplyResult r) {
+void RedisTableStore::OnHandshakeReply(ReplyResult r) {
   if (!r.ok()) {  // the connection failed or closed; OnContextLost has recorded why
     return HandshakeFailed(Status::Unavailable(fmt::format(
         "cannot connect to Redis at {}:{}: {}", options_.host, options_.port, last_error_)));
@@ -394,7 +394,7 @@ void RedisStoreClient::OnHandshakeReply(ReplyResult r) {
   HandshakeFailed(std::move(status));
 }
 
-void RedisStoreClient::OnHandshakeTimeout() {
+void RedisTableStore::OnHandshakeTimeout() {
   if (state_ != State::kConnecting) return;
   DropContext();
   HandshakeFailed(Status::Unavailable(
@@ -402,7 +402,7 @@ void RedisStoreClient::OnHandshakeTimeout() {
                   options_.port, options_.connect_timeout.count())));
 }
 
-void RedisStoreClient::HandshakeSucceeded() {
+void RedisTableStore::HandshakeSucceeded() {
   handshake_timer_.Stop();
   state_ = State::kUp;
   last_error_.clear();
@@ -411,11 +411,11 @@ void RedisStoreClient::HandshakeSucceeded() {
   warned_since_up_ = false;
   if (connect_cb_) {
     auto cb = std::exchange(connect_cb_, nullptr);
-    cb(std::unique_ptr<StoreClient>(this));  // the caller owns the client from here on
+    cb(std::unique_ptr<TableStore>(this));  // the caller owns the client from here on
   }
 }
 
-void RedisStoreClient::HandshakeFailed(Status status) {
+void RedisTableStore::HandshakeFailed(Status status) {
   handshake_timer_.Stop();
   state_ = State::kDown;
   last_error_ = status.message();
@@ -430,12 +430,12 @@ void RedisStoreClient::HandshakeFailed(Status status) {
   ScheduleReconnect();
 }
 
-void RedisStoreClient::ScheduleReconnect() {
+void RedisTableStore::ScheduleReconnect() {
   reconnect_timer_.Start(backoff_, Millis(0), [this] { StartConnecting(); });
   backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
 
-void RedisStoreClient::DropContext() {
+void RedisTableStore::DropContext() {
   for (PendingCommand* cmd : pending_) cmd->owner = nullptr;
   pending_.clear();
   if (ac_ == nullptr) return;
@@ -491,14 +491,14 @@ Result<RedisOptions> ParseRedisAddress(const std::string& url, const std::string
   return options;
 }
 
-void ConnectRedisStoreClient(EventLoop& loop, RedisOptions options,
-                             std::function<void(Result<std::unique_ptr<StoreClient>>)> cb) {
+void ConnectRedisTableStore(EventLoop& loop, RedisOptions options,
+                             std::function<void(Result<std::unique_ptr<TableStore>>)> cb) {
   if (options.host.empty() || options.port < 1 || options.port > 65535) {
     return cb(Status::InvalidArgument(
         fmt::format("invalid Redis address {}:{}", options.host, options.port)));
   }
-  // Owns itself until the first handshake ends; see RedisStoreClient's constructor.
-  auto* client = new RedisStoreClient(loop, std::move(options), std::move(cb));
+  // Owns itself until the first handshake ends; see RedisTableStore's constructor.
+  auto* client = new RedisTableStore(loop, std::move(options), std::move(cb));
   client->StartConnecting();
 }
 

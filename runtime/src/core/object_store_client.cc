@@ -1,4 +1,4 @@
-#include "core/store_client.h"
+#include "core/object_store_client.h"
 
 #include <unistd.h>
 
@@ -11,9 +11,9 @@ namespace rayd::core {
 using internal::SharedBytes;
 
 // An object's bytes in the arena, pinned until destroyed.
-class StoreClient::Bytes : public SharedBytes {
+class ObjectStoreClient::Bytes : public SharedBytes {
  public:
-  Bytes(std::weak_ptr<StoreClient> client, std::shared_ptr<object_store::Arena> arena,
+  Bytes(std::weak_ptr<ObjectStoreClient> client, std::shared_ptr<object_store::Arena> arena,
         ObjectId id, size_t offset, size_t size)
       : client_(std::move(client)), arena_(std::move(arena)), id_(id),
         view_(reinterpret_cast<const char*>(arena_->base() + offset), size) {}
@@ -24,13 +24,13 @@ class StoreClient::Bytes : public SharedBytes {
   bool in_shared_memory() const override { return true; }
 
  private:
-  std::weak_ptr<StoreClient> client_;
+  std::weak_ptr<ObjectStoreClient> client_;
   std::shared_ptr<object_store::Arena> arena_;  // keeps the mapping while the bytes are read
   ObjectId id_;
   std::string_view view_;
 };
 
-StoreClient::StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
+ObjectStoreClient::ObjectStoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
                          std::shared_ptr<object_store::Arena> arena)
     : loop_(loop),
       clients_(clients),
@@ -38,9 +38,9 @@ StoreClient::StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
       location_{node_.node_id, node_.node_address, node_.transfer_address},
       arena_(std::move(arena)) {}
 
-StoreClient::~StoreClient() = default;
+ObjectStoreClient::~ObjectStoreClient() = default;
 
-Result<std::shared_ptr<StoreClient>> StoreClient::Connect(EventLoop& loop, ClientPool& clients,
+Result<std::shared_ptr<ObjectStoreClient>> ObjectStoreClient::Connect(EventLoop& loop, ClientPool& clients,
                                                           NodeStore node) {
   if (node.store_socket.empty() || access(node.store_socket.c_str(), F_OK) != 0) {
     return Status::Unavailable("no object store socket at '" + node.store_socket + "'");
@@ -48,12 +48,12 @@ Result<std::shared_ptr<StoreClient>> StoreClient::Connect(EventLoop& loop, Clien
   RAYD_ASSIGN_OR_RETURN(auto received, object_store::ReceiveArena(node.store_socket, Millis(10000)));
   RAYD_ASSIGN_OR_RETURN(std::unique_ptr<object_store::Arena> arena,
                         object_store::Arena::Map(received.fd, received.size));
-  return std::shared_ptr<StoreClient>(
-      new StoreClient(loop, clients, std::move(node), std::move(arena)));
+  return std::shared_ptr<ObjectStoreClient>(
+      new ObjectStoreClient(loop, clients, std::move(node), std::move(arena)));
 }
 
 template <proto::Method M>
-Status StoreClient::CallNode(
+Status ObjectStoreClient::CallNode(
     const std::function<void(typename rpc::RequestOf<M>::Builder)>& fill,
     const std::function<void(typename rpc::ReplyOf<M>::Reader)>& on_result) {
   std::promise<Status> promise;
@@ -68,7 +68,7 @@ Status StoreClient::CallNode(
   return future.get();
 }
 
-Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std::string& owner,
+Result<uint8_t*> ObjectStoreClient::Create(const ObjectId& id, size_t size, const std::string& owner,
                                      bool caller_is_owner) {
   uint64_t offset = 0;
   Status s = CallNode<proto::Method::STORE_CREATE>(
@@ -87,11 +87,11 @@ Result<uint8_t*> StoreClient::Create(const ObjectId& id, size_t size, const std:
   return arena_->base() + offset;
 }
 
-void StoreClient::Seal(const ObjectId& id) { Tell<proto::Method::STORE_SEAL>(id); }
-void StoreClient::Abort(const ObjectId& id) { Tell<proto::Method::STORE_ABORT>(id); }
+void ObjectStoreClient::Seal(const ObjectId& id) { Tell<proto::Method::STORE_SEAL>(id); }
+void ObjectStoreClient::Abort(const ObjectId& id) { Tell<proto::Method::STORE_ABORT>(id); }
 
 template <proto::Method M>
-void StoreClient::Tell(const ObjectId& id) {
+void ObjectStoreClient::Tell(const ObjectId& id) {
   loop_.Post([weak = weak_from_this(), id] {
     auto self = weak.lock();
     if (!self) return;
@@ -100,7 +100,7 @@ void StoreClient::Tell(const ObjectId& id) {
   });
 }
 
-Result<ObjectValue> StoreClient::PutInPlace(const ObjectId& id, size_t size,
+Result<ObjectValue> ObjectStoreClient::PutInPlace(const ObjectId& id, size_t size,
                                             const std::string& owner, bool caller_is_owner,
                                             const std::function<void(uint8_t*)>& write) {
   RAYD_ASSIGN_OR_RETURN(uint8_t * dest, Create(id, size, owner, caller_is_owner));
@@ -129,7 +129,7 @@ void FillGet(const ObjectId& id, const ObjectValue& marker, const std::string& o
 }
 }  // namespace
 
-Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
+Result<std::shared_ptr<const SharedBytes>> ObjectStoreClient::Get(const ObjectId& id,
                                                             const ObjectValue& marker,
                                                             const std::string& owner) {
   uint64_t offset = 0, size = 0;
@@ -148,9 +148,9 @@ Result<std::shared_ptr<const SharedBytes>> StoreClient::Get(const ObjectId& id,
       std::make_shared<Bytes>(weak_from_this(), arena_, id, offset, size));
 }
 
-void StoreClient::Release(const ObjectId& id) { Tell<proto::Method::STORE_RELEASE>(id); }
+void ObjectStoreClient::Release(const ObjectId& id) { Tell<proto::Method::STORE_RELEASE>(id); }
 
-void StoreClient::Delete(const ObjectId& id,
+void ObjectStoreClient::Delete(const ObjectId& id,
                          const std::vector<internal::ObjectLocation>& locations) {
   for (const auto& l : locations) {
     auto fill = [&](proto::StoreDeleteRequest::Builder r) { r.initObjectIds(1).set(0, id.Hex()); };

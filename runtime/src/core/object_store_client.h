@@ -1,5 +1,5 @@
 #pragma once
-// StoreClient: a core worker's view of its node's shared-memory object store. It maps the
+// ObjectStoreClient: a core worker's view of its node's shared-memory object store. It maps the
 // node's arena once (the descriptor comes from the node's store socket) and talks to the node
 // daemon over the core worker's RPC connection for everything but the bytes: create, seal, get
 // (pulling from other nodes as needed), release, delete.
@@ -23,7 +23,7 @@
 
 namespace rayd::core {
 
-class StoreClient : public std::enable_shared_from_this<StoreClient> {
+class ObjectStoreClient : public std::enable_shared_from_this<ObjectStoreClient> {
  public:
   struct NodeStore {
     std::string node_id;
@@ -34,9 +34,9 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
   // Maps the arena handed out on `node.store_socket`. Fails (Unavailable) when that socket is
   // not reachable, e.g. a driver on a machine without a node daemon. `loop` and `clients`
   // must outlive the client.
-  static Result<std::shared_ptr<StoreClient>> Connect(EventLoop& loop, ClientPool& clients,
+  static Result<std::shared_ptr<ObjectStoreClient>> Connect(EventLoop& loop, ClientPool& clients,
                                                       NodeStore node);
-  ~StoreClient();
+  ~ObjectStoreClient();
 
   // This node, as an object location.
   const internal::ObjectLocation& location() const { return location_; }
@@ -64,7 +64,7 @@ class StoreClient : public std::enable_shared_from_this<StoreClient> {
 
  private:
   class Bytes;
-  StoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
+  ObjectStoreClient(EventLoop& loop, ClientPool& clients, NodeStore node,
               std::shared_ptr<object_store::Arena> arena);
   // Runs a call of method M to the node on the loop and waits for it. `fill` builds M's
   // request; `on_result` reads M's reply when the call succeeds.

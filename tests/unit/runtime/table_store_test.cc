@@ -1,9 +1,9 @@
-// StoreClient: one contract, run against both implementations (in memory and a real
+// TableStore: one contract, run against both implementations (in memory and a real
 // redis-server), then the Redis client's own behaviour: authentication, connect failures,
 // durability across clients, losing and regaining the server, and destruction with commands in
 // flight. Tests synchronise by running the event loop until a condition holds, with deadlines.
 
-#include "gcs/store_client.h"
+#include "gcs/table_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -61,15 +61,15 @@ RedisOptions OptionsFor(const RedisServer& server, const std::string& password =
   return *options;
 }
 
-Result<std::unique_ptr<StoreClient>> Connect(EventLoop& loop, RedisOptions options) {
-  return Await<std::unique_ptr<StoreClient>>(
-      loop, [&](auto cb) { ConnectRedisStoreClient(loop, options, std::move(cb)); });
+Result<std::unique_ptr<TableStore>> Connect(EventLoop& loop, RedisOptions options) {
+  return Await<std::unique_ptr<TableStore>>(
+      loop, [&](auto cb) { ConnectRedisTableStore(loop, options, std::move(cb)); });
 }
 
 // Synchronous wrappers over one client, for readable tests.
 class SyncStore {
  public:
-  SyncStore(EventLoop& loop, StoreClient& client) : loop_(loop), client_(client) {}
+  SyncStore(EventLoop& loop, TableStore& client) : loop_(loop), client_(client) {}
 
   Result<bool> Put(const std::string& table, const std::string& key, const std::string& value,
                    bool overwrite = true) {
@@ -98,7 +98,7 @@ class SyncStore {
 
  private:
   EventLoop& loop_;
-  StoreClient& client_;
+  TableStore& client_;
 };
 
 // A loop and a client of the given kind ("memory" or "redis", with its own redis-server).
@@ -106,7 +106,7 @@ class SyncStore {
 struct Harness {
   explicit Harness(const std::string& kind) {
     if (kind == "memory") {
-      client = MakeInMemoryStoreClient();
+      client = MakeInMemoryTableStore();
     } else {
       redis = std::make_unique<RedisServer>();
       auto connected = Connect(loop, OptionsFor(*redis));
@@ -118,14 +118,14 @@ struct Harness {
 
   EventLoop loop;
   std::unique_ptr<RedisServer> redis;
-  std::unique_ptr<StoreClient> client;
+  std::unique_ptr<TableStore> client;
 };
 
 std::string Kind() { return GENERATE(as<std::string>{}, "memory", "redis"); }
 
 // ---- The contract, for both implementations. ----
 
-TEST_CASE("StoreClient Put and Get, with and without overwrite", "[store]") {
+TEST_CASE("TableStore Put and Get, with and without overwrite", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -146,7 +146,7 @@ TEST_CASE("StoreClient Put and Get, with and without overwrite", "[store]") {
   CHECK(*s.Get("nodes", "empty") == ""s);
 }
 
-TEST_CASE("StoreClient GetAll returns the whole table", "[store]") {
+TEST_CASE("TableStore GetAll returns the whole table", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -160,7 +160,7 @@ TEST_CASE("StoreClient GetAll returns the whole table", "[store]") {
         std::map<std::string, std::string>{{"a", "1bis"}, {"b", "2"}, {"c", "3"}});
 }
 
-TEST_CASE("StoreClient Delete and Exists", "[store]") {
+TEST_CASE("TableStore Delete and Exists", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -177,7 +177,7 @@ TEST_CASE("StoreClient Delete and Exists", "[store]") {
   CHECK(*s.Get("actors", "a2") == "y");
 }
 
-TEST_CASE("StoreClient Keys filters by prefix and sorts", "[store]") {
+TEST_CASE("TableStore Keys filters by prefix and sorts", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -193,7 +193,7 @@ TEST_CASE("StoreClient Keys filters by prefix and sorts", "[store]") {
   CHECK(s.Keys("kv", "zzz")->empty());
 }
 
-TEST_CASE("StoreClient DeleteByPrefix deletes exactly the matching keys", "[store]") {
+TEST_CASE("TableStore DeleteByPrefix deletes exactly the matching keys", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -207,7 +207,7 @@ TEST_CASE("StoreClient DeleteByPrefix deletes exactly the matching keys", "[stor
   CHECK(s.GetAll("kv")->empty());
 }
 
-TEST_CASE("StoreClient keys and values are binary-safe", "[store]") {
+TEST_CASE("TableStore keys and values are binary-safe", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -229,7 +229,7 @@ TEST_CASE("StoreClient keys and values are binary-safe", "[store]") {
   CHECK(*s.Exists("bin", key) == false);
 }
 
-TEST_CASE("StoreClient tables are independent", "[store]") {
+TEST_CASE("TableStore tables are independent", "[store]") {
   Harness h(Kind());
   CAPTURE(h.client->Describe());
   SyncStore s = h.store();
@@ -244,8 +244,8 @@ TEST_CASE("StoreClient tables are independent", "[store]") {
   CHECK(*s.Keys("jobs", "") == std::vector<std::string>{"id"});
 }
 
-TEST_CASE("StoreClient Describe names the backend", "[store]") {
-  CHECK(MakeInMemoryStoreClient()->Describe() == "memory");
+TEST_CASE("TableStore Describe names the backend", "[store]") {
+  CHECK(MakeInMemoryTableStore()->Describe() == "memory");
   Harness h("redis");
   CHECK(h.client->Describe() == "redis://127.0.0.1:" + std::to_string(h.redis->port()));
 }
@@ -469,7 +469,7 @@ TEST_CASE("Redis: destroying the client drops its callbacks", "[store][redis]") 
   RedisServer redis;
   auto client = Connect(loop, OptionsFor(redis));
   REQUIRE(client.ok());
-  std::unique_ptr<StoreClient> store = std::move(client).value();
+  std::unique_ptr<TableStore> store = std::move(client).value();
   auto calls = std::make_shared<int>(0);
   auto count = [calls](auto) { ++*calls; };
 

@@ -1,0 +1,88 @@
+#include "core/borrowing.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+#include <vector>
+
+#include "rayd/protocol/core.capnp.h"
+
+namespace rayd::core {
+namespace {
+
+// Refs received by the task running on this thread (executor threads, during a task).
+thread_local bool t_in_task = false;
+thread_local std::vector<std::pair<ObjectId, std::string>> t_received_refs;
+
+constexpr Millis kOwnerTimeout{10000};
+
+void FillIds(proto::BorrowerRequest::Builder r, const std::vector<ObjectId>& ids,
+             const std::string& borrower) {
+  auto list = r.initObjectIds(static_cast<unsigned>(ids.size()));
+  for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i].Hex());
+  r.setBorrower(borrower);
+}
+
+}  // namespace
+
+void Borrowing::RegisterMethods(rpc::Dispatcher& dispatcher) {
+  dispatcher.Handle<proto::Method::ADD_BORROWER>([this](const auto& call) {
+    auto req = call.params();
+    const std::string borrower = req.getBorrower();
+    for (auto hex : req.getObjectIds()) {
+      auto id = ObjectId::FromHex(hex.cStr());
+      if (id.ok()) refs_.AddBorrower(*id, borrower);
+    }
+    call.Reply();
+  });
+  dispatcher.Handle<proto::Method::REMOVE_BORROWER>([this](const auto& call) {
+    auto req = call.params();
+    const std::string borrower = req.getBorrower();
+    for (auto hex : req.getObjectIds()) {
+      auto id = ObjectId::FromHex(hex.cStr());
+      if (id.ok()) refs_.RemoveBorrower(*id, borrower);
+    }
+    call.Reply();
+  });
+}
+
+void Borrowing::BeginTask() {
+  t_in_task = true;
+  t_received_refs.clear();
+}
+
+void Borrowing::Received(const ObjectId& id, const std::string& owner) {
+  if (t_in_task && owner != address_) t_received_refs.emplace_back(id, owner);
+}
+
+void Borrowing::EndTask() {
+  t_in_task = false;
+  std::vector<std::pair<ObjectId, std::string>> received;
+  received.swap(t_received_refs);
+  for (const auto& [owner, ids] : refs_.KeepBorrows(received)) {
+    // Shared: a wait that gives up returns before the answer.
+    auto answered = std::make_shared<std::promise<Status>>();
+    auto outcome = answered->get_future();
+    loop_.Post([this, owner = owner, ids = ids, answered] {
+      clients_.Get(owner).Call<proto::Method::ADD_BORROWER>(
+          [&](proto::BorrowerRequest::Builder r) { FillIds(r, ids, address_); }, kOwnerTimeout,
+          [answered](const Status& s) { answered->set_value(s); });
+    });
+    Status s = outcome.wait_for(kOwnerTimeout + Millis(1000)) == std::future_status::ready
+                   ? outcome.get()
+                   : Status::DeadlineExceeded("no answer");
+    if (!s.ok()) spdlog::warn("could not register as a borrower with {}: {}", owner, s.message());
+  }
+}
+
+void Borrowing::OnUnreferenced(const ObjectId& id) {
+  std::optional<std::string> owner = refs_.ReleaseBorrow(id);
+  if (!owner) return;  // cheap unless the id is a registered borrow
+  loop_.Post([this, id, owner = std::move(*owner)] {
+    clients_.Get(owner).Call<proto::Method::REMOVE_BORROWER>(
+        [&](proto::BorrowerRequest::Builder r) { FillIds(r, {id}, address_); }, kOwnerTimeout,
+        [](const Status&) {});
+  });
+}
+
+}  // namespace rayd::core

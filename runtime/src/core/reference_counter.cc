@@ -1,0 +1,111 @@
+#include "core/reference_counter.h"
+
+#include <climits>
+
+namespace rayd::core {
+
+void ReferenceCounter::PinArgs(const TaskSpec& spec) {
+  std::vector<ObjectId> refs;
+  for (const auto& a : spec.args) {
+    if (a.kind != internal::TaskArg::Kind::kValue) refs.push_back(a.ref);
+  }
+  if (refs.empty()) return;
+  for (const auto& id : refs) store_.AddRef(id);
+  std::lock_guard lock(mu_);
+  arg_pins_[spec.return_id] = std::move(refs);
+}
+
+void ReferenceCounter::ReleaseArgs(const ObjectId& return_id) {
+  std::vector<ObjectId> refs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = arg_pins_.find(return_id);
+    if (it == arg_pins_.end()) return;
+    refs = std::move(it->second);
+    arg_pins_.erase(it);
+  }
+  // Outside the lock: dropping the last reference runs the store's hooks, which may call back.
+  for (const auto& id : refs) store_.RemoveRef(id);
+}
+
+size_t ReferenceCounter::num_pinned_tasks() const {
+  std::lock_guard lock(mu_);
+  return arg_pins_.size();
+}
+
+void ReferenceCounter::RecordLineage(const TaskSpec& spec) {
+  if (spec.max_retries == 0) return;
+  for (const auto& a : spec.args) {
+    if (a.kind != internal::TaskArg::Kind::kValue) return;  // refs may be gone by then
+  }
+  std::lock_guard lock(mu_);
+  lineage_[spec.return_id] = Lineage{spec, spec.max_retries < 0 ? INT_MAX : spec.max_retries};
+}
+
+void ReferenceCounter::ForgetLineage(const ObjectId& return_id) {
+  std::lock_guard lock(mu_);
+  lineage_.erase(return_id);
+}
+
+std::optional<TaskSpec> ReferenceCounter::TakeRetry(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto it = lineage_.find(id);
+  if (it == lineage_.end() || it->second.attempts_left <= 0) return std::nullopt;
+  --it->second.attempts_left;
+  ++it->second.spec.attempt;
+  return it->second.spec;
+}
+
+bool ReferenceCounter::HasLineage(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  return lineage_.contains(id);
+}
+
+bool ReferenceCounter::AddBorrower(const ObjectId& id, const std::string& borrower) {
+  if (!store_.Known(id)) return false;
+  bool added;
+  {
+    std::lock_guard lock(mu_);
+    added = borrowers_[id].insert(borrower).second;
+  }
+  if (added) store_.AddRef(id);
+  return true;
+}
+
+void ReferenceCounter::RemoveBorrower(const ObjectId& id, const std::string& borrower) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = borrowers_.find(id);
+    if (it == borrowers_.end() || it->second.erase(borrower) == 0) return;
+    if (it->second.empty()) borrowers_.erase(it);
+  }
+  store_.RemoveRef(id);
+}
+
+size_t ReferenceCounter::num_borrowers(const ObjectId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = borrowers_.find(id);
+  return it == borrowers_.end() ? 0 : it->second.size();
+}
+
+std::map<std::string, std::vector<ObjectId>> ReferenceCounter::KeepBorrows(
+    const std::vector<std::pair<ObjectId, std::string>>& received) {
+  std::map<std::string, std::vector<ObjectId>> by_owner;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, owner] : received) {
+    if (owner.empty() || store_.RefCount(id) == 0) continue;  // not kept
+    if (registered_borrows_.emplace(id, owner).second) by_owner[owner].push_back(id);
+  }
+  return by_owner;
+}
+
+std::optional<std::string> ReferenceCounter::ReleaseBorrow(const ObjectId& id) {
+  std::lock_guard lock(mu_);
+  auto it = registered_borrows_.find(id);
+  if (it == registered_borrows_.end() || store_.RefCount(id) > 0) return std::nullopt;
+  std::string owner = std::move(it->second);
+  registered_borrows_.erase(it);
+  return owner;
+}
+
+}  // namespace rayd::core

@@ -1,0 +1,80 @@
+#pragma once
+// ReferenceCounter: the references this process holds on objects beyond the local counts of
+// the memory store (which it adds to and drops through the store), and the lineage that lets
+// a lost result be made again. Plain bookkeeping, no I/O: its callers send what it says to
+// send. It keeps:
+// - argument pins: each ref argument of a submitted task holds one reference until the task's
+//   result arrives (so the value outlives the caller's own handles while the task needs it);
+// - borrowers (owner side): each process that kept a ref to an object we own holds one
+//   reference until it says it is done;
+// - registered borrows (borrower side): refs a task received and kept past its end, registered
+//   with their owners, to be released when the last local reference goes;
+// - lineage: a retryable task whose arguments are all values can be run again to recreate
+//   its result if the only node holding it is lost (Ray's lineage reconstruction).
+//
+// Threading: safe from any thread.
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/task_spec.h"
+#include "core/memory_store.h"
+
+namespace rayd::core {
+
+class ReferenceCounter {
+ public:
+  // `store` holds the counts; it must outlive the counter.
+  explicit ReferenceCounter(MemoryStore& store) : store_(store) {}
+
+  // Argument pins: one reference on each ref argument of `spec` until ReleaseArgs of its
+  // return id.
+  void PinArgs(const TaskSpec& spec);
+  void ReleaseArgs(const ObjectId& return_id);
+  size_t num_pinned_tasks() const;
+
+  // Lineage: remembers `spec` if its result could be made again (retries left, every argument
+  // a value); Forget when the result can no longer be lost. TakeRetry returns the spec of the
+  // next attempt at making `id` (its attempt number counted up), or nothing when `id` has no
+  // lineage or no attempts left.
+  void RecordLineage(const TaskSpec& spec);
+  void ForgetLineage(const ObjectId& return_id);
+  std::optional<TaskSpec> TakeRetry(const ObjectId& id);
+  bool HasLineage(const ObjectId& id) const;
+
+  // Owner side: `borrower` keeps `id` (one reference per borrower, however often it says so).
+  // Objects this process does not know are not counted: false.
+  bool AddBorrower(const ObjectId& id, const std::string& borrower);
+  // `borrower` is done with `id`: its reference goes.
+  void RemoveBorrower(const ObjectId& id, const std::string& borrower);
+  size_t num_borrowers(const ObjectId& id) const;
+
+  // Borrower side: of the refs a task `received` (id, owner), those still referenced here
+  // after it ended and not registered yet, grouped by owner: the caller registers them there.
+  std::map<std::string, std::vector<ObjectId>> KeepBorrows(
+      const std::vector<std::pair<ObjectId, std::string>>& received);
+  // The last local reference to `id` went: the owner to tell, if `id` is a registered borrow
+  // no longer referenced here (it is forgotten now).
+  std::optional<std::string> ReleaseBorrow(const ObjectId& id);
+
+ private:
+  struct Lineage {
+    TaskSpec spec;
+    int attempts_left = 0;
+  };
+
+  MemoryStore& store_;
+  mutable std::mutex mu_;
+  std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id
+  std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id
+  std::unordered_map<ObjectId, std::set<std::string>> borrowers_;
+  std::unordered_map<ObjectId, std::string> registered_borrows_;  // id -> owner
+};
+
+}  // namespace rayd::core
