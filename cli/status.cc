@@ -267,8 +267,10 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
   auto unreachable = [&](const Status& s) {
     return Fail(command, "cannot reach the cluster at " + target.address + ": " + s.message());
   };
+  auto cluster = ClusterClient::Connect(target.address, target.token, Millis(5000));
+  if (!cluster.ok()) return unreachable(cluster.status());
   if (args.what == "actors") {
-    auto actors = FetchActors(target.address, target.token, Millis(5000));
+    auto actors = (*cluster)->Actors();
     if (!actors.ok()) return unreachable(actors.status());
     if (json) {
       nlohmann::json out = nlohmann::json::array();
@@ -278,7 +280,7 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
       PrintActorsTable(*actors);
     }
   } else if (args.what == "placement-groups") {
-    auto groups = FetchPlacementGroups(target.address, target.token, Millis(5000));
+    auto groups = (*cluster)->PlacementGroups();
     if (!groups.ok()) return unreachable(groups.status());
     if (json) {
       nlohmann::json out = nlohmann::json::array();
@@ -288,7 +290,7 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
       PrintPlacementGroupsTable(*groups);
     }
   } else if (args.what == "jobs") {
-    auto jobs = FetchJobs(target.address, target.token, Millis(5000));
+    auto jobs = (*cluster)->Jobs();
     if (!jobs.ok()) return unreachable(jobs.status());
     if (json) {
       nlohmann::json out = nlohmann::json::array();
@@ -298,7 +300,7 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
       PrintJobsTable(*jobs);
     }
   } else if (args.what == "objects") {
-    auto view = FetchObjects(target.address, target.token, Millis(5000));
+    auto view = (*cluster)->Objects();
     if (!view.ok()) return unreachable(view.status());
     for (const auto& why : view->unreachable) {
       std::cerr << "rayd " << command << ": warning: no answer from " << why << "\n";
@@ -311,7 +313,7 @@ int RunListTable(const StatusArgs& args, const ClusterTarget& target) {
       PrintObjectsTable(*view);
     }
   } else {
-    auto view = FetchWorkers(target.address, target.token, Millis(5000));
+    auto view = (*cluster)->Workers();
     if (!view.ok()) return unreachable(view.status());
     for (const auto& why : view->unreachable) {
       std::cerr << "rayd " << command << ": warning: no answer from " << why << "\n";
@@ -345,7 +347,8 @@ int RunStatus(const StatusArgs& args) {
   auto target = FindCluster(args.address, args.token, session::ResolveTempRoot(args.temp_dir));
   if (!target.ok()) return Fail(command, target.status().message());
   if (table_of_runtime) return RunListTable(args, *target);
-  auto view = FetchClusterView(target->address, target->token, Millis(5000));
+  auto cluster = ClusterClient::Connect(target->address, target->token, Millis(5000));
+  auto view = cluster.ok() ? (*cluster)->Nodes() : Result<ClusterView>(cluster.status());
   if (!view.ok()) {
     return Fail(command, "cannot reach the cluster at " + target->address + ": " +
                              view.status().message());
@@ -355,12 +358,12 @@ int RunStatus(const StatusArgs& args) {
   std::optional<std::map<std::string, int>> actor_counts;
   std::vector<PlacementGroupInfo> groups;
   if (args.what == "status") {
-    auto actors = FetchActors(target->address, target->token, Millis(5000));
+    auto actors = (*cluster)->Actors();
     if (actors.ok()) {
       actor_counts.emplace();
       for (const auto& a : *actors) ++(*actor_counts)[a.state];
     }
-    if (auto all = FetchPlacementGroups(target->address, target->token, Millis(5000)); all.ok()) {
+    if (auto all = (*cluster)->PlacementGroups(); all.ok()) {
       groups = std::move(*all);
     }
   }

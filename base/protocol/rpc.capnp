@@ -5,7 +5,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("rayd::proto");
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;  # 2: proofs are tagged by channel (handshake.h)
 
 # Every remote method of every service. Append only: the number is on the wire.
 enum Method {

@@ -67,12 +67,17 @@ void EventLoop::OnAsync(uv_async_t* handle) {
 }
 
 void EventLoop::DrainPosted() {
-  std::deque<std::function<void()>> batch;
+  // A batch of its own: a posted function may run the loop (RunUntil) and drain again.
+  std::vector<std::function<void()>> batch;
   {
     std::lock_guard lock(mu_);
     batch.swap(posted_);
+    posted_.swap(spare_);
   }
   for (auto& fn : batch) fn();
+  batch.clear();
+  std::lock_guard lock(mu_);
+  if (batch.capacity() > spare_.capacity()) spare_.swap(batch);
 }
 
 bool EventLoop::RunUntil(const std::function<bool()>& done, Millis timeout) {

@@ -28,13 +28,17 @@ void CryptoRandom(uint8_t* out, size_t n) {
   RAYD_CHECK_MSG(RAND_bytes(out, static_cast<int>(n)) == 1, "RAND_bytes failed");
 }
 
-std::string ToHex(const uint8_t* data, size_t n) {
+void WriteHex(const uint8_t* data, size_t n, char* out) {
   static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(2 * n, '0');
   for (size_t i = 0; i < n; ++i) {
-    s[2 * i] = kDigits[data[i] >> 4];
-    s[2 * i + 1] = kDigits[data[i] & 0xf];
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 0xf];
   }
+}
+
+std::string ToHex(const uint8_t* data, size_t n) {
+  std::string s(2 * n, '0');
+  WriteHex(data, n, s.data());
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <kj/exception.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -12,22 +13,21 @@
 #include "rayd/base/logging.h"
 #include "rayd/base/rpc.h"
 
+#include <algorithm>
+#include <bit>
+
 namespace rayd::rpc {
 namespace {
 
+// The first segment of a request or response: Cap'n Proto zeroes it whole when it is
+// allocated, so its default (8 KiB) cost more than building the message did. Most frames
+// (a task, a lease, a reply) fit in 1 KiB; larger ones grow into further segments.
+constexpr unsigned kFirstSegmentWords = 128;
+
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr size_t kNonceBytes = 32;
-constexpr std::string_view kClientProofTag = "rayd-client";
-constexpr std::string_view kServerProofTag = "rayd-server";
 
 std::atomic<uint64_t> g_next_connection_id{1};
 
-std::string ToString(capnp::Data::Reader d) {
-  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
-}
-capnp::Data::Reader AsData(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
-}
 std::string MethodName(proto::Method m) {
   return "method " + std::to_string(static_cast<uint16_t>(m));
 }
@@ -93,6 +93,9 @@ Connection::Connection(EventLoop& loop, uv_stream_t* stream, Side side, Options 
       dispatcher_(dispatcher),
       peer_address_(std::move(peer_address)),
       id_(g_next_connection_id++),
+      handshake_(side == Side::kAccepting ? Handshake::Side::kAccepting
+                                          : Handshake::Side::kConnecting,
+                 options_.token, options_.role, "rpc", peer_address_),
       read_chunk_(kReadChunk) {
   stream_->data = this;
 }
@@ -122,26 +125,62 @@ void Connection::Start(ReadyFn on_ready, ClosedFn on_closed) {
                               uv_strerror(rc)));
     return;
   }
-  if (side_ == Side::kAccepting) {
-    our_nonce_ = RandomBytes(kNonceBytes);
-    capnp::MallocMessageBuilder message;
-    auto hello = message.initRoot<proto::Frame>().initHello();
-    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-    hello.setNonce(AsData(our_nonce_));
-    hello.setRole(options_.role);
-    Send(message);
-  }
+  if (auto hello = handshake_.Start()) Send(*hello);
 }
 
 void Connection::Send(capnp::MessageBuilder& message) {
   if (state_ == State::kClosed) return;
+  // Cap'n Proto's stream framing, written from the message's own segments: the segment count
+  // less one and each segment's size in words (u32, little-endian), padded to a word, then
+  // the segments. Most frames go out at once with uv_try_write, copying and allocating
+  // nothing; what the socket does not take now is copied and queued with uv_write (which
+  // keeps the order: uv_try_write refuses while anything is queued).
+  static_assert(std::endian::native == std::endian::little);
+  constexpr size_t kMaxSegments = 15;
+  auto segments = message.getSegmentsForOutput();
+  if (segments.size() > kMaxSegments) {
+    auto flat = capnp::messageToFlatArray(segments);
+    auto bytes = flat.asBytes();
+    return Write(std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+  }
+  uint32_t table[kMaxSegments + 1] = {};
+  table[0] = static_cast<uint32_t>(segments.size() - 1);
+  uv_buf_t bufs[kMaxSegments + 1];
+  const size_t table_bytes = (segments.size() / 2 + 1) * sizeof(capnp::word);
+  bufs[0] = uv_buf_init(reinterpret_cast<char*>(table), table_bytes);
+  size_t total = table_bytes;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    table[i + 1] = static_cast<uint32_t>(segments[i].size());
+    auto bytes = segments[i].asBytes();
+    bufs[i + 1] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(bytes.begin())),
+                              bytes.size());
+    total += bytes.size();
+  }
+  const unsigned nbufs = static_cast<unsigned>(segments.size() + 1);
+  int written = uv_try_write(stream_, bufs, nbufs);
+  if (written == static_cast<int>(total)) return;
+  if (written < 0 && written != UV_EAGAIN && written != UV_ENOSYS) {
+    return Close(Status::Unavailable(std::string("write to ") + peer_address_ +
+                                     " failed: " + uv_strerror(written)));
+  }
+  size_t skip = written > 0 ? static_cast<size_t>(written) : 0;
+  std::string rest;
+  rest.reserve(total - skip);
+  for (unsigned i = 0; i < nbufs; ++i) {
+    const size_t take = std::min<size_t>(skip, bufs[i].len);
+    rest.append(bufs[i].base + take, bufs[i].len - take);
+    skip -= take;
+  }
+  Write(std::move(rest));
+}
+
+void Connection::Write(std::string bytes) {
   struct WriteRequest {
     uv_write_t req;
-    kj::Array<capnp::word> words;
+    std::string bytes;
   };
-  auto* w = new WriteRequest{{}, capnp::messageToFlatArray(message)};
-  auto bytes = w->words.asBytes();
-  uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(bytes.begin()), bytes.size());
+  auto* w = new WriteRequest{{}, std::move(bytes)};
+  uv_buf_t buf = uv_buf_init(w->bytes.data(), w->bytes.size());
   w->req.data = this;
   int rc = uv_write(&w->req, stream_, &buf, 1, [](uv_write_t* req, int status) {
     auto* w = reinterpret_cast<WriteRequest*>(req);
@@ -232,70 +271,14 @@ Status Connection::OnFrame(std::unique_ptr<capnp::MessageReader> message,
 }
 
 Status Connection::OnHandshakeFrame(proto::Frame::Reader frame) {
-  if (side_ == Side::kConnecting && frame.isHello()) {
-    auto hello = frame.getHello();
-    if (hello.getProtocolVersion() != proto::PROTOCOL_VERSION) {
-      return Status::Unavailable("peer " + peer_address_ + " speaks protocol version " +
-                                 std::to_string(hello.getProtocolVersion()) + ", we speak " +
-                                 std::to_string(proto::PROTOCOL_VERSION));
-    }
-    peer_role_ = hello.getRole();
-    our_nonce_ = RandomBytes(kNonceBytes);
-    std::string data = std::string(kClientProofTag) + ToString(hello.getNonce());
-    capnp::MallocMessageBuilder message;
-    auto auth = message.initRoot<proto::Frame>().initAuth();
-    auth.setProtocolVersion(proto::PROTOCOL_VERSION);
-    auth.setRole(options_.role);
-    auth.setProof(AsData(HmacSha256(options_.token, data)));
-    auth.setNonce(AsData(our_nonce_));
-    Send(message);
-    return Status::Ok();
-  }
-  if (side_ == Side::kAccepting && frame.isAuth()) {
-    auto auth = frame.getAuth();
-    auto refuse = [&](const std::string& why) {
-      capnp::MallocMessageBuilder message;
-      auto result = message.initRoot<proto::Frame>().initAuthResult();
-      result.setOk(false);
-      result.setMessage(why);
-      Send(message);
-      return Status::PermissionDenied(why);
-    };
-    if (auth.getProtocolVersion() != proto::PROTOCOL_VERSION) {
-      return refuse("protocol version " + std::to_string(auth.getProtocolVersion()) +
-                    " is not supported (this daemon speaks " +
-                    std::to_string(proto::PROTOCOL_VERSION) + ")");
-    }
-    peer_role_ = auth.getRole();
-    std::string expected = HmacSha256(options_.token, std::string(kClientProofTag) + our_nonce_);
-    if (!ConstantTimeEquals(expected, ToString(auth.getProof()))) {
-      return refuse("wrong cluster token");
-    }
-    if (auth.getNonce().size() != kNonceBytes) return refuse("malformed auth nonce");
-    capnp::MallocMessageBuilder message;
-    auto result = message.initRoot<proto::Frame>().initAuthResult();
-    result.setOk(true);
-    result.setProof(AsData(
-        HmacSha256(options_.token, std::string(kServerProofTag) + ToString(auth.getNonce()))));
-    Send(message);
+  Handshake::Step step = handshake_.OnFrame(frame);
+  if (step.reply) Send(*step.reply);
+  if (!step.status.ok()) return step.status;
+  if (handshake_.done()) {
+    peer_role_ = handshake_.peer_role();
     BecomeReady();
-    return Status::Ok();
   }
-  if (side_ == Side::kConnecting && frame.isAuthResult()) {
-    auto result = frame.getAuthResult();
-    if (!result.getOk()) {
-      return Status::PermissionDenied(peer_address_ + " refused us: " +
-                                      std::string(result.getMessage().cStr()));
-    }
-    std::string expected = HmacSha256(options_.token, std::string(kServerProofTag) + our_nonce_);
-    if (!ConstantTimeEquals(expected, ToString(result.getProof()))) {
-      return Status::PermissionDenied(peer_address_ +
-                                      " could not prove it holds the cluster token");
-    }
-    BecomeReady();
-    return Status::Ok();
-  }
-  return Status::PermissionDenied("unexpected frame before the handshake finished");
+  return Status::Ok();
 }
 
 void Connection::BecomeReady() {
@@ -346,7 +329,7 @@ void Connection::OnResponse(proto::Frame::Reader frame) {
 
 void Connection::SendResponse(uint64_t id, const Status& status, const FillFn& fill) {
   if (state_ != State::kReady) return;
-  capnp::MallocMessageBuilder message;
+  capnp::MallocMessageBuilder message(kFirstSegmentWords);
   auto frame = message.initRoot<proto::Frame>();
   frame.setId(id);
   auto response = frame.initResponse();
@@ -358,7 +341,7 @@ void Connection::SendResponse(uint64_t id, const Status& status, const FillFn& f
 
 std::unique_ptr<capnp::MallocMessageBuilder> BuildRequest(proto::Method method,
                                                           const FillFn& fill) {
-  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto message = std::make_unique<capnp::MallocMessageBuilder>(kFirstSegmentWords);
   auto request = message->initRoot<proto::Frame>().initRequest();
   request.setMethod(method);
   if (fill) fill(request.getParams());

@@ -2,10 +2,9 @@
 //
 // How it works
 // - Wire format (all integers little-endian, fixed sizes, validated before use):
-//     Hello  (server -> client, 40 B): "RDTX", version u8, 3 zero bytes, 32-byte nonce.
-//     Proof  (client -> server, 40 B): "RDTX", version u8, 3 zero bytes,
-//                                      HMAC-SHA256(token, "rayd-transfer" + nonce).
-//     Verdict (server -> client, 1 B): 1 = accepted; anything else (or a close) = refused.
+//     Handshake: the one every rayd connection opens with (rayd/base/handshake.h, proofs
+//       tagged "transfer"): Hello, Auth and AuthResult as Cap'n Proto stream frames of at most
+//       1 KiB. A refusal's AuthResult says why; then the server closes.
 //     Request (client -> server, 48 B): magic u8 0xD7, version u8, type u8 (1 STAT, 2 READ),
 //       u8 0, u32 0, u64 tag, 16-byte object id, u64 offset, u64 length (READ only).
 //     Reply  (server -> client, 32 B): magic u8 0xD7, version u8, type u8, status u8
@@ -76,15 +75,17 @@ struct ServerWrite {
 // the payload again).
 class ServerConn {
  public:
-  ServerConn(ServerCore* server, uv_tcp_t* tcp) : server_(server), tcp_(tcp), peer_(PeerName(tcp)) {
+  ServerConn(ServerCore* server, uv_tcp_t* tcp)
+      : server_(server),
+        tcp_(tcp),
+        peer_(PeerName(tcp)),
+        handshake_(rpc::Handshake::Side::kAccepting, server->token, "transfer", "transfer",
+                   peer_) {
     tcp_->data = this;
   }
 
   void Start() {
-    nonce_ = RandomBytes(kNonceSize);
-    auto* w = NewWrite();
-    EncodeHello(nonce_, w->bytes);
-    Write(w, kHelloSize, nullptr, 0);
+    WriteOwned(FlattenFrame(*handshake_.Start()), /*close_after=*/false);
     handshake_timer_ = std::make_unique<Timer>(server_->loop);
     handshake_timer_->Start(kHandshakeTimeout, Millis(0),
                             [this] { Close("no handshake within 10 s", spdlog::level::warn); });
@@ -110,7 +111,7 @@ class ServerConn {
   }
 
  private:
-  enum class State { kAwaitProof, kReady, kRefusing };
+  enum class State { kHandshake, kReady, kRefusing };
 
   static std::string PeerName(uv_tcp_t* tcp) {
     sockaddr_storage addr{};
@@ -195,9 +196,17 @@ class ServerConn {
     in_len_ += static_cast<size_t>(nread);
     size_t pos = 0;
     while (server_ != nullptr && state_ != State::kRefusing) {
-      const size_t need = state_ == State::kAwaitProof ? kHelloSize : kRequestSize;
+      size_t need = kRequestSize;
+      if (state_ == State::kHandshake) {
+        auto size = HandshakeFrameSize(in_ + pos, in_len_ - pos);
+        if (!size.ok()) {
+          Close("protocol error: " + size.status().message(), spdlog::level::warn);
+          return;
+        }
+        need = *size;
+      }
       if (in_len_ - pos < need) break;
-      Status s = state_ == State::kAwaitProof ? OnProof(in_ + pos) : OnRequest(in_ + pos);
+      Status s = state_ == State::kHandshake ? OnHandshake(in_ + pos, need) : OnRequest(in_ + pos);
       pos += need;
       if (!s.ok()) {
         Close("protocol error: " + s.message(), spdlog::level::warn);
@@ -209,25 +218,34 @@ class ServerConn {
     in_len_ -= pos;
   }
 
-  Status OnProof(const uint8_t* frame) {
-    auto proof = DecodeHello(frame);
-    const bool good = proof.ok() && ConstantTimeEquals(*proof, Proof(server_->token, nonce_));
-    handshake_timer_.reset();
-    auto* w = NewWrite();
-    w->bytes[0] = good ? kAccepted : 0;
-    if (good) {
-      state_ = State::kReady;
-    } else {
-      // Tell the client why before closing, so it can report PermissionDenied.
-      spdlog::warn("transfer connection from {}: {}", peer_,
-                   proof.ok() ? "wrong cluster token" : proof.status().message());
-      state_ = State::kRefusing;
-      w->close_after = true;
-      uv_read_stop(AsStream(tcp_));
-      reading_ = false;
+  Status OnHandshake(const uint8_t* frame, size_t size) {
+    rpc::Handshake::Step step = FeedHandshake(handshake_, frame, size);
+    if (step.status.ok()) {
+      if (step.reply) WriteOwned(FlattenFrame(*step.reply), /*close_after=*/false);
+      if (handshake_.done()) {
+        handshake_timer_.reset();
+        state_ = State::kReady;
+      }
+      return Status::Ok();
     }
-    Write(w, 1, nullptr, 0);
+    if (!step.reply) return step.status;
+    // Tell the client why before closing, so it can report the reason.
+    spdlog::warn("transfer connection from {}: {}", peer_, step.status.message());
+    handshake_timer_.reset();
+    state_ = State::kRefusing;
+    uv_read_stop(AsStream(tcp_));
+    reading_ = false;
+    WriteOwned(FlattenFrame(*step.reply), /*close_after=*/true);
     return Status::Ok();
+  }
+
+  // Sends `bytes` (a handshake frame), kept alive until written.
+  void WriteOwned(std::string bytes, bool close_after) {
+    auto owned = std::make_shared<std::string>(std::move(bytes));
+    auto* w = NewWrite();
+    w->release = [owned] {};
+    w->close_after = close_after;
+    Write(w, 0, reinterpret_cast<const uint8_t*>(owned->data()), owned->size());
   }
 
   Status OnRequest(const uint8_t* frame) {
@@ -271,8 +289,8 @@ class ServerConn {
   ServerCore* server_;  // null once closing
   uv_tcp_t* tcp_;       // owned; freed with this in the close callback
   std::string peer_;
-  State state_ = State::kAwaitProof;
-  std::string nonce_;
+  State state_ = State::kHandshake;
+  rpc::Handshake handshake_;
   uint8_t in_[4096];
   size_t in_len_ = 0;
   bool reading_ = false;

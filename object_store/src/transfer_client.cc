@@ -81,7 +81,7 @@ namespace {
 // A request frame; owned by libuv from uv_write until its callback.
 struct ClientWrite {
   uv_write_t req;  // first member: the callback casts back
-  uint8_t bytes[kMaxSmallFrame];
+  std::string bytes;
 };
 
 }  // namespace
@@ -91,7 +91,11 @@ struct ClientWrite {
 class PeerConn {
  public:
   PeerConn(ClientCore* client, std::string address)
-      : client_(client), address_(std::move(address)), tcp_(new uv_tcp_t) {
+      : client_(client),
+        address_(std::move(address)),
+        tcp_(new uv_tcp_t),
+        handshake_(rpc::Handshake::Side::kConnecting, client->token, "transfer", "transfer",
+                   address_) {
     uv_tcp_init(client_->loop.uv(), tcp_);
     tcp_->data = this;
     connect_.data = this;
@@ -124,7 +128,7 @@ class PeerConn {
     std::array<uint8_t, kRequestSize> frame;
     EncodeRequest(Request{type, tag, id, offset, length}, frame.data());
     if (state_ == State::kReady) {
-      WriteBytes(frame.data(), frame.size());
+      WriteBytes(std::string(reinterpret_cast<const char*>(frame.data()), frame.size()));
     } else {
       unsent_.push_back(frame);
     }
@@ -135,7 +139,7 @@ class PeerConn {
   std::set<uint64_t>& fetches() { return fetches_; }
 
  private:
-  enum class State { kConnecting, kHello, kVerdict, kReady };
+  enum class State { kConnecting, kHandshake, kReady };
   struct Outstanding {
     MsgType type;
     uint64_t fetch_id;
@@ -166,8 +170,8 @@ class PeerConn {
       return;
     }
     TuneSocket(tcp_);
-    state_ = State::kHello;
-    need_ = kHelloSize;
+    state_ = State::kHandshake;
+    need_ = sizeof(capnp::word);  // a frame's first word: its segment table begins
     uv_read_start(
         AsStream(tcp_),
         [](uv_handle_t* h, size_t, uv_buf_t* buf) { static_cast<PeerConn*>(h->data)->Alloc(buf); },
@@ -215,37 +219,36 @@ class PeerConn {
     }
     have_ += static_cast<size_t>(nread);
     if (have_ < need_) return;
+    if (state_ == State::kHandshake) return OnHandshakeBytes();
     have_ = 0;
-    switch (state_) {
-      case State::kHello:
-        return OnHello();
-      case State::kVerdict:
-        return OnVerdict();
-      case State::kReady:
-        return OnReply();
-      case State::kConnecting:
-        return;
-    }
+    if (state_ == State::kReady) OnReply();
   }
 
-  void OnHello() {
-    auto nonce = DecodeHello(header_);
-    if (!nonce.ok()) return ProtocolError(nonce.status().message());
-    uint8_t proof[kHelloSize];
-    EncodeHello(Proof(client_->token, *nonce), proof);
-    WriteBytes(proof, sizeof(proof));
-    state_ = State::kVerdict;
-    need_ = 1;
-  }
-
-  void OnVerdict() {
-    if (header_[0] != kAccepted) {
-      Fail(Status::PermissionDenied("transfer peer " + address_ + " refused our cluster token"));
+  // A handshake frame arrives in pieces: its segment table says how long it is.
+  void OnHandshakeBytes() {
+    auto size = HandshakeFrameSize(header_, have_);
+    if (!size.ok()) return ProtocolError(size.status().message());
+    if (*size > have_) {
+      need_ = *size;
       return;
     }
+    rpc::Handshake::Step step = FeedHandshake(handshake_, header_, *size);
+    have_ = 0;
+    need_ = sizeof(capnp::word);
+    if (step.reply) WriteBytes(FlattenFrame(*step.reply));
+    if (!step.status.ok()) {
+      if (step.status.code() == StatusCode::kPermissionDenied) {
+        return Fail(Status::PermissionDenied("transfer peer " + address_ + ": " +
+                                             step.status.message()));
+      }
+      return ProtocolError(step.status.message());
+    }
+    if (!handshake_.done()) return;
     state_ = State::kReady;
     need_ = kReplySize;
-    for (auto& frame : unsent_) WriteBytes(frame.data(), frame.size());
+    for (auto& frame : unsent_) {
+      WriteBytes(std::string(reinterpret_cast<const char*>(frame.data()), frame.size()));
+    }
     unsent_.clear();
   }
 
@@ -271,10 +274,9 @@ class PeerConn {
     in_payload_ = true;
   }
 
-  void WriteBytes(const uint8_t* bytes, size_t n) {
-    auto* w = new ClientWrite;
-    std::memcpy(w->bytes, bytes, n);
-    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(w->bytes), static_cast<unsigned>(n));
+  void WriteBytes(std::string bytes) {
+    auto* w = new ClientWrite{{}, std::move(bytes)};
+    uv_buf_t buf = uv_buf_init(w->bytes.data(), static_cast<unsigned>(w->bytes.size()));
     int rc = uv_write(&w->req, AsStream(tcp_), &buf, 1, [](uv_write_t* req, int status) {
       auto* self = static_cast<PeerConn*>(req->handle->data);
       delete reinterpret_cast<ClientWrite*>(req);
@@ -297,7 +299,8 @@ class PeerConn {
   uv_tcp_t* tcp_;  // owned; freed with this in the close callback
   uv_connect_t connect_;
   State state_ = State::kConnecting;
-  uint8_t header_[kMaxSmallFrame];
+  rpc::Handshake handshake_;
+  uint8_t header_[kMaxHandshakeFrame];  // a reply header, or a handshake frame
   size_t have_ = 0;  // bytes of the current header received
   size_t need_ = 0;  // size of the current header
   bool in_payload_ = false;

@@ -10,7 +10,12 @@
 #include <cstring>
 #include <string>
 
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
 #include "rayd/base/auth.h"
+#include "rayd/base/frame.h"
+#include "rayd/base/handshake.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/base/ids.h"
 #include "rayd/base/logging.h"
@@ -23,15 +28,11 @@ namespace rayd::object_store::wire {
 // Wire format
 // ---------------------------------------------------------------------------------------------
 
-constexpr char kHelloMagic[4] = {'R', 'D', 'T', 'X'};
 constexpr uint8_t kFrameMagic = 0xD7;
 constexpr uint8_t kVersion = 1;
-constexpr size_t kNonceSize = 32;
-constexpr size_t kHelloSize = 8 + kNonceSize;  // also the size of a Proof
 constexpr size_t kRequestSize = 48;
 constexpr size_t kReplySize = 32;
 constexpr size_t kMaxSmallFrame = 48;
-constexpr uint8_t kAccepted = 1;
 // The largest READ a server answers; the client never asks for more.
 constexpr uint64_t kMaxChunk = 256ull << 20;
 // A server stops reading a connection with this many replies not yet written (back-pressure).
@@ -125,24 +126,42 @@ inline Result<Reply> DecodeReply(const uint8_t* in) {
                GetU64(in + 16)};
 }
 
-inline void EncodeHello(const std::string& payload, uint8_t* out) {
-  std::memset(out, 0, kHelloSize);
-  std::memcpy(out, kHelloMagic, 4);
-  out[4] = kVersion;
-  std::memcpy(out + 8, payload.data(), kNonceSize);
+// The opening handshake is the one every rayd connection makes (rayd/base/handshake.h, tagged
+// "transfer"): Cap'n Proto stream frames of at most kMaxHandshakeFrame bytes, before the raw
+// requests and replies above.
+constexpr size_t kMaxHandshakeFrame = 1024;
+
+inline std::string FlattenFrame(capnp::MessageBuilder& message) {
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
 }
 
-// The 32 bytes after a valid Hello/Proof header, or an error.
-inline Result<std::string> DecodeHello(const uint8_t* in) {
-  if (std::memcmp(in, kHelloMagic, 4) != 0 || in[4] != kVersion) {
-    return Status::InvalidArgument("not a rayd transfer handshake (version " +
-                                   std::to_string(kVersion) + ")");
+// How many bytes the handshake frame starting at `data` spans, as far as `avail` bytes tell
+// (rpc::FrameSize: fewer available means "read more and ask again").
+inline Result<size_t> HandshakeFrameSize(const uint8_t* data, size_t avail) {
+  rpc::Limits limits;
+  limits.max_frame_bytes = kMaxHandshakeFrame;
+  return rpc::FrameSize(reinterpret_cast<const char*>(data), avail, limits);
+}
+
+// Feeds the complete handshake frame of `size` bytes at `data` to `handshake`.
+inline rpc::Handshake::Step FeedHandshake(rpc::Handshake& handshake, const uint8_t* data,
+                                          size_t size) {
+  rpc::Limits limits;
+  limits.max_frame_bytes = kMaxHandshakeFrame;
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+  std::memcpy(words.begin(), data, words.size() * sizeof(capnp::word));
+  rpc::Handshake::Step step{Status::InvalidArgument("malformed handshake frame"), nullptr};
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+    capnp::FlatArrayMessageReader reader(words, rpc::FrameReaderOptions(size, limits));
+    step = handshake.OnFrame(reader.getRoot<proto::Frame>());
+  })) {
+    return {Status::InvalidArgument("malformed handshake frame: " +
+                                    std::string(e->getDescription().cStr())),
+            nullptr};
   }
-  return std::string(reinterpret_cast<const char*>(in + 8), kNonceSize);
-}
-
-inline std::string Proof(const std::string& token, const std::string& nonce) {
-  return HmacSha256(token, "rayd-transfer" + nonce);
+  return step;
 }
 
 // ---------------------------------------------------------------------------------------------

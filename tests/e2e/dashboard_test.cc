@@ -127,7 +127,7 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
   CHECK(sweep["num_trials"] == 2);
   CHECK(sweep["trials"].size() == 2);
   bool some_curve = false;
-  for (const auto& [trial, points] : sweep["curves"].items()) {
+  for (const auto& [trial, points] : sweep["series"].items()) {
     some_curve |= !points.empty();
     for (const json& point : points) CHECK(point[1].get<double>() > 0);  // a loss
   }

@@ -15,6 +15,14 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kMinInterval = std::chrono::seconds(1);
 // Wait this many times as long as the last publish took before the next one.
 constexpr int kBackoffFactor = 20;
+// The feed kind sweeps publish as (rayd/runtime/cluster.h: dashboard feeds).
+constexpr char kSweepKind[] = "sweep";
+
+nlohmann::json Sample(const char* name, const char* type, const char* help,
+                      nlohmann::json labels, double value) {
+  return {{"name", name}, {"type", type}, {"help", help}, {"labels", std::move(labels)},
+          {"value", value}};
+}
 }  // namespace
 
 DashboardFeed::DashboardFeed(std::string name, std::string metric, std::string mode,
@@ -65,7 +73,21 @@ nlohmann::json DashboardFeed::Summary(const std::vector<Trial>& trials, bool fin
     if (!t.searcher.empty()) row["searcher"] = t.searcher;
     table.push_back(std::move(row));
   }
+  // What the head's /metrics exports for this sweep.
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const auto& [status, count] : counts) {
+    metrics.push_back(Sample("rayd_tune_trials", "gauge", "Trials of each sweep by status.",
+                             {{"sweep", name_}, {"status", status}}, count));
+  }
+  metrics.push_back(Sample("rayd_tune_results_total", "counter",
+                           "Results reported by each sweep's trials.", {{"sweep", name_}},
+                           static_cast<double>(results_)));
+  metrics.push_back(Sample("rayd_tune_sweep_running", "gauge",
+                           "1 while the sweep runs, 0 once it ended.", {{"sweep", name_}},
+                           finished ? 0 : 1));
   return {{"name", name_},
+          {"detail_only", {"trials"}},
+          {"metrics", std::move(metrics)},
           {"state", finished ? "FINISHED" : "RUNNING"},
           {"metric", metric_},
           {"mode", mode_},
@@ -85,11 +107,11 @@ void DashboardFeed::Publish(const std::vector<Trial>& trials, bool finished) {
     for (const std::string& id : changed_curves_) {
       nlohmann::json points = nlohmann::json::array();
       for (const auto& [iteration, value] : curves_.at(id)) points.push_back({iteration, value});
-      KvPut(kTuneKvNamespace, std::string(kCurveKeyPrefix) + name_ + "/" + id, points.dump());
+      KvPut(kFeedKvNamespace, FeedItemPrefix(kSweepKind, name_, "series") + id, points.dump());
     }
     changed_curves_.clear();
     PublishLogs(trials);
-    KvPut(kTuneKvNamespace, std::string(kSweepKeyPrefix) + name_, Summary(trials, finished).dump());
+    KvPut(kFeedKvNamespace, FeedKey(kSweepKind, name_), Summary(trials, finished).dump());
   } catch (const std::exception& e) {
     std::cerr << "rayd tune: the dashboard will not show this sweep: " << e.what() << "\n";
     disabled_ = true;
@@ -127,7 +149,7 @@ void DashboardFeed::PublishLogs(const std::vector<Trial>& trials) {
     }
     // JSON needs UTF-8: a tail cut inside a character, or binary output, is shown with
     // replacement characters rather than refused.
-    KvPut(kTuneKvNamespace, std::string(kLogKeyPrefix) + name_ + "/" + t.id,
+    KvPut(kFeedKvNamespace, FeedItemPrefix(kSweepKind, name_, "logs") + t.id,
           tails.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     if (t.status == TrialStatus::kRunning) {
       log_bytes_[t.id] = bytes;

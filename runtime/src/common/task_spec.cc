@@ -14,9 +14,11 @@ capnp::Data::Reader AsData(const std::string& s) {
 std::string FromData(capnp::Data::Reader d) {
   return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
 }
-template <typename Id>
-std::string IdHex(const Id& id) {
-  return id.IsNil() ? "" : id.Hex();
+// Sets an id field to the id's hex digits, written in place (a nil id stays empty). `init`
+// is the field's init function: it sizes the text.
+template <typename Id, typename Init>
+void SetId(const Id& id, Init init) {
+  if (!id.IsNil()) id.WriteHex(init(2 * Id::kSize).begin());
 }
 template <typename Id>
 Result<Id> IdFrom(capnp::Text::Reader text) {
@@ -33,8 +35,8 @@ std::string FormatAmount(double amount) {
 }  // namespace
 
 void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out) {
-  out.setTaskId(IdHex(spec.task_id));
-  out.setJobId(IdHex(spec.job_id));
+  SetId(spec.task_id, [&](unsigned n) { return out.initTaskId(n); });
+  SetId(spec.job_id, [&](unsigned n) { return out.initJobId(n); });
   out.setFunctionName(spec.function_name);
   auto args = out.initArgs(static_cast<unsigned>(spec.args.size()));
   for (unsigned i = 0; i < spec.args.size(); ++i) {
@@ -43,17 +45,17 @@ void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out) {
     if (a.kind == TaskArg::Kind::kValue) {
       args[i].setValue(AsData(a.value));
     } else {
-      args[i].setObjectId(a.ref.Hex());
+      SetId(a.ref, [&](unsigned n) { return args[i].initObjectId(n); });
       args[i].setOwnerAddress(a.owner_address);
     }
   }
-  out.setReturnId(IdHex(spec.return_id));
+  SetId(spec.return_id, [&](unsigned n) { return out.initReturnId(n); });
   out.setCallerAddress(spec.caller_address);
   runtime::FillResources(spec.resources, [&](unsigned n) { return out.initResources(n); });
   out.setMaxRetries(spec.max_retries);
   out.setName(spec.name);
   out.setKind(spec.kind);
-  out.setActorId(IdHex(spec.actor_id));
+  SetId(spec.actor_id, [&](unsigned n) { return out.initActorId(n); });
   out.setMaxConcurrency(spec.max_concurrency);
   out.setAttempt(spec.attempt);
   ToProto(spec.scheduling, out.initScheduling());

@@ -35,6 +35,9 @@ struct TaskSpec {
   // Caller side only (not on the wire): environment variables its worker must have (the
   // task's runtime env), on top of the job's launch environment.
   std::map<std::string, std::string> env;
+  // Caller side only: its result can be made again by running it again (lineage), decided at
+  // submission, before its ref arguments are resolved (core/reference_counter.h).
+  bool reconstructable = false;
 };
 
 void ToProto(const TaskSpec& spec, proto::TaskSpec::Builder out);

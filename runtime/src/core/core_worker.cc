@@ -82,6 +82,7 @@ Status CoreWorker::Connect() {
       new SubmitterContext{loop_, store_, clients_, *objects_, *gcs_, options_.node_address,
                            options_.job_id, options_.launch_argv, options_.launch_env});
   RAYD_RETURN_IF_ERROR(RunOnLoop([this](auto done) {
+    submit_ctx_->lineage = &refs_;
     warner_ = std::make_unique<InfeasibleWarner>(*submit_ctx_);
     submit_ctx_->warner = warner_.get();
     tasks_ = std::make_unique<TaskSubmitter>(*submit_ctx_);
@@ -439,7 +440,7 @@ ObjectId CoreWorker::SubmitTask(const std::string& function_name,
   spec.name = options.name;
   spec.scheduling = options.scheduling;
   spec.env = options.env;
-  if (object_store_) refs_.RecordLineage(spec);  // only stored results can be lost
+  spec.reconstructable = object_store_ && ReferenceCounter::CanReconstruct(spec);
   const ObjectId id = spec.return_id;
   loop_.Post([this, spec = std::move(spec)]() mutable {
     if (!tasks_) {

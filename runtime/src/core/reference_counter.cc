@@ -33,13 +33,19 @@ size_t ReferenceCounter::num_pinned_tasks() const {
   return arg_pins_.size();
 }
 
-void ReferenceCounter::RecordLineage(const TaskSpec& spec) {
-  if (spec.max_retries == 0) return;
+bool ReferenceCounter::CanReconstruct(const TaskSpec& spec) {
+  if (spec.max_retries == 0) return false;
   for (const auto& a : spec.args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) return;  // refs may be gone by then
+    if (a.kind != internal::TaskArg::Kind::kValue) return false;
   }
+  return true;
+}
+
+void ReferenceCounter::RecordLineage(const TaskSpec& spec) {
+  if (!CanReconstruct(spec)) return;
   std::lock_guard lock(mu_);
-  lineage_[spec.return_id] = Lineage{spec, spec.max_retries < 0 ? INT_MAX : spec.max_retries};
+  lineage_.try_emplace(spec.return_id,
+                       Lineage{spec, spec.max_retries < 0 ? INT_MAX : spec.max_retries});
 }
 
 void ReferenceCounter::ForgetLineage(const ObjectId& return_id) {

@@ -39,10 +39,13 @@ class ReferenceCounter {
   void ReleaseArgs(const ObjectId& return_id);
   size_t num_pinned_tasks() const;
 
-  // Lineage: remembers `spec` if its result could be made again (retries left, every argument
-  // a value); Forget when the result can no longer be lost. TakeRetry returns the spec of the
-  // next attempt at making `id` (its attempt number counted up), or nothing when `id` has no
-  // lineage or no attempts left.
+  // Lineage: whether a task's result could be made again by running it again (retries left,
+  // every argument a value: refs may be gone by then). RecordLineage remembers `spec` if so,
+  // unless the result has lineage already (a rerun's result keeps the attempts left); Forget
+  // when the result can no longer be lost. TakeRetry returns the spec of the next attempt at
+  // making `id` (its attempt number counted up), or nothing when `id` has no lineage or no
+  // attempts left.
+  static bool CanReconstruct(const TaskSpec& spec);
   void RecordLineage(const TaskSpec& spec);
   void ForgetLineage(const ObjectId& return_id);
   std::optional<TaskSpec> TakeRetry(const ObjectId& id);

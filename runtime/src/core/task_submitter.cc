@@ -318,7 +318,13 @@ void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& l
         lease->in_flight--;
         if (lease->in_flight == 0) lease->idle_since = Clock::now();
         if (s.ok()) {
-          ctx_.store.Put(shared_spec->return_id, FromProto(r.getValue()));
+          ObjectValue value = FromProto(r.getValue());
+          // Only a result in the object store can be lost, and so needs its lineage: recorded
+          // before a waiting Get can see it lost.
+          if (value.in_store && shared_spec->reconstructable && ctx_.lineage) {
+            ctx_.lineage->RecordLineage(*shared_spec);
+          }
+          ctx_.store.Put(shared_spec->return_id, std::move(value));
           Pump(key);
           return;
         }

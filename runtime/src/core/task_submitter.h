@@ -32,6 +32,7 @@
 
 #include "common/client_pool.h"
 #include "core/memory_store.h"
+#include "core/reference_counter.h"
 #include "common/task_spec.h"
 
 namespace rayd::core {
@@ -52,6 +53,9 @@ struct SubmitterContext {
   std::map<std::string, std::string> launch_env;
   // Warns in the log about requests no node can hold (set once the submitters exist).
   InfeasibleWarner* warner = nullptr;
+  // Keeps the lineage of reconstructable tasks whose results land in the object store (set
+  // once the core worker has one).
+  ReferenceCounter* lineage = nullptr;
   // Set (on the loop) when the core worker shuts down: replies and failures that arrive after
   // it are dropped, so nothing retries or touches a submitter being torn down.
   bool stopping = false;

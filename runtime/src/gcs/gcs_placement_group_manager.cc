@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/node_info.h"
+#include "gcs/placement_group.h"
 
 namespace rayd::gcs {
 namespace {
@@ -16,34 +17,6 @@ using State = proto::PlacementGroupState;
 
 constexpr char kGroupTable[] = "placement_groups";
 constexpr Millis kNodeCallTimeout{10000};
-constexpr char kRemovedByUser[] = "removed by its user";
-
-bool Ended(State state) { return state == State::REMOVED || state == State::FAILED; }
-bool Settled(State state) { return state == State::CREATED || Ended(state); }
-
-State StateFromName(const std::string& name) {
-  for (State state :
-       {State::PENDING, State::CREATED, State::RESCHEDULING, State::REMOVED, State::FAILED}) {
-    if (name == runtime::PlacementGroupStateName(state)) return state;
-  }
-  return State::FAILED;
-}
-
-constexpr proto::PlacementStrategy kStrategies[] = {
-    proto::PlacementStrategy::PACK, proto::PlacementStrategy::SPREAD,
-    proto::PlacementStrategy::STRICT_PACK, proto::PlacementStrategy::STRICT_SPREAD};
-
-bool KnownStrategy(proto::PlacementStrategy strategy) {
-  return std::find(std::begin(kStrategies), std::end(kStrategies), strategy) !=
-         std::end(kStrategies);
-}
-
-Result<proto::PlacementStrategy> StrategyFromName(const std::string& name) {
-  for (proto::PlacementStrategy strategy : kStrategies) {
-    if (name == runtime::PlacementStrategyName(strategy)) return strategy;
-  }
-  return Status::Internal("unknown placement strategy '" + name + "'");
-}
 
 bool IsHexId(const std::string& id) {
   return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
@@ -57,150 +30,6 @@ std::string LedgerKey(const std::string& group_id, const NodeId& node) {
 }
 
 }  // namespace
-
-// One placement group: what GET_PLACEMENT_GROUP reports, plus the attempt in flight.
-struct GcsPlacementGroupManager::Group {
-  struct Bundle {
-    scheduler::ResourceSet resources;
-    scheduler::Labels label_selector;
-    NodeId node;  // committed there, or being prepared there; nil while unplaced
-    bool committed = false;
-  };
-  // One node's part of the attempt in flight.
-  struct Reservation {
-    std::vector<uint32_t> indexes;
-    bool refused = false;  // its prepare failed, so it holds none of them
-  };
-
-  std::string id;
-  std::string name;
-  std::string ray_namespace;
-  std::string job_id;
-  proto::PlacementStrategy strategy = proto::PlacementStrategy::PACK;
-  State state = State::PENDING;
-  bool detached = false;
-  int64_t create_time_ms = 0;
-  int64_t ready_time_ms = 0;
-  std::string cause;
-  std::vector<Bundle> bundles;
-  uint64_t seq = 0;  // creation order
-
-  uint64_t attempt = 0;
-  std::map<NodeId, Reservation> in_flight;  // empty: no attempt in flight
-  size_t unanswered = 0;                    // nodes yet to answer the phase in progress
-  std::optional<Clock::time_point> infeasible_since;
-  uint32_t next_bundle = 0;           // FindBundle's round robin over bundles
-  std::vector<GetGroupCall> waiters;  // GET_PLACEMENT_GROUP calls waiting for a settled state
-
-  scheduler::GroupStrategy Strategy() const {
-    return static_cast<scheduler::GroupStrategy>(strategy);
-  }
-
-  // What the group's bundles on `node` amount to (committed or being prepared).
-  scheduler::ResourceSet SumOn(const NodeId& node) const {
-    scheduler::ResourceSet sum;
-    for (const Bundle& bundle : bundles) {
-      if (bundle.node == node) sum += bundle.resources;
-    }
-    return sum;
-  }
-
-  std::vector<uint32_t> Unplaced() const {
-    std::vector<uint32_t> indexes;
-    for (uint32_t i = 0; i < bundles.size(); ++i) {
-      if (bundles[i].node.IsNil()) indexes.push_back(i);
-    }
-    return indexes;
-  }
-
-  // Why work in a REMOVED or FAILED group cannot run: "placement group X was removed".
-  std::string Ending() const {
-    if (state == State::FAILED) return "placement group " + id + " failed: " + cause;
-    return "placement group " + id + " was removed" +
-           (cause == kRemovedByUser ? "" : " (" + cause + ")");
-  }
-
-  // The bundles of a CREATE_PLACEMENT_GROUP request; InvalidArgument when there are none, or
-  // one is empty or asks for a negative amount.
-  static Result<std::vector<Bundle>> BundlesFromProto(
-      capnp::List<proto::PlacementBundle>::Reader list) {
-    if (list.size() == 0) {
-      return Status::InvalidArgument("placement group needs at least one bundle");
-    }
-    std::vector<Bundle> out;
-    for (auto b : list) {
-      const std::string which = "bundle " + std::to_string(out.size());
-      for (auto amount : b.getResources()) {
-        if (amount.getUnits() < 0) {
-          return Status::InvalidArgument(which + " asks for a negative amount of " +
-                                         std::string(amount.getName().cStr()));
-        }
-      }
-      Bundle bundle;
-      bundle.resources = runtime::ResourcesFromProto(b.getResources());
-      if (bundle.resources.IsEmpty()) {
-        return Status::InvalidArgument(
-            which + " is empty: every bundle needs a positive amount of some resource");
-      }
-      bundle.label_selector = runtime::LabelsFromProto(b.getLabelSelector());
-      out.push_back(std::move(bundle));
-    }
-    return out;
-  }
-
-  std::string ToJson() const {
-    nlohmann::json list = nlohmann::json::array();
-    for (const Bundle& bundle : bundles) {
-      list.push_back({{"resources", nlohmann::json::parse(bundle.resources.ToJson())},
-                      {"label_selector", bundle.label_selector},
-                      {"node_id", bundle.committed ? bundle.node.Hex() : ""}});
-    }
-    nlohmann::json j = {{"placement_group_id", id},
-                        {"name", name},
-                        {"namespace", ray_namespace},
-                        {"job_id", job_id},
-                        {"strategy", runtime::PlacementStrategyName(strategy)},
-                        {"state", runtime::PlacementGroupStateName(state)},
-                        {"detached", detached},
-                        {"create_time_ms", create_time_ms},
-                        {"ready_time_ms", ready_time_ms},
-                        {"cause", cause},
-                        {"bundles", std::move(list)}};
-    return j.dump();
-  }
-
-  static Result<std::unique_ptr<Group>> FromJson(const std::string& text) {
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return Status::Internal("not a JSON object");
-    auto group = std::make_unique<Group>();
-    try {
-      group->id = j.at("placement_group_id").get<std::string>();
-      group->name = j.value("name", "");
-      group->ray_namespace = j.value("namespace", "");
-      group->job_id = j.value("job_id", "");
-      RAYD_ASSIGN_OR_RETURN(group->strategy, StrategyFromName(j.value("strategy", "")));
-      group->state = StateFromName(j.value("state", "FAILED"));
-      group->detached = j.value("detached", false);
-      group->create_time_ms = j.value("create_time_ms", int64_t{0});
-      group->ready_time_ms = j.value("ready_time_ms", int64_t{0});
-      group->cause = j.value("cause", "");
-      for (const auto& b : j.at("bundles")) {
-        Bundle bundle;
-        RAYD_ASSIGN_OR_RETURN(bundle.resources,
-                              scheduler::ResourceSet::FromJson(b.at("resources").dump()));
-        bundle.label_selector = b.value("label_selector", scheduler::Labels());
-        if (auto node = NodeId::FromHex(b.value("node_id", "")); node.ok()) {
-          bundle.node = *node;
-          bundle.committed = true;
-        }
-        group->bundles.push_back(std::move(bundle));
-      }
-    } catch (const nlohmann::json::exception& e) {
-      return Status::Internal(e.what());
-    }
-    return group;
-  }
-};
 
 // Creation order.
 bool GcsPlacementGroupManager::BySeq(const Group* a, const Group* b) { return a->seq < b->seq; }

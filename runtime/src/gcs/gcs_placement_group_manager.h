@@ -54,10 +54,11 @@
 #include <vector>
 
 #include "gcs/gcs_node_manager.h"
-#include "rayd/base/lifetime_guard.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/pending_placements.h"
+#include "gcs/placement_group.h"
 #include "gcs/table_store.h"
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/scheduler/placement.h"
@@ -127,7 +128,7 @@ class GcsPlacementGroupManager {
   // - The ledger holds "<group id>/<node id>" for the nodes of the attempt in flight and of
   //   committed bundles, of groups that are neither REMOVED nor FAILED.
   static constexpr size_t kMaxEndedGroups = 10000;
-  struct Group;
+  using Group = PlacementGroup;
 
   // A group loaded by Start(): its bundles on nodes that are gone are lost, and what is not
   // placed is scheduled again.

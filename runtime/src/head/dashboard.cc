@@ -2,13 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
-#include "rayd/runtime/cluster_json.h"
+#include "common/cluster_reader.h"
 #include "common/prometheus.h"
+#include "rayd/runtime/cluster_json.h"
 #include "rayd/base/auth.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/base/http.h"
@@ -39,153 +43,294 @@ http::Response Unauthorized() {
   return r;
 }
 
-// A sweep's published summary without its trial table (what /api/sweeps lists).
-nlohmann::json SweepSummary(const nlohmann::json& sweep) {
-  nlohmann::json summary = sweep;
-  summary.erase("trials");
-  return summary;
+// A feed's summary as the list of feeds shows it: without its "detail_only" members.
+nlohmann::json ListedSummary(const nlohmann::json& summary) {
+  nlohmann::json listed = summary;
+  for (const auto& member : summary.value("detail_only", nlohmann::json::array())) {
+    if (member.is_string()) listed.erase(member.get<std::string>());
+  }
+  return listed;
+}
+
+// Answers of reads made at once: each completion stores its result and the last one runs
+// `then` (on the loop).
+class Countdown {
+ public:
+  Countdown(int reads, std::function<void()> then) : left_(reads), then_(std::move(then)) {}
+
+  template <typename T>
+  static runtime::Done<T> Into(const std::shared_ptr<Countdown>& countdown,
+                               std::optional<Result<T>>* slot) {
+    return [countdown, slot](Result<T> r) {
+      slot->emplace(std::move(r));
+      if (--countdown->left_ == 0) countdown->then_();
+    };
+  }
+
+ private:
+  int left_;
+  std::function<void()> then_;
+};
+
+// Every published feed of one kind, parsed, by name; values that are no JSON object are
+// skipped with a warning.
+std::map<std::string, nlohmann::json> ParseFeeds(const std::map<std::string, std::string>& values,
+                                                 const std::string& prefix) {
+  std::map<std::string, nlohmann::json> feeds;
+  for (const auto& [key, value] : values) {
+    auto summary = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (summary.is_discarded() || !summary.is_object()) {
+      spdlog::warn("dashboard: {} in KV namespace {} is not a JSON object", key, kFeedKvNamespace);
+      continue;
+    }
+    feeds.emplace(key.substr(prefix.size()), std::move(summary));
+  }
+  return feeds;
+}
+
+// Whether `name` is a Prometheus metric name a feed may export.
+bool ValidMetricName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+  });
+}
+
+// The samples every feed asks /metrics to export (their "metrics" members), one family per
+// name, in name order. A malformed sample is skipped with a warning naming its feed.
+void AddFeedMetrics(const std::map<std::string, nlohmann::json>& feeds, prometheus::Text& text) {
+  struct Family {
+    std::string type, help;
+    std::vector<std::pair<prometheus::Labels, double>> samples;
+  };
+  std::map<std::string, Family> families;
+  for (const auto& [feed, summary] : feeds) {
+    for (const auto& m : summary.value("metrics", nlohmann::json::array())) {
+      const std::string name = m.is_object() ? m.value("name", "") : "";
+      const std::string type = m.is_object() ? m.value("type", "") : "";
+      if (!ValidMetricName(name) || (type != "gauge" && type != "counter") ||
+          !m.contains("value") || !m["value"].is_number()) {
+        spdlog::warn("dashboard: feed {} has a malformed metric sample: {}", feed, m.dump());
+        continue;
+      }
+      prometheus::Labels labels;
+      for (const auto& [key, value] : m.value("labels", nlohmann::json::object()).items()) {
+        if (value.is_string()) labels.emplace_back(key, value.get<std::string>());
+      }
+      Family& family = families[name];
+      if (family.type.empty()) {
+        family.type = type;
+        family.help = m.value("help", "");
+      }
+      family.samples.emplace_back(std::move(labels), m["value"].get<double>());
+    }
+  }
+  for (const auto& [name, family] : families) {
+    text.Family(name, family.type, family.help);
+    for (const auto& [labels, value] : family.samples) text.Sample(name, labels, value);
+  }
+}
+
+// The values under `prefix`, parsed, by the rest of their keys; unparsable ones are left out.
+nlohmann::json ParsedByKey(const std::map<std::string, std::string>& values,
+                           const std::string& prefix) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : values) {
+    nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_discarded()) out[key.substr(prefix.size())] = std::move(parsed);
+  }
+  return out;
 }
 
 }  // namespace
 
+// Serves on its own loop and thread. Every page reads the cluster through one ClusterReader
+// (one persistent GCS connection) without blocking: the reads a page needs are made at once,
+// and the page is answered when the last arrives, so a slow read holds up no other request.
 class Dashboard::Impl {
  public:
+  using Respond = http::Respond;
+
   explicit Impl(const DashboardOptions& options)
-      : options_(options), server_(loop_, [this](const http::Request& request, http::Respond respond) {
-          respond(Handle(request));
-        }) {}
+      : options_(options),
+        server_(loop_,
+                [this](const http::Request& request, Respond respond) {
+                  Handle(request, std::move(respond));
+                }),
+        reader_(loop_, options.gcs_address, options.token, "dashboard", kReadTimeout) {
+    reader_.gcs().Connect();
+  }
 
   EventLoop& loop() { return loop_; }
   http::HttpServer& server() { return server_; }
 
  private:
-  http::Response Handle(const http::Request& request) {
+  void Handle(const http::Request& request, Respond respond) {
     // Opening the printed URL: the token moves into a cookie and out of the address bar.
     if (auto it = request.query.find("token"); it != request.query.end()) {
       if (!ConstantTimeEquals(it->second, options_.token)) {
         spdlog::warn("dashboard: wrong token from {}", request.peer);
-        return Unauthorized();
+        return respond(Unauthorized());
       }
       http::Response r = http::Response::Text(302, "");
       r.headers.emplace_back("Location", request.path);
       r.headers.emplace_back("Set-Cookie", std::string(kCookie) + "=" + options_.token +
                                                "; Path=/; HttpOnly; SameSite=Strict");
-      return r;
+      return respond(std::move(r));
     }
-    if (!http::CarriesToken(request, kCookie, options_.token)) return Unauthorized();
+    if (!http::CarriesToken(request, kCookie, options_.token)) return respond(Unauthorized());
     const std::string& path = request.path;
     if (path == "/" || path == "/index.html") {
       http::Response r;
       r.content_type = "text/html; charset=utf-8";
       r.body = kDashboardHtml;
-      return r;
+      return respond(std::move(r));
     }
-    if (path == "/api/cluster") return Cluster();
-    if (path == "/api/sweeps") return Sweeps();
-    if (path.rfind("/api/sweeps/", 0) == 0) return Sweep(path.substr(std::strlen("/api/sweeps/")));
-    if (path == "/metrics") return Metrics();
-    return Error(404, "no such page: " + path);
+    if (path == "/api/cluster") return Cluster(std::move(respond));
+    // /api/<kind>s and /api/<kind>s/<name>: dashboard feeds (rayd/runtime/cluster.h).
+    if (path.rfind("/api/", 0) == 0) {
+      const std::string rest = path.substr(std::strlen("/api/"));
+      const size_t slash = rest.find('/');
+      const std::string plural = rest.substr(0, slash);
+      if (plural.size() > 1 && plural.back() == 's') {
+        const std::string kind = plural.substr(0, plural.size() - 1);
+        if (slash == std::string::npos) return Feeds(kind, std::move(respond));
+        return Feed(kind, rest.substr(slash + 1), std::move(respond));
+      }
+    }
+    if (path == "/metrics") return Metrics(std::move(respond));
+    respond(Error(404, "no such page: " + path));
   }
 
-  http::Response Cluster() const {
-    const std::string& gcs = options_.gcs_address;
-    auto view = FetchClusterView(gcs, options_.token, kReadTimeout);
-    if (!view.ok()) return Error(503, view.status().message());
-    auto actors = FetchActors(gcs, options_.token, kReadTimeout);
-    auto groups = FetchPlacementGroups(gcs, options_.token, kReadTimeout);
-    auto jobs = FetchJobs(gcs, options_.token, kReadTimeout);
-    for (const Status& s : {actors.status(), groups.status(), jobs.status()}) {
-      if (!s.ok()) return Error(503, s.message());
-    }
+  void Cluster(Respond respond) {
+    struct Answers {
+      std::optional<Result<ClusterView>> view;
+      std::optional<Result<std::vector<ActorSummary>>> actors;
+      std::optional<Result<std::vector<internal::PlacementGroupInfo>>> groups;
+      std::optional<Result<std::vector<JobSummary>>> jobs;
+    };
+    auto a = std::make_shared<Answers>();
+    auto countdown = std::make_shared<Countdown>(4, [a, respond] {
+      for (const Status& s : {a->view->status(), a->actors->status(), a->groups->status(),
+                              a->jobs->status()}) {
+        if (!s.ok()) return respond(Error(503, s.message()));
+      }
+      respond(http::Response::Json(200, ClusterJson(**a->view, **a->actors, **a->groups,
+                                                    **a->jobs).dump()));
+    });
+    runtime::GcsClient& gcs = reader_.gcs();
+    gcs.GetClusterView(Countdown::Into(countdown, &a->view));
+    gcs.GetActors(Countdown::Into(countdown, &a->actors));
+    gcs.GetPlacementGroups(Countdown::Into(countdown, &a->groups));
+    gcs.GetJobs(Countdown::Into(countdown, &a->jobs));
+  }
+
+  static nlohmann::json ClusterJson(const ClusterView& view, const std::vector<ActorSummary>& actors,
+                                    const std::vector<internal::PlacementGroupInfo>& groups,
+                                    const std::vector<JobSummary>& jobs) {
     nlohmann::json out;
-    out["cluster"] = {{"cluster_id", view->cluster_id},
-                      {"gcs_address", view->gcs_address},
-                      {"storage", view->storage},
-                      {"start_time_ms", view->start_time_ms},
+    out["cluster"] = {{"cluster_id", view.cluster_id},
+                      {"gcs_address", view.gcs_address},
+                      {"storage", view.storage},
+                      {"start_time_ms", view.start_time_ms},
                       {"now_ms", NowUnixMs()}};
     out["nodes"] = nlohmann::json::array();
-    for (const NodeInfo& node : view->nodes) {
+    for (const NodeInfo& node : view.nodes) {
       nlohmann::json j = NodeJson(node);
       j["alive"] = node.alive;
       j["last_heartbeat_ms"] = node.last_heartbeat_ms;
       out["nodes"].push_back(std::move(j));
     }
     out["actors"] = nlohmann::json::array();
-    for (const ActorSummary& actor : *actors) out["actors"].push_back(ActorJson(actor));
+    for (const ActorSummary& actor : actors) out["actors"].push_back(ActorJson(actor));
     out["placement_groups"] = nlohmann::json::array();
-    for (const auto& group : *groups) out["placement_groups"].push_back(PlacementGroupJson(group));
+    for (const auto& group : groups) out["placement_groups"].push_back(PlacementGroupJson(group));
     out["jobs"] = nlohmann::json::array();
-    for (const JobSummary& job : *jobs) {
+    for (const JobSummary& job : jobs) {
       nlohmann::json j = JobJson(job);
       j["state"] = j["status"];
       out["jobs"].push_back(std::move(j));
     }
-    return http::Response::Json(200, out.dump());
+    return out;
   }
 
-  // Every published sweep, parsed; values that do not parse are skipped with a warning.
-  Result<std::map<std::string, nlohmann::json>> ReadSweeps() const {
-    RAYD_ASSIGN_OR_RETURN(auto values, FetchKvPrefix(options_.gcs_address, options_.token,
-                                                     kTuneKvNamespace, kSweepKeyPrefix,
-                                                     kReadTimeout));
-    std::map<std::string, nlohmann::json> sweeps;
-    for (auto& [key, value] : values) {
-      auto sweep = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-      if (sweep.is_discarded() || !sweep.is_object()) {
-        spdlog::warn("dashboard: {} in KV namespace {} is not a JSON object", key,
-                     kTuneKvNamespace);
-        continue;
-      }
-      sweeps.emplace(key.substr(std::strlen(kSweepKeyPrefix)), std::move(sweep));
-    }
-    return sweeps;
+  void Feeds(const std::string& kind, Respond respond) {
+    const std::string prefix = FeedPrefix(kind);
+    reader_.gcs().KvPrefix(
+        kFeedKvNamespace, prefix,
+        [respond, kind, prefix](Result<std::map<std::string, std::string>> values) {
+          if (!values.ok()) return respond(Error(503, values.status().message()));
+          nlohmann::json list = nlohmann::json::array();
+          for (const auto& [name, summary] : ParseFeeds(*values, prefix)) {
+            list.push_back(ListedSummary(summary));
+          }
+          respond(http::Response::Json(200, nlohmann::json{{kind + "s", list}}.dump()));
+        });
   }
 
-  http::Response Sweeps() const {
-    auto sweeps = ReadSweeps();
-    if (!sweeps.ok()) return Error(503, sweeps.status().message());
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& [name, sweep] : *sweeps) list.push_back(SweepSummary(sweep));
-    return http::Response::Json(200, nlohmann::json{{"sweeps", list}}.dump());
+  void Feed(const std::string& kind, const std::string& name, Respond respond) {
+    using Values = std::map<std::string, std::string>;
+    struct Answers {
+      std::optional<Result<std::optional<std::string>>> summary;
+      std::optional<Result<Values>> series, logs;
+    };
+    const std::string series_prefix = FeedItemPrefix(kind, name, "series");
+    const std::string logs_prefix = FeedItemPrefix(kind, name, "logs");
+    auto a = std::make_shared<Answers>();
+    auto countdown =
+        std::make_shared<Countdown>(3, [a, respond, kind, name, series_prefix, logs_prefix] {
+          for (const Status& s : {a->summary->status(), a->series->status(), a->logs->status()}) {
+            if (!s.ok()) return respond(Error(503, s.message()));
+          }
+          if (!**a->summary) return respond(Error(404, "no " + kind + " named '" + name + "'"));
+          nlohmann::json feed = nlohmann::json::parse(***a->summary, nullptr, false);
+          if (!feed.is_object()) {
+            return respond(Error(500, kind + " '" + name + "' is not a JSON object"));
+          }
+          feed["series"] = ParsedByKey(**a->series, series_prefix);
+          feed["logs"] = ParsedByKey(**a->logs, logs_prefix);
+          respond(http::Response::Json(200, feed.dump()));
+        });
+    runtime::GcsClient& gcs = reader_.gcs();
+    gcs.KvGet(kFeedKvNamespace, FeedKey(kind, name), Countdown::Into(countdown, &a->summary));
+    gcs.KvPrefix(kFeedKvNamespace, series_prefix, Countdown::Into(countdown, &a->series));
+    gcs.KvPrefix(kFeedKvNamespace, logs_prefix, Countdown::Into(countdown, &a->logs));
   }
 
-  http::Response Sweep(const std::string& name) const {
-    auto sweep_value = FetchKvPrefix(options_.gcs_address, options_.token, kTuneKvNamespace,
-                                     kSweepKeyPrefix + name, kReadTimeout);
-    if (!sweep_value.ok()) return Error(503, sweep_value.status().message());
-    auto it = sweep_value->find(kSweepKeyPrefix + name);
-    if (it == sweep_value->end()) return Error(404, "no sweep named '" + name + "'");
-    nlohmann::json sweep = nlohmann::json::parse(it->second, nullptr, false);
-    if (sweep.is_discarded()) return Error(500, "sweep '" + name + "' is not valid JSON");
-    const std::string curve_prefix = kCurveKeyPrefix + name + "/";
-    auto curves = FetchKvPrefix(options_.gcs_address, options_.token, kTuneKvNamespace,
-                                curve_prefix, kReadTimeout);
-    if (!curves.ok()) return Error(503, curves.status().message());
-    nlohmann::json by_trial = nlohmann::json::object();
-    for (const auto& [key, value] : *curves) {
-      nlohmann::json points = nlohmann::json::parse(value, nullptr, false);
-      if (!points.is_discarded()) by_trial[key.substr(curve_prefix.size())] = std::move(points);
-    }
-    sweep["curves"] = std::move(by_trial);
-    const std::string log_prefix = kLogKeyPrefix + name + "/";
-    auto logs = FetchKvPrefix(options_.gcs_address, options_.token, kTuneKvNamespace, log_prefix,
-                              kReadTimeout);
-    if (!logs.ok()) return Error(503, logs.status().message());
-    nlohmann::json logs_by_trial = nlohmann::json::object();
-    for (const auto& [key, value] : *logs) {
-      nlohmann::json tails = nlohmann::json::parse(value, nullptr, false);
-      if (!tails.is_discarded()) logs_by_trial[key.substr(log_prefix.size())] = std::move(tails);
-    }
-    sweep["logs"] = std::move(logs_by_trial);
-    return http::Response::Json(200, sweep.dump());
+  void Metrics(Respond respond) {
+    struct Answers {
+      std::optional<Result<ClusterView>> view;
+      std::optional<Result<std::vector<ActorSummary>>> actors;
+      std::optional<Result<std::vector<internal::PlacementGroupInfo>>> groups;
+      std::optional<Result<std::vector<JobSummary>>> jobs;
+      std::optional<Result<ObjectsView>> objects;
+      std::optional<Result<std::map<std::string, std::string>>> feeds;
+    };
+    auto a = std::make_shared<Answers>();
+    auto countdown = std::make_shared<Countdown>(6, [a, respond] {
+      if (!a->view->ok()) return respond(http::Response::Text(503, a->view->status().message() + "\n"));
+      http::Response r;
+      r.content_type = prometheus::kContentType;
+      r.body = MetricsText(*a->view, *a->actors, *a->groups, *a->jobs, *a->objects, *a->feeds);
+      respond(std::move(r));
+    });
+    runtime::GcsClient& gcs = reader_.gcs();
+    gcs.GetClusterView(Countdown::Into(countdown, &a->view));
+    gcs.GetActors(Countdown::Into(countdown, &a->actors));
+    gcs.GetPlacementGroups(Countdown::Into(countdown, &a->groups));
+    gcs.GetJobs(Countdown::Into(countdown, &a->jobs));
+    reader_.GetObjects(Countdown::Into(countdown, &a->objects));
+    gcs.KvPrefix(kFeedKvNamespace, "feed/", Countdown::Into(countdown, &a->feeds));
   }
 
-  http::Response Metrics() const {
-    const std::string& gcs = options_.gcs_address;
-    auto view = FetchClusterView(gcs, options_.token, kReadTimeout);
-    if (!view.ok()) return http::Response::Text(503, view.status().message() + "\n");
+  // The cluster's Prometheus text. Tables that could not be read are left out.
+  static std::string MetricsText(const Result<ClusterView>& view,
+                                 const Result<std::vector<ActorSummary>>& actors,
+                                 const Result<std::vector<internal::PlacementGroupInfo>>& groups,
+                                 const Result<std::vector<JobSummary>>& jobs,
+                                 const Result<ObjectsView>& objects,
+                                 const Result<std::map<std::string, std::string>>& feed_values) {
     prometheus::Text text;
-
     std::map<std::string, int> nodes{{"ALIVE", 0}, {"DEAD", 0}};
     std::map<std::string, double> total;
     std::map<std::string, double> available;
@@ -222,22 +367,22 @@ class Dashboard::Impl {
       text.Family(name, "gauge", help);
       for (const auto& [state, count] : counts) text.Sample(name, {{"state", state}}, count);
     };
-    if (auto actors = FetchActors(gcs, options_.token, kReadTimeout); actors.ok()) {
+    if (actors.ok()) {
       std::map<std::string, int> counts{{"ALIVE", 0}, {"DEAD", 0}};
       for (const ActorSummary& a : *actors) ++counts[a.state];
       by_state("rayd_actors", "Actors by state.", counts);
     }
-    if (auto groups = FetchPlacementGroups(gcs, options_.token, kReadTimeout); groups.ok()) {
+    if (groups.ok()) {
       std::map<std::string, int> counts{{"CREATED", 0}, {"PENDING", 0}};
       for (const auto& g : *groups) ++counts[g.state];
       by_state("rayd_placement_groups", "Placement groups by state.", counts);
     }
-    if (auto jobs = FetchJobs(gcs, options_.token, kReadTimeout); jobs.ok()) {
+    if (jobs.ok()) {
       std::map<std::string, int> counts{{"RUNNING", 0}, {"FINISHED", 0}};
       for (const JobSummary& j : *jobs) ++counts[j.is_dead ? "FINISHED" : "RUNNING"];
       by_state("rayd_jobs", "Jobs (drivers) by state.", counts);
     }
-    if (auto objects = FetchObjects(gcs, options_.token, kReadTimeout); objects.ok()) {
+    if (objects.ok()) {
       auto per_node = [&](const char* name, const char* type, const char* help, auto field) {
         text.Family(name, type, help);
         for (const NodeStoreSummary& s : objects->stores) {
@@ -255,35 +400,16 @@ class Dashboard::Impl {
       per_node("rayd_cluster_object_store_restored_total", "counter", "Objects restored per node.",
                [](const NodeStoreSummary& s) { return s.total_restored; });
     }
-    if (auto sweeps = ReadSweeps(); sweeps.ok()) {
-      text.Family("rayd_tune_trials", "gauge", "Trials of each sweep by status.");
-      for (const auto& [name, sweep] : *sweeps) {
-        const nlohmann::json counts = sweep.value("trial_counts", nlohmann::json::object());
-        for (const auto& [status, count] : counts.items()) {
-          if (!count.is_number()) continue;
-          text.Sample("rayd_tune_trials", {{"sweep", name}, {"status", status}},
-                      count.get<double>());
-        }
-      }
-      text.Family("rayd_tune_results_total", "counter", "Results reported by each sweep's trials.");
-      for (const auto& [name, sweep] : *sweeps) {
-        text.Sample("rayd_tune_results_total", {{"sweep", name}}, sweep.value("results", 0.0));
-      }
-      text.Family("rayd_tune_sweep_running", "gauge", "1 while the sweep runs, 0 once it ended.");
-      for (const auto& [name, sweep] : *sweeps) {
-        text.Sample("rayd_tune_sweep_running", {{"sweep", name}},
-                    sweep.value("state", "") == "RUNNING" ? 1 : 0);
-      }
-    }
-    http::Response r;
-    r.content_type = prometheus::kContentType;
-    r.body = text.str();
-    return r;
+    // Every feed's own samples ("feed/<kind>/<name>" keys: names unique across kinds).
+    if (feed_values.ok()) AddFeedMetrics(ParseFeeds(*feed_values, "feed/"), text);
+    return text.str();
   }
 
   DashboardOptions options_;
   EventLoop loop_;
   http::HttpServer server_;
+  runtime::ClusterReader reader_;  // destroyed first: its pending reads answer while the server
+                                   // is still there
 };
 
 Result<std::unique_ptr<Dashboard>> Dashboard::Start(DashboardOptions options) {

@@ -1,18 +1,22 @@
 #pragma once
-// The head's web dashboard and cluster-wide /metrics, on a thread of their own.
+// The head's web dashboard and cluster-wide /metrics, on a thread and event loop of their own.
 //
 // It reads the cluster as `rayd status` does, through the GCS's RPC interface (over the
-// session's Unix socket), so a slow page or scraper never holds the GCS's loop, and what the
-// page shows is what the CLI shows. Sweeps come from the KV namespace the Tuner publishes to
-// (tune/src/dashboard_feed.cc).
+// session's Unix socket), with one persistent connection (runtime::ClusterReader) and no
+// blocking reads: the reads a page needs go out at once and the page is answered when the last
+// arrives, so a slow page or scraper holds up neither the GCS's loop nor other requests, and
+// what the page shows is what the CLI shows. What programs run (a Tuner's sweeps) comes from
+// dashboard feeds, a generic KV layout (rayd/runtime/cluster.h) whose schema the runtime does
+// not know.
 //
 // Routes (all token-gated: the cookie set by `/?token=T`, or `Authorization: Bearer T`):
-//   /                     the page (runtime/src/head/dashboard/index.html, compiled in)
+//   /                     the page (runtime/src/head/dashboard/index.html, compiled in; it
+//                         renders the "sweep" feeds a Tuner publishes)
 //   /api/cluster          nodes, actors, placement groups, jobs
-//   /api/sweeps           every sweep's summary
-//   /api/sweeps/<name>    one sweep: its trials and learning curves
+//   /api/<kind>s          every feed of a kind: its summary, less its "detail_only" members
+//   /api/<kind>s/<name>   one feed: its summary with "series" and "logs" by item id
 //   /metrics              Prometheus text: the cluster's tables, every node's object store,
-//                         trial counts and results per sweep
+//                         and the samples each feed asks for
 
 #include <memory>
 #include <string>

@@ -145,7 +145,7 @@ function sweepJson(def, withTrials) {
   const out = { name: def.name, state: running ? "RUNNING" : "FINISHED", metric: def.metric, mode: def.mode,
     scheduler: def.scheduler, num_trials: def.trials.length, trial_counts: counts, results,
     started_ms: def.started_ms, updated_ms: def.finished_ms || Math.round(lastMs) };
-  return withTrials ? { ...out, trials, curves } : out;
+  return withTrials ? { ...out, trials, series: curves } : out;
 }
 
 // ---------- HTTP ----------

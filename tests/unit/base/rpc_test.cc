@@ -38,38 +38,52 @@ class ServerThread : public testing::ServerThread {
                               std::move(listen), limits) {}
 };
 
-// Registers KV_GET as an echo: replies with the key as the value.
+std::string AsString(capnp::Data::Reader v) {
+  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+}
+
+// Serves KV_GET as an echo (the key comes back as the value), PING, and KV_DEL as a failure,
+// through the typed handlers.
 void EchoSetup(Dispatcher& d, EventLoop&) {
-  d.Register(proto::Method::KV_GET, [](const CallPtr& call) {
-    std::string key = call->Params<proto::KvGetRequest>().getKey();
-    call->Reply([&](capnp::AnyPointer::Builder b) {
-      auto reply = b.initAs<proto::KvGetReply>();
+  d.Handle<proto::Method::KV_GET>([](const Incoming<proto::Method::KV_GET>& call) {
+    std::string key = call.params().getKey();
+    call.Reply([&](proto::KvGetReply::Builder reply) {
       reply.setFound(true);
       reply.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(key.data()), key.size()));
     });
   });
-  d.Register(proto::Method::PING, [](const CallPtr& call) { call->Reply(); });
-  d.Register(proto::Method::KV_DEL, [](const CallPtr& call) {
-    call->Fail(Status::NotFound("no such key, as asked"));
-  });
+  d.Handle<proto::Method::PING>([](const auto& call) { call.Reply(); });
+  d.Handle<proto::Method::KV_DEL>(
+      [](const auto& call) { call.Fail(Status::NotFound("no such key, as asked")); });
 }
 
-FillFn KeyParams(const std::string& key) {
-  return [key](capnp::AnyPointer::Builder b) { b.initAs<proto::KvGetRequest>().setKey(key); };
+auto KeyParams(const std::string& key) {
+  return [key](proto::KvGetRequest::Builder r) { r.setKey(key); };
 }
 
 // Calls KV_GET and returns the echoed value or the error.
 Result<std::string> Echo(EventLoop& loop, RpcClient& client, const std::string& key,
                          Millis timeout = 5000ms) {
   std::string value;
-  Status s = CallAndWait(loop, client, proto::Method::KV_GET, KeyParams(key), timeout,
-                         [&](capnp::AnyPointer::Reader r) {
-                           auto v = r.getAs<proto::KvGetReply>().getValue();
-                           value.assign(reinterpret_cast<const char*>(v.begin()), v.size());
-                         });
+  Status s = CallAndWait<proto::Method::KV_GET>(
+      loop, client, KeyParams(key), timeout,
+      [&](proto::KvGetReply::Reader r) { value = AsString(r.getValue()); });
   if (!s.ok()) return s;
   return value;
 }
+
+// Each method's request and reply are declared once (rpc_methods.h); calls and handlers that
+// build or read anything else do not compile.
+static_assert(std::is_same_v<RequestOf<proto::Method::KV_PUT>, proto::KvPutRequest>);
+static_assert(std::is_same_v<ReplyOf<proto::Method::KV_PUT>, proto::KvPutReply>);
+static_assert(std::is_same_v<RequestOf<proto::Method::GET_ALL_JOBS>, proto::Empty>);
+template <proto::Method M, typename Fill>
+concept CallableWith = requires(RpcClient& c, Fill fill) {
+  c.Call<M>(fill, Millis(1), [](const Status&) {});
+};
+using KvGetFill = decltype(KeyParams(""));
+static_assert(CallableWith<proto::Method::KV_GET, KvGetFill>);
+static_assert(!CallableWith<proto::Method::KV_PUT, KvGetFill>);  // builds KV_GET's request
 
 // A blocking raw TCP socket to 127.0.0.1:port, for speaking broken protocol at the server.
 class RawSocket {
@@ -118,14 +132,12 @@ TEST_CASE("calls round-trip over TCP and Unix sockets", "[rpc]") {
     // Many calls in flight at once all complete, each with its own answer.
     int done = 0;
     for (int k = 0; k < 200; ++k) {
-      client.Call(proto::Method::KV_GET, KeyParams(std::to_string(k)), 5000ms,
-                  [&, k](const Status& s, capnp::AnyPointer::Reader r) {
-                    REQUIRE(s.ok());
-                    auto v = r.getAs<proto::KvGetReply>().getValue();
-                    CHECK(std::string(reinterpret_cast<const char*>(v.begin()), v.size()) ==
-                          std::to_string(k));
-                    ++done;
-                  });
+      client.Call<proto::Method::KV_GET>(KeyParams(std::to_string(k)), 5000ms,
+                                         [&, k](const Status& s, proto::KvGetReply::Reader r) {
+                                           REQUIRE(s.ok());
+                                           CHECK(AsString(r.getValue()) == std::to_string(k));
+                                           ++done;
+                                         });
     }
     REQUIRE(loop.RunUntil([&] { return done == 200; }, 10000ms));
   }
@@ -304,17 +316,18 @@ TEST_CASE("a queued call expires at its deadline while disconnected", "[rpc][rec
 TEST_CASE("both sides of a connection can call each other", "[rpc]") {
   // The server answers PING by calling KV_GET back on the client before replying.
   ServerThread server([](Dispatcher& d, EventLoop&) {
-    d.Register(proto::Method::PING, [](const CallPtr& call) {
-      auto conn = call->connection();
+    d.Handle<proto::Method::PING>([](const Incoming<proto::Method::PING>& call) {
+      auto conn = call.connection();
       REQUIRE(conn);
-      conn->Call(proto::Method::KV_GET, KeyParams("from-server"), 5000ms,
-                 [call](const Status& s, capnp::AnyPointer::Reader r) {
-                   if (!s.ok()) return call->Fail(s);
-                   auto v = r.getAs<proto::KvGetReply>().getValue();
-                   std::string got(reinterpret_cast<const char*>(v.begin()), v.size());
-                   if (got != "from-server") return call->Fail(Status::Internal("bad echo"));
-                   call->Reply();
-                 });
+      conn->Call<proto::Method::KV_GET>(
+          KeyParams("from-server"), 5000ms,
+          [call](const Status& s, proto::KvGetReply::Reader r) {
+            if (!s.ok()) return call.Fail(s);
+            if (AsString(r.getValue()) != "from-server") {
+              return call.Fail(Status::Internal("bad echo"));
+            }
+            call.Reply();
+          });
     });
   });
   EventLoop loop;

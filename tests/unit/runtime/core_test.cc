@@ -86,6 +86,9 @@ TEST_CASE("lineage: only tasks of value arguments with retries left run again", 
   REQUIRE(second);
   CHECK(second->attempt == 2);
   CHECK_FALSE(f.refs.TakeRetry(twice.return_id));  // no attempts left
+  f.refs.RecordLineage(*second);  // the rerun's result, stored again: the count stays spent
+  CHECK_FALSE(f.refs.TakeRetry(twice.return_id));
+  CHECK(ReferenceCounter::CanReconstruct(twice));
 
   TaskSpec no_retries = Spec({ValueArg("a")}, 0);
   f.refs.RecordLineage(no_retries);
@@ -94,6 +97,7 @@ TEST_CASE("lineage: only tasks of value arguments with retries left run again", 
   TaskSpec with_ref = Spec({RefArg(ObjectId::FromRandom())}, 3);
   f.refs.RecordLineage(with_ref);  // its argument may be gone by the time it is lost
   CHECK_FALSE(f.refs.HasLineage(with_ref.return_id));
+  CHECK_FALSE(ReferenceCounter::CanReconstruct(with_ref));
 
   TaskSpec unlimited = Spec({}, -1);
   f.refs.RecordLineage(unlimited);

@@ -12,6 +12,17 @@
 
 namespace rayd {
 
+namespace internal {
+// Unique, not secret (ids). Thread-safe.
+void FillRandom(uint8_t* out, size_t n);
+// From OpenSSL's CSPRNG (tokens, nonces). Thread-safe.
+void CryptoRandom(uint8_t* out, size_t n);
+std::string ToHex(const uint8_t* data, size_t n);
+// Writes the 2n hex digits of `data` to `out` (no terminator).
+void WriteHex(const uint8_t* data, size_t n, char* out);
+bool FromHex(std::string_view hex, uint8_t* out, size_t n);
+}  // namespace internal
+
 template <typename Tag>
 class UniqueId {
  public:
@@ -28,6 +39,8 @@ class UniqueId {
     return true;
   }
   std::string Hex() const;
+  // Writes the 2 * kSize hex digits to `out` (no terminator), allocating nothing.
+  void WriteHex(char* out) const { internal::WriteHex(bytes_.data(), kSize, out); }
   // First 8 hex digits, for tables and logs.
   std::string Short() const { return Hex().substr(0, 8); }
   const std::array<uint8_t, kSize>& bytes() const { return bytes_; }
@@ -48,14 +61,6 @@ using JobId = UniqueId<JobIdTag>;
 using WorkerId = UniqueId<WorkerIdTag>;
 using ObjectId = UniqueId<ObjectIdTag>;
 
-namespace internal {
-// Unique, not secret (ids). Thread-safe.
-void FillRandom(uint8_t* out, size_t n);
-// From OpenSSL's CSPRNG (tokens, nonces). Thread-safe.
-void CryptoRandom(uint8_t* out, size_t n);
-std::string ToHex(const uint8_t* data, size_t n);
-bool FromHex(std::string_view hex, uint8_t* out, size_t n);
-}  // namespace internal
 
 template <typename Tag>
 UniqueId<Tag> UniqueId<Tag>::FromRandom() {

@@ -21,6 +21,7 @@
 #include <capnp/any.h>
 #include <capnp/message.h>
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "rayd/base/event_loop.h"
+#include "rayd/base/handshake.h"
 #include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc_methods.h"
 #include "rayd/base/status.h"
@@ -195,6 +197,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Typed: `fill` takes M's request builder; `done` takes (status, M's reply reader) or
   // (status). The overload without `fill` sends an empty request.
   template <proto::Method M, typename Fill, typename Done>
+    requires std::invocable<Fill&, typename RequestOf<M>::Builder>
   void Call(Fill&& fill, Millis timeout, Done done) {
     Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
   }
@@ -228,6 +231,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct InboundFrame;
 
   void Send(capnp::MessageBuilder& message);
+  void Write(std::string bytes);  // queues bytes behind earlier writes
   void OnRead(ssize_t nread, const uv_buf_t* buf);
   Status ParseFrames();
   Status OnFrame(std::unique_ptr<capnp::MessageReader> message, std::shared_ptr<void> storage);
@@ -248,7 +252,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t id_;
   State state_ = State::kHandshake;
   std::string peer_role_;
-  std::string our_nonce_;
+  Handshake handshake_;
   std::shared_ptr<Connection> self_;  // keeps us alive while the stream is open
   ReadyFn on_ready_;
   ClosedFn on_closed_;
@@ -328,6 +332,7 @@ class RpcClient {
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
   // Typed, as Connection::Call<M>.
   template <proto::Method M, typename Fill, typename Done>
+    requires std::invocable<Fill&, typename RequestOf<M>::Builder>
   void Call(Fill&& fill, Millis timeout, Done done) {
     Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
   }

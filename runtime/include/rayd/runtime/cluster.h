@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,14 +52,30 @@ struct NodeInfo {
   std::vector<ResourceDemand> infeasible;
 };
 
-// Where Tuners publish their sweeps for the head's dashboard and /metrics: KV namespace
-// "tune", key "sweep/<name>" (a JSON summary with the trial table), "curve/<name>/<trial id>"
-// (JSON [[iteration, metric value], ...]) and "log/<name>/<trial id>" (the tails of a command
-// trial's rank logs, JSON {"rank_0.log": "...", ...}).
-inline constexpr const char kTuneKvNamespace[] = "tune";
-inline constexpr const char kSweepKeyPrefix[] = "sweep/";
-inline constexpr const char kCurveKeyPrefix[] = "curve/";
-inline constexpr const char kLogKeyPrefix[] = "log/";
+// Dashboard feeds: how a program shows what it runs on the head's dashboard and /metrics,
+// through the GCS's KV store, with no schema the runtime knows. A feed has a kind (its
+// publisher's word: a Tuner publishes kind "sweep") and a name. In KV namespace
+// kFeedKvNamespace:
+//   FeedKey(kind, name)              a JSON object, the feed's summary, served as published, with
+//                                    two members the dashboard reads: "detail_only" (names of
+//                                    members the list of feeds leaves out) and "metrics" (the
+//                                    samples the head's /metrics exports: objects with "name",
+//                                    "type" (gauge or counter), "help", "labels" (an object of
+//                                    strings) and "value")
+//   FeedItemPrefix(kind, name, part) + id   one JSON value per item and part: the dashboard
+//                                    serves parts "series" (e.g. a learning curve,
+//                                    [[x, y], ...]) and "logs" (e.g. {"rank_0.log": "..."})
+// The dashboard serves them at /api/<kind>s (every summary) and /api/<kind>s/<name> (one, with
+// "series" and "logs" by item id).
+inline constexpr const char kFeedKvNamespace[] = "dashboard";
+inline std::string FeedPrefix(const std::string& kind) { return "feed/" + kind + "/"; }
+inline std::string FeedKey(const std::string& kind, const std::string& name) {
+  return FeedPrefix(kind) + name;
+}
+inline std::string FeedItemPrefix(const std::string& kind, const std::string& name,
+                                  const std::string& part) {
+  return part + "/" + kind + "/" + name + "/";
+}
 
 struct ClusterView {
   std::string cluster_id;
@@ -68,7 +85,7 @@ struct ClusterView {
   std::vector<NodeInfo> nodes;  // alive and dead
 };
 
-// Connects to the GCS at `address` with `token` and reads the node table.
+// Connects to the GCS at `address` with `token` and reads the node table (one-shot).
 Result<ClusterView> FetchClusterView(const std::string& address, const std::string& token,
                                      Millis timeout = Millis(10000));
 
@@ -148,25 +165,51 @@ struct ObjectsView {
   std::vector<std::string> unreachable;
 };
 
-// Read the GCS's actor and job tables.
+// A connection to a cluster for reading its state: one authenticated connection to the GCS,
+// kept for as long as the client lives (and one to each node asked for its workers or
+// objects), on a private event loop that each call runs until its answer arrives. For the CLI
+// and programs that inspect a cluster; not thread-safe.
+class ClusterClient {
+ public:
+  // Connects once: nothing listening, or a wrong token, is an error at once, not a retry
+  // until `timeout`, which also bounds every later call.
+  static Result<std::unique_ptr<ClusterClient>> Connect(const std::string& address,
+                                                        const std::string& token,
+                                                        Millis timeout = Millis(10000));
+  ~ClusterClient();
+
+  // The cluster and its node table.
+  Result<ClusterView> Nodes();
+  Result<std::vector<ActorSummary>> Actors();
+  Result<std::vector<JobSummary>> Jobs();
+  // Every placement group the GCS knows (recently removed and failed ones included), in
+  // creation order.
+  Result<std::vector<internal::PlacementGroupInfo>> PlacementGroups();
+  // Asks every alive node for its workers / the objects in its store.
+  Result<WorkersView> Workers();
+  Result<ObjectsView> Objects();
+  // Every key under `prefix` in KV namespace `ns` with its value.
+  Result<std::map<std::string, std::string>> KvPrefix(const std::string& ns,
+                                                      const std::string& prefix);
+
+ private:
+  struct Impl;
+  explicit ClusterClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One-shot reads, each on a connection of its own (ClusterClient keeps one for many).
 Result<std::vector<ActorSummary>> FetchActors(const std::string& address,
                                               const std::string& token,
                                               Millis timeout = Millis(10000));
 Result<std::vector<JobSummary>> FetchJobs(const std::string& address, const std::string& token,
                                           Millis timeout = Millis(10000));
-// Asks every alive node (found through the GCS at `address`) for its workers.
 Result<WorkersView> FetchWorkers(const std::string& address, const std::string& token,
                                  Millis timeout = Millis(10000));
-// Asks every alive node for the objects in its store.
 Result<ObjectsView> FetchObjects(const std::string& address, const std::string& token,
                                  Millis timeout = Millis(10000));
-
-// Reads the GCS's placement-group table: every group it knows (recently removed and failed ones
-// included), in creation order.
 Result<std::vector<internal::PlacementGroupInfo>> FetchPlacementGroups(
     const std::string& address, const std::string& token, Millis timeout = Millis(10000));
-
-// Every key under `prefix` in KV namespace `ns` with its value, read on one connection.
 Result<std::map<std::string, std::string>> FetchKvPrefix(const std::string& address,
                                                          const std::string& token,
                                                          const std::string& ns,
