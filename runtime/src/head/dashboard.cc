@@ -12,6 +12,7 @@
 
 #include "common/cluster_reader.h"
 #include "common/prometheus.h"
+#include "head/feeds.h"
 #include "rayd/runtime/cluster_json.h"
 #include "rayd/base/auth.h"
 #include "rayd/base/event_loop.h"
@@ -43,15 +44,6 @@ http::Response Unauthorized() {
   return r;
 }
 
-// A feed's summary as the list of feeds shows it: without its "detail_only" members.
-nlohmann::json ListedSummary(const nlohmann::json& summary) {
-  nlohmann::json listed = summary;
-  for (const auto& member : summary.value("detail_only", nlohmann::json::array())) {
-    if (member.is_string()) listed.erase(member.get<std::string>());
-  }
-  return listed;
-}
-
 // Answers of reads made at once: each completion stores its result and the last one runs
 // `then` (on the loop).
 class Countdown {
@@ -71,76 +63,6 @@ class Countdown {
   int left_;
   std::function<void()> then_;
 };
-
-// Every published feed of one kind, parsed, by name; values that are no JSON object are
-// skipped with a warning.
-std::map<std::string, nlohmann::json> ParseFeeds(const std::map<std::string, std::string>& values,
-                                                 const std::string& prefix) {
-  std::map<std::string, nlohmann::json> feeds;
-  for (const auto& [key, value] : values) {
-    auto summary = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (summary.is_discarded() || !summary.is_object()) {
-      spdlog::warn("dashboard: {} in KV namespace {} is not a JSON object", key, kFeedKvNamespace);
-      continue;
-    }
-    feeds.emplace(key.substr(prefix.size()), std::move(summary));
-  }
-  return feeds;
-}
-
-// Whether `name` is a Prometheus metric name a feed may export.
-bool ValidMetricName(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
-  });
-}
-
-// The samples every feed asks /metrics to export (their "metrics" members), one family per
-// name, in name order. A malformed sample is skipped with a warning naming its feed.
-void AddFeedMetrics(const std::map<std::string, nlohmann::json>& feeds, prometheus::Text& text) {
-  struct Family {
-    std::string type, help;
-    std::vector<std::pair<prometheus::Labels, double>> samples;
-  };
-  std::map<std::string, Family> families;
-  for (const auto& [feed, summary] : feeds) {
-    for (const auto& m : summary.value("metrics", nlohmann::json::array())) {
-      const std::string name = m.is_object() ? m.value("name", "") : "";
-      const std::string type = m.is_object() ? m.value("type", "") : "";
-      if (!ValidMetricName(name) || (type != "gauge" && type != "counter") ||
-          !m.contains("value") || !m["value"].is_number()) {
-        spdlog::warn("dashboard: feed {} has a malformed metric sample: {}", feed, m.dump());
-        continue;
-      }
-      prometheus::Labels labels;
-      for (const auto& [key, value] : m.value("labels", nlohmann::json::object()).items()) {
-        if (value.is_string()) labels.emplace_back(key, value.get<std::string>());
-      }
-      Family& family = families[name];
-      if (family.type.empty()) {
-        family.type = type;
-        family.help = m.value("help", "");
-      }
-      family.samples.emplace_back(std::move(labels), m["value"].get<double>());
-    }
-  }
-  for (const auto& [name, family] : families) {
-    text.Family(name, family.type, family.help);
-    for (const auto& [labels, value] : family.samples) text.Sample(name, labels, value);
-  }
-}
-
-// The values under `prefix`, parsed, by the rest of their keys; unparsable ones are left out.
-nlohmann::json ParsedByKey(const std::map<std::string, std::string>& values,
-                           const std::string& prefix) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [key, value] : values) {
-    nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_discarded()) out[key.substr(prefix.size())] = std::move(parsed);
-  }
-  return out;
-}
 
 }  // namespace
 
