@@ -23,25 +23,25 @@ void FillIds(proto::BorrowerRequest::Builder r, const std::vector<ObjectId>& ids
   r.setBorrower(borrower);
 }
 
+// Runs `fn` on each id of `request` that parses.
+template <typename Fn>
+void ForEachId(proto::BorrowerRequest::Reader request, Fn fn) {
+  for (auto hex : request.getObjectIds()) {
+    if (auto id = ObjectId::FromHex(hex.cStr()); id.ok()) fn(*id);
+  }
+}
+
 }  // namespace
 
 void Borrowing::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Handle<proto::Method::ADD_BORROWER>([this](const auto& call) {
-    auto req = call.params();
-    const std::string borrower = req.getBorrower();
-    for (auto hex : req.getObjectIds()) {
-      auto id = ObjectId::FromHex(hex.cStr());
-      if (id.ok()) refs_.AddBorrower(*id, borrower);
-    }
+    const std::string borrower = call.params().getBorrower();
+    ForEachId(call.params(), [&](const ObjectId& id) { refs_.AddBorrower(id, borrower); });
     call.Reply();
   });
   dispatcher.Handle<proto::Method::REMOVE_BORROWER>([this](const auto& call) {
-    auto req = call.params();
-    const std::string borrower = req.getBorrower();
-    for (auto hex : req.getObjectIds()) {
-      auto id = ObjectId::FromHex(hex.cStr());
-      if (id.ok()) refs_.RemoveBorrower(*id, borrower);
-    }
+    const std::string borrower = call.params().getBorrower();
+    ForEachId(call.params(), [&](const ObjectId& id) { refs_.RemoveBorrower(id, borrower); });
     call.Reply();
   });
 }

@@ -96,6 +96,25 @@ ReplyFn ReadReply(Done done) {
   };
 }
 
+// The typed calls, Call<M>, of a class with the untyped Call(method, fill, timeout, cb)
+// (Connection, RpcClient): M's request and reply types come from its MethodSpec.
+template <typename Self>
+class TypedCalls {
+ public:
+  template <proto::Method M, typename Fill, typename Done>
+    requires std::invocable<Fill&, typename RequestOf<M>::Builder>
+  void Call(Fill&& fill, Millis timeout, Done done) {
+    self().Call(M, FillRequest<M>(fill), timeout, ReadReply<M>(std::move(done)));
+  }
+  template <proto::Method M, typename Done>
+  void Call(Millis timeout, Done done) {
+    self().Call(M, nullptr, timeout, ReadReply<M>(std::move(done)));
+  }
+
+ private:
+  Self& self() { return static_cast<Self&>(*this); }
+};
+
 }  // namespace internal
 
 // A request received from a peer. Handlers reply exactly once, now or later (keeping the
@@ -174,7 +193,8 @@ void Dispatcher::Handle(H handler) {
 
 // One connected, authenticated stream. Created by RpcServer or RpcClient; it keeps itself
 // alive while its socket is open, so owners may hold it by shared_ptr or weak_ptr.
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection : public std::enable_shared_from_this<Connection>,
+                   public internal::TypedCalls<Connection> {
  public:
   enum class Side { kAccepting, kConnecting };
   using ReadyFn = std::function<void(Connection&)>;
@@ -196,15 +216,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
   // Typed: `fill` takes M's request builder; `done` takes (status, M's reply reader) or
   // (status). The overload without `fill` sends an empty request.
-  template <proto::Method M, typename Fill, typename Done>
-    requires std::invocable<Fill&, typename RequestOf<M>::Builder>
-  void Call(Fill&& fill, Millis timeout, Done done) {
-    Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
-  }
-  template <proto::Method M, typename Done>
-  void Call(Millis timeout, Done done) {
-    Call(M, nullptr, timeout, internal::ReadReply<M>(std::move(done)));
-  }
+  using internal::TypedCalls<Connection>::Call;
   // Sends a request built by BuildRequest (its id and timeout are set here).
   void Send(std::unique_ptr<capnp::MallocMessageBuilder> request, Millis timeout, ReplyFn cb);
 
@@ -317,7 +329,7 @@ struct ReconnectBackoff {
 // Keeps one connection to `address`, reconnecting with exponential backoff (with jitter) for
 // as long as it lives. A refused token (PermissionDenied) stops reconnecting: retrying can't
 // help. Calls made while disconnected wait for the next connection until their deadline.
-class RpcClient {
+class RpcClient : public internal::TypedCalls<RpcClient> {
  public:
   using Backoff = ReconnectBackoff;
   // `loop` (and `dispatcher`, which may be null) must outlive the client.
@@ -330,16 +342,7 @@ class RpcClient {
   void Connect();
 
   void Call(proto::Method method, const FillFn& fill, Millis timeout, ReplyFn cb);
-  // Typed, as Connection::Call<M>.
-  template <proto::Method M, typename Fill, typename Done>
-    requires std::invocable<Fill&, typename RequestOf<M>::Builder>
-  void Call(Fill&& fill, Millis timeout, Done done) {
-    Call(M, internal::FillRequest<M>(fill), timeout, internal::ReadReply<M>(std::move(done)));
-  }
-  template <proto::Method M, typename Done>
-  void Call(Millis timeout, Done done) {
-    Call(M, nullptr, timeout, internal::ReadReply<M>(std::move(done)));
-  }
+  using internal::TypedCalls<RpcClient>::Call;  // typed, as Connection::Call<M>
 
   bool connected() const { return conn_ && conn_->ready(); }
   const Status& last_error() const { return last_error_; }
