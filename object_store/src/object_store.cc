@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/base/logging.h"
 #include "rayd/object_store/allocator.h"
 #include "spill.h"
@@ -158,13 +159,13 @@ struct ObjectStore::Impl {
   uint64_t total_evicted_ = 0;
   uint64_t total_spilled_ = 0;
   uint64_t total_restored_ = 0;
-  // Posted I/O completions check this: they may run after the store is gone. Loop thread only.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Posted I/O completions may run after the store is gone. Loop thread only.
+  LifetimeGuard guard_;
   std::unique_ptr<IoThread> io_;
 };
 
 ObjectStore::Impl::~Impl() {
-  *alive_ = false;
+  guard_.Invalidate();
   io_.reset();  // joins; queued file removals still run
   for (const auto& path : spill_files_) RemoveSpillFile(path);
 }
@@ -558,17 +559,16 @@ void ObjectStore::Impl::StartSpill(Entry& e) {
   std::string path = (std::filesystem::path(options_.spill_dir) / e.id.Hex()).string();
   spill_files_.insert(path);
   // The bytes stay put until OnSpillDone: nothing frees an entry with I/O in flight.
-  io_->Submit([this, alive = alive_, id = e.id, path, dir = options_.spill_dir,
-               data = arena_.base() + e.offset, size = e.size] {
+  auto done = guard_([this, id = e.id, path, size = e.size](const Status& s, int64_t ms) {
+    if (s.ok()) spdlog::info("spilled {} ({}) to {} in {} ms", Obj(id), FormatBytes(size), path, ms);
+    OnSpillDone(id, path, s);
+  });
+  io_->Submit([this, done, path, dir = options_.spill_dir, data = arena_.base() + e.offset,
+               size = e.size] {
     const auto start = Clock::now();
     Status s = WriteSpillFile(dir, path, data, size);
     const auto ms = std::chrono::duration_cast<Millis>(Clock::now() - start).count();
-    loop_.Post([this, alive, id, path, s, ms, size] {
-      if (!*alive) return;
-      if (s.ok())
-        spdlog::info("spilled {} ({}) to {} in {} ms", Obj(id), FormatBytes(size), path, ms);
-      OnSpillDone(id, path, s);
-    });
+    loop_.Post([done, s, ms] { done(s, static_cast<int64_t>(ms)); });
   });
 }
 
@@ -604,18 +604,18 @@ void ObjectStore::Impl::OnSpillDone(const ObjectId& id, const std::string& path,
 
 void ObjectStore::Impl::StartRead(Entry& e) {
   e.io = Io::kReading;
-  io_->Submit([this, alive = alive_, id = e.id, path = e.spill_path, out = arena_.base() + e.offset,
-               size = e.size] {
+  auto done = guard_([this, id = e.id, path = e.spill_path, size = e.size](const Status& s,
+                                                                            int64_t ms) {
+    if (s.ok()) {
+      spdlog::info("restored {} ({}) from {} in {} ms", Obj(id), FormatBytes(size), path, ms);
+    }
+    OnReadDone(id, s);
+  });
+  io_->Submit([this, done, path = e.spill_path, out = arena_.base() + e.offset, size = e.size] {
     const auto start = Clock::now();
     Status s = ReadSpillFile(path, out, size);
     const auto ms = std::chrono::duration_cast<Millis>(Clock::now() - start).count();
-    loop_.Post([this, alive, id, path, s, ms, size] {
-      if (!*alive) return;
-      if (s.ok()) {
-        spdlog::info("restored {} ({}) from {} in {} ms", Obj(id), FormatBytes(size), path, ms);
-      }
-      OnReadDone(id, s);
-    });
+    loop_.Post([done, s, ms] { done(s, static_cast<int64_t>(ms)); });
   });
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rayd/base/lifetime_guard.h"
 #include "rayd/object_store/transfer.h"
 #include "transfer_wire.h"
 
@@ -69,7 +70,7 @@ struct ClientCore {
   std::string token;
   TransferOptions options;
   uint64_t chunk_size;
-  std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // shared with `give` callbacks
+  LifetimeGuard guard;  // for allocation callbacks that answer after the client is gone
   bool destroying = false;
   uint64_t next_fetch_id = 1;
   std::unordered_map<uint64_t, std::unique_ptr<FetchState>> fetches;
@@ -322,7 +323,7 @@ ClientCore::ClientCore(EventLoop& l, std::string t, TransferOptions o)
 }
 
 ClientCore::~ClientCore() {
-  *alive = false;
+  guard.Invalidate();
   destroying = true;
   for (auto& [address, conn] : peers) conn->Close();
   peers.clear();
@@ -395,10 +396,9 @@ void ClientCore::OnStat(uint64_t fetch_id, const Reply& reply) {
   f->size = reply.value;
   f->last_progress = Clock::now();
   auto allocate = std::move(f->allocate);
-  std::shared_ptr<bool> alive_flag = alive;
-  allocate(f->size, [this, alive_flag, fetch_id](Result<uint8_t*> dest) {
-    if (*alive_flag) OnAllocated(fetch_id, std::move(dest));
-  });
+  allocate(f->size, guard([this, fetch_id](Result<uint8_t*> dest) {
+    OnAllocated(fetch_id, std::move(dest));
+  }));
 }
 
 void ClientCore::OnAllocated(uint64_t fetch_id, Result<uint8_t*> dest) {
