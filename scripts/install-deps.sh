@@ -20,6 +20,9 @@ packages=(
   # Python command trainables: the example DDP script and its tests (tests/e2e/command_test.cc)
   # run on Debian's /usr/bin/python3 with PyTorch.
   python3-torch
+  # promtool checks that the head's and the nodes' /metrics are what Prometheus expects
+  # (tests/e2e/metrics_test.cc).
+  prometheus
 )
 # Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
 # them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would

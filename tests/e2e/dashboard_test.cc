@@ -46,6 +46,20 @@ double Sample(const std::string& text, const std::string& series) {
   return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
+// What `promtool check metrics` (Prometheus' own linter, Debian's prometheus package) says
+// of `text`: "" when it is clean.
+std::string PromtoolProblems(const std::string& text) {
+  rayd::testing::TempDir dir;
+  const std::string file = dir.path() + "/metrics.prom";
+  std::ofstream(file) << text;
+  std::string out;
+  const int rc = RunCommand({"/bin/sh", "-c", "command -v promtool >/dev/null || exit 127; "
+                                              "promtool check metrics < " + file},
+                            &out);
+  if (rc == 127) return "promtool is not installed (scripts/install-deps.sh installs prometheus)";
+  return rc == 0 && out.empty() ? "" : "exit " + std::to_string(rc) + ": " + out;
+}
+
 }  // namespace
 
 TEST_CASE("the dashboard shows the cluster's nodes and a running sweep's curves, and head and "
@@ -139,7 +153,7 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
   REQUIRE(head_metrics.status == 200);
   CHECK(head_metrics.headers.find("text/plain; version=0.0.4") != std::string::npos);
   CHECK(Sample(head_metrics.body, "rayd_cluster_nodes{state=\"ALIVE\"}") == 2);
-  CHECK(Sample(head_metrics.body, "rayd_cluster_resource_total{resource=\"CPU\"}") == 4);
+  CHECK(Sample(head_metrics.body, "rayd_cluster_resource_capacity{resource=\"CPU\"}") == 4);
   CHECK(Sample(head_metrics.body, "rayd_tune_sweep_running{sweep=\"watched\"}") == 1);
   CHECK(Sample(head_metrics.body, "rayd_tune_results_total{sweep=\"watched\"}") >= 2);
   CHECK(Sample(head_metrics.body, "rayd_jobs{state=\"RUNNING\"}") >= 1);
@@ -154,7 +168,7 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
   const HttpReply node_metrics = Get(node_metrics_port, "/metrics", Bearer(token));
   REQUIRE(node_metrics.status == 200);
   CHECK(Sample(node_metrics.body,
-               "rayd_node_resource_total{node_id=\"" + node_id + "\",resource=\"CPU\"}") == 2);
+               "rayd_node_resource_capacity{node_id=\"" + node_id + "\",resource=\"CPU\"}") == 2);
   CHECK(Sample(node_metrics.body,
                "rayd_object_store_capacity_bytes{node_id=\"" + node_id + "\"}") > 0);
   // The two trials' rank actors hold a lease each, on one node or the other.
@@ -166,7 +180,6 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
       Sample(head_node_metrics.body, "rayd_node_leases_granted_total{node_id=\"" + head_id +
                                          "\",kind=\"actor\"}");
   CHECK(actor_leases >= 2);
-
   // The page in a real browser, while the sweep runs: both nodes, and curves that grow.
   const std::string artifacts = std::string(RAYD_ARTIFACT_DIR);
   std::filesystem::create_directories(artifacts);
@@ -179,6 +192,29 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
   INFO("check.mjs said:\n" << browser);
   CHECK(rc == 0);
   CHECK(std::filesystem::exists(artifacts + "/dashboard.png"));
+
+  // Every worker reports the tasks and actor calls it ran, by function (the trials' rank
+  // actors were created and called): within a report period, on one node or the other.
+  std::string worker_metrics;
+  const bool per_function = WaitFor(
+      [&] {
+        worker_metrics = Get(node_metrics_port, "/metrics", Bearer(token)).body +
+                         Get(head_metrics_port, "/metrics", Bearer(token)).body;
+        return worker_metrics.find("rayd_tasks_total{") != std::string::npos &&
+               worker_metrics.find("rayd_task_duration_seconds_bucket{") != std::string::npos;
+      },
+      10s);
+  INFO("the nodes' /metrics:\n" << worker_metrics);
+  CHECK(per_function);
+  // Prometheus' linter finds the head's and both nodes' /metrics clean.
+  for (const auto& [who, text] :
+       {std::pair{"head", Get(port, "/metrics", Bearer(token)).body},
+        std::pair{"node", Get(node_metrics_port, "/metrics", Bearer(token)).body},
+        std::pair{"head node", Get(head_metrics_port, "/metrics", Bearer(token)).body}}) {
+    INFO(who << "'s /metrics:\n" << text);
+    CHECK(PromtoolProblems(text) == "");
+  }
+
 
   // Finished sweeps stay listed, as FINISHED.
   REQUIRE(tune.WaitExit(240s));

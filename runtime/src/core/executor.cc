@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "rayd/api/metric.h"
 #include "rayd/internal/function_registry.h"
 #include "rayd/internal/type_names.h"
 
@@ -57,6 +58,25 @@ Executor::~Executor() {
   task_pool_.reset();
 }
 
+namespace {
+
+// Every task and actor call a worker runs, by function: reported with the process's
+// application metrics, so each node's /metrics serves them summed over its workers (Ray's
+// per-function task metrics).
+void RecordTask(const std::string& function, bool ok, Clock::duration took) {
+  static Counter tasks("rayd_tasks_total",
+                       "Tasks and actor calls run by this node's workers, by function and "
+                       "outcome (ok, or error: it raised or could not run).",
+                       "tasks", {"function", "outcome"});
+  static Histogram seconds("rayd_task_duration_seconds",
+                           "How long tasks and actor calls ran, by function.", "seconds",
+                           {0.001, 0.01, 0.1, 1, 10, 100, 1000}, {"function"});
+  tasks.Inc(1, {{"function", function}, {"outcome", ok ? "ok" : "error"}});
+  seconds.Observe(std::chrono::duration<double>(took).count(), {{"function", function}});
+}
+
+}  // namespace
+
 void Executor::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Handle<proto::Method::PUSH_TASK>([this](const auto& call) { HandlePushTask(call); });
 }
@@ -73,10 +93,12 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
     bool exit_actor = false;
     // After rayd::ExitActor the actor is gone for its callers at once, even before the GCS has
     // its worker killed: calls queued behind (or arriving meanwhile) fail without running.
+    const auto started = Clock::now();
     ObjectValue value =
         actor_exited_ && spec->kind == TaskSpec::Kind::ACTOR_TASK
             ? ErrorValue(ErrorKind::kActorDied, "the actor exited (rayd::ExitActor)")
             : Execute(*spec, &exit_actor);
+    RecordTask(spec->function_name, value.error == ErrorKind::kNone, Clock::now() - started);
     if (exit_actor) actor_exited_ = true;
     internal::SetInActorCall(false);
     t_in_normal_task = false;

@@ -264,10 +264,10 @@ class Dashboard::Impl {
     }
     text.Family("rayd_cluster_nodes", "gauge", "Nodes known to the head, by state.");
     for (const auto& [state, count] : nodes) text.Sample("rayd_cluster_nodes", {{"state", state}}, count);
-    text.Family("rayd_cluster_resource_total", "gauge",
+    text.Family("rayd_cluster_resource_capacity", "gauge",
                 "Resources of the alive nodes (memory in bytes).");
     for (const auto& [name, amount] : total) {
-      text.Sample("rayd_cluster_resource_total", {{"resource", name}}, amount);
+      text.Sample("rayd_cluster_resource_capacity", {{"resource", name}}, amount);
     }
     text.Family("rayd_cluster_resource_available", "gauge",
                 "Resources of the alive nodes that are free, as their last heartbeats said.");

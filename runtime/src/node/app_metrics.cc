@@ -1,6 +1,7 @@
 #include "node/app_metrics.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "rayd/protocol/core.capnp.h"
 
@@ -26,10 +27,11 @@ std::string OneLine(std::string text) {
   return text;
 }
 
+// The shortest form that reads back as the same double ("0.1", not "0.10000000000000001").
 std::string FormatBound(double bound) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", bound);
-  return buf;
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), bound);
+  return std::string(buf, end);
 }
 
 }  // namespace

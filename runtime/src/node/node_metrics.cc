@@ -22,9 +22,9 @@ std::string NodeDaemon::MetricsText() const {
   prometheus::Text text;
   const std::string node = node_id_.Hex();
 
-  text.Family("rayd_node_resource_total", "gauge", "The node's resources (memory in bytes).");
+  text.Family("rayd_node_resource_capacity", "gauge", "The node's resources (memory in bytes).");
   for (const auto& [name, amount] : config_.total) {
-    text.Sample("rayd_node_resource_total", {{"node_id", node}, {"resource", name}},
+    text.Sample("rayd_node_resource_capacity", {{"node_id", node}, {"resource", name}},
                 amount.ToDouble());
   }
   text.Family("rayd_node_resource_available", "gauge",
