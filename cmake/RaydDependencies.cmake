@@ -24,3 +24,7 @@ if(NOT RAYD_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "rayd: CUDA support ${RAYD_HAVE_CUDA}")
+
+# Protocol Buffers (Debian's libprotobuf-dev + protobuf-compiler): TensorBoard's event files,
+# written by the Tuner for each trial (tune/proto/).
+find_package(Protobuf REQUIRED)

@@ -23,6 +23,8 @@ packages=(
   # promtool checks that the head's and the nodes' /metrics are what Prometheus expects
   # (tests/e2e/metrics_test.cc).
   prometheus
+  # TensorBoard event files per trial (tune/proto/).
+  libprotobuf-dev protobuf-compiler
 )
 # Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
 # them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would

@@ -93,6 +93,15 @@ run:
     CHECK(results.front()["config"] == trial["config"]);
     CHECK(Contains(ReadFile(dir + "/progress.csv"), "training_iteration"));
     CHECK(fs::exists(dir + "/" + results.back()["checkpoint_dir_name"].get<std::string>()));
+    // TensorBoard's event file, as Ray Tune writes one (its format: tests/unit/tune).
+    int event_files = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with("events.out.tfevents.") && fs::file_size(entry.path()) > 0) {
+        ++event_files;
+      }
+    }
+    CHECK(event_files == 1);
     first_rung.push_back(results.front()["loss"].get<double>());
     int iterations = results.back()["training_iteration"].get<int>();
     if (iterations < 4) ++stopped_early;

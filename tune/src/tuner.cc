@@ -19,6 +19,7 @@
 #include "replay_runner.h"
 #include "stop_signal.h"
 #include "trial.h"
+#include "tensorboard_sink.h"
 #include "trial_files_sink.h"
 #include "searcher.h"
 #include "trial_runner.h"
@@ -160,6 +161,7 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
   // files only: it has no cluster to publish to, and is over before a table would print.
   std::vector<std::unique_ptr<internal::ResultSink>> sinks;
   sinks.push_back(std::make_unique<internal::TrialFilesSink>(dir));
+  sinks.push_back(std::make_unique<internal::TensorBoardSink>(dir));
   if (!simulated) {
     Result<internal::TrialTracking> tracking =
         internal::TrialTracking::Open(run, scheduler->name(), dir);
