@@ -12,12 +12,13 @@ report() {  # file:line, include, rule
   violations=$((violations + 1))
 }
 
-# includes FILE... : prints "file:line<TAB>path" for every #include "..." in the files.
+# includes DIR... : prints "file:line<TAB>path" for every #include "..." in the sources
+# (*.h, *.cc) under the directories that exist.
 includes() {
-  grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$@" 2>/dev/null |
+  find "$@" -type f \( -name '*.h' -o -name '*.cc' \) -print0 2>/dev/null | sort -z |
+    xargs -0 -r grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' |
     sed -E 's/^([^:]+:[0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1\t\2/' || true
 }
-sources_in() { find "$@" -type f \( -name '*.h' -o -name '*.cc' \) 2>/dev/null | sort; }
 
 # 1. Runtime roles: runtime/src/<role>/ may include runtime/src/<dep>/ only for these deps.
 declare -A may_use=(
@@ -37,7 +38,7 @@ for role in $roles; do
     [[ " $roles " == *" $target "* ]] || continue
     [[ " ${may_use[$role]} " == *" $target "* ]] ||
       report "$where" "\"$path\"" "runtime role '$role' may include only: ${may_use[$role]}"
-  done < <(includes $(sources_in "runtime/src/$role"))
+  done < <(includes "runtime/src/$role")
 done
 for dir in runtime/src/*/; do
   role=$(basename "$dir")
@@ -50,8 +51,8 @@ while IFS=$'\t' read -r where path; do
   [ -n "$where" ] || continue
   [[ "$path" == rayd/* ]] ||
     report "$where" "\"$path\"" "a public header includes only public headers (rayd/...)"
-done < <(includes $(sources_in base/include scheduler/include object_store/include \
-  runtime/include train/include tune/include))
+done < <(includes base/include scheduler/include object_store/include runtime/include \
+  train/include tune/include)
 
 # 3. Libraries above the runtime (and examples) reach it through its public headers only, and
 #    add no runtime/src include directory.
@@ -60,7 +61,7 @@ while IFS=$'\t' read -r where path; do
   first="${path%%/*}"
   [[ " $roles " == *" $first "* ]] &&
     report "$where" "\"$path\"" "outside runtime/, use public headers (runtime/include) only"
-done < <(includes $(sources_in cli train tune examples))
+done < <(includes cli train tune examples)
 while IFS= read -r hit; do
   report "${hit%%:*}" "runtime/src" "outside runtime/ (and tests, benchmarks), no runtime/src include path"
 done < <(grep -Hn 'runtime/src' cli/CMakeLists.txt train/CMakeLists.txt tune/CMakeLists.txt \
@@ -84,7 +85,7 @@ for lib in base scheduler object_store runtime train tune; do
     [[ "$rest" == */* ]] || area="api"  # rayd/api.h
     [[ " ${lib_may_use[$lib]} " == *" $area "* ]] ||
       report "$where" "\"$path\"" "library '$lib' may use only: ${lib_may_use[$lib]}"
-  done < <(includes $(sources_in "$lib"))
+  done < <(includes "$lib")
 done
 
 if [ "$violations" -gt 0 ]; then

@@ -15,7 +15,8 @@ case "${1:-}" in
     (cd .deps/debs && apt-get download libcapnp-dev libcapnp-0.9.2 capnproto libuv1-dev libuv1 \
       libhiredis-dev libhiredis0.14 libyaml-cpp-dev libyaml-cpp0.7 catch2 \
       libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev \
-      libmsgpack-cxx-dev redis-server redis-tools libjemalloc2 liblzf1 libssl-dev)
+      libmsgpack-cxx-dev redis-server redis-tools libjemalloc2 liblzf1 libssl-dev \
+      libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32)
     ls -1 .deps/debs | wc -l
     ;;
   unpack)

@@ -36,6 +36,7 @@ echo '#include "common/cluster_view.h"' >>"$tree/cli/status.cc"
 expect 1 "use public headers" "cli reaching into runtime/src"
 sed -i '2d' "$tree/cli/status.cc"
 
+# shellcheck disable=SC2016  # a CMake line, written as is
 echo 'target_include_directories(rayd PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src)' >"$tree/cli/CMakeLists.txt"
 expect 1 "no runtime/src include path" "cli's include path"
 rm "$tree/cli/CMakeLists.txt"
