@@ -4,14 +4,18 @@
 //
 // How it works
 // - A Connection wraps one connected stream. Either side may send requests; each request has
-//   an id, a method (proto::Method), a deadline, and AnyPointer params; the answer is a
-//   Response with a status code, message and AnyPointer result.
-// - Every connection opens with a handshake: the accepting side sends Hello (protocol version,
-//   nonce); the connecting side answers with Auth (HMAC-SHA256(token, nonce) and its own nonce);
-//   the accepting side checks it and proves the token back in AuthResult. Nothing else is
-//   accepted before that. A wrong token is refused, logged, and the connection closed.
+//   an id, a method (proto::Method), a deadline, and params; the answer is a Response with a
+//   status code, message and result.
+// - Calls and handlers are typed: each method's request and reply are declared once
+//   (rpc_methods.h), and Call<M>, CallAndWait<M>, Dispatcher::Handle<M> and Incoming<M> take
+//   them from there, so a caller or handler that builds or reads another message does not
+//   compile. The untyped Call and Register underneath are this layer's own.
+// - Every connection opens with the handshake every rayd channel shares (handshake.h: protocol
+//   version, role, HMAC proofs of the cluster token both ways). Nothing else is accepted
+//   before it completes; a wrong token is refused, logged, and the connection closed.
 // - Frames are length-checked from the segment table before any allocation; readers apply
-//   traversal and nesting limits. A malformed frame closes that connection only.
+//   traversal and nesting limits. A malformed frame closes that connection only. Frames are
+//   written from their own segments (no flattening copy) whenever the socket takes them at once.
 // - RpcServer accepts connections; RpcClient keeps one connection to an address, reconnecting
 //   with exponential backoff, and queues calls made while disconnected until their deadline.
 //
