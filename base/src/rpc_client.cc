@@ -161,8 +161,11 @@ void RpcClient::Call(proto::Method method, const FillFn& fill, Millis timeout, R
     cb(last_error_, capnp::AnyPointer::Reader());
     return;
   }
-  auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
-  queue_.push_back({BuildRequest(method, fill), deadline, std::move(cb)});
+  const auto now = Clock::now();
+  const auto deadline = timeout.count() > 0 ? now + timeout : Clock::time_point::max();
+  const auto give_up = backoff_.give_up_after.count() > 0 ? now + backoff_.give_up_after
+                                                          : Clock::time_point::max();
+  queue_.push_back({BuildRequest(method, fill), deadline, std::move(cb), give_up});
   if (!queue_timer_.active()) queue_timer_.Start(Millis(20), Millis(20), [this] { ExpireQueue(); });
 }
 
@@ -191,15 +194,22 @@ void RpcClient::ExpireQueue() {
   const auto now = Clock::now();
   std::vector<Queued> expired;
   std::erase_if(queue_, [&](Queued& q) {
-    if (q.deadline > now) return false;
+    if (q.deadline > now && q.give_up > now) return false;
     expired.push_back(std::move(q));
     return true;
   });
   if (queue_.empty()) queue_timer_.Stop();
   for (auto& q : expired) {
-    q.cb(Status::DeadlineExceeded("no connection to " + address_ + " before the deadline (" +
-                                  last_error_.message() + ")"),
-         capnp::AnyPointer::Reader());
+    if (q.deadline <= now) {
+      q.cb(Status::DeadlineExceeded("no connection to " + address_ + " before the deadline (" +
+                                    last_error_.message() + ")"),
+           capnp::AnyPointer::Reader());
+    } else {
+      q.cb(Status::Unavailable("no connection to " + address_ + " for " +
+                               std::to_string(backoff_.give_up_after.count()) + " ms (" +
+                               last_error_.message() + ")"),
+           capnp::AnyPointer::Reader());
+    }
   }
 }
 

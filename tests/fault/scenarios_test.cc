@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -318,6 +319,8 @@ class Probe {
  public:
   static Probe* Create() { return new Probe; }
   int Pid() { return static_cast<int>(getpid()); }
+  // A value this actor's worker puts, and so owns; the caller borrows it.
+  std::vector<rayd::ObjectRef<int>> Keep(int v) { return {rayd::Put(v)}; }
 };
 
 // Holds its worker's lease until the worker is killed.
@@ -327,7 +330,7 @@ int HoldLease() {
 
 }  // namespace
 
-RAYD_REMOTE(Probe::Create, &Probe::Pid);
+RAYD_REMOTE(Probe::Create, &Probe::Pid, &Probe::Keep);
 RAYD_REMOTE(HoldLease);
 
 // FAULT_TEST_DRIVER_MODE=hold: three actors, one detached named actor and a task on the
@@ -354,6 +357,29 @@ int RunChildDriver(const char* mode_name) {
     std::printf(" DETACHED %d\n", *rayd::Get(keeper.Task(&Probe::Pid).Remote(), 60000));
     std::fflush(stdout);
     for (;;) pause();
+  }
+  if (mode == "borrow") {
+    // Borrows a value owned by an actor on a "far" node, then, once $FAULT_GO exists (the
+    // test has cut that node's host off), Gets it: says what happened and after how long.
+    auto owner = rayd::Actor(Probe::Create).SetResources(far).Remote();
+    auto refs = *rayd::Get(owner.Task(&Probe::Keep).Remote(7), 60000);
+    std::printf("BORROWED %d\n", *rayd::Get(owner.Task(&Probe::Pid).Remote(), 60000));
+    std::fflush(stdout);
+    const std::string go = std::getenv("FAULT_GO");
+    while (!std::filesystem::exists(go)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto start = std::chrono::steady_clock::now();
+    auto seconds = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    try {
+      std::printf("VALUE %d\n", *rayd::Get(refs.at(0), 120000));
+    } catch (const rayd::OwnerDiedError& e) {
+      std::printf("OWNERDIED %.2f %s\n", seconds(), e.what());
+    } catch (const rayd::RaydError& e) {
+      std::printf("OTHER %.2f %s\n", seconds(), e.what());
+    }
+    std::fflush(stdout);
+    std::_Exit(0);  // the owner's host is cut off: no clean goodbye to wait for
   }
   if (mode == "call") {
     auto keeper = rayd::GetActor<Probe>("keeper", "fault");
@@ -620,6 +646,39 @@ TEST_CASE("SIGKILL of a driver on another host: its actors and leases end there 
   std::printf("FAULT driver-sigkill: actors and leases released %.2f s after the kill; the "
               "detached actor answers\n",
               cleaned);
+}
+
+TEST_CASE("a borrower whose object's owner is cut off gets OwnerDiedError instead of waiting "
+          "for ever",
+          "[fault]") {
+  REQUIRE_TESTBED();
+  // Hosts: 0 head; 1 the borrowing driver's node; 2 the owner's (an actor with "far").
+  MultiHostCluster cluster(3);
+  cluster.StartHead({"--num-cpus", "0"});
+  cluster.StartNode(1, {"--num-cpus", "1"});
+  cluster.StartNode(2, {"--num-cpus", "2", "--resources", R"({"far":2})"});
+  TempDir signals;
+  auto env = cluster.Env(1);
+  env["FAULT_TEST_DRIVER_MODE"] = "borrow";
+  env["FAULT_ADDRESS"] = cluster.head_address();
+  env["FAULT_GO"] = signals.path() + "/go";
+  ChildProcess driver(cluster.bed().In(1, {SelfExe()}), env);
+  REQUIRE(WaitFor([&] { return driver.output().find("BORROWED") != std::string::npos; }, kSettle));
+
+  cluster.bed().SetLink(2, false);  // the owner's host drops off the network, silently
+  std::ofstream(signals.path() + "/go") << "go\n";
+  const bool answered = driver.WaitExit(90s);
+  cluster.bed().SetLink(2, true);
+  INFO(driver.output());
+  REQUIRE(answered);
+  const size_t at = driver.output().find("OWNERDIED ");
+  REQUIRE(at != std::string::npos);
+  const double seconds = std::stod(driver.output().substr(at + std::strlen("OWNERDIED ")));
+  // The kernel notices the silent peer (rayd::rpc::kDeadPeerTimeoutMs, 6 s), or the peer
+  // client gives up waiting for a connection (kPeerGiveUpAfter, 30 s).
+  CHECK(seconds < 35);
+  std::printf("FAULT owner-cut: OwnerDiedError %.1f s after the owner's host was cut off\n",
+              seconds);
 }
 
 // ---- 5. The object store and its spill disk fill up --------------------------------------------

@@ -26,6 +26,8 @@ void ThrowIfError(const ObjectValue& value, const ObjectId& id) {
       throw ActorDiedError(message("the actor died"));
     case ErrorKind::kObjectLost:
       throw ObjectLostError(message("the object was lost"));
+    case ErrorKind::kOwnerDied:
+      throw OwnerDiedError(message("the object's owner died"));
     case ErrorKind::kTimeout:
       throw TimeoutError(message("timed out waiting for the object"));
     case ErrorKind::kInfeasible:

@@ -5,8 +5,9 @@ namespace rayd::core {
 rpc::RpcClient& ClientPool::Get(const std::string& address) {
   auto& client = clients_[address];
   if (!client) {
-    client = std::make_unique<rpc::RpcClient>(loop_, address, options_, nullptr,
-                                              rpc::ReconnectBackoff{Millis(10), Millis(1000)});
+    client = std::make_unique<rpc::RpcClient>(
+        loop_, address, options_, nullptr,
+        rpc::ReconnectBackoff{Millis(10), Millis(1000), kPeerGiveUpAfter});
     client->Connect();
   }
   return *client;

@@ -1,6 +1,10 @@
 #pragma once
 // ClientPool: one RpcClient per peer address (workers, owners, node daemons), created on
-// first use. Loop thread only.
+// first use. A call to a peer no connection can be made to fails (Unavailable) after
+// kPeerGiveUpAfter: a peer may be gone for good (its process exited, its host is cut off),
+// unlike the GCS, which a restarted head brings back. A connection that dies under calls
+// fails them at once (the kernel notices a silent peer within rpc::kDeadPeerTimeoutMs).
+// Loop thread only.
 
 #include <map>
 #include <memory>
@@ -9,6 +13,8 @@
 #include "rayd/base/rpc.h"
 
 namespace rayd::core {
+
+inline constexpr Millis kPeerGiveUpAfter{30000};
 
 class ClientPool {
  public:

@@ -33,14 +33,16 @@ void ObjectManager::Resolve(const ObjectId& id, const std::string& owner_address
           fill, Millis(0),
           [this, id, owner_address, cb = std::move(cb)](const Status& s,
                                                         proto::GetObjectReply::Reader r) {
+            // The owner freed it (NotFound), or the owner is gone: its connection closed, or
+            // no connection could be made before the client gave up (ClientPool).
             ObjectValue value =
-                s.ok()
-                    ? FromProto(r.getValue())
-                    : ErrorValue(ErrorKind::kObjectLost,
-                                 s.code() == StatusCode::kNotFound
-                                     ? s.message()
-                                     : "object " + id.Hex() + " is lost: its owner at " +
-                                           owner_address + " is unreachable (" + s.message() + ")");
+                s.ok() ? FromProto(r.getValue())
+                : s.code() == StatusCode::kNotFound
+                    ? ErrorValue(ErrorKind::kObjectLost, s.message())
+                    : ErrorValue(ErrorKind::kOwnerDied,
+                                 "object " + id.Hex() + " is lost: its owner at " + owner_address +
+                                     " is gone (" + s.message() + ")",
+                                 "OwnerDiedError");
             store_.Put(id, value);
             cb(value);
           });

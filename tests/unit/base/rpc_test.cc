@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "rayd/base/rpc.h"
@@ -311,6 +312,27 @@ TEST_CASE("a queued call expires at its deadline while disconnected", "[rpc][rec
   Status s = CallAndWait(loop, client, proto::Method::PING, nullptr, 200ms);
   CHECK(s.code() == StatusCode::kDeadlineExceeded);
   CHECK(s.message().find("no connection") != std::string::npos);
+}
+
+TEST_CASE("a client to a peer that may be gone gives up waiting for a connection", "[rpc][reconnect]") {
+  EventLoop loop;
+  ReconnectBackoff backoff;
+  backoff.initial = 10ms;
+  backoff.give_up_after = 300ms;
+  RpcClient client(loop, "127.0.0.1:" + std::to_string(testing::FreeTcpPort()),
+                   Options{kToken, "test"}, nullptr, backoff);
+  client.Connect();
+  // No deadline of its own: it would wait for ever; it fails Unavailable, naming the peer.
+  std::optional<Status> result;
+  const auto start = Clock::now();
+  client.Call<proto::Method::PING>(0ms, [&](const Status& s) { result = s; });
+  REQUIRE(loop.RunUntil([&] { return result.has_value(); }, 5000ms));
+  CHECK(result->code() == StatusCode::kUnavailable);
+  CHECK(result->message().find("no connection to 127.0.0.1:") != std::string::npos);
+  CHECK(Clock::now() - start >= 300ms);
+  // A call's own, shorter deadline still answers first, as DeadlineExceeded.
+  Status s = CallAndWait(loop, client, proto::Method::PING, nullptr, 50ms);
+  CHECK(s.code() == StatusCode::kDeadlineExceeded);
 }
 
 TEST_CASE("both sides of a connection can call each other", "[rpc]") {

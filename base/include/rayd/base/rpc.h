@@ -328,6 +328,9 @@ void TuneTcpSocket(int fd);
 struct ReconnectBackoff {
   Millis initial{100};
   Millis max{5000};
+  // A call made while disconnected fails (Unavailable) once it has waited this long for a
+  // connection, whatever its own deadline: for peers that may be gone for good (0: never).
+  Millis give_up_after{0};
 };
 
 // Keeps one connection to `address`, reconnecting with exponential backoff (with jitter) for
@@ -356,8 +359,9 @@ class RpcClient : public internal::TypedCalls<RpcClient> {
  private:
   struct Queued {
     std::unique_ptr<capnp::MallocMessageBuilder> request;
-    Clock::time_point deadline;
+    Clock::time_point deadline;  // the call's own
     ReplyFn cb;
+    Clock::time_point give_up;   // waiting for a connection ends here (Backoff::give_up_after)
   };
   void StartAttempt();
   void OnAttemptFailed(const Status& why);

@@ -52,6 +52,14 @@ class ObjectLostError : public RaydError {
   using RaydError::RaydError;
 };
 
+// A Get of a borrowed object whose owner, the process that created it, is gone (it exited, or
+// its host cannot be reached), so nobody can say what it held (Ray's OwnerDiedError). An
+// ObjectLostError, as in Ray.
+class OwnerDiedError : public ObjectLostError {
+ public:
+  using ObjectLostError::ObjectLostError;
+};
+
 // A Put (or a large task result) that the node's object store cannot hold: larger than the
 // whole store, or no room freed in time by eviction and spilling.
 class ObjectStoreFullError : public RaydError {

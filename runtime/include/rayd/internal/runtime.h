@@ -77,6 +77,7 @@ enum class ErrorKind {
   kInfeasible,   // InfeasibleError
   kSystem,       // anything else the runtime could not do (function not found, ...): RaydError
   kObjectStoreFull,  // no room in the node's store, nor on its spill disk: ObjectStoreFullError
+  kOwnerDied,  // a borrowed object whose owner (process or host) is gone: OwnerDiedError
 };
 
 // A node holding a copy of an object in its shared-memory store.
