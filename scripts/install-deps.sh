@@ -25,6 +25,8 @@ packages=(
   prometheus
   # TensorBoard event files per trial (tune/proto/).
   libprotobuf-dev protobuf-compiler
+  # A real Slurm for deploy/slurm/rayd.sbatch's test (tests/deploy/slurm_test.sh).
+  slurm-wlm munge
 )
 # Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
 # them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would

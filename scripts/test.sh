@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every test
-# (labels: unit, integration, e2e, fault), then the fuzz targets for $RAYD_FUZZ_SECONDS (default
+# (labels: unit, integration, e2e, fault, deploy), then the fuzz targets for $RAYD_FUZZ_SECONDS (default
 # 30) each (scripts/fuzz.sh; 0 skips them). Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
