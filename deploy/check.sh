@@ -249,11 +249,19 @@ done
 # shellcheck disable=SC2016 # the fake's own script, expanded when it runs
 printf '#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[01-03]" ] || exit 1\nprintf "gpu01\\ngpu02\\ngpu03\\n"\n' >"$tmp/bin/scontrol"
 chmod +x "$tmp"/bin/* "$tmp"/bin-noscontrol/*
+# The system's tools without a real scontrol (a machine with Slurm installed has one in
+# /usr/bin), for the runs that must find none.
+mkdir "$tmp/system-noscontrol"
+for tool in /usr/bin/* /bin/*; do
+  name="$(basename "$tool")"
+  [ "$name" = scontrol ] || ln -sf "$tool" "$tmp/system-noscontrol/$name"
+done
 
 dry() {  # PATH-DIR NODELIST ARGS...
-  local bin="$1" nodelist="$2"
+  local bin="$1" nodelist="$2" system="/usr/bin:/bin"
   shift 2
-  env -i PATH="$bin:/usr/bin:/bin" HOME="$tmp" SLURM_JOB_ID=77 SLURM_JOB_NODELIST="$nodelist" \
+  [ "$bin" = "$tmp/bin-noscontrol" ] && system="$tmp/system-noscontrol"
+  env -i PATH="$bin:$system" HOME="$tmp" SLURM_JOB_ID=77 SLURM_JOB_NODELIST="$nodelist" \
     SLURM_CPUS_ON_NODE=8 RAYD_SLURM_DRY_RUN="${RAYD_SLURM_DRY_RUN:-0}" RAYD_HEAD_IP=10.1.2.3 RAYD_TOKEN=sekrit-token-value \
     bash "$sbatch" "$@"
 }
