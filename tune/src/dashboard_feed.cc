@@ -124,9 +124,16 @@ void DashboardFeed::Publish(const std::vector<Trial>& trials, bool finished) {
 void DashboardFeed::PublishLogs(const std::vector<Trial>& trials) {
   namespace fs = std::filesystem;
   for (const Trial& t : trials) {
+    // A trial not running now is published once more after it ends (even if no publication
+    // saw it run: a short trial may start and end between two), then left alone until it runs
+    // again.
+    const bool running = t.status == TrialStatus::kRunning;
+    if (running) {
+      logs_final_.erase(t.id);
+    } else if (logs_final_.contains(t.id)) {
+      continue;
+    }
     auto seen = log_bytes_.find(t.id);
-    // A trial not running now is published once more after it ends, then left alone.
-    if (t.status != TrialStatus::kRunning && seen == log_bytes_.end()) continue;
     std::error_code ec;
     std::map<std::string, fs::path> logs;
     for (const auto& entry : fs::directory_iterator(fs::path(experiment_dir_) / t.dir_name, ec)) {
@@ -135,8 +142,19 @@ void DashboardFeed::PublishLogs(const std::vector<Trial>& trials) {
     }
     uintmax_t bytes = 0;
     for (const auto& [file, path] : logs) bytes += fs::file_size(path, ec);
-    if (logs.empty() || (seen != log_bytes_.end() && seen->second == bytes)) {
-      if (t.status != TrialStatus::kRunning) log_bytes_.erase(t.id);
+    if (logs.empty()) {
+      // None yet. An ended trial will have none (a C++ trial writes no rank logs): it is not
+      // looked at again; a pending one is, until it runs.
+      if (t.status == TrialStatus::kTerminated || t.status == TrialStatus::kError) {
+        logs_final_.insert(t.id);
+      }
+      continue;
+    }
+    if (seen != log_bytes_.end() && seen->second == bytes) {
+      if (!running) {
+        log_bytes_.erase(t.id);
+        logs_final_.insert(t.id);
+      }
       continue;
     }
     nlohmann::json tails = nlohmann::json::object();
@@ -155,6 +173,7 @@ void DashboardFeed::PublishLogs(const std::vector<Trial>& trials) {
       log_bytes_[t.id] = bytes;
     } else {
       log_bytes_.erase(t.id);
+      logs_final_.insert(t.id);
     }
   }
 }

@@ -49,6 +49,7 @@ class DashboardFeed : public ResultSink {
 
   std::string name_, metric_, mode_, scheduler_, experiment_dir_;
   std::map<std::string, uintmax_t> log_bytes_;  // by trial id: its rank logs' total size
+  std::set<std::string> logs_final_;  // trials whose logs were published after they ended
   int64_t started_ms_;
   uint64_t results_ = 0;
   std::map<std::string, Curve> curves_;   // by trial id
