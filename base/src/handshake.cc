@@ -1,19 +1,12 @@
 #include "rayd/base/handshake.h"
 
 #include "rayd/base/auth.h"
+#include "rayd/base/capnp_bytes.h"
 
 namespace rayd::rpc {
 namespace {
 
 constexpr size_t kNonceBytes = 32;
-
-std::string ToString(capnp::Data::Reader d) {
-  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
-}
-
-capnp::Data::Reader AsData(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
-}
 
 }  // namespace
 
@@ -59,7 +52,7 @@ Handshake::Step Handshake::OnFrame(proto::Frame::Reader frame) {
     auto auth = message->initRoot<proto::Frame>().initAuth();
     auth.setProtocolVersion(proto::PROTOCOL_VERSION);
     auth.setRole(role_);
-    auth.setProof(AsData(Proof("client", ToString(hello.getNonce()))));
+    auth.setProof(AsData(Proof("client", FromData(hello.getNonce()))));
     auth.setNonce(AsData(our_nonce_));
     return {Status::Ok(), std::move(message)};
   }
@@ -78,14 +71,14 @@ Handshake::Step Handshake::OnFrame(proto::Frame::Reader frame) {
                     std::to_string(proto::PROTOCOL_VERSION) + ")");
     }
     peer_role_ = auth.getRole();
-    if (!ConstantTimeEquals(Proof("client", our_nonce_), ToString(auth.getProof()))) {
+    if (!ConstantTimeEquals(Proof("client", our_nonce_), FromData(auth.getProof()))) {
       return refuse("wrong cluster token");
     }
     if (auth.getNonce().size() != kNonceBytes) return refuse("malformed auth nonce");
     auto message = std::make_unique<capnp::MallocMessageBuilder>();
     auto result = message->initRoot<proto::Frame>().initAuthResult();
     result.setOk(true);
-    result.setProof(AsData(Proof("server", ToString(auth.getNonce()))));
+    result.setProof(AsData(Proof("server", FromData(auth.getNonce()))));
     done_ = true;
     return {Status::Ok(), std::move(message)};
   }
@@ -97,7 +90,7 @@ Handshake::Step Handshake::OnFrame(proto::Frame::Reader frame) {
               nullptr};
     }
     if (our_nonce_.empty() ||
-        !ConstantTimeEquals(Proof("server", our_nonce_), ToString(result.getProof()))) {
+        !ConstantTimeEquals(Proof("server", our_nonce_), FromData(result.getProof()))) {
       return {Status::PermissionDenied(peer_address_ +
                                        " could not prove it holds the cluster token"),
               nullptr};

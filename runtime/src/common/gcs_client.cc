@@ -4,17 +4,10 @@
 
 #include "common/node_info.h"
 #include "common/task_spec.h"
+#include "rayd/base/capnp_bytes.h"
 
 namespace rayd::runtime {
 namespace {
-
-capnp::Data::Reader AsData(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
-}
-
-std::string FromData(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
 
 ActorSummary ActorFromProto(proto::ActorInfo::Reader a) {
   ActorSummary s;

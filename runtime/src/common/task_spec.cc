@@ -4,16 +4,11 @@
 #include <sstream>
 
 #include "common/node_info.h"
+#include "rayd/base/capnp_bytes.h"
 
 namespace rayd::core {
 namespace {
 
-capnp::Data::Reader AsData(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
-}
-std::string FromData(capnp::Data::Reader d) {
-  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
-}
 // Sets an id field to the id's hex digits, written in place (a nil id stays empty). `init`
 // is the field's init function: it sizes the text.
 template <typename Id, typename Init>

@@ -1,15 +1,12 @@
 #include "gcs/gcs_kv_manager.h"
 
+#include "rayd/base/capnp_bytes.h"
 #include "rayd/protocol/gcs.capnp.h"
 
 namespace rayd::gcs {
 namespace {
 
 std::string Table(capnp::Text::Reader ns) { return "kv:" + std::string(ns.cStr()); }
-
-capnp::Data::Reader AsData(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
-}
 
 // Replies with `fill(reply, value)` when `r` is ok, else fails the call.
 template <typename T, proto::Method M, typename Fill>
