@@ -95,3 +95,23 @@ struct TrainArgs {
 int RunTrain(const TrainArgs& args);
 
 }  // namespace rayd::cli
+
+namespace rayd::cli {
+
+// `rayd job submit|status|logs|stop|list`.
+struct JobArgs {
+  std::string action;  // submit, status, logs, stop or list
+  std::string submission_id;
+  std::vector<std::string> command;  // submit: what follows `--`
+  std::string address;
+  std::string token;
+  std::string temp_dir;
+  std::string working_dir;
+  std::string runtime_env_json;
+  bool no_wait = false;
+  bool follow = false;
+  std::string format = "table";
+};
+int RunJob(const JobArgs& args);
+
+}  // namespace rayd::cli

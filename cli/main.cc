@@ -147,6 +147,56 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
   });
 }
 
+void AddJob(CLI::App& app, rayd::cli::JobArgs& a) {
+  auto* job = app.add_subcommand("job", "Run a driver on the cluster and watch it (Ray Jobs)");
+  job->require_subcommand(1);
+  auto common = [&a](CLI::App* cmd) {
+    cmd->add_option("--address", a.address, "HOST:PORT of the head (default: RAYD_ADDRESS or "
+                                            "the head started on this machine)");
+    cmd->add_option("--token", a.token, "Cluster token (default: RAYD_TOKEN or the local head's)");
+    cmd->add_option("--temp-dir", a.temp_dir, "Root of session directories (default /tmp/rayd)");
+  };
+  auto* submit = job->add_subcommand(
+      "submit", "Run `-- CMD ARGS` as a driver on the head, with RAYD_ADDRESS set; follows its "
+                "logs until it ends unless --no-wait");
+  common(submit);
+  submit->add_option("--working-dir", a.working_dir,
+                     "A local directory shipped to the head; the driver runs in its copy");
+  submit->add_option("--runtime-env-json", a.runtime_env_json,
+                     R"(Runtime environment: '{"env_vars": {"K": "V"}, "working_dir": "D"}')");
+  submit->add_option("--submission-id", a.submission_id, "The job's id (default: generated)");
+  submit->add_flag("--no-wait", a.no_wait, "Print the id and return once the driver started");
+  for (const char* name : {"status", "logs", "stop"}) {
+    auto* cmd = job->add_subcommand(name, std::string(name) == "status" ? "Show a job's status"
+                                          : std::string(name) == "logs"
+                                              ? "Print a job's driver output"
+                                              : "Stop a running job (SIGTERM, then SIGKILL)");
+    common(cmd);
+    cmd->add_option("submission_id", a.submission_id, "The job's submission id")->required();
+    if (std::string(name) == "status") cmd->add_option("--format", a.format, "table or json");
+    if (std::string(name) == "logs") {
+      cmd->add_flag("--follow,-f", a.follow, "Keep printing until the job ends");
+    }
+    if (std::string(name) == "stop") {
+      cmd->add_flag("--no-wait", a.no_wait, "Return once the stop was asked for");
+    }
+  }
+  auto* list = job->add_subcommand("list", "List the submitted jobs");
+  common(list);
+  list->add_option("--format", a.format, "table or json");
+  for (auto* cmd : job->get_subcommands({})) {
+    cmd->callback([&a, cmd] {
+      a.action = cmd->get_name();
+      if (a.action == "submit" && a.command.empty()) {
+        std::cerr << "rayd job submit: give the command to run after `--` (rayd job submit "
+                     "--working-dir . -- python3 script.py)\n";
+        std::exit(2);
+      }
+      std::exit(rayd::cli::RunJob(a));
+    });
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,14 +217,22 @@ int main(int argc, char** argv) {
   AddTune(app, tune);
   rayd::cli::TrainArgs train;
   AddTrain(app, train);
-  // `rayd train [options] -- CMD ARGS`: what follows `--` is the command, untouched by CLI11.
-  if (argc > 1 && std::string(argv[1]) == "train") {
+  rayd::cli::JobArgs job;
+  AddJob(app, job);
+  // `rayd train [options] -- CMD ARGS`, `rayd job submit [options] -- CMD ARGS`: what follows
+  // `--` is the command, untouched by CLI11.
+  const bool is_train = argc > 1 && std::string(argv[1]) == "train";
+  const bool is_submit =
+      argc > 2 && std::string(argv[1]) == "job" && std::string(argv[2]) == "submit";
+  if (is_train || is_submit) {
+    std::vector<std::string>& command = is_train ? train.command : job.command;
     for (int i = 2; i < argc; ++i) {
       if (std::string(argv[i]) != "--") continue;
-      train.command.assign(argv + i + 1, argv + argc);
+      command.assign(argv + i + 1, argv + argc);
       argc = i;
-      if (train.command.empty()) {
-        std::cerr << "rayd train: nothing after `--`: give the command to run\n";
+      if (command.empty()) {
+        std::cerr << (is_train ? "rayd train" : "rayd job submit")
+                  << ": nothing after `--`: give the command to run\n";
         return 2;
       }
       break;

@@ -149,3 +149,52 @@ struct ClusterInfo {
   heartbeatPeriodMs @4 :UInt32;
   heartbeatMissedLimit @5 :UInt32;
 }
+
+# Jobs submitted with `rayd job submit`: a driver command the head runs for the user, in a
+# working directory shipped with the request (Ray Jobs' model).
+struct JobSubmission {
+  submissionId @0 :Text;
+  entrypoint @1 :List(Text);     # argv, or one shell command line
+  status @2 :Text;               # PENDING RUNNING SUCCEEDED FAILED STOPPED
+  message @3 :Text;              # why it is in its status, in one line
+  pid @4 :Int32;                 # its driver's process (0 before it started)
+  exitCode @5 :Int32;            # -1: none (killed by a signal, or never ran)
+  startTimeMs @6 :Int64;
+  endTimeMs @7 :Int64;           # 0 while it runs
+  workingDir @8 :Text;           # where it runs on the head
+  logPath @9 :Text;              # its driver's stdout and stderr, on the head
+  runtimeEnvJson @10 :Text;
+  driverStartTicks @11 :UInt64;  # /proc/PID/stat starttime: tells its process from a reused pid
+}
+struct PackedFile {
+  path @0 :Text;                 # relative, '/'-separated, no '..'
+  mode @1 :UInt32;               # permission bits
+  data @2 :Data;
+  isDirectory @3 :Bool;
+}
+struct SubmitJobRequest {
+  submissionId @0 :Text;         # empty: the head names it
+  entrypoint @1 :List(Text);
+  runtimeEnvJson @2 :Text;       # {"env_vars": {...}} (empty: none)
+  files @3 :List(PackedFile);    # the working directory's contents
+}
+struct JobSubmissionRequest {
+  submissionId @0 :Text;
+}
+struct JobSubmissionReply {
+  job @0 :JobSubmission;
+}
+struct ListJobSubmissionsReply {
+  jobs @0 :List(JobSubmission);
+}
+struct ReadJobLogsRequest {
+  submissionId @0 :Text;
+  offset @1 :UInt64;
+  maxBytes @2 :UInt32;
+  fromEnd @3 :Bool;              # the last maxBytes (offset unused)
+}
+struct ReadJobLogsReply {
+  data @0 :Data;
+  nextOffset @1 :UInt64;
+  job @2 :JobSubmission;         # its status when the bytes were read
+}

@@ -57,6 +57,11 @@ enum Method {
   cancelBundles @45;          # node: CancelBundlesRequest -> empty (frees, kills their workers)
   setWorkerBlocked @46;       # node: SetWorkerBlockedRequest -> empty (a task waits in Get)
   reportMetrics @47;          # node: ReportMetricsRequest -> empty (a worker's app metrics)
+  submitJob @48;              # head: SubmitJobRequest -> JobSubmissionReply (`rayd job submit`)
+  getJobSubmission @49;       # head: JobSubmissionRequest -> JobSubmissionReply
+  listJobSubmissions @50;     # head: empty -> ListJobSubmissionsReply
+  stopJobSubmission @51;      # head: JobSubmissionRequest -> JobSubmissionReply
+  readJobLogs @52;            # head: ReadJobLogsRequest -> ReadJobLogsReply
 }
 
 # Server -> client, first frame on a connection.

@@ -75,6 +75,38 @@ nlohmann::json JobJson(const JobSummary& j) {
           {"end_time_ms", j.end_time_ms}};
 }
 
+nlohmann::json JobSubmissionJson(const JobSubmissionInfo& j) {
+  return {{"submission_id", j.submission_id},
+          {"entrypoint", j.entrypoint},
+          {"status", j.status},
+          {"message", j.message},
+          {"pid", j.pid},
+          {"exit_code", j.exit_code},
+          {"start_time_ms", j.start_time_ms},
+          {"end_time_ms", j.end_time_ms},
+          {"working_dir", j.working_dir},
+          {"log_path", j.log_path},
+          {"runtime_env_json", j.runtime_env_json},
+          {"driver_start_ticks", j.driver_start_ticks}};
+}
+
+JobSubmissionInfo JobSubmissionFromJson(const nlohmann::json& j) {
+  JobSubmissionInfo info;
+  info.submission_id = j.value("submission_id", "");
+  info.entrypoint = j.value("entrypoint", std::vector<std::string>{});
+  info.status = j.value("status", "");
+  info.message = j.value("message", "");
+  info.pid = j.value("pid", 0);
+  info.exit_code = j.value("exit_code", -1);
+  info.start_time_ms = j.value("start_time_ms", int64_t{0});
+  info.end_time_ms = j.value("end_time_ms", int64_t{0});
+  info.working_dir = j.value("working_dir", "");
+  info.log_path = j.value("log_path", "");
+  info.runtime_env_json = j.value("runtime_env_json", "");
+  info.driver_start_ticks = j.value("driver_start_ticks", uint64_t{0});
+  return info;
+}
+
 nlohmann::json WorkerJson(const WorkerSummary& w) {
   return {{"worker_id", w.worker_id}, {"node_id", w.node_id},   {"job_id", w.job_id},
           {"pid", w.pid},             {"state", w.state},       {"actor_id", w.actor_id},

@@ -1,6 +1,7 @@
 // rayd::ClusterClient and the one-shot Fetch* reads (rayd/runtime/cluster.h): a ClusterReader
 // on a private event loop, run until each answer arrives.
 
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/cluster_reader.h"
@@ -79,6 +80,55 @@ Result<std::map<std::string, std::string>> ClusterClient::KvPrefix(const std::st
                                                                    const std::string& prefix) {
   return impl_->Wait<std::map<std::string, std::string>>(
       [&](auto& r, auto done) { r.gcs().KvPrefix(ns, prefix, done); });
+}
+
+Result<JobSubmissionInfo> ClusterClient::SubmitJob(const JobSubmitOptions& options) {
+  if (options.entrypoint.empty() || options.entrypoint.front().empty()) {
+    return Status::InvalidArgument("no command to run: give it after `--`");
+  }
+  // The working directory: the flag, else the runtime environment's, as Ray's.
+  std::string working_dir = options.working_dir;
+  if (!options.runtime_env_json.empty()) {
+    const auto env = nlohmann::json::parse(options.runtime_env_json, nullptr, false);
+    if (env.is_discarded() || !env.is_object()) {
+      return Status::InvalidArgument("--runtime-env-json is not a JSON object: " +
+                                     options.runtime_env_json);
+    }
+    if (working_dir.empty() && env.contains("working_dir")) {
+      if (!env["working_dir"].is_string()) {
+        return Status::InvalidArgument("runtime_env working_dir is not a string");
+      }
+      working_dir = env["working_dir"].get<std::string>();
+    }
+  }
+  std::vector<runtime::PackedEntry> files;
+  if (!working_dir.empty()) {
+    RAYD_ASSIGN_OR_RETURN(files, runtime::ReadWorkingDir(working_dir, kMaxWorkingDirBytes));
+  }
+  return impl_->Wait<JobSubmissionInfo>(
+      [&](auto& r, auto done) { r.gcs().SubmitJob(options, files, done); });
+}
+
+Result<JobSubmissionInfo> ClusterClient::GetJobSubmission(const std::string& submission_id) {
+  return impl_->Wait<JobSubmissionInfo>(
+      [&](auto& r, auto done) { r.gcs().GetJobSubmission(submission_id, done); });
+}
+
+Result<std::vector<JobSubmissionInfo>> ClusterClient::JobSubmissions() {
+  return impl_->Wait<std::vector<JobSubmissionInfo>>(
+      [](auto& r, auto done) { r.gcs().ListJobSubmissions(done); });
+}
+
+Result<JobSubmissionInfo> ClusterClient::StopJobSubmission(const std::string& submission_id) {
+  return impl_->Wait<JobSubmissionInfo>(
+      [&](auto& r, auto done) { r.gcs().StopJobSubmission(submission_id, done); });
+}
+
+Result<JobLogChunk> ClusterClient::ReadJobLogs(const std::string& submission_id, uint64_t offset,
+                                              uint32_t max_bytes) {
+  return impl_->Wait<JobLogChunk>([&](auto& r, auto done) {
+    r.gcs().ReadJobLogs(submission_id, offset, max_bytes, false, done);
+  });
 }
 
 namespace {

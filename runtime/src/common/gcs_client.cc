@@ -277,4 +277,69 @@ void GcsClient::KvPrefix(const std::string& ns, const std::string& prefix,
   });
 }
 
+void GcsClient::SubmitJob(const JobSubmitOptions& options, const std::vector<PackedEntry>& files,
+                          Done<JobSubmissionInfo> done) {
+  Call<proto::Method::SUBMIT_JOB>(
+      [&](proto::SubmitJobRequest::Builder r) {
+        r.setSubmissionId(options.submission_id);
+        auto argv = r.initEntrypoint(static_cast<unsigned>(options.entrypoint.size()));
+        for (size_t i = 0; i < options.entrypoint.size(); ++i) {
+          argv.set(static_cast<unsigned>(i), options.entrypoint[i]);
+        }
+        r.setRuntimeEnvJson(options.runtime_env_json);
+        PackWorkingDir(files, r.initFiles(static_cast<unsigned>(files.size())));
+      },
+      timeout_, [this, done](const Status& s, proto::JobSubmissionReply::Reader r) {
+        if (!s.ok()) return done(Explain(s));
+        done(FromWire(r.getJob()));
+      });
+}
+
+void GcsClient::GetJobSubmission(const std::string& id, Done<JobSubmissionInfo> done) {
+  Call<proto::Method::GET_JOB_SUBMISSION>(
+      [&](proto::JobSubmissionRequest::Builder r) { r.setSubmissionId(id); }, timeout_,
+      [this, done](const Status& s, proto::JobSubmissionReply::Reader r) {
+        if (!s.ok()) return done(Explain(s));
+        done(FromWire(r.getJob()));
+      });
+}
+
+void GcsClient::ListJobSubmissions(Done<std::vector<JobSubmissionInfo>> done) {
+  Call<proto::Method::LIST_JOB_SUBMISSIONS>(
+      timeout_, [this, done](const Status& s, proto::ListJobSubmissionsReply::Reader r) {
+        if (!s.ok()) return done(Explain(s));
+        std::vector<JobSubmissionInfo> jobs;
+        for (auto j : r.getJobs()) jobs.push_back(FromWire(j));
+        done(std::move(jobs));
+      });
+}
+
+void GcsClient::StopJobSubmission(const std::string& id, Done<JobSubmissionInfo> done) {
+  Call<proto::Method::STOP_JOB_SUBMISSION>(
+      [&](proto::JobSubmissionRequest::Builder r) { r.setSubmissionId(id); }, timeout_,
+      [this, done](const Status& s, proto::JobSubmissionReply::Reader r) {
+        if (!s.ok()) return done(Explain(s));
+        done(FromWire(r.getJob()));
+      });
+}
+
+void GcsClient::ReadJobLogs(const std::string& id, uint64_t offset, uint32_t max_bytes,
+                            bool from_end, Done<JobLogChunk> done) {
+  Call<proto::Method::READ_JOB_LOGS>(
+      [&](proto::ReadJobLogsRequest::Builder r) {
+        r.setSubmissionId(id);
+        r.setOffset(offset);
+        r.setMaxBytes(max_bytes);
+        r.setFromEnd(from_end);
+      },
+      timeout_, [this, done](const Status& s, proto::ReadJobLogsReply::Reader r) {
+        if (!s.ok()) return done(Explain(s));
+        JobLogChunk chunk;
+        chunk.data = FromData(r.getData());
+        chunk.next_offset = r.getNextOffset();
+        chunk.job = FromWire(r.getJob());
+        done(std::move(chunk));
+      });
+}
+
 }  // namespace rayd::runtime

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_submission.h"
 #include "rayd/base/rpc.h"
 #include "rayd/internal/runtime.h"
 #include "rayd/runtime/cluster.h"
@@ -68,6 +69,17 @@ class GcsClient : public rpc::RpcClient {
               Done<std::vector<std::string>> done);
   void KvPrefix(const std::string& ns, const std::string& prefix,
                 Done<std::map<std::string, std::string>> done);
+
+  // Jobs the head runs (`rayd job`; served by the head, not the GCS proper). SubmitJob ships
+  // `files` (ReadWorkingDir's entries) as the job's working directory.
+  void SubmitJob(const JobSubmitOptions& options, const std::vector<PackedEntry>& files,
+                 Done<JobSubmissionInfo> done);
+  void GetJobSubmission(const std::string& id, Done<JobSubmissionInfo> done);
+  void ListJobSubmissions(Done<std::vector<JobSubmissionInfo>> done);
+  void StopJobSubmission(const std::string& id, Done<JobSubmissionInfo> done);
+  // At most `max_bytes` of the job's log from `offset`, or its last `max_bytes` (`from_end`).
+  void ReadJobLogs(const std::string& id, uint64_t offset, uint32_t max_bytes, bool from_end,
+                   Done<JobLogChunk> done);
 
  private:
   // A failed call that timed out while the client never connected says why it could not.

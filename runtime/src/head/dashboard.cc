@@ -28,6 +28,7 @@ namespace {
 
 constexpr const char* kCookie = "rayd_token";
 constexpr Millis kReadTimeout{5000};
+constexpr uint32_t kJobLogTail = 64u << 10;  // of a submitted job's log, on its page
 
 http::Response Error(int status, const std::string& message) {
   return http::Response::Json(status, nlohmann::json{{"error", message}}.dump());
@@ -109,6 +110,11 @@ class Dashboard::Impl {
       return respond(std::move(r));
     }
     if (path == "/api/cluster") return Cluster(std::move(respond));
+    // Submitted jobs (`rayd job`): the list, and one job with the tail of its log.
+    if (path == "/api/jobs") return SubmittedJobs(std::move(respond));
+    if (path.rfind("/api/jobs/", 0) == 0) {
+      return SubmittedJob(path.substr(std::strlen("/api/jobs/")), std::move(respond));
+    }
     // /api/<kind>s and /api/<kind>s/<name>: dashboard feeds (rayd/runtime/cluster.h).
     if (path.rfind("/api/", 0) == 0) {
       const std::string rest = path.substr(std::strlen("/api/"));
@@ -174,6 +180,29 @@ class Dashboard::Impl {
       out["jobs"].push_back(std::move(j));
     }
     return out;
+  }
+
+  void SubmittedJobs(Respond respond) {
+    reader_.gcs().ListJobSubmissions([respond](Result<std::vector<JobSubmissionInfo>> jobs) {
+      if (!jobs.ok()) return respond(Error(503, jobs.status().message()));
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& job : *jobs) list.push_back(JobSubmissionJson(job));
+      respond(http::Response::Json(200, nlohmann::json{{"jobs", list}}.dump()));
+    });
+  }
+
+  void SubmittedJob(const std::string& id, Respond respond) {
+    reader_.gcs().ReadJobLogs(id, 0, kJobLogTail, true, [respond, id](Result<JobLogChunk> chunk) {
+      if (!chunk.ok()) {
+        const bool missing = chunk.status().code() == StatusCode::kNotFound;
+        return respond(Error(missing ? 404 : 503, chunk.status().message()));
+      }
+      nlohmann::json job = JobSubmissionJson(chunk->job);
+      job["logs"] = chunk->data;
+      // Log bytes need not be UTF-8 (nor cut at a character boundary): U+FFFD stands in.
+      respond(http::Response::Json(
+          200, job.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+    });
   }
 
   void Feeds(const std::string& kind, Respond respond) {

@@ -112,6 +112,11 @@ Status Head::Compose(const HeadSetup& setup) {
       Await(loop_, [&](auto done) { gcs_->Start(done); }, Millis(30000), "recovering the GCS"));
 
   gcs_->RegisterMethods(dispatcher_);
+  jobs_ = std::make_unique<JobManager>(
+      loop_, *store_, JobManagerConfig{session_dir, setup.listen_tcp ? tcp_address : gcs_socket, token});
+  RAYD_RETURN_IF_ERROR(Await(loop_, [&](auto done) { jobs_->Recover(done); }, Millis(30000),
+                             "recovering submitted jobs"));
+  jobs_->RegisterMethods(dispatcher_);
   server_ = std::make_unique<rpc::RpcServer>(loop_, rpc::Options{token, "gcs"}, dispatcher_);
   // A driver's connection closing ends its job (its actors and workers are cleaned up).
   server_->SetOnConnectionClosed(
@@ -123,6 +128,7 @@ Status Head::Compose(const HeadSetup& setup) {
   // --port 0 asks for any free port: from here on the address is the one bound.
   const std::string gcs_address = server_->bound_addresses().front();
   gcs_->set_gcs_address(gcs_address);
+  jobs_->set_gcs_address(gcs_address);
   RAYD_RETURN_IF_ERROR(
       session::WriteFileWithMode(session_dir + "/gcs_address", gcs_address + "\n", 0600));
 
@@ -171,7 +177,10 @@ Result<std::string> Head::StartDashboard(const std::string& host, int port) {
 }
 
 void Head::Shutdown(const std::string& reason, std::function<void()> done) {
-  node_->Shutdown(reason, std::move(done));
+  jobs_->StopAll("the cluster was stopped (" + reason + ")",
+                 [this, reason, done = std::move(done)]() mutable {
+                   node_->Shutdown(reason, std::move(done));
+                 });
 }
 
 Head::~Head() {

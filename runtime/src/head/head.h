@@ -12,6 +12,7 @@
 #include <string>
 
 #include "head/dashboard.h"
+#include "head/job_manager.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/base/http.h"
 #include "rayd/base/rpc.h"
@@ -43,7 +44,8 @@ class Head {
   static Result<std::unique_ptr<Head>> Start(EventLoop& loop, const HeadSetup& setup);
   ~Head();  // stops serving; connections closing now end no driver's job
 
-  // Shuts the head node down (unregistering it, killing its workers), then `done`.
+  // Stops the submitted jobs still running, shuts the head node down (unregistering it,
+  // killing its workers), then `done`.
   void Shutdown(const std::string& reason, std::function<void()> done);
   // Serves the dashboard on host:port (0: any free port); returns its URL with the token.
   Result<std::string> StartDashboard(const std::string& host, int port);
@@ -60,6 +62,7 @@ class Head {
   // Destroyed in reverse: the dashboard and /metrics first, the store last.
   std::unique_ptr<gcs::TableStore> store_;
   std::unique_ptr<gcs::GcsServer> gcs_;
+  std::unique_ptr<JobManager> jobs_;
   rpc::Dispatcher dispatcher_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::unique_ptr<node::NodeDaemon> node_;

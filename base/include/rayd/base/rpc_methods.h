@@ -56,6 +56,13 @@ RAYD_RPC_METHOD(REMOVE_PLACEMENT_GROUP, RemovePlacementGroupRequest, Empty)
 RAYD_RPC_METHOD(GET_PLACEMENT_GROUP, GetPlacementGroupRequest, GetPlacementGroupReply)
 RAYD_RPC_METHOD(GET_ALL_PLACEMENT_GROUPS, Empty, GetAllPlacementGroupsReply)
 
+// The head (job submission).
+RAYD_RPC_METHOD(SUBMIT_JOB, SubmitJobRequest, JobSubmissionReply)
+RAYD_RPC_METHOD(GET_JOB_SUBMISSION, JobSubmissionRequest, JobSubmissionReply)
+RAYD_RPC_METHOD(LIST_JOB_SUBMISSIONS, Empty, ListJobSubmissionsReply)
+RAYD_RPC_METHOD(STOP_JOB_SUBMISSION, JobSubmissionRequest, JobSubmissionReply)
+RAYD_RPC_METHOD(READ_JOB_LOGS, ReadJobLogsRequest, ReadJobLogsReply)
+
 // A node daemon.
 RAYD_RPC_METHOD(GET_NODE_INFO, Empty, NodeInfo)
 RAYD_RPC_METHOD(REQUEST_LEASE, RequestLeaseRequest, RequestLeaseReply)

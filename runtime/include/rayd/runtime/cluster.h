@@ -118,6 +118,43 @@ struct JobSummary {
   bool is_dead = false;
 };
 
+// A job submitted with `rayd job submit` (Ray Jobs' model): a driver command the head runs
+// for the user, in a working directory shipped with the submission, with RAYD_ADDRESS and
+// RAYD_TOKEN set so that `rayd tune`, `rayd train` and C++ drivers attach to the cluster.
+struct JobSubmissionInfo {
+  std::string submission_id;
+  std::vector<std::string> entrypoint;  // argv, or one shell command line
+  std::string status;                   // PENDING RUNNING SUCCEEDED FAILED STOPPED
+  std::string message;                  // why it is in its status
+  int pid = 0;
+  int exit_code = -1;  // -1: none (killed by a signal, or never ran)
+  int64_t start_time_ms = 0;
+  int64_t end_time_ms = 0;  // 0 while it runs
+  std::string working_dir;  // where it runs, on the head
+  std::string log_path;     // its driver's stdout and stderr, on the head
+  std::string runtime_env_json;
+  uint64_t driver_start_ticks = 0;  // tells its process from a reused pid
+
+  // SUCCEEDED, FAILED or STOPPED: it will not change again.
+  bool terminal() const;
+};
+
+struct JobSubmitOptions {
+  // Run as is when it has more than one element; a single element with spaces or shell
+  // syntax runs under /bin/sh -c, as Ray's entrypoint strings do.
+  std::vector<std::string> entrypoint;
+  std::string working_dir;       // a local directory shipped to the head; "" for none
+  std::string runtime_env_json;  // {"env_vars": {...}, "working_dir": "..."}
+  std::string submission_id;     // "" : the head names it (raydsubmit_...)
+};
+
+// A stretch of a submitted job's log, and the job as it was when it was read.
+struct JobLogChunk {
+  std::string data;
+  uint64_t next_offset = 0;
+  JobSubmissionInfo job;
+};
+
 // One worker process as its node daemon reports it.
 struct WorkerSummary {
   std::string worker_id;
@@ -192,11 +229,27 @@ class ClusterClient {
   Result<std::map<std::string, std::string>> KvPrefix(const std::string& ns,
                                                       const std::string& prefix);
 
+  // Jobs run by the head (`rayd job`). SubmitJob ships options.working_dir (at most
+  // kMaxWorkingDirBytes, `.git` left out) and returns the job once its driver started, or the
+  // one-line reason it could not (no such directory, command not found, a taken id).
+  Result<JobSubmissionInfo> SubmitJob(const JobSubmitOptions& options);
+  Result<JobSubmissionInfo> GetJobSubmission(const std::string& submission_id);
+  Result<std::vector<JobSubmissionInfo>> JobSubmissions();
+  // Asks a running job's driver to stop (SIGTERM to its process group, SIGKILL after a grace
+  // period); FailedPrecondition naming its status when it has already ended.
+  Result<JobSubmissionInfo> StopJobSubmission(const std::string& submission_id);
+  // At most `max_bytes` of the job's log from `offset`.
+  Result<JobLogChunk> ReadJobLogs(const std::string& submission_id, uint64_t offset,
+                                  uint32_t max_bytes = 1u << 20);
+
  private:
   struct Impl;
   explicit ClusterClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The most a submitted job's working directory may hold (Ray's limit for a package too).
+inline constexpr uint64_t kMaxWorkingDirBytes = 100ull << 20;
 
 // One-shot reads, each on a connection of its own (ClusterClient keeps one for many).
 Result<std::vector<ActorSummary>> FetchActors(const std::string& address,

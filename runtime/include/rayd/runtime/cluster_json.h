@@ -20,6 +20,9 @@ nlohmann::json PlacementGroupJson(const internal::PlacementGroupInfo& g);
 nlohmann::json ActorJson(const ActorSummary& a);
 nlohmann::json JobJson(const JobSummary& j);
 nlohmann::json WorkerJson(const WorkerSummary& w);
+nlohmann::json JobSubmissionJson(const JobSubmissionInfo& j);
+// The inverse of JobSubmissionJson (missing fields keep their defaults).
+JobSubmissionInfo JobSubmissionFromJson(const nlohmann::json& j);
 
 // A bundle's amounts as the GCS reports them, as a ResourceSet.
 scheduler::ResourceSet BundleResources(const std::map<std::string, double>& amounts);
