@@ -102,7 +102,7 @@ Result<std::vector<PackedEntry>> ReadWorkingDir(const std::string& dir, uint64_t
       return Status::InvalidArgument("cannot read " + path.string() + ": " + strerror(errno));
     }
     PackedEntry entry;
-    entry.relative = fs::relative(path, root).generic_string();
+    entry.relative = path.lexically_relative(root).generic_string();  // a link keeps its name
     entry.mode = st.st_mode & 0777;
     entry.is_directory = is_dir;
     if (!is_dir) {
