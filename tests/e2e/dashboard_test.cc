@@ -180,13 +180,25 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
       Sample(head_node_metrics.body, "rayd_node_leases_granted_total{node_id=\"" + head_id +
                                          "\",kind=\"actor\"}");
   CHECK(actor_leases >= 2);
-  // The page in a real browser, while the sweep runs: both nodes, and curves that grow.
+  // A job submitted to the cluster, for the page to list with its log.
+  std::string submitted;
+  REQUIRE(RunCommand({RAYD_BINARY, "job", "submit", "--address", address, "--token", token,
+                      "--submission-id", "dashboard-job", "--", "sh", "-c",
+                      "echo job-log-marker"},
+                     &submitted, sandbox.Env(), 60s) == 0);
+  INFO("rayd job submit said:\n" << submitted);
+  const HttpReply jobs = Get(port, "/api/jobs", Bearer(token));
+  REQUIRE(jobs.status == 200);
+  CHECK(json::parse(jobs.body)["jobs"][0]["status"] == "SUCCEEDED");
+  // The page in a real browser, while the sweep runs: both nodes, curves that grow, and the
+  // submitted job with its log.
   const std::string artifacts = std::string(RAYD_ARTIFACT_DIR);
   std::filesystem::create_directories(artifacts);
   std::string browser;
   const int rc = RunCommand({RAYD_NODE_EXECUTABLE, std::string(RAYD_DASHBOARD_CHECK), "--url", url,
                              "--screenshot", artifacts + "/dashboard.png", "--nodes",
-                             head_id + "," + node_id, "--sweep", "watched", "--expect-live",
+                             head_id + "," + node_id, "--sweep", "watched", "--expect-live", "--job", "dashboard-job",
+                             "--job-log", "job-log-marker",
                              "--timeout-ms", "90000"},
                             &browser, {}, 120s);
   INFO("check.mjs said:\n" << browser);

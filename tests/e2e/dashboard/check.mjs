@@ -34,6 +34,8 @@ try {
       sweep: { type: "string" },
       "timeout-ms": { type: "string", default: "60000" },
       "expect-live": { type: "boolean", default: false },
+      job: { type: "string" },
+      "job-log": { type: "string" },
       chromium: { type: "string", default: process.env.CHROMIUM || "/usr/bin/chromium" },
     },
   }));
@@ -172,7 +174,24 @@ async function checkAuthenticated(page) {
         .reduce((m, p) => m + Number(p.getAttribute("data-points")), 0) > n, before, { timeout: left(), polling: 200 }));
     seen.live = { points_before: before, points_after: await total() };
   }
+  if (opt.job) await checkSubmittedJob(page);
   if (seen.page_errors.length) throw new CheckFailed(`uncaught exception in the page: ${seen.page_errors[0]}`);
+}
+
+// A job submitted with `rayd job submit` is listed; a click shows its log (--job-log in it).
+async function checkSubmittedJob(page) {
+  const row = page.locator(`[data-testid="submissions-table"] tr[data-submission-id="${opt.job.replace(/["\\]/g, "\\$&")}"]`);
+  await expect(async () => `job "${opt.job}" is not in the submitted jobs table (it has ${JSON.stringify(await page.evaluate(() =>
+      [...document.querySelectorAll('[data-testid="submissions-table"] tr[data-submission-id]')].map((r) => r.getAttribute("data-submission-id"))))})`,
+    () => row.first().waitFor({ state: "visible", timeout: left() }));
+  await expect(`could not click job "${opt.job}"`, () => row.first().click({ timeout: left() }));
+  await expect(async () => `job "${opt.job}"'s log never showed ${JSON.stringify(opt["job-log"] || "")} (it shows ` +
+      `${JSON.stringify(await page.evaluate(() => document.querySelector('[data-testid="submission-logs"]')?.textContent ?? null))})`,
+    () => page.waitForFunction(([id, text]) => {
+      const logs = document.querySelector('[data-testid="submission-logs"]');
+      return logs && logs.querySelector(`[data-submission-id="${id}"]`) && logs.textContent.includes(text);
+    }, [opt.job, opt["job-log"] || ""], { timeout: left(), polling: 200 }));
+  seen.job = { submission_id: opt.job, log_shown: true };
 }
 
 function failPath(p) {
