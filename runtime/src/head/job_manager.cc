@@ -19,6 +19,7 @@
 #include "common/job_submission.h"
 #include "rayd/base/capnp_bytes.h"
 #include "rayd/base/ids.h"
+#include "rayd/base/process.h"
 #include "rayd/runtime/cluster_json.h"
 
 extern char** environ;
@@ -126,12 +127,6 @@ std::string NewSubmissionId() {
   std::string id = "raydsubmit_";
   for (uint8_t b : bytes) id += kAlphabet[b % (sizeof kAlphabet - 1)];
   return id;
-}
-
-void CloseProcessHandle(uv_process_t* process) {
-  process->data = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t*>(process),
-           [](uv_handle_t* h) { delete reinterpret_cast<uv_process_t*>(h); });
 }
 
 }  // namespace
@@ -284,43 +279,22 @@ Status JobManager::Spawn(Job& job, const std::map<std::string, std::string>& env
                                    : " (no such executable in the working directory)"));
     }
   }
-  std::vector<std::string> argv = {"/bin/sh", "-c", kExitRecorder, ExitFile(info)};
-  argv.insert(argv.end(), command.begin(), command.end());
-
-  int log_fd = ::open(info.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (log_fd < 0) return Status::Internal("cannot open " + info.log_path + ": " + strerror(errno));
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  uv_stdio_container_t stdio[3];
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_INHERIT_FD;
-  stdio[1].data.fd = log_fd;
-  stdio[2].flags = UV_INHERIT_FD;
-  stdio[2].data.fd = log_fd;
-  uv_process_options_t options{};
-  options.file = args[0];
-  options.args = args.data();
-  options.env = envp.data();
-  options.cwd = info.working_dir.c_str();
-  options.flags = UV_PROCESS_DETACHED;  // a process group of its own, to stop as a whole
-  options.exit_cb = &JobManager::OnProcessExit;
-  options.stdio_count = 3;
-  options.stdio = stdio;
-  auto* process = new uv_process_t;
-  process->data = this;
-  const int rc = uv_spawn(loop_.uv(), process, &options);
-  ::close(log_fd);
-  if (rc != 0) {
-    CloseProcessHandle(process);
-    return Status::Internal("cannot start /bin/sh: " + std::string(uv_strerror(rc)));
+  SpawnOptions options;
+  options.argv = {"/bin/sh", "-c", kExitRecorder, ExitFile(info)};
+  options.argv.insert(options.argv.end(), command.begin(), command.end());
+  for (const auto& [name, value] : env) options.env.push_back(name + "=" + value);
+  options.cwd = info.working_dir;
+  options.own_process_group = true;  // to stop as a whole
+  options.on_exit = &JobManager::OnProcessExit;
+  options.data = this;
+  options.log_fd = ::open(info.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (options.log_fd < 0) {
+    return Status::Internal("cannot open " + info.log_path + ": " + strerror(errno));
   }
+  auto spawned = SpawnProcess(loop_, options);
+  ::close(options.log_fd);
+  RAYD_RETURN_IF_ERROR(spawned.status());
+  uv_process_t* process = *spawned;
   job.process = process;
   info.pid = process->pid;
   info.driver_start_ticks = StartTicks(info.pid);

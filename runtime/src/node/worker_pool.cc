@@ -12,18 +12,13 @@
 #include <cstring>
 
 #include "rayd/base/logging.h"
+#include "rayd/base/process.h"
 #include "rayd/protocol/core.capnp.h"
 
 extern char** environ;
 
 namespace rayd::node {
 namespace {
-
-void CloseProcessHandle(uv_process_t* process) {
-  process->data = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t*>(process),
-           [](uv_handle_t* h) { delete reinterpret_cast<uv_process_t*>(h); });
-}
 
 std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -142,36 +137,16 @@ void WorkerPool::StartWorker(const JobId& job_id, const WorkerLaunch& launch,
   int log_fd = ::open(w.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) return FailStart(w, std::string("cannot open its log: ") + strerror(errno));
 
-  std::vector<char*> args;
-  for (const auto& a : launch.argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const std::vector<std::string> env_strings = BuildEnv(w);
-  std::vector<char*> env;
-  for (const auto& e : env_strings) env.push_back(const_cast<char*>(e.c_str()));
-  env.push_back(nullptr);
-
-  uv_stdio_container_t stdio[3];
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_INHERIT_FD;
-  stdio[1].data.fd = log_fd;
-  stdio[2].flags = UV_INHERIT_FD;
-  stdio[2].data.fd = log_fd;
-  uv_process_options_t options{};
-  options.file = args[0];
-  options.args = args.data();
-  options.env = env.data();
-  options.exit_cb = &WorkerPool::OnProcessExit;
-  options.stdio_count = 3;
-  options.stdio = stdio;
-
-  auto* process = new uv_process_t;
-  process->data = this;
-  int rc = uv_spawn(loop_.uv(), process, &options);
+  SpawnOptions options;
+  options.argv = launch.argv;
+  options.env = BuildEnv(w);
+  options.log_fd = log_fd;
+  options.on_exit = &WorkerPool::OnProcessExit;
+  options.data = this;
+  auto spawned = SpawnProcess(loop_, options);
   ::close(log_fd);
-  if (rc != 0) {
-    CloseProcessHandle(process);  // libuv wants a failed spawn's handle closed too
-    return FailStart(w, "cannot run " + launch.argv[0] + ": " + uv_strerror(rc));
-  }
+  if (!spawned.ok()) return FailStart(w, spawned.status().message());
+  uv_process_t* process = *spawned;
   w.process = process;
   w.pid = process->pid;
   spdlog::info("started worker {} (pid {}) for job {}: {}", w.id.Hex(), w.pid, job_id.Hex(),
