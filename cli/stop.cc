@@ -94,9 +94,16 @@ int RunStop(const StopArgs& args) {
     for (const auto& d : *group) ::unlink(d.pid_file.c_str());
     stopped += group->size();
   }
+  // A head stopping cleanly stops its submitted jobs' drivers; one killed leaves them running
+  // (a head restarted on Redis adopts them). --force means everything: their groups go too.
+  const std::vector<int> drivers = args.force ? session::RunningJobDrivers(root) : std::vector<int>{};
+  for (int pid : drivers) ::kill(-pid, SIGKILL);
   std::cout << "Stopped " << stopped << " rayd process" << (stopped == 1 ? "" : "es") << " ("
             << heads.size() << " head, " << nodes.size() << " node"
-            << (nodes.size() == 1 ? "" : "s") << ").\n";
+            << (nodes.size() == 1 ? "" : "s")
+            << (drivers.empty() ? "" : ", " + std::to_string(drivers.size()) + " job driver" +
+                                           (drivers.size() == 1 ? "" : "s"))
+            << ").\n";
   return 0;
 }
 

@@ -4,6 +4,7 @@
 //     the cluster through RAYD_ADDRESS; logs, status, list and the dashboard show it;
 //   - stop ends a running job's whole process group (SIGTERM first: a driver that traps it
 //     finishes its own way) and `logs --follow` ends with it; bad input gets one line;
+//     `rayd stop --force` ends running drivers with the head;
 //   - a job outlives a SIGKILL of its Redis-backed head: the restarted head adopts the running
 //     driver, and learns how a driver that ended meanwhile finished.
 
@@ -58,10 +59,12 @@ class JobSandbox : public rayd::testing::RaydSandbox {
  public:
   JobSandbox() : RaydSandbox(RAYD_BINARY, 90s) {}
 
-  // `rayd job <args>`; its stdout and stderr in *out.
+  // `rayd job <args>`; its stdout and stderr in *out. --temp-dir goes before any `--`, after
+  // which everything is the job's command.
   int Job(std::vector<std::string> args, std::string* out) {
-    args.insert(args.begin(), "job");
-    return Rayd(args, out);
+    args.insert(args.begin() + std::min<size_t>(1, args.size()), {"--temp-dir", root()});
+    args.insert(args.begin(), {RAYD_BINARY, "job"});
+    return rayd::testing::RunCommand(args, out, Env(), 90s);
   }
   // The job's record (`rayd job status ID --format json`), or null when it cannot be read.
   json Status(const std::string& id) {
@@ -226,6 +229,14 @@ TEST_CASE("rayd job stop ends a running job's process group and bad input gets o
   std::string no_command;
   CHECK(sandbox.Job({"submit"}, &no_command) == 2);
   CHECK(Contains(no_command, "give the command to run after `--`"));
+
+  // `rayd stop --force` kills the head without asking it: the drivers it ran go too.
+  const std::string sleeper = sandbox.SubmitNoWait({"--", "sleep", "300"});
+  const pid_t sleeper_pid = sandbox.Status(sleeper)["pid"].get<int>();
+  REQUIRE(sandbox.Rayd({"stop", "--force"}, &out) == 0);
+  INFO(out);
+  CHECK(Contains(out, "1 job driver"));
+  CHECK(WaitFor([&] { return ProcessGone(sleeper_pid); }, kSettle));
 }
 
 TEST_CASE("a job outlives a SIGKILL of its Redis-backed head: the restarted head adopts its "

@@ -103,4 +103,35 @@ std::vector<std::string> ListSessions(const std::string& root) {
   return out;
 }
 
+uint64_t ProcessStartTicks(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  fields >> field;  // field 3: the state
+  if (field == "Z" || field == "X") return 0;
+  for (int i = 4; i <= 22; ++i) fields >> field;
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+
+std::vector<int> RunningJobDrivers(const std::string& root) {
+  std::vector<int> pids;
+  for (const auto& session : ListSessions(root)) {
+    std::error_code ec;
+    for (const auto& job : std::filesystem::directory_iterator(session + "/jobs", ec)) {
+      std::ifstream in(job.path() / "driver.pid");
+      int pid = 0;
+      uint64_t ticks = 0;
+      if (in >> pid >> ticks && ticks != 0 && ProcessStartTicks(pid) == ticks) {
+        pids.push_back(pid);
+      }
+    }
+  }
+  return pids;
+}
+
 }  // namespace rayd::session

@@ -21,6 +21,7 @@
 #include "rayd/base/ids.h"
 #include "rayd/base/process.h"
 #include "rayd/runtime/cluster_json.h"
+#include "rayd/runtime/session.h"
 
 extern char** environ;
 
@@ -43,24 +44,13 @@ std::string ExitFile(const JobSubmissionInfo& job) {
   return (fs::path(job.log_path).parent_path() / "exit_code").string();
 }
 
-// starttime (field 22 of /proc/PID/stat, in clock ticks since boot) of a live, non-zombie
-// process; 0 when there is none.
-uint64_t StartTicks(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return 0;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  fields >> field;  // field 3: state
-  if (field == "Z" || field == "X") return 0;
-  for (int i = 4; i <= 22; ++i) fields >> field;
-  return std::strtoull(field.c_str(), nullptr, 10);
+std::string DriverPidFile(const JobSubmissionInfo& job) {
+  return (fs::path(job.log_path).parent_path() / "driver.pid").string();
 }
 
 bool SameProcessAlive(const JobSubmissionInfo& job) {
-  return job.pid > 0 && job.driver_start_ticks != 0 && StartTicks(job.pid) == job.driver_start_ticks;
+  return job.pid > 0 && job.driver_start_ticks != 0 &&
+         session::ProcessStartTicks(job.pid) == job.driver_start_ticks;
 }
 
 std::string SignalName(int signum) {
@@ -297,7 +287,12 @@ Status JobManager::Spawn(Job& job, const std::map<std::string, std::string>& env
   uv_process_t* process = *spawned;
   job.process = process;
   info.pid = process->pid;
-  info.driver_start_ticks = StartTicks(info.pid);
+  info.driver_start_ticks = session::ProcessStartTicks(info.pid);
+  // For `rayd stop --force`, which kills the daemons without asking them: it ends these too.
+  Status recorded = session::WriteFileWithMode(
+      DriverPidFile(info), std::to_string(info.pid) + " " + std::to_string(info.driver_start_ticks) + "\n",
+      0600);
+  if (!recorded.ok()) spdlog::warn("job {}: {}", info.submission_id, recorded.ToString());
   info.status = "RUNNING";
   info.message = "its driver runs on the head";
   info.start_time_ms = NowUnixMs();
@@ -322,6 +317,7 @@ void JobManager::Finish(Job& job, int64_t exit_status, int term_signal) {
   job.adopted = false;
   job.kill_timer.reset();
   ::kill(-info.pid, SIGKILL);  // whatever the driver left behind in its group
+  ::unlink(DriverPidFile(info).c_str());
   info.end_time_ms = NowUnixMs();
   info.exit_code = term_signal != 0 ? -1 : static_cast<int>(exit_status);
   if (job.stop_requested) {
@@ -370,6 +366,7 @@ void JobManager::FinishAdopted(Job& job) {
   if (in >> code) return Finish(job, code, 0);
   job.adopted = false;
   job.kill_timer.reset();
+  ::unlink(DriverPidFile(job.info).c_str());
   job.info.end_time_ms = NowUnixMs();
   job.info.status = job.stop_requested ? "STOPPED" : "FAILED";
   job.info.message = job.stop_requested
