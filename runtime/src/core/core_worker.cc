@@ -205,19 +205,39 @@ void CoreWorker::InstallStoreHooks() {
 
 Status CoreWorker::RegisterDriver() {
   return RunOnLoop([this](auto done) {
-    auto fill = [this](proto::AddJobRequest::Builder r) {
-      auto job = r.initJob();
-      job.setJobId(options_.job_id.Hex());
-      job.setDriverPid(getpid());
-      char host[256] = {0};
-      gethostname(host, sizeof(host) - 1);
-      job.setDriverHost(host);
-      job.setEntrypoint(options_.entrypoint);
-    };
-    gcs_->Call<proto::Method::ADD_JOB>(fill, Millis(15000), [done](const Status& s) {
+    AddDriverJob([this, done](const Status& s) {
+      if (s.ok()) {
+        // A head restarted on Redis knows the job but not this driver's new connection: add
+        // the job again on every reconnection, so that the head can end it when this driver
+        // goes (else it would end the job as one whose driver never came back).
+        gcs_->SetOnStateChange([this](const Status& state) {
+          if (!state.ok() || shut_down_) return;
+          AddDriverJob([this](const Status& again) {
+            if (again.ok()) {
+              spdlog::info("job {} registered again with the head", options_.job_id.Hex());
+            } else {
+              spdlog::error("could not register job {} again with the head: {}",
+                            options_.job_id.Hex(), again.ToString());
+            }
+          });
+        });
+      }
       done(s.WithContext("registering the job"));
     });
   });
+}
+
+void CoreWorker::AddDriverJob(std::function<void(const Status&)> done) {
+  auto fill = [this](proto::AddJobRequest::Builder r) {
+    auto job = r.initJob();
+    job.setJobId(options_.job_id.Hex());
+    job.setDriverPid(getpid());
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    job.setDriverHost(host);
+    job.setEntrypoint(options_.entrypoint);
+  };
+  gcs_->Call<proto::Method::ADD_JOB>(fill, Millis(15000), std::move(done));
 }
 
 Status CoreWorker::RegisterWorker() {

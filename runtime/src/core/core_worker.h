@@ -107,6 +107,8 @@ class CoreWorker : public internal::Runtime {
   Status ChooseNode();
   Status LearnNodeId();
   Status RegisterDriver();
+  // ADD_JOB of this driver's job (loop thread).
+  void AddDriverJob(std::function<void(const Status&)> done);
   Status RegisterWorker();
   // Runs `fn` on the loop and waits for the Status it reports (timeout < 0: for as long as it
   // takes).

@@ -46,6 +46,32 @@ void GcsJobManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Handle<proto::Method::GET_ALL_JOBS>([this](const auto& c) { HandleGetAll(c); });
 }
 
+void GcsJobManager::Start(Millis rebind_grace, std::function<void(Status)> done) {
+  store_.GetAll(kJobTable, guard_([this, rebind_grace, done](
+                                      Result<std::map<std::string, std::string>> rows) {
+    if (!rows.ok()) return done(rows.status().WithContext("reading the job table"));
+    for (const auto& [id, text] : *rows) {
+      auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!json.is_discarded() && !json.value("is_dead", false)) awaiting_driver_.insert(id);
+    }
+    if (!awaiting_driver_.empty()) {
+      spdlog::info("{} job(s) alive in the store: waiting up to {} ms for their drivers",
+                   awaiting_driver_.size(), rebind_grace.count());
+      rebind_timer_.Start(rebind_grace, Millis(0), [this, rebind_grace] {
+        for (const std::string& id : std::exchange(awaiting_driver_, {})) {
+          spdlog::info("the driver of job {} did not come back within {} ms of the head's "
+                       "restart; ending the job",
+                       id, rebind_grace.count());
+          FinishJob(id, [id](Status s) {
+            if (!s.ok()) spdlog::error("could not end job {}: {}", id, s.ToString());
+          });
+        }
+      });
+    }
+    done(Status::Ok());
+  }));
+}
+
 void GcsJobManager::HandleAdd(const AddJobCall& call) {
   auto json = JobToJson(call.params().getJob());
   if (json["job_id"].get<std::string>().empty()) json["job_id"] = JobId::FromRandom().Hex();
@@ -87,6 +113,7 @@ void GcsJobManager::BindConnection(const std::string& job_id,
     return;
   }
   jobs_by_connection_[c->id()].push_back(job_id);
+  awaiting_driver_.erase(job_id);
 }
 
 void GcsJobManager::OnConnectionClosed(uint64_t connection_id) {

@@ -6,6 +6,11 @@
 // on-finished hook (the GCS uses it to clean up the job's actors and workers). Later endings
 // of the same job only answer ok.
 //
+// A restarted head (tables in Redis) finds jobs alive that no connection of its own added:
+// their drivers add them again when they reconnect (ADD_JOB under the same id). A job whose
+// driver has not come back within the rebind grace is ended: its driver died while the head
+// was away, and nothing else would end it.
+//
 // Threading: the GCS event loop only.
 
 #include <cstdint>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "gcs/table_store.h"
+#include "rayd/base/event_loop.h"
 #include "rayd/base/lifetime_guard.h"
 #include "rayd/base/rpc.h"
 
@@ -26,9 +32,12 @@ class GcsJobManager {
  public:
   using OnJobFinished = std::function<void(const std::string& job_id)>;
 
-  // `store` must outlive the manager.
-  explicit GcsJobManager(TableStore& store) : store_(store) {}
+  // `loop` and `store` must outlive the manager.
+  GcsJobManager(EventLoop& loop, TableStore& store) : store_(store), rebind_timer_(loop) {}
   ~GcsJobManager() { guard_.Invalidate(); }
+  // Reads the jobs an earlier head left alive and gives their drivers `rebind_grace` to add
+  // them again before they are ended.
+  void Start(Millis rebind_grace, std::function<void(Status)> done);
   void RegisterMethods(rpc::Dispatcher& dispatcher);
 
   // Set once, before serving.
@@ -56,6 +65,9 @@ class GcsJobManager {
   std::set<std::string> finished_;
   // Which driver connection added which jobs, to end them when it closes.
   std::unordered_map<uint64_t, std::vector<std::string>> jobs_by_connection_;
+  // Jobs alive at Start that no driver has added again yet.
+  std::set<std::string> awaiting_driver_;
+  Timer rebind_timer_;
   // False once destroyed: store callbacks that arrive later do nothing.
   LifetimeGuard guard_;  // for late store callbacks
 };

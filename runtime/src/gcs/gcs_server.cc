@@ -15,7 +15,7 @@ GcsServer::GcsServer(EventLoop& loop, TableStore& store, GcsConfig config)
       start_time_ms_(NowUnixMs()),
       node_manager_(loop, store, config_.failure),
       node_clients_(loop, node_manager_, config_.token),
-      job_manager_(store),
+      job_manager_(loop, store),
       kv_manager_(store),
       ledger_(node_manager_),
       placement_group_manager_(loop, store, node_manager_, node_clients_, ledger_,
@@ -37,7 +37,10 @@ void GcsServer::Start(std::function<void(Status)> done) {
                    if (!s.ok()) return done(s);
                    placement_group_manager_.Start([this, done](Status groups) {
                      if (!groups.ok()) return done(groups);
-                     actor_manager_.Start(done);
+                     actor_manager_.Start([this, done](Status actors) {
+                       if (!actors.ok()) return done(actors);
+                       job_manager_.Start(config_.driver_rebind_grace, done);
+                     });
                    });
                  });
                });

@@ -26,6 +26,10 @@ struct GcsConfig {
   // How long an actor or placement group no node can ever hold waits for one to join (0: it
   // is DEAD or FAILED at once).
   Millis infeasible_timeout{0};
+  // A restarted head ends the jobs alive in its store whose drivers have not reconnected
+  // (added them again) within this long: they died while it was away. Drivers retry every
+  // second at most, so this is many of their attempts.
+  Millis driver_rebind_grace{30000};
 };
 
 class GcsServer {

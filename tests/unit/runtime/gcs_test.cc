@@ -22,11 +22,14 @@ using testing::ServerThread;
 std::unique_ptr<ServerThread> StartGcs(std::function<TableStore*(EventLoop&, ServerThread::Keep&)>
                                            make_store,
                                        FailureDetectorConfig failure = {},
-                                       std::string* cluster_id = nullptr) {
+                                       std::string* cluster_id = nullptr,
+                                       Millis driver_rebind_grace = Millis(30000)) {
   return std::make_unique<ServerThread>(
       [=](rpc::Dispatcher& d, EventLoop& loop, ServerThread::Keep& keep) {
         TableStore* store = make_store(loop, keep);
-        auto gcs = std::make_shared<GcsServer>(loop, *store, GcsConfig{failure, "test"});
+        GcsConfig config{failure, "test"};
+        config.driver_rebind_grace = driver_rebind_grace;
+        auto gcs = std::make_shared<GcsServer>(loop, *store, config);
         std::optional<Status> started;
         gcs->Start([&](Status s) { started = s; });
         REQUIRE(loop.RunUntil([&] { return started.has_value(); }, 10000ms));
@@ -282,6 +285,52 @@ TEST_CASE("jobs are added, finished and listed", "[gcs][jobs]") {
                   })
               .ok());
   CHECK(seen);
+}
+
+// ADD_JOB under `id` ("" : the GCS names it); the job's id.
+std::string AddJob(Client& client, const std::string& id) {
+  std::string added;
+  Status s = client.Call<proto::Method::ADD_JOB>(
+      [&](proto::AddJobRequest::Builder r) {
+        auto job = r.initJob();
+        job.setJobId(id);
+        job.setEntrypoint("./driver");
+      },
+      [&](proto::AddJobReply::Reader r) { added = r.getJobId(); });
+  REQUIRE(s.ok());
+  return added;
+}
+
+// Each job's is_dead.
+std::map<std::string, bool> JobsDead(Client& client) {
+  std::map<std::string, bool> dead;
+  REQUIRE(client
+              .Call<proto::Method::GET_ALL_JOBS>(nullptr,
+                                                 [&](proto::GetAllJobsReply::Reader r) {
+                                                   for (auto job : r.getJobs()) {
+                                                     dead[job.getJobId()] = job.getIsDead();
+                                                   }
+                                                 })
+              .ok());
+  return dead;
+}
+
+TEST_CASE("a restarted GCS keeps the jobs whose drivers add them again and ends the others "
+          "after the grace",
+          "[gcs][jobs][recovery]") {
+  auto store = MakeInMemoryTableStore();
+  std::string back, gone;
+  {
+    auto server = StartGcs(Borrowed(*store));
+    Client a(server->address()), b(server->address());
+    back = AddJob(a, "");
+    gone = AddJob(b, "");
+  }  // the head dies with both drivers connected: the jobs stay alive in the store
+  auto server = StartGcs(Borrowed(*store), {}, nullptr, Millis(300));
+  Client driver(server->address());
+  CHECK(AddJob(driver, back) == back);  // its driver reconnects and adds it again
+  REQUIRE(testing::WaitFor([&] { return JobsDead(driver)[gone]; }, 10000ms));
+  CHECK(!JobsDead(driver)[back]);
 }
 
 // Registers a node and writes a KV entry through one GCS, then starts a second GCS on the same
