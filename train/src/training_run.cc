@@ -223,6 +223,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void FailAfter(int ms, std::string error);
 
   void Reserve();
+  void WaitForGroup();
   void OnReserved(const Result<bool>& ready);
   void StartRanks();
   void Host();
@@ -256,6 +257,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   const Callbacks callbacks_;
   std::string shape_;
   std::string what_;  // the group, for errors: "placement group of 2 bundles {CPU: 1}"
+  std::chrono::steady_clock::time_point reserve_deadline_;  // of the current reservation
   std::optional<CheckpointStore> store_;
   std::optional<MlflowRun> tracking_;
   TrainResult result_;
@@ -395,10 +397,19 @@ void TrainingRun::Impl::Reserve() {
   } catch (const RaydError& e) {
     return EndAttempt({Attempt::End::kNoGroup, what_ + ": " + e.what()});
   }
+  reserve_deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::seconds(scaling_.placement_timeout_s);
+  WaitForGroup();
+}
+
+void TrainingRun::Impl::WaitForGroup() {
+  const auto left = std::max(std::chrono::milliseconds(0),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 reserve_deadline_ - std::chrono::steady_clock::now()));
   // Written on the runtime's thread, read on the loop's after the post.
   auto answer = std::make_shared<std::optional<Result<bool>>>();
   rayd::internal::RequireRuntime().WhenPlacementGroupReady(
-      gang_->group().GetID(), std::chrono::seconds(scaling_.placement_timeout_s),
+      gang_->group().GetID(), left,
       [inbox = inbox_, answer,
        wake = Later([answer](Impl& self) { self.OnReserved(**answer); })](Result<bool> ready) {
         *answer = std::move(ready);
@@ -407,6 +418,14 @@ void TrainingRun::Impl::Reserve() {
 }
 
 void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
+  // The connection to the head closed while waiting (a head restarting on Redis): the group
+  // is still there, so wait again for what is left of the time (calls made while the runtime
+  // reconnects wait for it).
+  if (!ready.ok() && ready.status().code() == StatusCode::kUnavailable &&
+      std::chrono::steady_clock::now() < reserve_deadline_) {
+    spdlog::info("{}: {}; waiting for it again", what_, ready.status().message());
+    return WaitForGroup();
+  }
   if (!ready.ok()) {
     return EndAttempt(
         {Attempt::End::kNoGroup, what_ + " is infeasible: " + ready.status().message()});
