@@ -5,10 +5,8 @@
 // MLP, or a driver of this binary — and then breaks something: SIGKILLs a host, cuts its link,
 // SIGKILLs the Redis-backed head, SIGKILLs a driver, fills the object store and its spill disk.
 // Each checks that nothing the model promises to keep is lost, and prints how long recovery took
-// ("FAULT ..." lines, for the issue's table).
-//
-// Heartbeats are 250 ms with 12 missed = dead (3 s), so that a dead node is noticed quickly
-// without a busy 2-core machine's hiccups declaring a live one dead.
+// ("FAULT ..." lines, for the issue's table). The cluster and the sweeps are
+// multi_host_cluster.h's, shared with the chaos soak (chaos_test.cc).
 
 #include <signal.h>
 #include <sys/mount.h>
@@ -32,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "multi_host_cluster.h"
 #include "rayd_sandbox.h"
 #include "test_util.h"
 #include "testbed.h"
@@ -39,275 +38,25 @@
 namespace {
 
 using namespace std::chrono_literals;
-using nlohmann::json;
+using rayd::testing::AnyTrialHas;
+using rayd::testing::CheckSweepComplete;
 using rayd::testing::ChildProcess;
 using rayd::testing::DaemonPids;
+using rayd::testing::kSettle;
+using rayd::testing::kSweepTimeout;
+using rayd::testing::MultiHostCluster;
 using rayd::testing::ProcessGone;
-using rayd::testing::ReadFile;
-using rayd::testing::StartedNodeId;
+using rayd::testing::ReadTrials;
+using rayd::testing::RecoveredAfter;
+using rayd::testing::RequireSweepSucceeded;
+using rayd::testing::SelfExe;
+using rayd::testing::StartSweep;
+using rayd::testing::StartTrainingCluster;
 using rayd::testing::TempDir;
-using rayd::testing::Testbed;
+using rayd::testing::TotalFailures;
 using rayd::testing::WaitFor;
-
-constexpr char kToken[] = "fault-test-cluster-token";
-constexpr int kPort = 6380;  // each host is its own network namespace: the port is free there
-constexpr auto kSweepTimeout = 240s;
-constexpr auto kSettle = 60s;
-
-std::string SelfExe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
-double WallSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Skips the test (CTest: skipped, exit 77) where network namespaces cannot be made.
-#define REQUIRE_TESTBED() Testbed::SkipUnlessSupported()
-
-// A cluster on a test bed: the head on host 0, nodes on the hosts the test chooses.
-class MultiHostCluster {
- public:
-  explicit MultiHostCluster(int hosts) : bed_(hosts) {}
-  // With RAYD_FAULT_KEEP_LOGS=DIR, every host's session directories are copied to DIR/host<i>
-  // (logs for a failed or slow scenario).
-  ~MultiHostCluster() {
-    const char* keep = std::getenv("RAYD_FAULT_KEEP_LOGS");
-    if (keep == nullptr) return;
-    namespace fs = std::filesystem;
-    for (int host = 0; host < bed_.size(); ++host) {
-      const fs::path from = bed_.root(host);
-      const fs::path to = fs::path(keep) / ("host" + std::to_string(host));
-      std::error_code ec;
-      for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
-           it.increment(ec)) {
-        if (!it->is_regular_file()) continue;  // sockets, and session_latest's links
-        const fs::path target = to / fs::relative(it->path(), from);
-        fs::create_directories(target.parent_path(), ec);
-        fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, ec);
-        ec.clear();
-      }
-    }
-  }
-
-  Testbed& bed() { return bed_; }
-  std::string head_address() const { return bed_.ip(0) + ":" + std::to_string(kPort); }
-  std::map<std::string, std::string> Env(int host) const {
-    return {{"RAYD_TOKEN", kToken}, {"RAYD_TEMP_DIR", bed_.root(host)}};
-  }
-
-  // `rayd <args> --temp-dir ROOT` on `host`; returns its exit code.
-  int Rayd(int host, std::vector<std::string> args, std::string* out) {
-    args.insert(args.begin(), RAYD_BINARY);
-    args.insert(args.end(), {"--temp-dir", bed_.root(host)});
-    return bed_.Run(host, args, out, Env(host), 60s);
-  }
-
-  // `rayd start --head` on host 0 with `extra` flags (kept for Restart); returns its node id.
-  std::string StartHead(const std::vector<std::string>& extra) {
-    head_flags_ = {"start", "--head", "--node-ip-address", bed_.ip(0), "--port",
-                   std::to_string(kPort), "--token", kToken, "--heartbeat-period-ms", "250",
-                   "--missed-heartbeats", "12", "--object-store-memory", "200000000"};
-    head_flags_.insert(head_flags_.end(), extra.begin(), extra.end());
-    return Start(0, head_flags_);
-  }
-  std::string RestartHead() { return Start(0, head_flags_); }
-
-  std::string StartNode(int host, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"start", "--address", head_address(), "--node-ip-address",
-                                     bed_.ip(host), "--token", kToken,
-                                     "--object-store-memory", "200000000"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return Start(host, args);
-  }
-
-  // `rayd status --format json`, asked from the head's host.
-  std::optional<json> TryStatus() { return TryJson({"status"}); }
-  json Status() {
-    auto status = TryStatus();
-    REQUIRE(status);
-    return *status;
-  }
-  std::optional<json> TryJson(std::vector<std::string> args) {
-    args.insert(args.end(), {"--format", "json", "--address", head_address()});
-    std::string& out = last_output_;
-    if (Rayd(0, args, &out) != 0) return std::nullopt;
-    json parsed = json::parse(out, nullptr, false);
-    if (parsed.is_discarded()) return std::nullopt;
-    return parsed;
-  }
-
-  std::string NodeState(const std::string& node_id) {
-    auto status = TryStatus();
-    if (!status) return "UNKNOWN";
-    for (const auto& n : status->at("nodes")) {
-      if (n.at("node_id") == node_id) return n.at("state");
-    }
-    return "MISSING";
-  }
-  double Available(const std::string& node_id, const std::string& resource) {
-    auto status = TryStatus();
-    if (!status) return -1;
-    for (const auto& n : status->at("nodes")) {
-      if (n.at("node_id") != node_id) continue;
-      const json& available = n.at("available");
-      return available.contains(resource) ? available.at(resource).get<double>() : 0.0;
-    }
-    return -1;
-  }
-
-  // The host whose node runs an alive rank of a trial (a TrainWorker actor); -1 if none.
-  int HostRunningATrial(const std::map<std::string, int>& host_of_node) {
-    auto actors = TryJson({"list", "actors"});
-    if (!actors) return -1;
-    for (const auto& a : *actors) {
-      if (a.at("state") != "ALIVE") continue;
-      auto it = host_of_node.find(a.at("node_id"));
-      if (it != host_of_node.end()) return it->second;
-    }
-    return -1;
-  }
-
- private:
-  std::string Start(int host, const std::vector<std::string>& args) {
-    std::string out;
-    const int rc = Rayd(host, args, &out);
-    INFO("rayd start on host " << host << ":\n" << out);
-    REQUIRE(rc == 0);
-    const std::string id = StartedNodeId(out);
-    REQUIRE(id.size() == 32);
-    return id;
-  }
-
-  Testbed bed_;
-  std::vector<std::string> head_flags_;
- public:
-  std::string last_output_;  // of the last TryJson, for failure messages
-};
-
-// ---- Sweeps ------------------------------------------------------------------------------------
-
-// A sweep of three 2-worker Gloo trials of the example MLP, `epochs` each, all at once, each
-// rank one CPU; every epoch reports and checkpoints; a failed trial restarts up to twice.
-std::string WriteSweep(const std::string& dir, const std::string& name, int epochs) {
-  const std::string path = dir + "/" + name + ".yaml";
-  std::ofstream(path) << "name: " << name << R"(
-trainable: mlp_classifier
-scaling: {num_workers: 2, use_gpu: false, resources_per_worker: {CPU: 1}}
-param_space:
-  lr: {grid_search: [0.01, 0.02, 0.05]}
-  hidden: 64
-  batch_size: 32
-  momentum: 0.9
-  epochs: )" << epochs << R"(
-tune: {metric: loss, mode: min, max_concurrent_trials: 3}
-run:
-  storage_path: )" << dir << R"(/results
-  failure: {max_failures: 2}
-  checkpoint: {num_to_keep: 2}
-)";
-  return path;
-}
-
-struct TrialRecord {
-  std::string id;
-  std::string status;
-  int num_failures = 0;
-  std::vector<int> epochs;          // of each result.json line, in order
-  std::vector<double> timestamps;   // likewise
-};
-
-// What the experiment directory holds now: experiment_state.json's trials and their results.
-std::vector<TrialRecord> ReadTrials(const std::string& experiment) {
-  std::vector<TrialRecord> out;
-  json state = json::parse(ReadFile(experiment + "/experiment_state.json"), nullptr, false);
-  if (state.is_discarded() || !state.contains("trials")) return out;
-  for (const auto& t : state.at("trials")) {
-    TrialRecord r;
-    r.id = t.at("id");
-    r.status = t.at("status");
-    r.num_failures = t.value("num_failures", 0);
-    std::istringstream lines(ReadFile(experiment + "/" + t.at("dir_name").get<std::string>() +
-                                      "/result.json"));
-    for (std::string line; std::getline(lines, line);) {
-      json result = json::parse(line, nullptr, false);
-      if (result.is_discarded() || !result.contains("epoch")) continue;  // a line being written
-      r.epochs.push_back(static_cast<int>(result.at("epoch").get<double>()));
-      r.timestamps.push_back(result.at("timestamp").get<double>());
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-// Every trial finished, and reported every epoch exactly once, in order: none started over
-// (a restart resumed from its checkpoint) and none reported an epoch twice (nothing ran twice).
-void CheckSweepComplete(const std::string& experiment, int trials, int epochs) {
-  std::vector<int> all(epochs);
-  for (int e = 0; e < epochs; ++e) all[e] = e;
-  const auto records = ReadTrials(experiment);
-  REQUIRE(records.size() == static_cast<size_t>(trials));
-  for (const auto& r : records) {
-    INFO("trial " << r.id);
-    CHECK(r.status == "TERMINATED");
-    CHECK(r.epochs == all);
-  }
-}
-
-// Seconds from the fault at `fault_at` to the first result of a trial that failed reported
-// after `dead_at` (when the head declared the node dead: whatever the failed gang still had in
-// flight is older), once there is one.
-std::optional<double> RecoveredAfter(const std::string& experiment, double fault_at,
-                                     double dead_at) {
-  for (const auto& r : ReadTrials(experiment)) {
-    if (r.num_failures == 0) continue;
-    for (double ts : r.timestamps) {
-      if (ts > dead_at) return ts - fault_at;
-    }
-  }
-  return std::nullopt;
-}
-
-bool AnyTrialHas(const std::string& experiment, size_t results) {
-  for (const auto& r : ReadTrials(experiment)) {
-    if (r.epochs.size() >= results) return true;
-  }
-  return false;
-}
-
-// `rayd tune` as a driver on `host`.
-std::unique_ptr<ChildProcess> StartSweep(MultiHostCluster& cluster, int host,
-                                         const std::string& yaml) {
-  return std::make_unique<ChildProcess>(
-      cluster.bed().In(host, {RAYD_BINARY, "tune", yaml, "--address", cluster.head_address(),
-                              "--progress-interval", "5"}),
-      cluster.Env(host));
-}
-
-void RequireSweepSucceeded(ChildProcess& driver) {
-  const bool ended = driver.WaitExit(kSweepTimeout);
-  INFO("rayd tune output:\n" << driver.output());
-  REQUIRE(ended);
-  REQUIRE(driver.exit_code() == 0);
-}
-
-int TotalFailures(const std::string& experiment) {
-  int n = 0;
-  for (const auto& r : ReadTrials(experiment)) n += r.num_failures;
-  return n;
-}
-
-// Head (no CPUs) on host 0; 2-CPU nodes on hosts 1..nodes. Returns node id -> host.
-std::map<std::string, int> StartTrainingCluster(MultiHostCluster& cluster, int nodes,
-                                                const std::vector<std::string>& head_extra = {}) {
-  std::vector<std::string> head = {"--num-cpus", "0"};
-  head.insert(head.end(), head_extra.begin(), head_extra.end());
-  cluster.StartHead(head);
-  std::map<std::string, int> host_of_node;
-  for (int host = 1; host <= nodes; ++host) {
-    host_of_node[cluster.StartNode(host, {"--num-cpus", "2"})] = host;
-  }
-  return host_of_node;
-}
+using rayd::testing::WallSeconds;
+using rayd::testing::WriteSweep;
 
 }  // namespace
 
@@ -617,7 +366,7 @@ TEST_CASE("SIGKILL of a driver on another host: its actors and leases end there 
   // Three actors, the detached one and the task's lease hold 5 of the far node's 8 CPUs.
   double cpus = -1;
   if (!WaitFor([&] { return (cpus = cluster.Available(far_node, "CPU")) == 3; }, kSettle)) {
-    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output_);
+    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output());
   }
 
   const auto killed_at = std::chrono::steady_clock::now();
@@ -630,7 +379,7 @@ TEST_CASE("SIGKILL of a driver on another host: its actors and leases end there 
       kSettle));
   // Only the detached actor's CPU stays taken.
   if (!WaitFor([&] { return (cpus = cluster.Available(far_node, "CPU")) == 7; }, kSettle)) {
-    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output_);
+    FAIL("the far node's available CPUs: " << cpus << "\n" << cluster.last_output());
   }
   const double cleaned = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                        killed_at).count();
