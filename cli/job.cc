@@ -2,6 +2,7 @@
 // Each command talks to the head through rayd::ClusterClient; `submit` ships the working
 // directory with the request and, unless --no-wait, follows the job's log to its end.
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <iomanip>
@@ -18,6 +19,9 @@
 namespace rayd::cli {
 namespace {
 
+// How often a followed log is read while nothing new comes: from kLogPollFirst, doubling to
+// kLogPoll, so a short job's end shows at once and a long one costs the head 4 reads a second.
+constexpr auto kLogPollFirst = std::chrono::milliseconds(10);
 constexpr auto kLogPoll = std::chrono::milliseconds(250);
 
 std::string Joined(const std::vector<std::string>& argv) {
@@ -44,14 +48,19 @@ std::string Describe(const JobSubmissionInfo& job) {
 // its log is read to the end. Returns the job as last seen.
 Result<JobSubmissionInfo> StreamLogs(ClusterClient& cluster, const std::string& id, bool follow) {
   uint64_t offset = 0;
+  auto poll = kLogPollFirst;
   while (true) {
     RAYD_ASSIGN_OR_RETURN(JobLogChunk chunk, cluster.ReadJobLogs(id, offset));
     std::cout << chunk.data << std::flush;
     offset = chunk.next_offset;
-    if (!chunk.data.empty()) continue;  // more may be there already
+    if (!chunk.data.empty()) {  // more may be there already
+      poll = kLogPollFirst;
+      continue;
+    }
     // Read to the end: done unless it still runs and we follow it.
     if (!follow || chunk.job.terminal()) return chunk.job;
-    std::this_thread::sleep_for(kLogPoll);
+    std::this_thread::sleep_for(poll);
+    poll = std::min(poll * 2, std::chrono::milliseconds(kLogPoll));
   }
 }
 
