@@ -38,7 +38,9 @@ RpcClient::RpcClient(EventLoop& loop, std::string address, Options options,
       backoff_(backoff),
       next_delay_(backoff.initial),
       retry_timer_(loop),
-      queue_timer_(loop) {}
+      queue_timer_(loop) {
+  IgnoreSigpipe();
+}
 
 RpcClient::~RpcClient() {
   guard_.Invalidate();

@@ -1,10 +1,13 @@
-// Endpoint parsing and socket address helpers shared by RpcServer and RpcClient.
+// Endpoint parsing, socket address helpers and process settings shared by RpcServer and
+// RpcClient.
 
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
 #include <charconv>
+#include <csignal>
+#include <mutex>
 
 #include "rayd/base/rpc.h"
 #include "rpc_internal.h"
@@ -101,6 +104,16 @@ void TuneTcpSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
 }
 
 void PrepareStream(uv_stream_t* stream) {

@@ -19,5 +19,9 @@ std::string PeerName(uv_stream_t* stream);
 void PrepareStream(uv_stream_t* stream);
 // uv_close, then frees the uv_tcp_t / uv_pipe_t allocated with new.
 void CloseAndFree(uv_stream_t* stream);
+// A peer that closes while we write must be an error value (EPIPE), not a SIGPIPE that ends
+// the process: unless the program installed its own SIGPIPE handling, sets it to ignored.
+// Every client and server calls it; it acts once per process.
+void IgnoreSigpipe();
 
 }  // namespace rayd::rpc

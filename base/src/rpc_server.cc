@@ -11,7 +11,9 @@
 namespace rayd::rpc {
 
 RpcServer::RpcServer(EventLoop& loop, Options options, const Dispatcher& dispatcher)
-    : loop_(loop), options_(std::move(options)), dispatcher_(dispatcher) {}
+    : loop_(loop), options_(std::move(options)), dispatcher_(dispatcher) {
+  IgnoreSigpipe();
+}
 
 RpcServer::~RpcServer() { Close(); }
 
