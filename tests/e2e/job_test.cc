@@ -223,7 +223,7 @@ TEST_CASE("rayd job stop ends a running job's process group and bad input gets o
                                "true"},
                      "job submit", {"'pip'", "not supported"});
   ExpectOneLineError(sandbox, {"submit", "--runtime-env-json", "{oops", "--", "true"},
-                     "job submit", {"not a JSON object"});
+                     "job submit", {"must be a JSON object"});
   ExpectOneLineError(sandbox, {"submit", "--address", "127.0.0.1:1", "--", "true"}, "job submit",
                      {"cannot reach the cluster at 127.0.0.1:1"});
   std::string no_command;

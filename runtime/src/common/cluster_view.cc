@@ -1,7 +1,6 @@
 // rayd::ClusterClient and the one-shot Fetch* reads (rayd/runtime/cluster.h): a ClusterReader
 // on a private event loop, run until each answer arrives.
 
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/cluster_reader.h"
@@ -86,21 +85,12 @@ Result<JobSubmissionInfo> ClusterClient::SubmitJob(const JobSubmitOptions& optio
   if (options.entrypoint.empty() || options.entrypoint.front().empty()) {
     return Status::InvalidArgument("no command to run: give it after `--`");
   }
-  // The working directory: the flag, else the runtime environment's, as Ray's.
-  std::string working_dir = options.working_dir;
-  if (!options.runtime_env_json.empty()) {
-    const auto env = nlohmann::json::parse(options.runtime_env_json, nullptr, false);
-    if (env.is_discarded() || !env.is_object()) {
-      return Status::InvalidArgument("--runtime-env-json is not a JSON object: " +
-                                     options.runtime_env_json);
-    }
-    if (working_dir.empty() && env.contains("working_dir")) {
-      if (!env["working_dir"].is_string()) {
-        return Status::InvalidArgument("runtime_env working_dir is not a string");
-      }
-      working_dir = env["working_dir"].get<std::string>();
-    }
-  }
+  // Checked here too, before a large directory is read and shipped. The working directory:
+  // the flag, else the runtime environment's, as Ray's.
+  RAYD_ASSIGN_OR_RETURN(runtime::JobRuntimeEnv env,
+                        runtime::ParseJobRuntimeEnv(options.runtime_env_json));
+  const std::string working_dir =
+      options.working_dir.empty() ? env.working_dir : options.working_dir;
   std::vector<runtime::PackedEntry> files;
   if (!working_dir.empty()) {
     RAYD_ASSIGN_OR_RETURN(files, runtime::ReadWorkingDir(working_dir, kMaxWorkingDirBytes));

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rayd/api/runtime_env.h"
 #include "rayd/base/capnp_bytes.h"
 
 namespace rayd {
@@ -22,6 +23,22 @@ bool JobSubmissionInfo::terminal() const {
 
 namespace rayd::runtime {
 namespace fs = std::filesystem;
+
+Result<JobRuntimeEnv> ParseJobRuntimeEnv(const std::string& json) {
+  JobRuntimeEnv parsed;
+  if (json.empty()) return parsed;
+  try {
+    RuntimeEnv env = RuntimeEnv::Deserialize(json);
+    if (env.Contains("working_dir")) {
+      parsed.working_dir = env.Get<std::string>("working_dir");
+      env.Remove("working_dir");
+    }
+    parsed.env_vars = internal::EnvVarsOf(env);
+  } catch (const RuntimeEnvError& e) {
+    return Status::InvalidArgument(std::string(e.what()) + " (a job also takes working_dir)");
+  }
+  return parsed;
+}
 
 void ToWire(const JobSubmissionInfo& job, proto::JobSubmission::Builder out) {
   out.setSubmissionId(job.submission_id);

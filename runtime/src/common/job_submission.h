@@ -8,6 +8,7 @@
 // directory it is unpacked into.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,15 @@
 #include "rayd/runtime/cluster.h"
 
 namespace rayd::runtime {
+
+// What a submission's runtime environment (--runtime-env-json) asks for: Ray's runtime env,
+// of which a job takes env_vars (checked as rayd::internal::EnvVarsOf checks a task's) and
+// working_dir (shipped by the client). InvalidArgument naming any other field.
+struct JobRuntimeEnv {
+  std::map<std::string, std::string> env_vars;
+  std::string working_dir;
+};
+Result<JobRuntimeEnv> ParseJobRuntimeEnv(const std::string& json);
 
 void ToWire(const JobSubmissionInfo& job, proto::JobSubmission::Builder out);
 JobSubmissionInfo FromWire(proto::JobSubmission::Reader in);

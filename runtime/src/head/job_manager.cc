@@ -83,33 +83,6 @@ bool Executable(const std::string& command, const std::string& cwd, const std::s
   return false;
 }
 
-// The runtime environment a submission may carry: {"env_vars": {K: V}, "working_dir": D}
-// (the client ships D itself). Other keys are refused by name.
-Result<std::map<std::string, std::string>> ParseRuntimeEnv(const std::string& text) {
-  std::map<std::string, std::string> env_vars;
-  if (text.empty()) return env_vars;
-  nlohmann::json env = nlohmann::json::parse(text, nullptr, false);
-  if (env.is_discarded() || !env.is_object()) {
-    return Status::InvalidArgument("--runtime-env-json is not a JSON object: " + text);
-  }
-  for (const auto& [key, value] : env.items()) {
-    if (key == "working_dir") continue;
-    if (key != "env_vars") {
-      return Status::InvalidArgument("runtime_env key '" + key +
-                                     "' is not supported by rayd jobs (env_vars and "
-                                     "working_dir are)");
-    }
-    if (!value.is_object()) return Status::InvalidArgument("runtime_env env_vars is not an object");
-    for (const auto& [name, v] : value.items()) {
-      if (!v.is_string()) {
-        return Status::InvalidArgument("runtime_env env_vars." + name + " is not a string");
-      }
-      env_vars[name] = v.get<std::string>();
-    }
-  }
-  return env_vars;
-}
-
 std::string NewSubmissionId() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
   uint8_t bytes[16];
@@ -204,8 +177,8 @@ void JobManager::HandleSubmit(const rpc::Incoming<proto::Method::SUBMIT_JOB>& ca
   if (entrypoint.empty() || entrypoint.front().empty()) {
     return call.Fail(Status::InvalidArgument("no command to run"));
   }
-  auto env_vars = ParseRuntimeEnv(request.getRuntimeEnvJson());
-  if (!env_vars.ok()) return call.Fail(env_vars.status());
+  auto runtime_env = runtime::ParseJobRuntimeEnv(request.getRuntimeEnvJson());
+  if (!runtime_env.ok()) return call.Fail(runtime_env.status());
 
   auto job = std::make_unique<Job>();
   JobSubmissionInfo& info = job->info;
@@ -219,7 +192,7 @@ void JobManager::HandleSubmit(const rpc::Incoming<proto::Method::SUBMIT_JOB>& ca
   fs::create_directories(info.working_dir, ec);
   if (ec) return call.Fail(Status::Internal("cannot create " + info.working_dir + ": " + ec.message()));
   Status unpacked = runtime::UnpackWorkingDir(request.getFiles(), info.working_dir);
-  Status spawned = unpacked.ok() ? Spawn(*job, *env_vars) : unpacked;
+  Status spawned = unpacked.ok() ? Spawn(*job, runtime_env->env_vars) : unpacked;
   if (!spawned.ok()) {
     fs::remove_all(dir, ec);  // nothing ran: nothing to keep
     return call.Fail(spawned);
