@@ -78,6 +78,18 @@ int GetRef(rayd::ObjectRef<int> ref) { return *ref.Get(60000) * 10; }
 
 int Fails() { throw std::invalid_argument("no good"); }
 
+int OwnPid() { return getpid(); }
+
+// Opens g_lingering, sleeps `ms`, then sets g_lingered.
+Gate g_lingering;
+std::atomic<bool> g_lingered{false};
+int Linger(int ms) {
+  g_lingering.Open();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  g_lingered = true;
+  return ms;
+}
+
 // An actor whose calls record their order and whether two of them ever overlapped.
 class Recorder {
  public:
@@ -118,9 +130,9 @@ class Recorder {
 }  // namespace local
 
 RAYD_REMOTE(local::Interval, local::Plus, local::Gated, local::Nest, local::GetRef, local::Fails,
-            local::Recorder::Create, local::Recorder::CreateFails, &local::Recorder::Append,
-            &local::Recorder::Values, &local::Recorder::Overlapped, &local::Recorder::Initialized,
-            &local::Recorder::Meet, &local::Recorder::Quit);
+            local::OwnPid, local::Linger, local::Recorder::Create, local::Recorder::CreateFails,
+            &local::Recorder::Append, &local::Recorder::Values, &local::Recorder::Overlapped,
+            &local::Recorder::Initialized, &local::Recorder::Meet, &local::Recorder::Quit);
 
 namespace {
 
@@ -363,8 +375,12 @@ TEST_CASE("local mode: placement groups are created, used, looked up and removed
   CHECK(rayd::GetPlacementGroupById(unknown).Empty());
 }
 
-TEST_CASE("local mode: the key-value store and named actors in namespaces still work", "[unit]") {
+TEST_CASE("local mode: all runs in this process, with its key-value store and named actors",
+          "[unit]") {
   LocalMode local_mode;
+  CHECK(rayd::IsLocalMode());
+  CHECK(*rayd::Task(OwnPid).Remote().Get(kGetTimeoutMs) == getpid());
+  CHECK(*rayd::Get(rayd::Put(std::string("x"))) == "x");
   CHECK(rayd::KvPut("ns", "a/1", "x"));
   CHECK_FALSE(rayd::KvPut("ns", "a/1", "y", /*overwrite=*/false));
   CHECK(rayd::KvGet("ns", "a/1") == "x");
@@ -372,6 +388,17 @@ TEST_CASE("local mode: the key-value store and named actors in namespaces still 
   rayd::Actor(Recorder::Create).SetName("shared").SetNamespace("other").Remote(0);
   CHECK_FALSE(rayd::GetActor<Recorder>("shared").has_value());
   CHECK(rayd::GetActor<Recorder>("shared", "other").has_value());
+}
+
+TEST_CASE("local mode: Shutdown waits for running tasks and joins their threads", "[unit]") {
+  LocalMode local_mode;
+  g_lingering.Close();
+  g_lingered = false;
+  auto lingering = rayd::Task(Linger).Remote(300);
+  REQUIRE(g_lingering.Wait());  // it runs now
+  rayd::Shutdown();
+  CHECK(g_lingered);
+  CHECK_FALSE(rayd::IsInitialized());
 }
 
 TEST_CASE("growing thread pool: grows past blocked work, ends idle threads, joins at shutdown",
