@@ -242,10 +242,18 @@ TEST_CASE("nested: an actor creates an actor on the other node and submits tasks
   CHECK(*parent.Task(&Parent::TaskFromActor).Remote(4).Get(kGetTimeoutMs) == 14);
 }
 
-TEST_CASE("parallel: four sleeping tasks on four CPUs overlap", "[integration]") {
+// Four 1.5 s tasks on four CPUs after four 10 ms warm-up tasks, on a machine kept busy by two
+// CPU burners: leases granted while the node was briefly full must not leave a task queued
+// behind a busy worker once CPUs are free again.
+TEST_CASE("parallel: four sleeping tasks on four CPUs overlap on a busy machine",
+          "[integration]") {
   std::vector<Interval> intervals;
   {
+    rayd::testing::CpuBurners burners(2);
     Embedded cluster([](rayd::RaydConfig& c) { c.num_cpus = 4; });
+    std::vector<rayd::ObjectRef<Interval>> warm_up;
+    for (int i = 0; i < 4; ++i) warm_up.push_back(rayd::Task(SleepFor).Remote(10));
+    rayd::Get(warm_up, kGetTimeoutMs);
     std::vector<rayd::ObjectRef<Interval>> refs;
     for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(SleepFor).Remote(1500));
     for (const auto& r : rayd::Get(refs, kGetTimeoutMs)) intervals.push_back(*r);

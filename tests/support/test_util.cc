@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -166,6 +168,24 @@ HttpReply HttpGet(int port, const std::string& path, const std::string& extra_he
   reply.headers = raw.substr(0, end);
   reply.body = raw.substr(end + 4);
   return reply;
+}
+
+CpuBurners::CpuBurners(int count) {
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      // Async-signal-safe from here on (the parent may have threads): spin until killed.
+      volatile uint64_t spins = 0;
+      for (;;) spins = spins + 1;
+    }
+    pids_.push_back(pid);
+  }
+}
+
+CpuBurners::~CpuBurners() {
+  for (pid_t pid : pids_) kill(pid, SIGKILL);
+  for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
 }
 
 bool ProcessGone(pid_t pid) {

@@ -80,6 +80,20 @@ bool IsRaydProcess(pid_t pid);
 // The pids in the head.pid / node.pid files of every session directory under `root`.
 std::vector<pid_t> DaemonPids(const std::string& root);
 
+// Keeps the machine busy, as a shared cluster node always is: `count` child processes that
+// spin on a CPU each until the destructor kills and reaps them. Claims about parallelism are
+// checked with burners beside them.
+class CpuBurners {
+ public:
+  explicit CpuBurners(int count);
+  ~CpuBurners();
+  CpuBurners(const CpuBurners&) = delete;
+  CpuBurners& operator=(const CpuBurners&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 // Runs a command to completion, capturing stdout+stderr; returns the exit code.
 int RunCommand(const std::vector<std::string>& argv, std::string* output,
                const std::map<std::string, std::string>& extra_env = {},

@@ -15,6 +15,13 @@ using internal::ErrorKind;
 constexpr int kMaxInFlightPerLease = 16;
 constexpr int kMaxPendingLeaseRequests = 4;
 constexpr Millis kLeaseIdleTimeout{200};
+// Tasks that keep a worker busy longer than this never wait behind a busy worker: the wait
+// would be long, and a CPU that frees meanwhile could not take them.
+constexpr std::chrono::microseconds kPipelineTaskTime{5000};
+// After a failed lease request while other leases run, the next request waits this long,
+// doubling up to the maximum (reset by a grant).
+constexpr Millis kLeaseRetryBackoff{100};
+constexpr Millis kMaxLeaseRetryBackoff{5000};
 
 // The shape of a task for lease reuse: its resources and scheduling options, as a cheap string
 // (texts are length-prefixed, so different options never make the same key).
@@ -68,7 +75,13 @@ void FillLaunch(const SubmitterContext& ctx, const std::map<std::string, std::st
 }
 
 TaskSubmitter::TaskSubmitter(SubmitterContext& ctx) : ctx_(ctx), idle_timer_(ctx.loop) {
-  idle_timer_.Start(kLeaseIdleTimeout, kLeaseIdleTimeout, [this] { ReturnIdleLeases(); });
+  idle_timer_.Start(kLeaseIdleTimeout, kLeaseIdleTimeout, [this] {
+    ReturnIdleLeases();
+    // Shapes backing off after a failed request ask again once their back-off is over.
+    for (auto& [key, shape] : shapes_) {
+      if (!shape.queue.empty() && shape.pending_requests == 0) Pump(key);
+    }
+  });
 }
 
 TaskSubmitter::~TaskSubmitter() = default;
@@ -97,9 +110,8 @@ void TaskSubmitter::Pump(const std::string& key) {
   if (ctx_.stopping) return;
   auto& shape = shapes_[key];
   // Hand queued tasks to leases with room, least loaded first: idle ones only, unless no more
-  // leases can be had now (then behind busy workers too).
-  const bool hold_back = shape.lease_failed && !shape.leases.empty();
-  const int max_in_flight = shape.saturated || hold_back ? kMaxInFlightPerLease : 1;
+  // leases can be had now and the tasks are short (then behind busy workers too).
+  const int max_in_flight = MayQueueBehindBusy(shape) ? kMaxInFlightPerLease : 1;
   while (!shape.queue.empty()) {
     std::shared_ptr<Lease> best;
     for (auto& lease : shape.leases) {
@@ -111,15 +123,32 @@ void TaskSubmitter::Pump(const std::string& key) {
     shape.queue.pop_front();
     Push(key, best, std::move(spec));
   }
-  // Tasks wait: ask for more workers, as many requests as there are waiting tasks (bounded).
+  // Tasks wait: keep lease requests pending for them (bounded); the node queues a request that
+  // does not fit yet and grants it as soon as room frees.
+  const bool backing_off = !shape.leases.empty() && Clock::now() < shape.retry_at;
   const int wanted =
-      hold_back ? 0
-                : static_cast<int>(std::min<size_t>(shape.queue.size(), kMaxPendingLeaseRequests));
+      backing_off ? 0
+                  : static_cast<int>(std::min<size_t>(shape.queue.size(), kMaxPendingLeaseRequests));
   while (shape.pending_requests < wanted) {
     const int before = shape.pending_requests;
     AskForLease(key);
     if (shape.pending_requests == before) break;  // waiting for a group, or failed the queue
   }
+}
+
+bool TaskSubmitter::MayQueueBehindBusy(const Shape& shape) const {
+  return shape.saturated && shape.service_time.count() > 0 &&
+         shape.service_time < kPipelineTaskTime;
+}
+
+void TaskSubmitter::RecordServiceTime(Shape& shape, Lease& lease, Clock::time_point pushed) {
+  const auto now = Clock::now();
+  // A task pushed behind others started when the one before it ended.
+  const auto started = std::max(pushed, lease.last_reply);
+  lease.last_reply = now;
+  const auto sample = std::chrono::duration_cast<std::chrono::microseconds>(now - started);
+  shape.service_time =
+      shape.service_time.count() == 0 ? sample : (shape.service_time * 7 + sample) / 8;
 }
 
 void TaskSubmitter::AskForLease(const std::string& key) {
@@ -249,7 +278,7 @@ void TaskSubmitter::RequestLease(const std::string& key, const std::string& node
             }
             auto granted = reply.getGranted();
             shape.saturated = !granted.getMoreRoom();
-            shape.lease_failed = false;
+            shape.retry_backoff = Millis(0);
             auto lease = std::make_shared<Lease>();
             lease->lease_id = granted.getLeaseId();
             lease->worker_address = granted.getWorkerAddress();
@@ -278,7 +307,13 @@ void TaskSubmitter::OnLeaseFailed(const std::string& key, const Status& status) 
     return;
   }
   if (!shape.leases.empty() || shape.pending_requests > 0) {
-    shape.lease_failed = true;  // no asking again in a loop: the other leases run the queue
+    // No asking again in a loop: the other leases run the queue, and a new request waits out
+    // a back-off.
+    shape.retry_backoff = std::min(kMaxLeaseRetryBackoff,
+                                   std::max(kLeaseRetryBackoff, shape.retry_backoff * 2));
+    shape.retry_at = Clock::now() + shape.retry_backoff;
+    spdlog::debug("lease for {} failed while others run; asking again in {} ms: {}",
+                  shape.resources.ToString(), shape.retry_backoff.count(), status.message());
     Pump(key);
     return;
   }
@@ -299,6 +334,7 @@ void TaskSubmitter::FailQueue(const std::string& key, ErrorKind kind, const std:
 void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& lease,
                          TaskSpec spec) {
   lease->in_flight++;
+  const Clock::time_point pushed = Clock::now();
   auto shared_spec = std::make_shared<TaskSpec>(std::move(spec));
   auto fill = [&shared_spec](proto::PushTaskRequest::Builder r) {
     ToProto(*shared_spec, r.initSpec());
@@ -313,9 +349,10 @@ void TaskSubmitter::Push(const std::string& key, const std::shared_ptr<Lease>& l
   });
   client.Call<proto::Method::PUSH_TASK>(
       fill, Millis(0),
-      [this, key, lease, shared_spec](const Status& s, proto::PushTaskReply::Reader r) {
+      [this, key, lease, shared_spec, pushed](const Status& s, proto::PushTaskReply::Reader r) {
         if (ctx_.stopping) return;
         lease->in_flight--;
+        RecordServiceTime(shapes_[key], *lease, pushed);
         if (lease->in_flight == 0) lease->idle_since = Clock::now();
         if (s.ok()) {
           ObjectValue value = FromProto(r.getValue());
@@ -364,6 +401,8 @@ void TaskSubmitter::OnWorkerLost(const std::string& key, const std::shared_ptr<L
 }
 
 void TaskSubmitter::ReturnLease(const std::shared_ptr<Lease>& lease, bool kill) {
+  // The lease's resources go back to its node: what it said about being full no longer holds.
+  for (auto& [key, shape] : shapes_) shape.saturated = false;
   auto fill = [&](proto::ReturnLeaseRequest::Builder r) {
     r.setLeaseId(lease->lease_id);
     r.setKillWorker(kill);

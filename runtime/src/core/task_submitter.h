@@ -9,10 +9,17 @@
 // dies fails its in-flight tasks, which are retried up to max_retries.
 //
 // Spreading before queueing: a task goes to an idle lease, and while tasks wait the submitter
-// keeps asking for more leases, so independent tasks run in parallel on the free CPUs. Only
-// when the last grant said the node had no room for another lease of the shape (and until a
-// grant says it has) are tasks queued behind busy workers, up to kMaxInFlightPerLease each,
-// which keeps tiny tasks flowing without a round trip between them.
+// keeps lease requests pending at the node (which queues them until a CPU frees), so
+// independent tasks run in parallel on whatever CPUs are free, whenever they free. A task
+// pushed to a busy worker cannot move when a CPU frees elsewhere, so tasks are queued behind
+// busy workers (up to kMaxInFlightPerLease each, which keeps tiny tasks flowing without a
+// round trip between them) only when all of these hold:
+// - the node said no other lease of the shape fits (the last grant's moreRoom), and nothing
+//   this submitter did since freed room: returning a lease forgets every "full" it was told;
+// - the shape's tasks are short (their recent service time below kPipelineTaskTime), so the
+//   wait behind a busy worker is bounded by a few milliseconds even if a CPU frees meanwhile;
+// - no lease request of the shape failed recently (then the submitter asks again after a
+//   back-off instead of giving up on more leases while others run).
 //
 // Placement groups: a shape that targets a group asks the GCS once where the group's bundles
 // are (GET_PLACEMENT_GROUP, waiting until it is created; the answer is cached per group) and
@@ -83,6 +90,7 @@ class TaskSubmitter {
     std::string node_address;  // the node that granted it
     int in_flight = 0;
     Clock::time_point idle_since;
+    Clock::time_point last_reply;  // when the worker last finished a task
     bool dead = false;
   };
   struct Shape {
@@ -92,10 +100,14 @@ class TaskSubmitter {
     std::map<std::string, std::string> env;
     std::vector<std::shared_ptr<Lease>> leases;
     int pending_requests = 0;
-    // The last grant said no lease of this shape would fit now, or the last request failed
-    // while other leases run: queue behind busy workers instead of asking again.
+    // The last grant said no lease of this shape would fit now (cleared when this submitter
+    // returns a lease, which frees room).
     bool saturated = false;
-    bool lease_failed = false;
+    // A lease request failed while other leases run: no new request before `retry_at`.
+    Clock::time_point retry_at;
+    Millis retry_backoff{0};
+    // Smoothed time a task of the shape keeps its worker busy (0: none finished yet).
+    std::chrono::microseconds service_time{0};
   };
   // A placement group as the GCS last described it, for the shapes that target it.
   struct Group {
@@ -112,6 +124,10 @@ class TaskSubmitter {
   };
 
   void Pump(const std::string& key);
+  // Whether tasks of the shape may wait behind busy workers now (see the top of the file).
+  bool MayQueueBehindBusy(const Shape& shape) const;
+  // Smooths the time the task pushed at `pushed` kept its lease's worker busy into the shape's.
+  void RecordServiceTime(Shape& shape, Lease& lease, Clock::time_point pushed);
   // Asks for one more lease for the shape: from the local node, or from its bundle's node.
   void AskForLease(const std::string& key);
   void RequestLease(const std::string& key, const std::string& node_address, bool no_spill);
