@@ -396,33 +396,40 @@ void GcsActorManager::Schedule(Actor& actor) {
       return RequestLease(actor, node, std::nullopt);
     case scheduler::Outcome::kNotNow:
       return Wait(actor);
-    case scheduler::Outcome::kInfeasible: {
-      const auto now = Clock::now();
-      if (!actor.infeasible_since) {
-        actor.infeasible_since = now;
-        if (infeasible_timeout_.count() > 0) {
-          spdlog::warn("no node can hold actor {} ({}) yet; it waits up to {} ms for one",
-                       actor.id, actor.demand.ToString(), infeasible_timeout_.count());
-        }
-      }
-      if (now - *actor.infeasible_since >= infeasible_timeout_) {
-        MarkDead(actor, "infeasible: " + placement.reason, /*kill_worker=*/false);
-        return;
-      }
-      return Wait(actor);
+    case scheduler::Outcome::kInfeasible:
+      return WaitInfeasible(actor, placement.reason);
+  }
+}
+
+void GcsActorManager::WaitInfeasible(Actor& actor, const std::string& reason) {
+  const auto now = Clock::now();
+  if (!actor.infeasible_since) {
+    actor.infeasible_since = now;
+    if (infeasible_timeout_.count() > 0) {
+      spdlog::warn("actor {} ({}) cannot be placed: {}; it waits up to {} ms", actor.id,
+                   actor.demand.ToString(), reason, infeasible_timeout_.count());
     }
   }
+  if (now - *actor.infeasible_since >= infeasible_timeout_) {
+    return MarkDead(actor, "infeasible: " + reason, /*kill_worker=*/false);
+  }
+  Wait(actor);
 }
 
 void GcsActorManager::ScheduleInGroup(Actor& actor) {
   using Kind = GcsPlacementGroupManager::BundleSlot::Kind;
   const auto slot = placement_groups_.FindBundle(actor.placement_group_id,
                                                  actor.Scheduling().getBundleIndex(), actor.demand);
+  if (slot.kind != Kind::kTooSmall) actor.infeasible_since.reset();
   switch (slot.kind) {
     case Kind::kReady:
       return RequestLease(actor, slot.node, slot.index);
     case Kind::kWait:
       return Wait(actor);
+    case Kind::kTooSmall:
+      // As in Ray, the actor stays pending (its calls unready) rather than failing at once; it
+      // fails as infeasible after the timeout, like any request no node could hold.
+      return WaitInfeasible(actor, slot.why);
     case Kind::kGone:
       return MarkDead(actor, slot.why, /*kill_worker=*/false);
   }

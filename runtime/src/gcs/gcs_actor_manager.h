@@ -12,8 +12,9 @@
 //   node that is not alive makes it DEAD at once.
 // - An actor in a placement group is placed on its bundle's node (FindBundle): it waits while
 //   the group is being reserved (retried when the group becomes ready, and every
-//   kRetryPeriod), is DEAD when the group is gone, and its lease request carries the group and
-//   bundle index (its resources come from the bundle, so the ledger does not count it). A
+//   kRetryPeriod), is infeasible (as above) when it is larger than its bundle, is DEAD when the
+//   group is gone, and its lease request carries the group and bundle index (its resources
+//   come from the bundle, so the ledger does not count it). A
 //   group removed or failed makes its actors DEAD ("its placement group X was removed") and
 //   kills their workers.
 // - Creation asks that node for a worker lease (REQUEST_LEASE, forActor, grantOrReject) and
@@ -109,6 +110,9 @@ class GcsActorManager {
   void Schedule(Actor& actor);
   // Places an actor that is in a placement group on its bundle.
   void ScheduleInGroup(Actor& actor);
+  // An actor that cannot be placed (`reason`) waits infeasible_timeout_ from the first time,
+  // retried like one waiting for room, then is DEAD ("infeasible: <reason>").
+  void WaitInfeasible(Actor& actor, const std::string& reason);
   void Wait(Actor& actor);
   void RetryWaiting();
   // Asks `node` for the actor's worker; `bundle`: the index of its group's bundle there.

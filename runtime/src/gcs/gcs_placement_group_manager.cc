@@ -262,7 +262,7 @@ GcsPlacementGroupManager::BundleSlot GcsPlacementGroupManager::FindBundle(
     }
     const Group::Bundle& bundle = group->bundles[i];
     if (!demand.IsSubsetOf(bundle.resources)) {
-      return {Kind::kGone, NodeId(), i,
+      return {Kind::kTooSmall, NodeId(), i,
               demand.ToString() + " does not fit bundle " + std::to_string(i) +
                   " of placement group " + group_id + ": " + bundle.resources.ToString()};
     }
@@ -280,7 +280,7 @@ GcsPlacementGroupManager::BundleSlot GcsPlacementGroupManager::FindBundle(
     return {Kind::kReady, bundle.node, i, ""};
   }
   if (!fits_one) {
-    return {Kind::kGone, NodeId(), 0,
+    return {Kind::kTooSmall, NodeId(), 0,
             demand.ToString() + " does not fit any bundle of placement group " + group_id};
   }
   return {Kind::kWait, NodeId(), 0, ""};

@@ -94,7 +94,9 @@ class GcsPlacementGroupManager {
       kReady,  // `node` holds the bundle (committed)
       kWait,   // the group (or that bundle) is being reserved: ask again later
       kGone,   // it never will be: `why` says so (group removed or failed, unknown group, no
-               // such bundle, or `demand` larger than the bundle)
+               // such bundle)
+      kTooSmall,  // `demand` is larger than the bundle (or than every bundle, for index -1):
+                  // infeasible, as a request no node could hold (`why` says which)
     };
     Kind kind = Kind::kWait;
     NodeId node;
