@@ -19,6 +19,14 @@ struct ObjectValue {
   inStore @4 :Bool;
   size @5 :UInt64;               # its size in bytes
   locations @6 :List(ObjectLocation);  # nodes holding a copy (the first: the primary)
+  # The refs inside the value (rayd::internal::NestedRef). In a task's reply: the worker has
+  # registered the caller as their borrower, and the caller keeps them while the value lives.
+  nested @7 :List(NestedRef);
+}
+
+struct NestedRef {
+  objectId @0 :Text;
+  ownerAddress @1 :Text;
 }
 
 struct ObjectLocation {

@@ -66,6 +66,25 @@ void ObjectRefBase::Release() {
   counted_in_ = 0;
 }
 
+namespace {
+thread_local NestedRefCollector* t_collector = nullptr;
+}  // namespace
+
+NestedRefCollector::NestedRefCollector() : outer_(t_collector) { t_collector = this; }
+
+NestedRefCollector::~NestedRefCollector() { t_collector = outer_; }
+
+void NestedRefCollector::Record(const ObjectRefBase& ref) {
+  if (t_collector == nullptr || ref.IsNil()) return;
+  t_collector->refs_.push_back(NestedRef{ref.id(), ref.ResolvedOwnerAddress()});
+  t_collector->handles_.push_back(ref);
+}
+
+std::shared_ptr<const void> NestedRefCollector::TakeHandles() {
+  if (handles_.empty()) return nullptr;
+  return std::make_shared<const std::vector<ObjectRefBase>>(std::move(handles_));
+}
+
 void RegisterBorrowed(const ObjectId& id, const std::string& owner_address) {
   if (id.IsNil()) return;
   if (Runtime* runtime = CurrentRuntime()) runtime->RegisterBorrowedRef(id, owner_address);

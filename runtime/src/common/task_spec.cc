@@ -184,6 +184,13 @@ void ToProto(const ObjectValue& value, proto::ObjectValue::Builder out) {
     auto list = out.initLocations(static_cast<unsigned>(value.locations.size()));
     for (unsigned i = 0; i < value.locations.size(); ++i) ToProto(value.locations[i], list[i]);
   }
+  if (!value.nested.empty()) {
+    auto nested = out.initNested(static_cast<unsigned>(value.nested.size()));
+    for (unsigned i = 0; i < value.nested.size(); ++i) {
+      nested[i].setObjectId(value.nested[i].id.Hex());
+      nested[i].setOwnerAddress(value.nested[i].owner_address);
+    }
+  }
 }
 
 ObjectValue FromProto(proto::ObjectValue::Reader in) {
@@ -195,6 +202,11 @@ ObjectValue FromProto(proto::ObjectValue::Reader in) {
   v.in_store = in.getInStore();
   v.size = in.getSize();
   for (auto l : in.getLocations()) v.locations.push_back(FromProto(l));
+  for (auto n : in.getNested()) {
+    if (auto id = ObjectId::FromHex(n.getObjectId().cStr()); id.ok()) {
+      v.nested.push_back({*id, n.getOwnerAddress()});
+    }
+  }
   return v;
 }
 

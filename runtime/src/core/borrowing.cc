@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <map>
 #include <vector>
 
 #include "rayd/protocol/core.capnp.h"
@@ -59,19 +60,39 @@ void Borrowing::EndTask() {
   t_in_task = false;
   std::vector<std::pair<ObjectId, std::string>> received;
   received.swap(t_received_refs);
-  for (const auto& [owner, ids] : refs_.KeepBorrows(received)) {
-    // Shared: a wait that gives up returns before the answer.
-    auto answered = std::make_shared<std::promise<Status>>();
-    auto outcome = answered->get_future();
-    loop_.Post([this, owner = owner, ids = ids, answered] {
-      clients_.Get(owner).Call<proto::Method::ADD_BORROWER>(
-          [&](proto::BorrowerRequest::Builder r) { FillIds(r, ids, address_); }, kOwnerTimeout,
-          [answered](const Status& s) { answered->set_value(s); });
-    });
-    Status s = outcome.wait_for(kOwnerTimeout + Millis(1000)) == std::future_status::ready
-                   ? outcome.get()
-                   : Status::DeadlineExceeded("no answer");
-    if (!s.ok()) spdlog::warn("could not register as a borrower with {}: {}", owner, s.message());
+  for (const auto& [owner, ids] : refs_.KeepBorrows(received)) AddBorrower(owner, ids, address_);
+}
+
+void Borrowing::LendTo(const std::vector<internal::NestedRef>& nested,
+                       const std::string& borrower) {
+  std::map<std::string, std::vector<ObjectId>> by_owner;
+  for (const auto& n : nested) {
+    const std::string& owner = n.owner_address.empty() ? address_ : n.owner_address;
+    if (owner == borrower) continue;  // the caller's own: it keeps them itself
+    if (owner == address_) {
+      refs_.AddBorrower(n.id, borrower);
+    } else {
+      by_owner[owner].push_back(n.id);
+    }
+  }
+  for (const auto& [owner, ids] : by_owner) AddBorrower(owner, ids, borrower);
+}
+
+void Borrowing::AddBorrower(const std::string& owner, const std::vector<ObjectId>& ids,
+                            const std::string& borrower) {
+  // Shared: a wait that gives up returns before the answer.
+  auto answered = std::make_shared<std::promise<Status>>();
+  auto outcome = answered->get_future();
+  loop_.Post([this, owner, ids, borrower, answered] {
+    clients_.Get(owner).Call<proto::Method::ADD_BORROWER>(
+        [&](proto::BorrowerRequest::Builder r) { FillIds(r, ids, borrower); }, kOwnerTimeout,
+        [answered](const Status& s) { answered->set_value(s); });
+  });
+  Status s = outcome.wait_for(kOwnerTimeout + Millis(1000)) == std::future_status::ready
+                 ? outcome.get()
+                 : Status::DeadlineExceeded("no answer");
+  if (!s.ok()) {
+    spdlog::warn("could not register {} as a borrower with {}: {}", borrower, owner, s.message());
   }
 }
 

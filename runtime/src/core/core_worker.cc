@@ -69,7 +69,9 @@ Status CoreWorker::Connect() {
                       };
                       gcs_->Call<proto::Method::KILL_ACTOR>(fill, Millis(15000),
                                                             [](const Status&) {});
-                    }});
+                    },
+                    [this](const std::vector<internal::NestedRef>& nested,
+                           const std::string& caller) { borrowing_->LendTo(nested, caller); }});
   executor_->RegisterMethods(dispatcher_);
   gcs_ = std::make_unique<runtime::GcsClient>(loop_, options_.gcs_address,
                                               rpc::Options{options_.token, role}, kGcsCallTimeout,
@@ -177,9 +179,13 @@ void CoreWorker::ConnectStore(const NodeInfo& node) {
 
 void CoreWorker::InstallStoreHooks() {
   store_.SetHooks(
-      [this](const ObjectId& id, bool in_store) {
+      [this](const ObjectId& id, const MemoryStore::PutEvent& event) {
         refs_.ReleaseArgs(id);
-        if (!in_store) refs_.ForgetLineage(id);  // only stored results can be lost
+        if (!event.in_store) refs_.ForgetLineage(id);  // only stored results can be lost
+        // A result we own with refs inside: its worker registered us as their borrower.
+        if (!event.nested.empty() && objects_->OwnerOf(id) == address_) {
+          TakeNested(id, event.nested, event.kept);
+        }
       },
       [this](const ObjectId& id, const ObjectValue& marker) {
         refs_.ForgetLineage(id);
@@ -188,7 +194,10 @@ void CoreWorker::InstallStoreHooks() {
           object_store_->Delete(id, marker.locations);
         }
       },
-      [this](const ObjectId& id) { borrowing_->OnUnreferenced(id); });
+      [this](const ObjectId& id) {
+        refs_.ReleaseNested(id);
+        borrowing_->OnUnreferenced(id);
+      });
   borrowing_->RegisterMethods(dispatcher_);
   dispatcher_.Handle<proto::Method::ADD_OBJECT_LOCATION>([this](const auto& call) {
     auto req = call.params();
@@ -201,6 +210,21 @@ void CoreWorker::InstallStoreHooks() {
     }
     call.Reply();
   });
+}
+
+void CoreWorker::TakeNested(const ObjectId& result,
+                            const std::vector<internal::NestedRef>& nested, bool kept) {
+  for (const auto& n : nested) {
+    if (n.owner_address.empty() || n.owner_address == address_) continue;
+    objects_->RegisterBorrowed(n.id, n.owner_address);
+    refs_.AdoptBorrow(n.id, n.owner_address);
+  }
+  if (kept) {
+    refs_.PinNested(result, nested);
+    return;
+  }
+  // Nobody here wants the result: let go of the borrows at once (unless held otherwise).
+  for (const auto& n : nested) borrowing_->OnUnreferenced(n.id);
 }
 
 Status CoreWorker::RegisterDriver() {
@@ -347,6 +371,13 @@ ObjectId CoreWorker::Put(std::string value) {
   return id;
 }
 
+ObjectId CoreWorker::PutWithRefs(std::string value,
+                                 const std::vector<internal::NestedRef>& nested) {
+  ObjectId id = Put(std::move(value));
+  refs_.PinNested(id, nested);  // released when the value is no longer referenced here
+  return id;
+}
+
 ObjectId CoreWorker::PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) {
   if (!object_store_ || size < internal::kMaxInlineBytes) {
     return internal::Runtime::PutSerialized(size, write);
@@ -444,7 +475,9 @@ internal::ObjectValue CoreWorker::StoreResult(const ObjectId& id, internal::Obje
     return ErrorValue(full ? ErrorKind::kObjectStoreFull : ErrorKind::kSystem,
                       "the task's result could not be stored: " + marker.status().message());
   }
-  return std::move(marker).value();
+  internal::ObjectValue stored = std::move(marker).value();
+  stored.nested = std::move(value.nested);
+  return stored;
 }
 
 ObjectId CoreWorker::SubmitTask(const std::string& function_name,

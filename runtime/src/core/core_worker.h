@@ -63,6 +63,8 @@ class CoreWorker : public internal::Runtime {
 
   // internal::Runtime
   ObjectId Put(std::string value) override;
+  ObjectId PutWithRefs(std::string value,
+                       const std::vector<internal::NestedRef>& nested) override;
   ObjectId PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) override;
   ObjectId SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,
                       const internal::TaskOptions& options) override;
@@ -126,6 +128,10 @@ class CoreWorker : public internal::Runtime {
   // values stay inline.
   void ConnectStore(const NodeInfo& node);
   void InstallStoreHooks();
+  // A result we own whose value holds `nested` refs arrived (`kept`: wanted here): the ones
+  // owned elsewhere are borrows its worker registered for us; they live while it does.
+  void TakeNested(const ObjectId& result, const std::vector<internal::NestedRef>& nested,
+                  bool kept);
   // Turns in_store markers into bytes read in place (or the error that stopped that).
   void ResolveStored(const std::vector<ObjectId>& ids, std::vector<internal::ObjectValue>& values);
   internal::ObjectValue ResolveStored(const ObjectId& id, const internal::ObjectValue& marker);

@@ -94,11 +94,16 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
     // After rayd::ExitActor the actor is gone for its callers at once, even before the GCS has
     // its worker killed: calls queued behind (or arriving meanwhile) fail without running.
     const auto started = Clock::now();
+    std::shared_ptr<const void> nested_handles;
     ObjectValue value =
         actor_exited_ && spec->kind == TaskSpec::Kind::ACTOR_TASK
             ? ErrorValue(ErrorKind::kActorDied, "the actor exited (rayd::ExitActor)")
-            : Execute(*spec, &exit_actor);
+            : Execute(*spec, &exit_actor, &nested_handles);
     RecordTask(spec->function_name, value.error == ErrorKind::kNone, Clock::now() - started);
+    if (!value.nested.empty() && hooks_.lend_nested) {
+      hooks_.lend_nested(value.nested, spec->caller_address);
+    }
+    nested_handles.reset();
     if (exit_actor) actor_exited_ = true;
     internal::SetInActorCall(false);
     t_in_normal_task = false;
@@ -133,7 +138,8 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
   }
 }
 
-ObjectValue Executor::Execute(const TaskSpec& spec, bool* exit_actor) {
+ObjectValue Executor::Execute(const TaskSpec& spec, bool* exit_actor,
+                             std::shared_ptr<const void>* nested_handles) {
   const auto* entry = FunctionRegistry::Global().Find(spec.function_name);
   if (entry == nullptr) {
     return ErrorValue(ErrorKind::kSystem,
@@ -173,6 +179,8 @@ ObjectValue Executor::Execute(const TaskSpec& spec, bool* exit_actor) {
     if (entry->kind == FunctionKind::kActorFactory) actor_ = std::move(result.actor);
     ObjectValue value;
     value.data = std::move(result.value);
+    value.nested = std::move(result.nested);
+    *nested_handles = std::move(result.nested_handles);
     return value;
   } catch (const internal::ActorExitRequest&) {
     *exit_actor = true;

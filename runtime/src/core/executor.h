@@ -50,6 +50,10 @@ struct ExecutorHooks {
   std::function<void()> end_task;
   // After the reply to a call that ran rayd::ExitActor (loop thread): end the actor for good.
   std::function<void(const ActorId& actor)> exit_actor;
+  // The refs inside a result, before its reply (task thread, blocking): lend them to the
+  // result's owner `caller` (Borrowing::LendTo) while the task still holds them.
+  std::function<void(const std::vector<internal::NestedRef>& nested, const std::string& caller)>
+      lend_nested;
 };
 
 class Executor {
@@ -68,8 +72,10 @@ class Executor {
 
  private:
   void HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& call);
-  // Runs on a pool thread. Sets *exit_actor when the call ran rayd::ExitActor.
-  ObjectValue Execute(const TaskSpec& spec, bool* exit_actor);
+  // Runs on a pool thread. Sets *exit_actor when the call ran rayd::ExitActor; hands back in
+  // *nested_handles what keeps the refs inside the result alive (until they are lent).
+  ObjectValue Execute(const TaskSpec& spec, bool* exit_actor,
+                      std::shared_ptr<const void>* nested_handles);
 
   EventLoop& loop_;
   ObjectManager& objects_;

@@ -3,12 +3,14 @@
 namespace rayd::core {
 
 void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
-  const bool in_store = value.in_store;
+  PutEvent event;
+  event.in_store = value.in_store;
+  event.nested = value.nested;
   {
     std::lock_guard lock(mu_);
-    if (!PutLocked(id, std::move(value))) return;
+    if (!PutLocked(id, std::move(value), &event.kept)) return;
   }
-  if (on_put_) on_put_(id, in_store);
+  if (on_put_) on_put_(id, event);
 }
 
 bool MemoryStore::Known(const ObjectId& id) const {
@@ -28,10 +30,12 @@ void MemoryStore::Reset(const ObjectId& id) {
   if (it != entries_.end()) it->second.value.reset();
 }
 
-bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value) {
+bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value, bool* kept) {
   std::vector<std::function<void(const ObjectValue&)>> callbacks;
   auto& e = entries_[id];
   if (e.value) return false;
+  // A released entry is not wanted here any more, even if Wait()ers still get the value.
+  *kept = !e.released;
   if (e.released && e.waiters.empty()) {
     // Nobody wants it any more. A stored value must still be freed by whoever owns it.
     if (value.in_store && on_free_) {

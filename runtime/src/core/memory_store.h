@@ -52,11 +52,19 @@ class MemoryStore {
   // Whether the store has an entry for the id (a value, or a pending one someone refers to).
   bool Known(const ObjectId& id) const;
   int RefCount(const ObjectId& id) const;
-  // Set once, before use. `on_put(id, in_store)` runs (on the calling thread, outside the lock)
-  // after a value is stored; `on_free` runs on the loop when a marker of a stored value is
-  // dropped because no reference to it remains here; `on_unreferenced` runs on the thread
-  // that dropped the last reference (outside the lock) whenever the count of an id reaches zero.
-  void SetHooks(std::function<void(const ObjectId&, bool in_store)> on_put,
+  // What on_put learns of a value that came for an id.
+  struct PutEvent {
+    bool in_store = false;  // a marker of a value in node object stores
+    bool kept = false;      // false: nobody here wants it any more (dropped, or only for
+                            // threads still waiting in Wait)
+    std::vector<internal::NestedRef> nested;  // the refs inside it
+  };
+  // Set once, before use. `on_put(id, event)` runs (on the calling thread, outside the lock)
+  // after a value is stored or dropped; `on_free` runs on the loop when a marker of a stored
+  // value is dropped because no reference to it remains here; `on_unreferenced` runs on the
+  // thread that dropped the last reference (outside the lock) whenever the count of an id
+  // reaches zero.
+  void SetHooks(std::function<void(const ObjectId&, const PutEvent&)> on_put,
                 std::function<void(const ObjectId&, const ObjectValue&)> on_free,
                 std::function<void(const ObjectId&)> on_unreferenced) {
     on_put_ = std::move(on_put);
@@ -78,13 +86,14 @@ class MemoryStore {
     bool released = false;  // refs went to zero once: the value is not wanted any more
   };
 
-  // Stores the value; false if the entry already had one.
-  bool PutLocked(const ObjectId& id, ObjectValue value);
+  // Stores the value (*kept), or drops it when nobody wants it any more; false if the entry
+  // already had one.
+  bool PutLocked(const ObjectId& id, ObjectValue value, bool* kept);
   // Drops one reference; true when the count reached zero.
   bool RemoveRefLocked(const ObjectId& id);
 
   EventLoop& loop_;
-  std::function<void(const ObjectId&, bool)> on_put_;
+  std::function<void(const ObjectId&, const PutEvent&)> on_put_;
   std::function<void(const ObjectId&, const ObjectValue&)> on_free_;
   std::function<void(const ObjectId&)> on_unreferenced_;
   mutable std::mutex mu_;

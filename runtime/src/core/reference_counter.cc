@@ -8,6 +8,7 @@ void ReferenceCounter::PinArgs(const TaskSpec& spec) {
   std::vector<ObjectId> refs;
   for (const auto& a : spec.args) {
     if (a.kind != internal::TaskArg::Kind::kValue) refs.push_back(a.ref);
+    for (const auto& n : a.nested) refs.push_back(n.id);
   }
   if (refs.empty()) return;
   for (const auto& id : refs) store_.AddRef(id);
@@ -26,6 +27,35 @@ void ReferenceCounter::ReleaseArgs(const ObjectId& return_id) {
   }
   // Outside the lock: dropping the last reference runs the store's hooks, which may call back.
   for (const auto& id : refs) store_.RemoveRef(id);
+}
+
+void ReferenceCounter::PinNested(const ObjectId& outer,
+                                 const std::vector<internal::NestedRef>& nested) {
+  std::vector<ObjectId> ids;
+  for (const auto& n : nested) ids.push_back(n.id);
+  {
+    std::lock_guard lock(mu_);
+    if (ids.empty() || !nested_pins_.emplace(outer, ids).second) return;
+  }
+  for (const auto& id : ids) store_.AddRef(id);
+}
+
+void ReferenceCounter::ReleaseNested(const ObjectId& outer) {
+  std::vector<ObjectId> ids;
+  {
+    std::lock_guard lock(mu_);
+    auto it = nested_pins_.find(outer);
+    if (it == nested_pins_.end()) return;
+    ids = std::move(it->second);
+    nested_pins_.erase(it);
+  }
+  // Outside the lock: dropping the last reference runs the store's hooks, which may call back.
+  for (const auto& id : ids) store_.RemoveRef(id);
+}
+
+void ReferenceCounter::AdoptBorrow(const ObjectId& id, const std::string& owner) {
+  std::lock_guard lock(mu_);
+  registered_borrows_.emplace(id, owner);
 }
 
 size_t ReferenceCounter::num_pinned_tasks() const {

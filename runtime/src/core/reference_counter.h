@@ -3,8 +3,11 @@
 // the memory store (which it adds to and drops through the store), and the lineage that lets
 // a lost result be made again. Plain bookkeeping, no I/O: its callers send what it says to
 // send. It keeps:
-// - argument pins: each ref argument of a submitted task holds one reference until the task's
-//   result arrives (so the value outlives the caller's own handles while the task needs it);
+// - argument pins: each ref argument of a submitted task, and each ref inside a by-value
+//   argument, holds one reference until the task's result arrives (so the value outlives the
+//   caller's own handles while the task needs it);
+// - nested pins: an object whose value holds refs holds one reference on each while it is
+//   referenced here (Ray's nested refs: a ref put inside a value needs no other handle);
 // - borrowers (owner side): each process that kept a ref to an object we own holds one
 //   reference until it says it is done;
 // - registered borrows (borrower side): refs a task received and kept past its end, registered
@@ -33,8 +36,8 @@ class ReferenceCounter {
   // `store` holds the counts; it must outlive the counter.
   explicit ReferenceCounter(MemoryStore& store) : store_(store) {}
 
-  // Argument pins: one reference on each ref argument of `spec` until ReleaseArgs of its
-  // return id.
+  // Argument pins: one reference on each ref argument of `spec` (and ref inside a by-value
+  // argument) until ReleaseArgs of its return id.
   void PinArgs(const TaskSpec& spec);
   void ReleaseArgs(const ObjectId& return_id);
   size_t num_pinned_tasks() const;
@@ -58,6 +61,14 @@ class ReferenceCounter {
   void RemoveBorrower(const ObjectId& id, const std::string& borrower);
   size_t num_borrowers(const ObjectId& id) const;
 
+  // Nested pins: one reference on each of `nested` for as long as `outer` is referenced here
+  // (until ReleaseNested); pinning an outer that holds pins already does nothing.
+  void PinNested(const ObjectId& outer, const std::vector<internal::NestedRef>& nested);
+  void ReleaseNested(const ObjectId& outer);
+
+  // Borrower side: `owner` has this process registered as a borrower of `id` (a worker did so
+  // on our behalf before returning `id` inside a result we own); released like KeepBorrows'.
+  void AdoptBorrow(const ObjectId& id, const std::string& owner);
   // Borrower side: of the refs a task `received` (id, owner), those still referenced here
   // after it ended and not registered yet, grouped by owner: the caller registers them there.
   std::map<std::string, std::vector<ObjectId>> KeepBorrows(
@@ -75,6 +86,7 @@ class ReferenceCounter {
   MemoryStore& store_;
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id
+  std::unordered_map<ObjectId, std::vector<ObjectId>> nested_pins_;  // by outer id
   std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id
   std::unordered_map<ObjectId, std::set<std::string>> borrowers_;
   std::unordered_map<ObjectId, std::string> registered_borrows_;  // id -> owner

@@ -96,12 +96,14 @@ TaskArg PackArg(Arg&& arg) {
     static_assert(std::is_convertible_v<Arg&&, Param>,
                   "rayd: an argument of Remote() does not convert to its parameter's type");
     out.kind = TaskArg::Kind::kValue;
+    NestedRefCollector nested;  // refs inside the value are pinned until the task is done
     if constexpr (std::is_same_v<A, Param>) {
       out.value = Serialize(arg);
     } else if constexpr (std::is_convertible_v<Arg&&, Param>) {
       const Param converted = std::forward<Arg>(arg);
       out.value = Serialize(converted);
     }
+    out.nested = nested.refs();
   }
   return out;
 }

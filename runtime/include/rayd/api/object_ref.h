@@ -8,7 +8,9 @@
 //
 // Serialisation: an ObjectRef inside a value (a task argument, a Put value, a return value)
 // packs as [id hex, owner address]; unpacking it registers the ref as borrowed
-// (Runtime::RegisterBorrowedRef) so that Get can fetch the object from its owner.
+// (Runtime::RegisterBorrowedRef) so that Get can fetch the object from its owner. The refs
+// packed into a value are recorded (NestedRefCollector) and handed to the runtime with it,
+// which keeps them alive as long as the value: a ref put inside a value needs no other handle.
 //
 // Thread safety: like std::shared_ptr — distinct ObjectRef instances may be used from any
 // thread; one instance must not be written while another thread reads it.
@@ -18,6 +20,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "rayd/api/serializer.h"
 #include "rayd/internal/runtime.h"
@@ -84,6 +87,29 @@ class ObjectRef : public internal::ObjectRefBase {
 
 namespace internal {
 
+// Records the ObjectRefs packed into values on this thread while it lives: create one around
+// a Serialize whose bytes go to the runtime, and pass refs() along with them. The innermost
+// live collector records.
+class NestedRefCollector {
+ public:
+  NestedRefCollector();
+  ~NestedRefCollector();
+  NestedRefCollector(const NestedRefCollector&) = delete;
+  NestedRefCollector& operator=(const NestedRefCollector&) = delete;
+
+  // Called by the packer of ObjectRef: records `ref` (not nil) in the current collector, if any.
+  static void Record(const ObjectRefBase& ref);
+  const std::vector<NestedRef>& refs() const { return refs_; }
+  // Handles on the recorded refs (keeping them alive while the result lives), for values that
+  // outlive the serialised object, e.g. a task's return value.
+  std::shared_ptr<const void> TakeHandles();
+
+ private:
+  NestedRefCollector* outer_;
+  std::vector<NestedRef> refs_;
+  std::vector<ObjectRefBase> handles_;
+};
+
 template <typename T>
 struct IsObjectRef : std::false_type {};
 template <typename T>
@@ -111,6 +137,7 @@ MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
   struct pack<rayd::ObjectRef<T>> {
     template <typename Stream>
     packer<Stream>& operator()(packer<Stream>& out, const rayd::ObjectRef<T>& ref) const {
+      if (!ref.IsNil()) rayd::internal::NestedRefCollector::Record(ref);
       out.pack_array(2);
       out.pack(ref.IsNil() ? std::string() : ref.id().Hex());
       out.pack(ref.ResolvedOwnerAddress());

@@ -129,8 +129,13 @@ ObjectRef<T> Put(const T& value) {
         internal::RawArraySize(value), [&](uint8_t* out) { internal::WriteRawArray(value, out); });
     return ObjectRef<T>(id, std::string());
   } else {
-    return ObjectRef<T>(internal::RequireRuntime().Put(internal::Serialize(value)),
-                        std::string());
+    // Refs inside the value live as long as it does.
+    internal::NestedRefCollector nested;
+    std::string bytes = internal::Serialize(value);
+    internal::Runtime& runtime = internal::RequireRuntime();
+    ObjectId id = nested.refs().empty() ? runtime.Put(std::move(bytes))
+                                        : runtime.PutWithRefs(std::move(bytes), nested.refs());
+    return ObjectRef<T>(id, std::string());
   }
 }
 

@@ -76,7 +76,10 @@ InvocationResult InvokeDecoded(F f, const std::string& name, void* self,
     if (instance == nullptr) throw RaydError("actor factory " + name + " returned null");
     result.actor = std::shared_ptr<void>(instance, [](void* p) { delete static_cast<T*>(p); });
   } else {
+    NestedRefCollector nested;  // refs returned inside the value: kept until lent to the caller
     result.value = Serialize(CallDecoded(f, self, params, indices));
+    result.nested = nested.refs();
+    result.nested_handles = nested.TakeHandles();
   }
   return result;
 }

@@ -27,6 +27,10 @@ enum class FunctionKind { kFunction, kActorFactory, kActorMethod };
 struct InvocationResult {
   std::string value;
   std::shared_ptr<void> actor;  // factories only; owns the instance (deletes it with its type)
+  // The refs inside `value`, and handles keeping them alive until the worker has lent them to
+  // the result's owner (Runtime-level NestedRef: see rayd/internal/runtime.h).
+  std::vector<NestedRef> nested;
+  std::shared_ptr<const void> nested_handles;
 };
 
 // Calls the function with deserialized arguments. `self` is the actor instance for methods

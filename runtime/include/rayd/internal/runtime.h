@@ -42,6 +42,13 @@ class SharedBytes {
   virtual bool in_shared_memory() const = 0;
 };
 
+// An ObjectRef serialised inside a value (an argument, a Put value, a return value): the
+// runtime keeps it alive as long as the value holding it, as Ray does for nested refs.
+struct NestedRef {
+  ObjectId id;
+  std::string owner_address;  // the ref's owner ("" only for refs of a runtime without one)
+};
+
 // One argument of a task, as submitted.
 struct TaskArg {
   enum class Kind {
@@ -55,6 +62,9 @@ struct TaskArg {
   std::string value;
   ObjectId ref;                // kRef, kRefAsRef
   std::string owner_address;   // kRef, kRefAsRef: the RPC address of the ref's owner
+  // kValue: the refs inside `value`, kept alive (like ref arguments) until the task's result
+  // arrives. The caller's handles on them live through Submit*.
+  std::vector<NestedRef> nested;
 };
 
 // One argument as the executing worker sees it.
@@ -99,6 +109,9 @@ struct ObjectValue {
   bool in_store = false;
   uint64_t size = 0;
   std::vector<ObjectLocation> locations;  // the first: the primary copy
+  // The refs inside the value. The value's owner keeps them alive while the value lives; for a
+  // task's result, the worker that ran it registered the owner as their borrower.
+  std::vector<NestedRef> nested;
 
   std::string_view bytes() const { return shared ? shared->view() : std::string_view(data); }
 };
@@ -181,6 +194,13 @@ class Runtime {
 
   // Stores `value` (msgpack bytes) owned by this process.
   virtual ObjectId Put(std::string value) = 0;
+  // Put of a value with refs inside (`nested`, whose handles the caller holds through the
+  // call): they live as long as the value does. This default keeps nothing alive, for runtimes
+  // whose objects all live in one process for its whole run.
+  virtual ObjectId PutWithRefs(std::string value, const std::vector<NestedRef>& nested) {
+    (void)nested;
+    return Put(std::move(value));
+  }
   // Stores a value of `size` serialized bytes that `write` produces in place (straight into
   // shared memory when large). `write` must write exactly `size` bytes.
   virtual ObjectId PutSerialized(size_t size, const std::function<void(uint8_t*)>& write) {
