@@ -39,6 +39,8 @@
 //   rayd/api/runtime_env.h RuntimeEnv (env_vars for a job, task or actor)
 //   rayd/api/metric.h      Gauge, Counter, Histogram, Sum (application metrics on /metrics)
 //   rayd/api/kv.h          KvPut, KvGet, KvDel (the cluster's key-value store)
+//   rayd/api/logging.h     RAYDLOG(INFO) << ... (Ray's RAYLOG: log lines from user code)
+//   rayd/api/network.h     GetNodeIpAddressFromPerspective (this host's IP toward an address)
 
 #include <map>
 #include <string>
@@ -48,8 +50,10 @@
 #include "rayd/api/config.h"
 #include "rayd/api/errors.h"
 #include "rayd/api/kv.h"
+#include "rayd/api/logging.h"
 #include "rayd/api/object_ref.h"
 #include "rayd/api/metric.h"
+#include "rayd/api/network.h"
 #include "rayd/api/objects.h"
 #include "rayd/api/overload.h"
 #include "rayd/api/placement_group.h"

@@ -1,11 +1,8 @@
 // rayd::Init / Shutdown: make this process a driver (of an embedded or a running cluster), or,
 // when a node daemon started it as a worker, serve tasks until the node lets it go.
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <climits>
@@ -76,36 +73,6 @@ void LoadLibraries(const std::string& search_path) {
       }
     }
   }
-}
-
-// The address of this host's interface that reaches `gcs_address` ("host:port"): what a driver
-// of a remote cluster listens on, so that workers on other machines can reach it (the owner of
-// its objects). Connecting a UDP socket sends nothing; it only picks the route. Falls back to
-// 127.0.0.1.
-std::string LocalIpToward(const std::string& gcs_address) {
-  const auto colon = gcs_address.rfind(':');
-  if (colon == std::string::npos) return "127.0.0.1";
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const std::string host = gcs_address.substr(0, colon), port = gcs_address.substr(colon + 1);
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
-    return "127.0.0.1";
-  }
-  std::string ip = "127.0.0.1";
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_in local{};
-  socklen_t length = sizeof(local);
-  char text[INET_ADDRSTRLEN] = {0};
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
-      inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) != nullptr) {
-    ip = text;
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(found);
-  return ip;
 }
 
 // This process's argv as the kernel has it: how a worker was started, and so how it starts the
@@ -266,7 +233,10 @@ void Init(RaydConfig config, int argc, char** argv) {
     options.token = driver->cluster->token();
   } else {
     options.gcs_address = address;
-    options.node_ip = Env("RAYD_NODE_IP").empty() ? LocalIpToward(address) : Env("RAYD_NODE_IP");
+    // A driver of a remote cluster listens on the interface that reaches the head, so that
+    // workers on other machines can reach it (the owner of its objects).
+    options.node_ip = Env("RAYD_NODE_IP").empty() ? GetNodeIpAddressFromPerspective(address)
+                                                  : Env("RAYD_NODE_IP");
     options.token = FindToken(config, temp_root);
     if (options.token.empty()) {
       throw RaydError("rayd::Init: no cluster token for " + address +

@@ -51,7 +51,9 @@ class ActorTaskCaller {
     (void)name, (void)amount;
     return *this;
   }
-  ActorTaskCaller& SetResources(const std::map<std::string, double>& resources) {
+  template <typename Map = std::map<std::string, double>>
+    requires internal::ResourceMap<Map>
+  ActorTaskCaller& SetResources(const Map& resources) {
     (void)resources;
     return *this;
   }
@@ -157,7 +159,10 @@ class ActorCreator {
     options_.resources[name] = amount;
     return *this;
   }
-  ActorCreator& SetResources(const std::map<std::string, double>& resources) {
+  // A std::map, Ray's std::unordered_map, or a braced list {{"CPU", 1}}.
+  template <typename Map = std::map<std::string, double>>
+    requires internal::ResourceMap<Map>
+  ActorCreator& SetResources(const Map& resources) {
     for (const auto& [name, amount] : resources) options_.resources[name] = amount;
     return *this;
   }

@@ -12,6 +12,7 @@
 //     so Remote(1, 2) for `int Plus(int, int)` and Remote("x") for a `const std::string&`
 //     parameter both work.
 
+#include <concepts>
 #include <cstddef>
 #include <string>
 #include <tuple>
@@ -70,6 +71,11 @@ template <typename C, typename R, typename... A>
 struct FunctionTraits<R (C::*)(A...) const noexcept> : FunctionTraits<R (C::*)(A...)> {};
 
 // ---- Caller side ----------------------------------------------------------------------------
+
+// What SetResources takes: a map (ordered or not) from resource names to amounts.
+template <typename Map>
+concept ResourceMap = std::convertible_to<typename Map::key_type, std::string> &&
+                      std::is_arithmetic_v<typename Map::mapped_type>;
 
 template <typename Param, typename Arg>
 TaskArg PackArg(Arg&& arg) {

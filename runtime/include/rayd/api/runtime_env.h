@@ -22,6 +22,10 @@
 
 #include "rayd/api/errors.h"
 
+// Ray's ray/api/runtime_env.h declares this alias at global scope, and Ray programs write their
+// fields' to_json / from_json with it; kept so that they port by renaming.
+using json = nlohmann::json;
+
 namespace rayd {
 
 class RuntimeEnv {

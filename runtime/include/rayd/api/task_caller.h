@@ -42,8 +42,11 @@ class TaskCaller {
     options_.resources[name] = amount;
     return *this;
   }
-  // Adds (or replaces) each of `resources`.
-  TaskCaller& SetResources(const std::map<std::string, double>& resources) {
+  // Adds (or replaces) each of `resources`: a std::map, Ray's std::unordered_map, or a braced
+  // list {{"CPU", 2}}.
+  template <typename Map = std::map<std::string, double>>
+    requires internal::ResourceMap<Map>
+  TaskCaller& SetResources(const Map& resources) {
     for (const auto& [name, amount] : resources) options_.resources[name] = amount;
     return *this;
   }
