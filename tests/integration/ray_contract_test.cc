@@ -7,20 +7,26 @@
 // The functions below run in worker processes re-run from this binary (runtime_test's main).
 // Multi-node tests start a real head and a second node with `rayd start`.
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <rayd/api.h>
 #include <regex>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -158,8 +164,80 @@ class Counter {
   int n_;
 };
 
+// ---- Refs inside values and lists of refs (Ray's ObjectRefArgsTest, on a cluster) ------------
+
+// Reads through a ref put inside a value: an ObjectRef<ObjectRef<int>>.
+int ReadNested(rayd::ObjectRef<rayd::ObjectRef<int>> outer) {
+  rayd::ObjectRef<int> inner = *outer.Get();
+  return *inner.Get();
+}
+
+// `base` plus the values behind a list of refs.
+int SumRefs(int base, std::vector<rayd::ObjectRef<int>> refs) {
+  int sum = base;
+  for (const auto& v : rayd::Get(refs)) sum += *v;
+  return sum;
+}
+
+// A ref this worker creates and returns: its own handle goes when the task ends.
+rayd::ObjectRef<int> MakeRef(int value) { return rayd::Put(value); }
+
+class RefReader {
+ public:
+  static RefReader* Create() { return new RefReader(); }
+  int ReadNested(rayd::ObjectRef<rayd::ObjectRef<int>> outer) { return contract::ReadNested(outer); }
+  int SumRefs(int base, std::vector<rayd::ObjectRef<int>> refs) {
+    return contract::SumRefs(base, refs);
+  }
+  int ReadRef(rayd::ObjectRef<int> ref) { return *ref.Get(); }
+};
+
+// A gate that tasks block on until someone opens it: Ray's BlockGet/GetValue pair, with an
+// actor in place of their process-wide promise (a cluster runs tasks in separate processes).
+class Gate {
+ public:
+  static Gate* Create() { return new Gate(); }
+  bool Pass() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+    return true;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+bool BlockOnGate(rayd::ActorHandle<Gate> gate) { return *gate.Task(&Gate::Pass).Remote().Get(); }
+
+// Finds `blocked` not ready, opens the gate, then blocks in Get of `blocked`'s result.
+bool OpenThenGet(rayd::ActorHandle<Gate> gate, rayd::ObjectRef<bool> blocked) {
+  if (!rayd::Wait(std::vector{blocked}, 1, 1000).ready.empty()) return false;
+  gate.Task(&Gate::Open).Remote().Get();
+  return *blocked.Get();
+}
+
+// Logs from a worker (RAYDLOG).
+int LogFromWorker(std::string marker) {
+  RAYDLOG(INFO) << "worker says " << marker;
+  return 1;
+}
+
 }  // namespace contract
 
+RAYD_REMOTE(contract::ReadNested, contract::SumRefs, contract::MakeRef, contract::BlockOnGate,
+            contract::OpenThenGet, contract::LogFromWorker, contract::RefReader::Create,
+            &contract::RefReader::ReadNested, &contract::RefReader::SumRefs,
+            &contract::RefReader::ReadRef, contract::Gate::Create, &contract::Gate::Pass,
+            &contract::Gate::Open);
 RAYD_REMOTE(contract::Nest, contract::PassDown, contract::Square, contract::SumOfSquares,
             contract::Child::Create, &contract::Child::Node, &contract::Child::Value,
             contract::Parent::Create, &contract::Parent::Node, &contract::Parent::SpawnOn,
@@ -514,6 +592,124 @@ TEST_CASE("api: infeasible tasks, actors and groups wait, then fail with Infeasi
   // Ray's lookups answer an empty group for what does not exist.
   CHECK(rayd::GetPlacementGroup("no-such-group").Empty());
   CHECK(rayd::GetPlacementGroupById(std::string(32, '0')).Empty());
+}
+
+TEST_CASE("api: refs inside values, lists of refs and refs returned by tasks, across nodes",
+          "[integration]") {
+  TwoNodes nodes;
+  auto inner = rayd::Put(42);
+  rayd::ObjectRef<rayd::ObjectRef<int>> outer = rayd::Put(inner);
+  CHECK(*rayd::Task(ReadNested).SetNodeAffinity(nodes.second).Remote(outer).Get(kGetTimeoutMs) ==
+        42);
+  std::vector<rayd::ObjectRef<int>> list{inner, inner, rayd::Task(Square).Remote(3)};
+  CHECK(*rayd::Task(SumRefs).SetNodeAffinity(nodes.second).Remote(1, list).Get(kGetTimeoutMs) ==
+        94);
+  auto reader = rayd::Actor(RefReader::Create).SetNodeAffinity(nodes.second).Remote();
+  CHECK(*reader.Task(&RefReader::ReadNested).Remote(outer).Get(kGetTimeoutMs) == 42);
+  CHECK(*reader.Task(&RefReader::SumRefs).Remote(inner, list).Get(kGetTimeoutMs) == 135);
+  // Ray's cluster mode refuses ObjectRef parameters (std::invalid_argument); rayd passes the ref.
+  CHECK(*reader.Task(&RefReader::ReadRef).Remote(inner).Get(kGetTimeoutMs) == 42);
+
+  // A ref lives as long as a value holding it, with no other handle anywhere: one put inside a
+  // value and dropped, ones in a task's argument list, one a task made and returned.
+  auto only_inside = rayd::Put(rayd::Put(7));
+  CHECK(*(*only_inside.Get(kGetTimeoutMs)).Get(kGetTimeoutMs) == 7);
+  CHECK(*rayd::Task(ReadNested).SetNodeAffinity(nodes.second).Remote(only_inside).Get(
+            kGetTimeoutMs) == 7);
+  auto sum = rayd::Task(SumRefs).SetNodeAffinity(nodes.second).Remote(
+      0, std::vector{rayd::Put(5), rayd::Put(6)});
+  CHECK(*sum.Get(kGetTimeoutMs) == 11);
+  auto made = rayd::Task(MakeRef).SetNodeAffinity(nodes.second).Remote(9);
+  rayd::ObjectRef<int> returned = *made.Get(kGetTimeoutMs);
+  CHECK(*returned.Get(kGetTimeoutMs) == 9);
+  auto made_on_head = rayd::Task(MakeRef).SetNodeAffinity(nodes.head).Remote(10);
+  CHECK(*(*made_on_head.Get(kGetTimeoutMs)).Get(kGetTimeoutMs) == 10);
+
+  // A task blocked in Get of another task's result (Ray's BlockGet / GetValue).
+  auto gate = rayd::Actor(Gate::Create).SetMaxConcurrency(2).Remote();
+  auto blocked = rayd::Task(BlockOnGate).Remote(gate);
+  auto opened = rayd::Task(OpenThenGet).SetNodeAffinity(nodes.second).Remote(gate, blocked);
+  CHECK(*opened.Get(kGetTimeoutMs));
+  CHECK(*blocked.Get(kGetTimeoutMs));
+}
+
+TEST_CASE("api: an actor larger than its placement group bundle waits, then is infeasible",
+          "[integration]") {
+  Embedded cluster([](rayd::RaydConfig& c) { c.infeasible_timeout_s = 6; });
+  auto pg = rayd::CreatePlacementGroup({"small", {{{"CPU", 1}}}, rayd::PlacementStrategy::PACK});
+  REQUIRE(pg.Wait(30));
+  // Ray's resources come as an unordered_map; taken as they are.
+  const std::unordered_map<std::string, double> two_cpus{{"CPU", 2}};
+  auto too_big =
+      rayd::Actor(Counter::Create).SetResources(two_cpus).SetPlacementGroup(pg, 0).Remote(1);
+  auto any_bundle =
+      rayd::Actor(Counter::Create).SetResources(two_cpus).SetPlacementGroup(pg).Remote(1);
+  auto call = too_big.Task(&Counter::Get).Remote();
+  auto any_call = any_bundle.Task(&Counter::Get).Remote();
+  // Not ready (Ray leaves it so for ever)...
+  auto waited = rayd::Wait(std::vector{call, any_call}, 1, 2000);
+  CHECK(waited.ready.empty());
+  CHECK(waited.unready.size() == 2);
+  auto fits = rayd::Actor(Counter::Create).SetResources({{"CPU", 1}}).SetPlacementGroup(pg, 0);
+  CHECK(*fits.Remote(3).Task(&Counter::Get).Remote().Get(kGetTimeoutMs) == 3);
+  // ...until the infeasible timeout.
+  CHECK_THROWS_WITH(call.Get(kGetTimeoutMs), Contains("does not fit bundle 0"));
+  CHECK_THROWS_AS(call.Get(kGetTimeoutMs), rayd::InfeasibleError);
+  CHECK_THROWS_AS(any_call.Get(kGetTimeoutMs), rayd::InfeasibleError);
+}
+
+TEST_CASE("api: GetNodeIpAddressFromPerspective names the interface that routes there",
+          "[integration]") {
+  CHECK(rayd::GetNodeIpAddressFromPerspective("127.0.0.1:80") == "127.0.0.1");
+  // What does not parse: loopback.
+  CHECK(rayd::GetNodeIpAddressFromPerspective("no-port") == "127.0.0.1");
+  CHECK(rayd::GetNodeIpAddressFromPerspective("") == "127.0.0.1");
+  CHECK(rayd::GetNodeIpAddressFromPerspective("[::1]53") == "127.0.0.1");
+  // A bracketed IPv6 address parses (loopback v4 answers where the host has no IPv6).
+  const std::string v6 = rayd::GetNodeIpAddressFromPerspective("[::1]:53");
+  CHECK((v6 == "::1" || v6 == "127.0.0.1"));
+  // Ray's default asks for the route toward the internet: one of this host's own addresses.
+  std::set<std::string> own{"127.0.0.1"};
+  ifaddrs* interfaces = nullptr;
+  REQUIRE(getifaddrs(&interfaces) == 0);
+  for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    own.insert(text);
+  }
+  freeifaddrs(interfaces);
+  const std::string mine = rayd::GetNodeIpAddressFromPerspective();
+  INFO(mine);
+  CHECK(own.count(mine) == 1);
+}
+
+// Whether some file under `dir` holds `text`.
+bool FoundUnder(const std::string& dir, const std::string& text) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    std::ifstream in(entry.path());
+    const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (content.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE("api: RAYDLOG lines reach the worker's and the driver's logs", "[integration]") {
+  TempDir dir;
+  Embedded cluster([&](rayd::RaydConfig& c) { c.temp_dir = dir.path(); });
+  const std::string marker = "raydlog-" + std::to_string(getpid());
+  CHECK(*rayd::Task(LogFromWorker).Remote(marker).Get(kGetTimeoutMs) == 1);
+  RAYDLOG(WARNING) << "driver says " << marker;
+  int evaluated = 0;
+  RAYDLOG(DEBUG) << "not written " << ++evaluated;
+  const char* level = std::getenv("RAYD_LOG_LEVEL");
+  if (level == nullptr || (std::string(level) != "debug" && std::string(level) != "trace")) {
+    CHECK(evaluated == 0);  // below INFO: not even evaluated
+  }
+  CHECK(WaitFor([&] { return FoundUnder(dir.path(), "worker says " + marker); }, 20s));
+  CHECK(FoundUnder(dir.path(), "driver says " + marker));
 }
 
 }  // namespace
