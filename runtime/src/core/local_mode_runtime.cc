@@ -1,6 +1,7 @@
 #include "core/local_mode_runtime.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/task_spec.h"
 #include "rayd/internal/function_registry.h"
@@ -63,7 +64,7 @@ void LocalModeRuntime::Complete(const ObjectId& id, ObjectValue value) {
     object.ready = true;
     callbacks.swap(object.when_ready);
     // Every handle went while it was pending: nobody can read it any more.
-    if (object.counted && object.refs <= 0) objects_.erase(it);
+    if (object.counted && object.refs <= 0) ReleaseLocked(id);
   }
   ready_cv_.notify_all();
   for (auto& callback : callbacks) callback();
@@ -75,7 +76,17 @@ ObjectId LocalModeRuntime::Put(std::string value) {
   return NewObject(&v);
 }
 
-void LocalModeRuntime::PinLocked(const std::vector<internal::TaskArg>& args) {
+void LocalModeRuntime::ReleaseLocked(const ObjectId& id) {
+  // Work submitted before now may hold the object's id inside an argument's value, where no
+  // count sees it (the caller's handle lived through Submit*): keep it until that work ended.
+  if (unfinished_.empty()) {
+    objects_.erase(id);
+  } else {
+    deferred_.emplace_back(next_work_, id);
+  }
+}
+
+uint64_t LocalModeRuntime::BeginWorkLocked(const std::vector<internal::TaskArg>& args) {
   for (const auto& a : args) {
     if (a.kind == internal::TaskArg::Kind::kValue) continue;
     if (auto it = objects_.find(a.ref); it != objects_.end()) {
@@ -83,11 +94,25 @@ void LocalModeRuntime::PinLocked(const std::vector<internal::TaskArg>& args) {
       it->second.counted = true;
     }
   }
+  const uint64_t work = next_work_++;
+  unfinished_.insert(work);
+  return work;
 }
 
-void LocalModeRuntime::Unpin(const std::vector<internal::TaskArg>& args) {
+void LocalModeRuntime::EndWork(uint64_t work, const std::vector<internal::TaskArg>& args) {
+  std::lock_guard lock(mu_);
   for (const auto& a : args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) RemoveLocalRef(a.ref);
+    if (a.kind == internal::TaskArg::Kind::kValue) continue;
+    auto it = objects_.find(a.ref);
+    if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) ReleaseLocked(a.ref);
+  }
+  unfinished_.erase(work);
+  const uint64_t oldest = unfinished_.empty() ? UINT64_MAX : *unfinished_.begin();
+  while (!deferred_.empty() && deferred_.front().first <= oldest) {
+    auto it = objects_.find(deferred_.front().second);
+    // Unless a handle came back meanwhile (a task deserialized the ref).
+    if (it != objects_.end() && it->second.ready && it->second.refs <= 0) objects_.erase(it);
+    deferred_.pop_front();
   }
 }
 
@@ -176,7 +201,7 @@ void LocalModeRuntime::RemoveLocalRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
   auto it = objects_.find(id);
   // A pending object stays until its task ends (Complete frees it then).
-  if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) objects_.erase(it);
+  if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) ReleaseLocked(id);
 }
 
 std::string LocalModeRuntime::OwnerAddress(const ObjectId& id) {
@@ -248,17 +273,19 @@ ObjectId LocalModeRuntime::SubmitTask(const std::string& function_name,
                                       std::vector<internal::TaskArg> args,
                                       const internal::TaskOptions& options) {
   const ObjectId id = NewObject(nullptr);
+  uint64_t work = 0;
   {
     std::lock_guard lock(mu_);
-    PinLocked(args);
+    work = BeginWorkLocked(args);
   }
-  pool_.Post([this, id, function_name, args = std::move(args), options] {
-    RunTask(id, function_name, args, options);
+  pool_.Post([this, id, work, function_name, args = std::move(args), options] {
+    RunTask(id, work, function_name, args, options);
   });
   return id;
 }
 
-void LocalModeRuntime::RunTask(const ObjectId& result, const std::string& function_name,
+void LocalModeRuntime::RunTask(const ObjectId& result, uint64_t work,
+                               const std::string& function_name,
                                const std::vector<internal::TaskArg>& args,
                                const internal::TaskOptions& options) {
   bool stopping = false;
@@ -277,7 +304,7 @@ void LocalModeRuntime::RunTask(const ObjectId& result, const std::string& functi
     bool exit_actor = false;
     value = Invoke(function_name, args, nullptr, false, nullptr, &exit_actor);
   }
-  Unpin(args);
+  EndWork(work, args);
   Complete(result, std::move(value));
 }
 
@@ -304,10 +331,11 @@ Result<ActorId> LocalModeRuntime::CreateActor(const std::string& factory_name,
     named_[key] = state->id;
   }
   actors_[state->id] = state;
-  PinLocked(args);
+  const uint64_t work = BeginWorkLocked(args);
   state->queue.push_back(
-      {[this, state, factory_name, args = std::move(args), scheduling = options.scheduling] {
+      {[this, state, work, factory_name, args = std::move(args), scheduling = options.scheduling] {
          RunFactory(state, factory_name, args, scheduling);
+         EndWork(work, args);
        },
        /*exclusive=*/true});
   PumpActorLocked(state);
@@ -362,7 +390,6 @@ void LocalModeRuntime::RunFactory(const std::shared_ptr<ActorState>& actor,
   ObjectValue created;
   bool exit_actor = false;
   if (run) created = Invoke(factory_name, args, nullptr, true, &instance, &exit_actor);
-  Unpin(args);
   if (!run) return;
   std::shared_ptr<void> drop;  // an instance nobody may use: destroyed outside the lock
   {
@@ -407,9 +434,9 @@ ObjectId LocalModeRuntime::SubmitActorTask(const ActorId& actor, const std::stri
     return id;
   }
   std::lock_guard lock(mu_);
-  PinLocked(args);
-  state->queue.push_back({[this, state, id, method_name, args = std::move(args)] {
-                            RunActorCall(state, id, method_name, args);
+  const uint64_t work = BeginWorkLocked(args);
+  state->queue.push_back({[this, state, id, work, method_name, args = std::move(args)] {
+                            RunActorCall(state, id, work, method_name, args);
                           },
                           /*exclusive=*/false});
   PumpActorLocked(state);
@@ -417,7 +444,8 @@ ObjectId LocalModeRuntime::SubmitActorTask(const ActorId& actor, const std::stri
 }
 
 void LocalModeRuntime::RunActorCall(const std::shared_ptr<ActorState>& actor,
-                                    const ObjectId& result, const std::string& method_name,
+                                    const ObjectId& result, uint64_t work,
+                                    const std::string& method_name,
                                     const std::vector<internal::TaskArg>& args) {
   // A copy: a kill while the call runs leaves this call its instance until it returns.
   std::shared_ptr<void> instance;
@@ -444,7 +472,7 @@ void LocalModeRuntime::RunActorCall(const std::shared_ptr<ActorState>& actor,
     }
     instance.reset();  // outside the lock: may be the last owner, running the destructor
   }
-  Unpin(args);
+  EndWork(work, args);
   Complete(result, std::move(value));
 }
 

@@ -80,6 +80,13 @@ int Fails() { throw std::invalid_argument("no good"); }
 
 int OwnPid() { return getpid(); }
 
+// Adds `first` and the values of `refs` (refs inside a by-value argument).
+int SumRefs(int first, std::vector<rayd::ObjectRef<int>> refs) {
+  int sum = first;
+  for (const auto& r : refs) sum += *r.Get(60000);
+  return sum;
+}
+
 // Opens g_lingering, sleeps `ms`, then sets g_lingered.
 Gate g_lingering;
 std::atomic<bool> g_lingered{false};
@@ -130,9 +137,10 @@ class Recorder {
 }  // namespace local
 
 RAYD_REMOTE(local::Interval, local::Plus, local::Gated, local::Nest, local::GetRef, local::Fails,
-            local::OwnPid, local::Linger, local::Recorder::Create, local::Recorder::CreateFails,
-            &local::Recorder::Append, &local::Recorder::Values, &local::Recorder::Overlapped,
-            &local::Recorder::Initialized, &local::Recorder::Meet, &local::Recorder::Quit);
+            local::OwnPid, local::Linger, local::SumRefs, local::Recorder::Create,
+            local::Recorder::CreateFails, &local::Recorder::Append, &local::Recorder::Values,
+            &local::Recorder::Overlapped, &local::Recorder::Initialized, &local::Recorder::Meet,
+            &local::Recorder::Quit);
 
 namespace {
 
@@ -248,7 +256,7 @@ TEST_CASE("local mode: Get times out on a slow task, Wait splits ready from not 
   CHECK(rayd::Wait(std::vector{slow, fast}, 2, kGetTimeoutMs).ready.size() == 2);
 }
 
-TEST_CASE("local mode: a pending object outlives its dropped refs until its task ends", "[unit]") {
+TEST_CASE("local mode: an unheld object lives until its task and older work ended", "[unit]") {
   LocalMode local_mode;
   CloseGate closed;
   auto& runtime = rayd::internal::RequireRuntime();
@@ -271,6 +279,22 @@ TEST_CASE("local mode: a pending object outlives its dropped refs until its task
   rayd::ObjectRef<int> kept = rayd::Task(Plus).Remote(1, 2);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
+
+  // One dropped while older work runs stays until that work ended (a ref inside the values of
+  // its arguments could name it), then goes.
+  g_gate.Close();
+  rayd::ObjectRef<int> older = rayd::Task(Gated).Remote(5);
+  rayd::ObjectId dropped;
+  {
+    rayd::ObjectRef<int> put = rayd::Put(9);
+    dropped = put.id();
+  }
+  CHECK(runtime.Get({dropped}, std::chrono::milliseconds(0))[0].error ==
+        rayd::internal::ErrorKind::kNone);
+  g_gate.Open();
+  CHECK(*older.Get(kGetTimeoutMs) == 5);
+  CHECK(runtime.Get({dropped}, std::chrono::milliseconds(0))[0].error ==
+        rayd::internal::ErrorKind::kObjectLost);
 }
 
 TEST_CASE("local mode: an actor's calls run one at a time in submission order", "[unit]") {
@@ -399,6 +423,20 @@ TEST_CASE("local mode: Shutdown waits for running tasks and joins their threads"
   rayd::Shutdown();
   CHECK(g_lingered);
   CHECK_FALSE(rayd::IsInitialized());
+}
+
+TEST_CASE("local mode: refs inside a by-value argument live until the task ran", "[unit]") {
+  LocalMode local_mode;
+  CloseGate closed;
+  // The tasks wait for their first argument while the caller's handles on the refs inside the
+  // second one go (temporaries); only then do they read the refs.
+  std::vector<rayd::ObjectRef<int>> sums;
+  for (int i = 0; i < 10; ++i) {
+    sums.push_back(rayd::Task(SumRefs).Remote(rayd::Task(Gated).Remote(i),
+                                              std::vector{rayd::Put(1), rayd::Put(2)}));
+  }
+  g_gate.Open();
+  for (int i = 0; i < 10; ++i) CHECK(*sums[i].Get(kGetTimeoutMs) == i + 3);
 }
 
 TEST_CASE("growing thread pool: grows past blocked work, ends idle threads, joins at shutdown",
