@@ -49,6 +49,7 @@ ObjectId LocalModeRuntime::NewObject(const ObjectValue* value) {
   if (value != nullptr) {
     object.value = *value;
     object.ready = true;
+    PinNestedLocked(object);
   }
   return id;
 }
@@ -62,9 +63,10 @@ void LocalModeRuntime::Complete(const ObjectId& id, ObjectValue value) {
     Object& object = it->second;
     object.value = std::move(value);
     object.ready = true;
+    PinNestedLocked(object);
     callbacks.swap(object.when_ready);
     // Every handle went while it was pending: nobody can read it any more.
-    if (object.counted && object.refs <= 0) ReleaseLocked(id);
+    if (object.counted && object.refs <= 0) EraseLocked(it);
   }
   ready_cv_.notify_all();
   for (auto& callback : callbacks) callback();
@@ -76,43 +78,49 @@ ObjectId LocalModeRuntime::Put(std::string value) {
   return NewObject(&v);
 }
 
-void LocalModeRuntime::ReleaseLocked(const ObjectId& id) {
-  // Work submitted before now may hold the object's id inside an argument's value, where no
-  // count sees it (the caller's handle lived through Submit*): keep it until that work ended.
-  if (unfinished_.empty()) {
-    objects_.erase(id);
-  } else {
-    deferred_.emplace_back(next_work_, id);
+ObjectId LocalModeRuntime::PutWithRefs(std::string value,
+                                       const std::vector<internal::NestedRef>& nested) {
+  ObjectValue v;
+  v.data = std::move(value);
+  v.nested = nested;
+  return NewObject(&v);
+}
+
+void LocalModeRuntime::PinLocked(const ObjectId& id) {
+  if (auto it = objects_.find(id); it != objects_.end()) {
+    it->second.refs++;
+    it->second.counted = true;
   }
 }
 
-uint64_t LocalModeRuntime::BeginWorkLocked(const std::vector<internal::TaskArg>& args) {
+void LocalModeRuntime::UnpinLocked(const ObjectId& id) {
+  auto it = objects_.find(id);
+  // A pending object stays until its task ends (Complete frees it then).
+  if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) EraseLocked(it);
+}
+
+void LocalModeRuntime::PinNestedLocked(Object& object) {
+  for (const auto& ref : object.value.nested) PinLocked(ref.id);
+}
+
+void LocalModeRuntime::EraseLocked(std::unordered_map<ObjectId, Object>::iterator it) {
+  const std::vector<internal::NestedRef> nested = std::move(it->second.value.nested);
+  objects_.erase(it);
+  for (const auto& ref : nested) UnpinLocked(ref.id);
+}
+
+void LocalModeRuntime::PinArgsLocked(const std::vector<internal::TaskArg>& args) {
   for (const auto& a : args) {
-    if (a.kind == internal::TaskArg::Kind::kValue) continue;
-    if (auto it = objects_.find(a.ref); it != objects_.end()) {
-      it->second.refs++;
-      it->second.counted = true;
-    }
+    if (a.kind != internal::TaskArg::Kind::kValue) PinLocked(a.ref);
+    for (const auto& ref : a.nested) PinLocked(ref.id);
   }
-  const uint64_t work = next_work_++;
-  unfinished_.insert(work);
-  return work;
 }
 
-void LocalModeRuntime::EndWork(uint64_t work, const std::vector<internal::TaskArg>& args) {
+void LocalModeRuntime::UnpinArgs(const std::vector<internal::TaskArg>& args) {
   std::lock_guard lock(mu_);
   for (const auto& a : args) {
-    if (a.kind == internal::TaskArg::Kind::kValue) continue;
-    auto it = objects_.find(a.ref);
-    if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) ReleaseLocked(a.ref);
-  }
-  unfinished_.erase(work);
-  const uint64_t oldest = unfinished_.empty() ? UINT64_MAX : *unfinished_.begin();
-  while (!deferred_.empty() && deferred_.front().first <= oldest) {
-    auto it = objects_.find(deferred_.front().second);
-    // Unless a handle came back meanwhile (a task deserialized the ref).
-    if (it != objects_.end() && it->second.ready && it->second.refs <= 0) objects_.erase(it);
-    deferred_.pop_front();
+    if (a.kind != internal::TaskArg::Kind::kValue) UnpinLocked(a.ref);
+    for (const auto& ref : a.nested) UnpinLocked(ref.id);
   }
 }
 
@@ -191,17 +199,12 @@ void LocalModeRuntime::WhenReady(const ObjectId& id, std::function<void()> ready
 
 void LocalModeRuntime::AddLocalRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
-  if (auto it = objects_.find(id); it != objects_.end()) {
-    it->second.refs++;
-    it->second.counted = true;
-  }
+  PinLocked(id);
 }
 
 void LocalModeRuntime::RemoveLocalRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
-  auto it = objects_.find(id);
-  // A pending object stays until its task ends (Complete frees it then).
-  if (it != objects_.end() && --it->second.refs <= 0 && it->second.ready) ReleaseLocked(id);
+  UnpinLocked(id);
 }
 
 std::string LocalModeRuntime::OwnerAddress(const ObjectId& id) {
@@ -217,8 +220,8 @@ void LocalModeRuntime::RegisterBorrowedRef(const ObjectId& id, const std::string
 
 ObjectValue LocalModeRuntime::Invoke(const std::string& function_name,
                                      const std::vector<internal::TaskArg>& args, void* self,
-                                     bool in_actor, std::shared_ptr<void>* actor,
-                                     bool* exit_actor) {
+                                     bool in_actor, std::shared_ptr<void>* actor, bool* exit_actor,
+                                     std::shared_ptr<const void>* nested_handles) {
   const internal::FunctionEntry* entry = internal::FunctionRegistry::Global().Find(function_name);
   if (entry == nullptr) {
     return ErrorValue(ErrorKind::kSystem,
@@ -254,6 +257,8 @@ ObjectValue LocalModeRuntime::Invoke(const std::string& function_name,
     internal::InvocationResult result = entry->invoke(self, invocation);
     if (actor != nullptr) *actor = std::move(result.actor);
     out.data = std::move(result.value);
+    out.nested = std::move(result.nested);
+    if (nested_handles != nullptr) *nested_handles = std::move(result.nested_handles);
   } catch (const internal::ActorExitRequest&) {
     *exit_actor = true;
     out = ErrorValue(ErrorKind::kActorDied,
@@ -273,19 +278,17 @@ ObjectId LocalModeRuntime::SubmitTask(const std::string& function_name,
                                       std::vector<internal::TaskArg> args,
                                       const internal::TaskOptions& options) {
   const ObjectId id = NewObject(nullptr);
-  uint64_t work = 0;
   {
     std::lock_guard lock(mu_);
-    work = BeginWorkLocked(args);
+    PinArgsLocked(args);
   }
-  pool_.Post([this, id, work, function_name, args = std::move(args), options] {
-    RunTask(id, work, function_name, args, options);
+  pool_.Post([this, id, function_name, args = std::move(args), options] {
+    RunTask(id, function_name, args, options);
   });
   return id;
 }
 
-void LocalModeRuntime::RunTask(const ObjectId& result, uint64_t work,
-                               const std::string& function_name,
+void LocalModeRuntime::RunTask(const ObjectId& result, const std::string& function_name,
                                const std::vector<internal::TaskArg>& args,
                                const internal::TaskOptions& options) {
   bool stopping = false;
@@ -296,16 +299,17 @@ void LocalModeRuntime::RunTask(const ObjectId& result, uint64_t work,
     group = CheckGroupLocked(options.scheduling);
   }
   ObjectValue value;
+  std::shared_ptr<const void> nested_handles;  // ObjectRefs: released outside the lock
   if (stopping) {
     value = ShutDownError("the task " + function_name);
   } else if (!group.ok()) {
     value = ErrorValue(ErrorKind::kSystem, group.message());  // as the cluster's submitter does
   } else {
     bool exit_actor = false;
-    value = Invoke(function_name, args, nullptr, false, nullptr, &exit_actor);
+    value = Invoke(function_name, args, nullptr, false, nullptr, &exit_actor, &nested_handles);
   }
-  EndWork(work, args);
-  Complete(result, std::move(value));
+  UnpinArgs(args);
+  Complete(result, std::move(value));  // pins the refs inside it: their handles may go now
 }
 
 // ---- Actors ------------------------------------------------------------------------------------
@@ -331,11 +335,11 @@ Result<ActorId> LocalModeRuntime::CreateActor(const std::string& factory_name,
     named_[key] = state->id;
   }
   actors_[state->id] = state;
-  const uint64_t work = BeginWorkLocked(args);
+  PinArgsLocked(args);
   state->queue.push_back(
-      {[this, state, work, factory_name, args = std::move(args), scheduling = options.scheduling] {
+      {[this, state, factory_name, args = std::move(args), scheduling = options.scheduling] {
          RunFactory(state, factory_name, args, scheduling);
-         EndWork(work, args);
+         UnpinArgs(args);
        },
        /*exclusive=*/true});
   PumpActorLocked(state);
@@ -389,7 +393,7 @@ void LocalModeRuntime::RunFactory(const std::shared_ptr<ActorState>& actor,
   std::shared_ptr<void> instance;
   ObjectValue created;
   bool exit_actor = false;
-  if (run) created = Invoke(factory_name, args, nullptr, true, &instance, &exit_actor);
+  if (run) created = Invoke(factory_name, args, nullptr, true, &instance, &exit_actor, nullptr);
   if (!run) return;
   std::shared_ptr<void> drop;  // an instance nobody may use: destroyed outside the lock
   {
@@ -434,9 +438,9 @@ ObjectId LocalModeRuntime::SubmitActorTask(const ActorId& actor, const std::stri
     return id;
   }
   std::lock_guard lock(mu_);
-  const uint64_t work = BeginWorkLocked(args);
-  state->queue.push_back({[this, state, id, work, method_name, args = std::move(args)] {
-                            RunActorCall(state, id, work, method_name, args);
+  PinArgsLocked(args);
+  state->queue.push_back({[this, state, id, method_name, args = std::move(args)] {
+                            RunActorCall(state, id, method_name, args);
                           },
                           /*exclusive=*/false});
   PumpActorLocked(state);
@@ -444,12 +448,12 @@ ObjectId LocalModeRuntime::SubmitActorTask(const ActorId& actor, const std::stri
 }
 
 void LocalModeRuntime::RunActorCall(const std::shared_ptr<ActorState>& actor,
-                                    const ObjectId& result, uint64_t work,
-                                    const std::string& method_name,
+                                    const ObjectId& result, const std::string& method_name,
                                     const std::vector<internal::TaskArg>& args) {
   // A copy: a kill while the call runs leaves this call its instance until it returns.
   std::shared_ptr<void> instance;
   ObjectValue value;
+  std::shared_ptr<const void> nested_handles;  // ObjectRefs: released outside the lock
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
@@ -462,7 +466,7 @@ void LocalModeRuntime::RunActorCall(const std::shared_ptr<ActorState>& actor,
   }
   if (instance) {
     bool exit_actor = false;
-    value = Invoke(method_name, args, instance.get(), true, nullptr, &exit_actor);
+    value = Invoke(method_name, args, instance.get(), true, nullptr, &exit_actor, &nested_handles);
     if (exit_actor) {
       std::shared_ptr<void> drop;
       {
@@ -472,8 +476,8 @@ void LocalModeRuntime::RunActorCall(const std::shared_ptr<ActorState>& actor,
     }
     instance.reset();  // outside the lock: may be the last owner, running the destructor
   }
-  EndWork(work, args);
-  Complete(result, std::move(value));
+  UnpinArgs(args);
+  Complete(result, std::move(value));  // pins the refs inside it: their handles may go now
 }
 
 Status LocalModeRuntime::KillActor(const ActorId& actor, bool no_restart) {

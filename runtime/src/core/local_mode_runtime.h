@@ -24,13 +24,12 @@
 // (nothing dies on its own), label selectors and node affinity (there is one node).
 //
 // Invariants:
-//  - An object is freed when its count has been positive and drops to zero, but not before
-//    (a) its own task ended, if it was pending (waiters are woken, then it goes if still
-//    unheld), nor (b) every task, actor call and factory submitted before the drop ended: a
-//    ref serialized inside an argument's value holds no count (its caller's handle lived
-//    through Submit*), and the call deserializes it only when it runs. So in local mode an
-//    unheld object may live on while older work (a long actor call, say) still runs.
-//  - Queued work pins the objects its ref arguments name until it has run.
+//  - An object is freed when its count has been positive and drops to zero, except that a
+//    pending one stays until its task ends (waiters are woken, then it goes if still unheld).
+//    Counts come from ObjectRef handles, from objects whose values hold refs inside (nested
+//    refs of Put values and results: as long as the value lives), and from queued work.
+//  - Queued work pins the objects its arguments name (ref arguments, and refs inside values,
+//    which it deserializes only when it runs) until it has run.
 //  - At most max_concurrency calls of one actor run at once, and never beside its factory.
 //
 // Threading: every method may be called from any thread, tasks' threads included. One mutex
@@ -40,13 +39,11 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,6 +61,7 @@ class LocalModeRuntime : public internal::Runtime {
   ~LocalModeRuntime() override;
 
   ObjectId Put(std::string value) override;
+  ObjectId PutWithRefs(std::string value, const std::vector<internal::NestedRef>& nested) override;
   ObjectId SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,
                       const internal::TaskOptions& options) override;
   Result<ActorId> CreateActor(const std::string& factory_name, std::vector<internal::TaskArg> args,
@@ -134,31 +132,36 @@ class LocalModeRuntime : public internal::Runtime {
   // Runs a registered function (or method, on `self`) with the arguments, waiting for the
   // objects that by-value ref arguments name, and returns what it returned or threw;
   // factories hand their instance to `*actor`. `in_actor` marks the call for
-  // rayd::ExitActor, which sets `*exit_actor`.
+  // rayd::ExitActor, which sets `*exit_actor`. The handles on the refs inside the returned
+  // value go to `*nested_handles` (when not null), to keep until the result is Completed.
   internal::ObjectValue Invoke(const std::string& function_name,
                                const std::vector<internal::TaskArg>& args, void* self,
-                               bool in_actor, std::shared_ptr<void>* actor, bool* exit_actor);
+                               bool in_actor, std::shared_ptr<void>* actor, bool* exit_actor,
+                               std::shared_ptr<const void>* nested_handles);
   // A new object: ready with `value`, or (nullptr) pending until Complete.
   ObjectId NewObject(const internal::ObjectValue* value);
   // Makes the pending object ready, wakes its waiters and runs its WhenReady callbacks.
   void Complete(const ObjectId& id, internal::ObjectValue value);
-  // A task, actor call or factory from its submission (BeginWorkLocked: pins the objects its
-  // ref arguments name, returns its number) until it has run (EndWork: unpins them, frees what
-  // waited for it). EndWork comes before its result is Completed.
-  uint64_t BeginWorkLocked(const std::vector<internal::TaskArg>& args);
-  void EndWork(uint64_t work, const std::vector<internal::TaskArg>& args);
-  // Frees an unheld, ready object: now, or (needs mu_) once the work submitted before now ended.
-  void ReleaseLocked(const ObjectId& id);
+  // One more (Pin) or one less (Unpin) count on an object; at zero a ready one is erased.
+  void PinLocked(const ObjectId& id);
+  void UnpinLocked(const ObjectId& id);
+  // An object holds a count on each ref inside its value while it lives.
+  void PinNestedLocked(Object& object);
+  void EraseLocked(std::unordered_map<ObjectId, Object>::iterator it);
+  // Queued work counts the objects its arguments name (ref arguments, refs inside values)
+  // from its submission until it has run.
+  void PinArgsLocked(const std::vector<internal::TaskArg>& args);
+  void UnpinArgs(const std::vector<internal::TaskArg>& args);
   // Why work with these scheduling options cannot run now (its group is removed or unknown,
   // or lacks the bundle); Ok otherwise. Needs mu_.
   Status CheckGroupLocked(const internal::SchedulingOptions& scheduling) const;
 
-  void RunTask(const ObjectId& result, uint64_t work, const std::string& function_name,
+  void RunTask(const ObjectId& result, const std::string& function_name,
                const std::vector<internal::TaskArg>& args, const internal::TaskOptions& options);
   void RunFactory(const std::shared_ptr<ActorState>& actor, const std::string& factory_name,
                   const std::vector<internal::TaskArg>& args,
                   const internal::SchedulingOptions& scheduling);
-  void RunActorCall(const std::shared_ptr<ActorState>& actor, const ObjectId& result, uint64_t work,
+  void RunActorCall(const std::shared_ptr<ActorState>& actor, const ObjectId& result,
                     const std::string& method_name, const std::vector<internal::TaskArg>& args);
   // Posts the actor's next calls that may start now. Needs mu_.
   void PumpActorLocked(const std::shared_ptr<ActorState>& actor);
@@ -171,10 +174,6 @@ class LocalModeRuntime : public internal::Runtime {
   std::condition_variable ready_cv_;              // notified whenever an object becomes ready
   bool stopping_ = false;                         // mu_: the destructor runs; nothing new starts
   std::unordered_map<ObjectId, Object> objects_;  // mu_
-  uint64_t next_work_ = 0;                        // mu_: the number of the next work submitted
-  std::set<uint64_t> unfinished_;                 // mu_: work submitted, not yet run
-  // mu_: unheld objects to free once no work numbered below `first` is unfinished.
-  std::deque<std::pair<uint64_t, ObjectId>> deferred_;
   std::map<ActorId, std::shared_ptr<ActorState>> actors_;          // mu_
   std::map<std::pair<std::string, std::string>, ActorId> named_;   // (namespace, name); mu_
   std::map<std::pair<std::string, std::string>, std::string> kv_;  // (namespace, key); mu_

@@ -80,6 +80,13 @@ int Fails() { throw std::invalid_argument("no good"); }
 
 int OwnPid() { return getpid(); }
 
+// Returns refs to values it Put: its own handles on them go when it returns.
+std::vector<rayd::ObjectRef<int>> MakeRefs(int n) {
+  std::vector<rayd::ObjectRef<int>> out;
+  for (int i = 0; i < n; ++i) out.push_back(rayd::Put(i));
+  return out;
+}
+
 // Adds `first` and the values of `refs` (refs inside a by-value argument).
 int SumRefs(int first, std::vector<rayd::ObjectRef<int>> refs) {
   int sum = first;
@@ -137,7 +144,7 @@ class Recorder {
 }  // namespace local
 
 RAYD_REMOTE(local::Interval, local::Plus, local::Gated, local::Nest, local::GetRef, local::Fails,
-            local::OwnPid, local::Linger, local::SumRefs, local::Recorder::Create,
+            local::OwnPid, local::Linger, local::SumRefs, local::MakeRefs, local::Recorder::Create,
             local::Recorder::CreateFails, &local::Recorder::Append, &local::Recorder::Values,
             &local::Recorder::Overlapped, &local::Recorder::Initialized, &local::Recorder::Meet,
             &local::Recorder::Quit);
@@ -256,7 +263,7 @@ TEST_CASE("local mode: Get times out on a slow task, Wait splits ready from not 
   CHECK(rayd::Wait(std::vector{slow, fast}, 2, kGetTimeoutMs).ready.size() == 2);
 }
 
-TEST_CASE("local mode: an unheld object lives until its task and older work ended", "[unit]") {
+TEST_CASE("local mode: a pending object outlives its dropped refs until its task ends", "[unit]") {
   LocalMode local_mode;
   CloseGate closed;
   auto& runtime = rayd::internal::RequireRuntime();
@@ -279,22 +286,6 @@ TEST_CASE("local mode: an unheld object lives until its task and older work ende
   rayd::ObjectRef<int> kept = rayd::Task(Plus).Remote(1, 2);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
-
-  // One dropped while older work runs stays until that work ended (a ref inside the values of
-  // its arguments could name it), then goes.
-  g_gate.Close();
-  rayd::ObjectRef<int> older = rayd::Task(Gated).Remote(5);
-  rayd::ObjectId dropped;
-  {
-    rayd::ObjectRef<int> put = rayd::Put(9);
-    dropped = put.id();
-  }
-  CHECK(runtime.Get({dropped}, std::chrono::milliseconds(0))[0].error ==
-        rayd::internal::ErrorKind::kNone);
-  g_gate.Open();
-  CHECK(*older.Get(kGetTimeoutMs) == 5);
-  CHECK(runtime.Get({dropped}, std::chrono::milliseconds(0))[0].error ==
-        rayd::internal::ErrorKind::kObjectLost);
 }
 
 TEST_CASE("local mode: an actor's calls run one at a time in submission order", "[unit]") {
@@ -437,6 +428,31 @@ TEST_CASE("local mode: refs inside a by-value argument live until the task ran",
   }
   g_gate.Open();
   for (int i = 0; i < 10; ++i) CHECK(*sums[i].Get(kGetTimeoutMs) == i + 3);
+}
+
+TEST_CASE("local mode: refs inside Put values and results live as long as the values", "[unit]") {
+  LocalMode local_mode;
+  auto& runtime = rayd::internal::RequireRuntime();
+  rayd::ObjectId inner_id;
+  {
+    rayd::ObjectRef<rayd::ObjectRef<int>> outer;
+    {
+      rayd::ObjectRef<int> inner = rayd::Put(7);
+      inner_id = inner.id();
+      outer = rayd::Put(inner);
+    }
+    // Only the outer value holds the inner object now.
+    CHECK(*outer.Get(kGetTimeoutMs)->Get(kGetTimeoutMs) == 7);
+  }
+  // The outer value and every handle read from it went: so did the inner object.
+  CHECK(runtime.Get({inner_id}, std::chrono::milliseconds(0))[0].error ==
+        rayd::internal::ErrorKind::kObjectLost);
+
+  // Refs a task made and returned: its own handles went when it returned.
+  auto made = rayd::Task(MakeRefs).Remote(3);
+  std::vector<rayd::ObjectRef<int>> refs = *made.Get(kGetTimeoutMs);
+  REQUIRE(refs.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(*refs[i].Get(kGetTimeoutMs) == i);
 }
 
 TEST_CASE("growing thread pool: grows past blocked work, ends idle threads, joins at shutdown",
