@@ -192,6 +192,19 @@ class RefReader {
   int ReadRef(rayd::ObjectRef<int> ref) { return *ref.Get(); }
 };
 
+// An actor holding the refs it was created with.
+class RefKeeper {
+ public:
+  static RefKeeper* Create(std::vector<rayd::ObjectRef<int>> refs) {
+    return new RefKeeper(std::move(refs));
+  }
+  explicit RefKeeper(std::vector<rayd::ObjectRef<int>> refs) : refs_(std::move(refs)) {}
+  int Sum() { return contract::SumRefs(0, refs_); }
+
+ private:
+  std::vector<rayd::ObjectRef<int>> refs_;
+};
+
 // A gate that tasks block on until someone opens it: Ray's BlockGet/GetValue pair, with an
 // actor in place of their process-wide promise (a cluster runs tasks in separate processes).
 class Gate {
@@ -237,7 +250,7 @@ RAYD_REMOTE(contract::ReadNested, contract::SumRefs, contract::MakeRef, contract
             contract::OpenThenGet, contract::LogFromWorker, contract::RefReader::Create,
             &contract::RefReader::ReadNested, &contract::RefReader::SumRefs,
             &contract::RefReader::ReadRef, contract::Gate::Create, &contract::Gate::Pass,
-            &contract::Gate::Open);
+            &contract::Gate::Open, contract::RefKeeper::Create, &contract::RefKeeper::Sum);
 RAYD_REMOTE(contract::Nest, contract::PassDown, contract::Square, contract::SumOfSquares,
             contract::Child::Create, &contract::Child::Node, &contract::Child::Value,
             contract::Parent::Create, &contract::Parent::Node, &contract::Parent::SpawnOn,
@@ -611,7 +624,8 @@ TEST_CASE("api: refs inside values, lists of refs and refs returned by tasks, ac
   CHECK(*reader.Task(&RefReader::ReadRef).Remote(inner).Get(kGetTimeoutMs) == 42);
 
   // A ref lives as long as a value holding it, with no other handle anywhere: one put inside a
-  // value and dropped, ones in a task's argument list, one a task made and returned.
+  // value and dropped, ones in a task's argument list, one a task made and returned, ones in
+  // an actor's creation arguments.
   auto only_inside = rayd::Put(rayd::Put(7));
   CHECK(*(*only_inside.Get(kGetTimeoutMs)).Get(kGetTimeoutMs) == 7);
   CHECK(*rayd::Task(ReadNested).SetNodeAffinity(nodes.second).Remote(only_inside).Get(
@@ -624,6 +638,10 @@ TEST_CASE("api: refs inside values, lists of refs and refs returned by tasks, ac
   CHECK(*returned.Get(kGetTimeoutMs) == 9);
   auto made_on_head = rayd::Task(MakeRef).SetNodeAffinity(nodes.head).Remote(10);
   CHECK(*(*made_on_head.Get(kGetTimeoutMs)).Get(kGetTimeoutMs) == 10);
+  auto keeper = rayd::Actor(RefKeeper::Create)
+                    .SetNodeAffinity(nodes.second)
+                    .Remote(std::vector{rayd::Put(20), rayd::Put(22)});
+  CHECK(*keeper.Task(&RefKeeper::Sum).Remote().Get(kGetTimeoutMs) == 42);
 
   // A task blocked in Get of another task's result (Ray's BlockGet / GetValue).
   auto gate = rayd::Actor(Gate::Create).SetMaxConcurrency(2).Remote();

@@ -521,6 +521,8 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
   spec.max_concurrency = std::max(1, options.max_concurrency);
   spec.scheduling = options.scheduling;  // the GCS places the actor by it
   const ActorId id = spec.actor_id;
+  // Its creation may run late, and again at each restart: the refs its arguments hold stay.
+  refs_.PinActorArgs(id, spec.args);
   // Shared with the loop: the wait below may give up before the loop is done with them.
   struct Request {
     TaskSpec spec;
@@ -555,7 +557,10 @@ Result<ActorId> CoreWorker::CreateActor(const std::string& factory_name,
                                               [done](const Status& st) { done(st); });
     });
   }, Millis(120000));
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    refs_.ReleaseActorArgs(id);
+    return s;
+  }
   return id;
 }
 
@@ -715,6 +720,7 @@ Status CoreWorker::KillActor(const ActorId& actor, bool no_restart) {
   return RunOnLoop([this, actor, no_restart](auto done) {
     if (!gcs_ || !actors_) return done(Status::Cancelled("rayd is shutting down"));
     if (no_restart && actors_) actors_->MarkDead(actor, "the actor was killed by its handle");
+    if (no_restart) refs_.ReleaseActorArgs(actor);
     auto fill = [&](proto::KillActorRequest::Builder r) {
       r.setActorId(actor.Hex());
       r.setNoRestart(no_restart);

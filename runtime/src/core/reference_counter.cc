@@ -4,12 +4,41 @@
 
 namespace rayd::core {
 
-void ReferenceCounter::PinArgs(const TaskSpec& spec) {
+namespace {
+// The refs `args` hold: ref arguments, and refs inside by-value ones.
+std::vector<ObjectId> ArgRefs(const std::vector<internal::TaskArg>& args) {
   std::vector<ObjectId> refs;
-  for (const auto& a : spec.args) {
+  for (const auto& a : args) {
     if (a.kind != internal::TaskArg::Kind::kValue) refs.push_back(a.ref);
     for (const auto& n : a.nested) refs.push_back(n.id);
   }
+  return refs;
+}
+}  // namespace
+
+void ReferenceCounter::PinActorArgs(const ActorId& actor,
+                                    const std::vector<internal::TaskArg>& args) {
+  std::vector<ObjectId> refs = ArgRefs(args);
+  if (refs.empty()) return;
+  for (const auto& id : refs) store_.AddRef(id);
+  std::lock_guard lock(mu_);
+  actor_arg_pins_[actor] = std::move(refs);
+}
+
+void ReferenceCounter::ReleaseActorArgs(const ActorId& actor) {
+  std::vector<ObjectId> refs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = actor_arg_pins_.find(actor);
+    if (it == actor_arg_pins_.end()) return;
+    refs = std::move(it->second);
+    actor_arg_pins_.erase(it);
+  }
+  for (const auto& id : refs) store_.RemoveRef(id);
+}
+
+void ReferenceCounter::PinArgs(const TaskSpec& spec) {
+  std::vector<ObjectId> refs = ArgRefs(spec.args);
   if (refs.empty()) return;
   for (const auto& id : refs) store_.AddRef(id);
   std::lock_guard lock(mu_);

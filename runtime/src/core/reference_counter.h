@@ -42,6 +42,12 @@ class ReferenceCounter {
   void ReleaseArgs(const ObjectId& return_id);
   size_t num_pinned_tasks() const;
 
+  // An actor's creation arguments (refs, and refs inside by-value ones), pinned while it may
+  // need them to start or restart: until ReleaseActorArgs (the actor killed for good from here)
+  // or the end of this process.
+  void PinActorArgs(const ActorId& actor, const std::vector<internal::TaskArg>& args);
+  void ReleaseActorArgs(const ActorId& actor);
+
   // Lineage: whether a task's result could be made again by running it again (retries left,
   // every argument a value: refs may be gone by then). RecordLineage remembers `spec` if so,
   // unless the result has lineage already (a rerun's result keeps the attempts left); Forget
@@ -87,6 +93,7 @@ class ReferenceCounter {
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id
   std::unordered_map<ObjectId, std::vector<ObjectId>> nested_pins_;  // by outer id
+  std::unordered_map<ActorId, std::vector<ObjectId>> actor_arg_pins_;
   std::unordered_map<ObjectId, Lineage> lineage_;                 // by return id
   std::unordered_map<ObjectId, std::set<std::string>> borrowers_;
   std::unordered_map<ObjectId, std::string> registered_borrows_;  // id -> owner
