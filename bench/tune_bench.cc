@@ -3,24 +3,29 @@
 //
 //   results/s         trials that report as fast as they can (no checkpoints): every result is
 //                     persisted, logged, and decided on by the scheduler before the next counts
-//   one-result trials N trials that report once: each is a placement group, a rank actor (a
-//                     worker process) and a Fit; per-trial cost = wall time x concurrency / N
+//   one-result trials N trials that report once, as many at once as the cluster has CPUs: each
+//                     is a Fit on a gang (a placement group and a rank actor in a worker
+//                     process); the first trial of each slot starts its gang, the rest reuse it.
+//                     Printed: trials/s over the whole sweep, and on reused gangs (from the
+//                     result of the first trials of every slot to the last result)
 //   ASHA vs FIFO      the same seeded synthetic sweep (27 trials x 9 iterations) under FIFO,
 //                     ASHA and HyperBand: iterations run (budget) and the best loss found
 //
 // The synthetic objective is bench/peers/optuna_sweep.py's: loss = ((x - 3)^2 + 1.1) /
 // (1 + lr * i) at iteration i, x ~ U(0, 6), lr ~ choice(0.05, 0.1, 0.2).
 //
-//   build/bench/tune_bench [--results 50000] [--trials 200] [--seeds 3]
+//   build/bench/tune_bench [--results 50000] [--trials 10000] [--seeds 3]
 
 #include <rayd/api.h>
 #include <rayd/tune/tuner.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -74,7 +79,7 @@ int main(int argc, char** argv) {
   rayd::Init(rayd::RaydConfig{}, argc, argv);  // a worker re-run of this binary serves here
   CLI::App app{"Tune controller benchmarks"};
   int results = 50'000;
-  int trials = 200;
+  int trials = 10000;
   int seeds = 3;
   app.add_option("--results", results, "Results per trial in the results/s run (2 trials)");
   app.add_option("--trials", trials, "One-result trials");
@@ -99,6 +104,23 @@ int main(int argc, char** argv) {
     const double per_trial_ms = s.seconds * cpus / trials * 1e3;
     std::printf("%-34s %10.1f trials/s   (%d trials in %.2f s; %.1f ms per trial per slot)\n",
                 "one-result trials", trials / s.seconds, trials, s.seconds, per_trial_ms);
+    // Reused gangs: the trials after the first of each slot, over the time their results span.
+    std::vector<double> stamps;
+    for (const auto& t : s.grid.trials()) {
+      if (auto it = t.metrics.find("timestamp"); it != t.metrics.end()) stamps.push_back(it->second);
+      if (t.status != "TERMINATED" || !t.metrics.count("timestamp")) {
+        std::fprintf(stderr, "trial %s: %s %zu results %s\n", t.trial_id.c_str(), t.status.c_str(), t.history.size(),
+                     t.error.c_str());
+      }
+    }
+    std::sort(stamps.begin(), stamps.end());
+    if (stamps.size() > static_cast<size_t>(cpus) + 1) {
+      const double span = stamps.back() - stamps[cpus - 1];
+      const double reused = static_cast<double>(stamps.size() - cpus);
+      std::printf("%-34s %10.1f trials/s   (%.0f trials in %.2f s; %.2f ms per trial per slot)\n",
+                  "one-result trials, reused gangs", reused / span, reused, span,
+                  span * cpus / reused * 1e3);
+    }
   }
   std::printf("\nSynthetic sweep, 27 trials x 9 iterations, mean over %d seeds:\n", seeds);
   std::printf("  %-12s %10s %12s %10s\n", "scheduler", "budget", "best loss", "seconds");

@@ -193,7 +193,7 @@ def pair_tune(build, quick, raw, skipped):
     ours_bin = os.path.join(build, "bench", "tune_bench")
     if not can_run("tune", ours_bin, ["optuna"], "Optuna", "python3-optuna", skipped):
         return []
-    ours = run([ours_bin] + (["--results", "5000", "--trials", "40", "--seeds", "1"]
+    ours = run([ours_bin] + (["--results", "5000", "--trials", "1000", "--seeds", "1"]
                              if quick else []), "tune_bench")
     theirs_out = run([PEER_PYTHON, os.path.join(HERE, "optuna_sweep.py"), "--json"]
                      + (["--trials", "1000", "--reports", "5000"] if quick else []),
@@ -213,6 +213,11 @@ def pair_tune(build, quick, raw, skipped):
             search(r"^one-result trials\s+([\d.]+) trials/s", ours, "one-result trials"),
             theirs["trials_per_s"],
             note="rayd: a trial is a task on the cluster; optuna: a function call in-process"),
+        row("tune", "one_result_trials_reused_gangs_per_s", "trials/s",
+            search(r"^one-result trials, reused gangs\s+([\d.]+) trials/s", ours,
+                   "one-result trials, reused gangs"),
+            theirs["trials_per_s"],
+            note="rayd: the trials after each slot's first (which starts its gang); optuna: all"),
     ]
     for mine, peer in (("fifo", "fifo"), ("asha", "sha"), ("hyperband", "hyperband")):
         pattern = rf"^\s+{mine}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$"

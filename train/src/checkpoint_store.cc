@@ -21,6 +21,11 @@ constexpr const char* kTimestamp = "timestamp";
 
 }  // namespace
 
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig config)
+    : run_dir_(std::move(run_dir)),
+      config_(std::move(config)),
+      results_(RunDirectory(run_dir_).ResultFile()) {}
+
 Result<CheckpointStore> CheckpointStore::Open(std::string run_dir, CheckpointConfig config) {
   if (config.score_order != "max" && config.score_order != "min") {
     return Status::InvalidArgument("score_order must be \"max\" or \"min\", got " +
@@ -104,7 +109,9 @@ Result<ReportedResult> CheckpointStore::Persist(const ReportMessage& report,
     row[kCheckpointKey] = RunDirectory::CheckpointName(index);
     persisted.checkpoint = DirOf(index);
   }
-  RAYD_RETURN_IF_ERROR(RunDirectory(run_dir_).AppendResult(row));
+  RAYD_RETURN_IF_ERROR(results_.Append(row.dump() + "\n"));
+  // A checkpoint is rare and costly already: its line is on disk beside it at once.
+  if (report.has_checkpoint) RAYD_RETURN_IF_ERROR(results_.Flush());
   last_metrics_ = persisted.metrics;
   RAYD_RETURN_IF_ERROR(Prune());
   return persisted;

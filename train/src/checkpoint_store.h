@@ -7,6 +7,7 @@
 // after the highest one there, their scores come from result.json, and the last line's metrics
 // are the run's latest. Used by the Fit thread only.
 
+#include <rayd/base/files.h>
 #include <rayd/base/status.h>
 #include <rayd/train/trainer.h>
 
@@ -32,8 +33,12 @@ class CheckpointStore {
   // timestamp) to the report's, appends them with `extra` fields to result.json and, when it
   // has a checkpoint, writes it as the next checkpoint_NNNNNN and deletes the ones num_to_keep
   // no longer keeps. Returns what was persisted.
+  // result.json's line is written by the next Flush (at once for a report with a checkpoint).
   Result<ReportedResult> Persist(const ReportMessage& report,
                                  const nlohmann::json& extra = nlohmann::json::object());
+  // Writes the result.json lines persisted since the last Flush: the owner calls it when the
+  // reports it has are all persisted.
+  Status Flush() { return results_.Flush(); }
 
   // The newest checkpoint's directory, if any.
   std::optional<std::string> Latest() const;
@@ -45,14 +50,14 @@ class CheckpointStore {
     int index = 0;
     std::optional<double> score;
   };
-  CheckpointStore(std::string run_dir, CheckpointConfig config)
-      : run_dir_(std::move(run_dir)), config_(std::move(config)) {}
+  CheckpointStore(std::string run_dir, CheckpointConfig config);
 
   std::string DirOf(int index) const;
   Status Prune();
 
   std::string run_dir_;
   CheckpointConfig config_;
+  AppendFile results_;  // result.json, open while the store lives
   std::vector<Kept> kept_;  // in index order
   int next_index_ = 0;
   std::map<std::string, double> last_metrics_;

@@ -1,6 +1,7 @@
 #include "rayd/train/process_group.h"
 
 #include <string>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -41,6 +42,11 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::Join(const std::string& host, ui
     return StatusFromC10dException(
         std::current_exception(), "joining the rendezvous at " + host + ":" + std::to_string(port));
   }
+}
+
+std::unique_ptr<Rendezvous> Rendezvous::Alone() {
+  return std::unique_ptr<Rendezvous>(
+      new Rendezvous("localhost", 0, c10::make_intrusive<c10d::HashStore>()));
 }
 
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rendezvous> rendezvous,

@@ -390,6 +390,7 @@ bool TrainWorker::Run(RunSpec spec) {
     // A reused rank starts clean: nothing left from an earlier run's reports or stop.
     std::lock_guard lock(mu_);
     finished_ = false;
+    attempt_token_ = spec.attempt_token;
     reports_.clear();
     parts_.clear();
     deposited_ = 0;
@@ -422,7 +423,9 @@ bool TrainWorker::Run(RunSpec spec) {
   }
   std::chrono::milliseconds timeout = std::chrono::seconds(spec.collective_timeout_s);
   std::unique_ptr<Rendezvous> rendezvous;
-  if (spec.world_rank == 0) {
+  if (spec.world_size == 1) {
+    rendezvous = Rendezvous::Alone();  // the driver asks a lone rank to host nothing
+  } else if (spec.world_rank == 0) {
     if (!hosted_) throw RaydError("rank 0 was not asked to host the rendezvous");
     rendezvous = std::move(hosted_);
   } else {
@@ -503,12 +506,17 @@ void TrainWorker::RequestStop() {
   (void)!::write(stop_pipe_[1], "x", 1);
 }
 
-std::vector<ReportMessage> TrainWorker::Poll(int wait_ms) {
+PollReply TrainWorker::Poll(int wait_ms, uint64_t attempt_token) {
   std::unique_lock lock(mu_);
-  reported_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                     [&] { return !reports_.empty() || finished_; });
-  std::vector<ReportMessage> out(std::make_move_iterator(reports_.begin()),
-                                 std::make_move_iterator(reports_.end()));
+  const bool ours = reported_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
+    return attempt_token_ == attempt_token && (!reports_.empty() || finished_);
+  });
+  PollReply out;
+  if (!ours && attempt_token_ != attempt_token) return out;  // its Run has not started yet
+  out.reports.assign(std::make_move_iterator(reports_.begin()),
+                     std::make_move_iterator(reports_.end()));
+  // Every report is enqueued before finished_ is set (both under mu_): none can follow these.
+  out.finished = finished_;
   reports_.clear();
   return out;
 }

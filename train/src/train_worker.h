@@ -40,6 +40,14 @@ struct ReportMessage {
   MSGPACK_DEFINE(metrics, has_checkpoint, checkpoint, index, gather);
 };
 
+// What one Poll of rank 0 hands over: its reports since the last Poll, and whether its loop
+// was over when they were taken (then no report can follow them this attempt).
+struct PollReply {
+  std::vector<ReportMessage> reports;
+  bool finished = false;
+  MSGPACK_DEFINE(reports, finished);
+};
+
 // Another rank's files for the checkpoint of rank 0's report `index` (its own `index`-th Report),
 // as the driver collects them before persisting that checkpoint.
 struct CheckpointPart {
@@ -89,10 +97,13 @@ struct RunSpec {
   int max_restarts = 0;
   double cpus = 1;       // the bundle's CPUs
   bool gpus = false;     // the bundle holds GPUs (the worker's CUDA_VISIBLE_DEVICES)
+  // Names the attempt: a Poll for it answers only about this Run, never about the rank's
+  // previous one (a reused rank may get the Poll before the Run).
+  uint64_t attempt_token = 0;
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
                  has_checkpoint, checkpoint, has_command, command, num_nodes, endpoints, trial_id,
-                 trial_dir, restart_count, max_restarts, cpus, gpus);
+                 trial_dir, restart_count, max_restarts, cpus, gpus, attempt_token);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.
@@ -117,8 +128,9 @@ class TrainWorker {
   // rank can serve the next run). Called on the actor's second thread while Run runs.
   void RequestStop();
   bool stop_requested() const { return stop_requested_; }
-  // Rank 0's reports since the last call, waiting up to `wait_ms` for the first one.
-  std::vector<ReportMessage> Poll(int wait_ms);
+  // Rank 0's reports of the attempt `attempt_token` since the last call, waiting up to
+  // `wait_ms` for the first one (or the end of its loop; or for its Run to start).
+  PollReply Poll(int wait_ms, uint64_t attempt_token);
   // Ranks 1..N-1: this rank's files for its `index`-th Report, once it made it (or its loop is
   // over), waiting up to `wait_ms`; not ready after that. Parts up to `index` are let go.
   CheckpointPart Part(int index, int wait_ms);
@@ -145,6 +157,7 @@ class TrainWorker {
   std::map<int, CheckpointFiles> parts_;  // guarded by mu_: by report index, until collected
   int deposited_ = 0;                  // guarded by mu_: Reports this rank has shipped
   bool finished_ = false;              // guarded by mu_: Run has returned or thrown
+  uint64_t attempt_token_ = 0;         // guarded by mu_: the attempt of the latest Run
 };
 
 // Reads every regular file under `dir` (recursively) into memory.

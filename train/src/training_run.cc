@@ -7,11 +7,13 @@
 #include <rayd/train/run_directory.h>
 #include <rayd/train/training_run.h>
 
+#include <atomic>
 #include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -45,7 +47,12 @@ struct Attempt {
   bool idle = false;  // every rank's Run returned: the gang may serve another run
 };
 
-using Reports = ObjectRef<std::vector<ReportMessage>>;
+using Reports = ObjectRef<internal::PollReply>;
+
+uint64_t AttemptToken() {
+  static std::atomic<uint64_t> next{std::random_device{}() | (uint64_t{std::random_device{}()} << 32)};
+  return ++next;
+}
 
 }  // namespace
 
@@ -289,6 +296,8 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   bool part_lost_ = false;  // a rank failed before its part came
   std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
   bool final_poll_ = false;            // every Run returned; the last Poll was sent
+  bool rank0_finished_ = false;        // a Poll answered after rank 0's loop was over
+  uint64_t attempt_token_ = 0;         // names this attempt's Runs to their Polls
   bool stopping_ = false;              // the ranks were asked to leave their loops
   bool stop_failed_ = false;           // a stopped rank's Run failed: the gang is not reused
   std::vector<ObjectRef<void>> stop_calls_;
@@ -373,6 +382,7 @@ void TrainingRun::Impl::BeginAttempt() {
   poll_.reset();
   failed_.reset();
   final_poll_ = false;
+  rank0_finished_ = false;
   stopping_ = false;
   stop_calls_.clear();
   if (gang_) {
@@ -474,9 +484,11 @@ void TrainingRun::Impl::StartRanks() {
   }
 }
 
-// A new rendezvous per attempt, hosted by rank 0 and published under the gang's key.
+// A new rendezvous per attempt, hosted by rank 0 and published under the gang's key; a lone
+// rank meets nobody (its store is its own: Rendezvous::Alone).
 void TrainingRun::Impl::Host() {
   if (command_) return ReservePorts();
+  if (gang_->actors().size() == 1) return Launch();
   hosting_ = gang_->actors()[0]
                  .Task(&TrainWorker::Host)
                  .Remote(scaling_.collective_timeout_s, gang_->rendezvous_key());
@@ -532,6 +544,9 @@ void TrainingRun::Impl::Launch() {
   common.run_name = run_.name;
   common.collective_timeout_s = scaling_.collective_timeout_s;
   common.use_gpu = scaling_.use_gpu;
+  // Unique among the attempts a reused gang serves (its Polls must not see another's end).
+  attempt_token_ = AttemptToken();
+  common.attempt_token = attempt_token_;
   if (command_) {
     common.has_command = true;
     common.command = {.argv = command_->argv,
@@ -574,7 +589,7 @@ void TrainingRun::Impl::Launch() {
 // Asks rank 0 for its reports: answered at once when it has some (or its loop ends), else
 // after `wait_ms`. The attempt fails when no answer comes within `deadline_ms`.
 void TrainingRun::Impl::PollRank0(int wait_ms, int deadline_ms) {
-  poll_ = gang_->actors()[0].Task(&TrainWorker::Poll).Remote(wait_ms);
+  poll_ = gang_->actors()[0].Task(&TrainWorker::Poll).Remote(wait_ms, attempt_token_);
   FailAfter(deadline_ms, failed_.value_or("rank 0 does not answer its Poll"));
   OnReady(poll_->id(), [](Impl& self) { self.OnPolled(); });
 }
@@ -583,8 +598,9 @@ void TrainingRun::Impl::OnPolled() {
   if (!poll_ || stopping_) return;  // stopped since: later reports are not wanted
   deadline_.Stop();
   try {
-    auto reports = rayd::Get(*poll_, 0);
-    for (ReportMessage& report : *reports) reports_.push_back(std::move(report));
+    auto reply = rayd::Get(*poll_, 0);
+    for (ReportMessage& report : reply->reports) reports_.push_back(std::move(report));
+    rank0_finished_ = rank0_finished_ || reply->finished;
   } catch (const RaydError& e) {
     // Rank 0 is gone; after another rank's failure, that failure is the attempt's.
     return EndAttempt(
@@ -635,7 +651,8 @@ void TrainingRun::Impl::Advance() {
   if (poll_) return;  // its answer comes back here
   if (failed_) return EndAttempt({Attempt::End::kFailed, *failed_});
   if (running_.empty()) {
-    if (final_poll_) return EndAttempt({Attempt::End::kFinished});
+    // Rank 0's last Poll already saw its loop over: nothing is left to ask for.
+    if (final_poll_ || rank0_finished_) return EndAttempt({Attempt::End::kFinished});
     // Every Run returned: what rank 0 reported last.
     final_poll_ = true;
     return PollRank0(0, kPollTimeoutMs);
@@ -645,7 +662,7 @@ void TrainingRun::Impl::Advance() {
   const bool rank0_running =
       running_.count(0) &&
       !rayd::Wait(std::vector<ObjectRef<bool>>{runs_[0]}, 1, 0).unready.empty();
-  if (rank0_running) PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
+  if (rank0_running && !rank0_finished_) PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
 }
 
 // Persists the reports that came, handing each to the owner; the next waits for its answer.
@@ -659,6 +676,10 @@ void TrainingRun::Impl::Deliver() {
     Result<ReportedResult> persisted = store_->Persist(reports_.front(), options_.result_fields);
     reports_.pop_front();
     parts_collected_ = false;
+    // The last of the reports that came together: their result.json lines go out in one write.
+    if (persisted.ok() && reports_.empty()) {
+      if (Status flushed = store_->Flush(); !flushed.ok()) persisted = flushed;
+    }
     if (!persisted.ok()) {
       delivering_ = false;
       return EndAttempt(

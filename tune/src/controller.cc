@@ -374,7 +374,7 @@ void Controller::Save(bool now) {
     }
     return;
   }
-  ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode, trials_};
+  ExperimentState state{run_.name, trainable_.train_loop, tune_.metric, tune_.mode, {}};
   if (searcher_) {
     state.searcher = searcher_->name();
     state.searcher_state = searcher_->State();
@@ -384,7 +384,7 @@ void Controller::Save(bool now) {
     state.scheduler = scheduler_->name();
     for (const Trial& t : trials_) state.scheduler_seen[t.id] = t.history.size();
   }
-  Status saved = SaveExperimentState(dir_, state);
+  Status saved = SaveExperimentState(dir_, state, trials_);
   if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
   last_save_ = Clock::now();
   save_pending_ = false;

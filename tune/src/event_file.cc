@@ -81,6 +81,11 @@ Status EventFileWriter::Write(const rayd::tensorboard::Event& event) {
   record += data;
   PutLittleEndian(record, MaskedCrc(data), 4);
   out_.write(record.data(), static_cast<std::streamsize>(record.size()));
+  if (!out_) return Status::Unavailable("cannot write " + path_);
+  return Status::Ok();
+}
+
+Status EventFileWriter::Flush() {
   out_.flush();
   if (!out_) return Status::Unavailable("cannot write " + path_);
   return Status::Ok();

@@ -24,9 +24,11 @@ class EventFileWriter {
   // Creates `path` and writes the file_version event. Unavailable names the path if it cannot.
   static Result<EventFileWriter> Create(const std::string& path, double wall_time);
 
-  // Appends one scalar per (tag, value) at `step`, in one event, and flushes.
+  // Appends one scalar per (tag, value) at `step`, in one event, to what Flush (or the
+  // destructor) writes.
   Status WriteScalars(int64_t step, double wall_time,
                       const std::vector<std::pair<std::string, double>>& scalars);
+  Status Flush();
   const std::string& path() const { return path_; }
 
  private:

@@ -48,11 +48,33 @@ void TensorBoardSink::OnResult(const Trial& trial, const Metrics& result) {
   const int64_t step = iteration != result.end() ? static_cast<int64_t>(iteration->second)
                                                  : static_cast<int64_t>(trial.history.size());
   Status written = it->second->WriteScalars(step, WallTime(), scalars);
+  unflushed_.insert(trial.id);
   if (!written.ok()) {
     std::cerr << "rayd tune: no more TensorBoard events for trial " << trial.id << ": "
               << written.message() << "\n";
     it->second.reset();
   }
+}
+
+void TensorBoardSink::OnStatus(const Trial& trial) {
+  if (trial.status == TrialStatus::kTerminated || trial.status == TrialStatus::kError) {
+    writers_.erase(trial.id);  // its stream writes what it holds as it closes
+    unflushed_.erase(trial.id);
+  }
+}
+
+void TensorBoardSink::OnTick(const SweepView& view) {
+  (void)view;
+  for (const std::string& id : unflushed_) {
+    auto it = writers_.find(id);
+    if (it == writers_.end() || !it->second) continue;
+    if (Status flushed = it->second->Flush(); !flushed.ok()) {
+      std::cerr << "rayd tune: no more TensorBoard events for trial " << id << ": "
+                << flushed.message() << "\n";
+      it->second.reset();
+    }
+  }
+  unflushed_.clear();
 }
 
 }  // namespace rayd::tune::internal

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "event_file.h"
@@ -21,11 +22,17 @@ class TensorBoardSink : public ResultSink {
   explicit TensorBoardSink(std::string experiment_dir) : dir_(std::move(experiment_dir)) {}
 
   void OnResult(const Trial& trial, const Metrics& result) override;
+  // A trial that ended for good closes its file: a sweep of thousands of trials holds open only
+  // the files of trials that may still report.
+  void OnStatus(const Trial& trial) override;
+  // Writes this tick's events, a write per trial.
+  void OnTick(const SweepView& view) override;
 
  private:
   std::string dir_;
   // By trial id; nullopt once writing failed.
   std::map<std::string, std::optional<EventFileWriter>> writers_;
+  std::set<std::string> unflushed_;  // trial ids with events written since the last tick
 };
 
 }  // namespace rayd::tune::internal

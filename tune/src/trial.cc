@@ -302,8 +302,13 @@ Trial MakeTrial(const std::string& tag, int index, const std::string& name, nloh
 }
 
 Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state) {
+  return SaveExperimentState(experiment_dir, state, state.trials);
+}
+
+Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state,
+                           const std::vector<Trial>& trial_list) {
   json trials = json::array();
-  for (const Trial& trial : state.trials) trials.push_back(TrialToJson(trial));
+  for (const Trial& trial : trial_list) trials.push_back(TrialToJson(trial));
   double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   json doc{{"name", state.name},     {"trainable", state.trainable},
@@ -416,13 +421,17 @@ Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& c
   }
   rows_.push_back(row);
 
-  if (!grew) return AppendToFile(path, CsvLine(row));
+  if (!grew) return progress_.Append(CsvLine(row));
+  // A new file: its header and first row, appended like any row (nothing to rewrite).
+  if (rows_.size() == 1) return progress_.Append(CsvLine(columns_) + CsvLine(row));
   std::string text = CsvLine(columns_);
   for (auto& old : rows_) {
     old.resize(columns_.size());
     text += CsvLine(old);
   }
-  return WriteFileAtomically(path, text);
+  (void)progress_.Close();  // replaced: the next row goes to the new file
+  // Informational (a resume reads result.json, not this): whole for readers, without an fsync.
+  return WriteFileAtomically(path, text, /*durable=*/false);
 }
 
 Status TrialFiles::AppendError(const std::string& error) const { return dir_.AppendError(error); }

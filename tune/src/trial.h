@@ -2,6 +2,7 @@
 // A trial as the Tuner's controller tracks it, and the files it keeps for it. Used on the
 // controller thread only.
 
+#include <rayd/base/files.h>
 #include <rayd/base/status.h>
 #include <rayd/train/run_directory.h>
 #include <rayd/tune/tuner.h>
@@ -63,6 +64,10 @@ struct ExperimentState {
   std::map<std::string, size_t> scheduler_seen;
 };
 Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state);
+// The same with `trials` in place of state.trials: the controller's own, never copied (they hold
+// every result).
+Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state,
+                           const std::vector<Trial>& trials);
 // NotFound when the directory has no experiment_state.json; InvalidArgument naming the problem
 // when it cannot be read. Fills each trial's history from its result.json (numeric fields).
 Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir);
@@ -77,7 +82,8 @@ std::vector<std::vector<std::string>> ParseCsv(const std::string& text);
 // params.json, checkpoints); their names come from train::RunDirectory.
 class TrialFiles {
  public:
-  explicit TrialFiles(std::string trial_dir) : dir_(std::move(trial_dir)) {}
+  explicit TrialFiles(std::string trial_dir)
+      : dir_(std::move(trial_dir)), progress_(dir_.ProgressFile()) {}
   const std::string& dir() const { return dir_.path(); }
   // progress.csv: one row per result. Columns are the first result's keys in order (metrics
   // sorted, then config/<path> columns flattened from `config`); a later result with new keys
@@ -85,11 +91,17 @@ class TrialFiles {
   Status AppendProgress(const Metrics& result, const nlohmann::json& config);
   // error.txt (appended, one failure per block, with the time).
   Status AppendError(const std::string& error) const;
+  // Rows are written by Flush (or Close), a batch in one write.
+  Status Flush() { return progress_.Flush(); }
+  // Flushes and closes progress.csv until the next row (a trial that is not running holds no
+  // descriptor).
+  Status Close() { return progress_.Close(); }
 
  private:
   train::RunDirectory dir_;
   std::vector<std::string> columns_;
   std::vector<std::vector<std::string>> rows_;  // kept to rewrite the file when columns grow
+  AppendFile progress_;
 };
 
 // The console table, Ray's layout:

@@ -16,9 +16,31 @@ TrialFiles& TrialFilesSink::FilesOf(const Trial& trial) {
 void TrialFilesSink::OnResult(const Trial& trial, const Metrics& result) {
   Status logged = FilesOf(trial).AppendProgress(result, trial.config);
   if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
+  unflushed_.insert(trial.id);
+}
+
+void TrialFilesSink::OnTick(const SweepView& view) {
+  (void)view;
+  for (const std::string& id : unflushed_) {
+    auto it = files_.find(id);
+    if (it == files_.end()) continue;
+    if (Status flushed = it->second.Flush(); !flushed.ok()) {
+      std::cerr << "rayd tune: " << flushed.message() << "\n";
+    }
+  }
+  unflushed_.clear();
 }
 
 void TrialFilesSink::OnStatus(const Trial& trial) {
+  if (trial.status != TrialStatus::kRunning) {
+    // Thousands of trials end in a sweep: only running ones keep progress.csv open.
+    if (auto it = files_.find(trial.id); it != files_.end()) {
+      if (Status closed = it->second.Close(); !closed.ok()) {
+        std::cerr << "rayd tune: " << closed.message() << "\n";
+      }
+    }
+    unflushed_.erase(trial.id);
+  }
   if (trial.status != TrialStatus::kError) return;
   Status logged = FilesOf(trial).AppendError(trial.error);
   if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";

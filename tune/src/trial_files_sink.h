@@ -4,6 +4,7 @@
 // failure. A file that cannot be written is warned about on stderr.
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "result_sink.h"
@@ -16,12 +17,15 @@ class TrialFilesSink : public ResultSink {
 
   void OnResult(const Trial& trial, const Metrics& result) override;
   void OnStatus(const Trial& trial) override;
+  // Writes the rows of this tick's results, a write per trial.
+  void OnTick(const SweepView& view) override;
 
  private:
   TrialFiles& FilesOf(const Trial& trial);
 
   std::string dir_;
   std::map<std::string, TrialFiles> files_;  // by trial id
+  std::set<std::string> unflushed_;          // trial ids with rows appended since the last tick
 };
 
 }  // namespace rayd::tune::internal

@@ -4,6 +4,7 @@
 #include <rayd/base/status.h>
 
 #include <string>
+#include <string_view>
 
 namespace rayd {
 
@@ -17,5 +18,40 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
 
 // Appends `contents` to `path` (created, with its parent directories, when missing).
 Status AppendToFile(const std::string& path, const std::string& contents);
+
+// A file kept open for appending, for logs written a line at a time (result.json, progress.csv).
+// Appends collect in memory until Flush, which hands them to the kernel in one write: a batch
+// of lines costs one system call, and none pays the open, close and directory checks that
+// AppendToFile pays per call (~30 us against ~4 us for a write here). The owner flushes when a
+// batch ends (before it waits for more work), so what a crash of the process can lose is what
+// it had not finished handling anyway. The file is opened (O_APPEND, created with its parent
+// directories) by the first Flush that has something to write. Whoever replaces the file (a
+// rename over it) calls Close first, so later appends go to the new one. Appends past
+// kFlushAt flush on their own. The destructor flushes (errors ignored) and closes.
+// One owner; not safe for concurrent use.
+class AppendFile {
+ public:
+  static constexpr size_t kFlushAt = 1 << 16;
+
+  explicit AppendFile(std::string path) : path_(std::move(path)) {}
+  ~AppendFile() { (void)Close(); }
+  AppendFile(AppendFile&& other) noexcept;
+  AppendFile& operator=(AppendFile&& other) noexcept;
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  // Errors are those of a flush it set off; else Ok.
+  Status Append(std::string_view contents);
+  // Writes what was appended since the last Flush (nothing to write: no system call).
+  Status Flush();
+  // Flushes, then closes the descriptor (the next Flush opens the file again).
+  Status Close();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string pending_;
+  int fd_ = -1;
+};
 
 }  // namespace rayd

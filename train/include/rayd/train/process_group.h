@@ -63,6 +63,9 @@ class Rendezvous {
   static Result<std::unique_ptr<Rendezvous>> Join(
       const std::string& host, uint16_t port,
       std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+  // A group of one rank: the store lives in this process (no server, no port, nothing to
+  // publish), so a single-rank run pays for no rendezvous.
+  static std::unique_ptr<Rendezvous> Alone();
 
   const std::string& host() const { return host_; }
   // The port the store listens on (the bound one when Host was given 0).
