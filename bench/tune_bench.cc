@@ -107,10 +107,12 @@ int main(int argc, char** argv) {
     // Reused gangs: the trials after the first of each slot, over the time their results span.
     std::vector<double> stamps;
     for (const auto& t : s.grid.trials()) {
-      if (auto it = t.metrics.find("timestamp"); it != t.metrics.end()) stamps.push_back(it->second);
-      if (t.status != "TERMINATED" || !t.metrics.count("timestamp")) {
-        std::fprintf(stderr, "trial %s: %s %zu results %s\n", t.trial_id.c_str(), t.status.c_str(), t.history.size(),
-                     t.error.c_str());
+      auto stamp = t.metrics.find("timestamp");
+      if (stamp != t.metrics.end()) stamps.push_back(stamp->second);
+      // Every trial must end with its one result: anything else is a bug worth seeing here.
+      if (t.status != "TERMINATED" || stamp == t.metrics.end()) {
+        std::fprintf(stderr, "trial %s: %s with %zu results %s\n", t.trial_id.c_str(),
+                     t.status.c_str(), t.history.size(), t.error.c_str());
       }
     }
     std::sort(stamps.begin(), stamps.end());

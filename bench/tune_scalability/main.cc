@@ -16,6 +16,7 @@
 //
 //   build/bench/tune_scalability [--trials 64] [--concurrent 4] [--rate 10] [--seconds 20]
 //                                [--checkpoint-mb 10] [--checkpoint-every 2] [--workers 2]
+//                                [--only bookkeeping,gangs,throughput,checkpoints,latency]
 //
 // The trials are single-rank Trainers of a loop that only sleeps and reports (the embedded
 // cluster has a logical CPU per concurrent trial), so the time over ideal is what the runtime
@@ -150,7 +151,12 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", checkpoint_every, "checkpoints: seconds between them");
   int workers = 2;
   app.add_option("--workers", workers, "gangs: ranks per trial");
+  std::string only;
+  app.add_option("--only", only, "comma-separated workloads to run (default: all)");
   CLI11_PARSE(app, argc, argv);
+  auto wanted = [&only](const std::string& name) {
+    return only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos;
+  };
   // The trials only sleep: give the embedded cluster a logical CPU per trial at once, so that
   // `concurrent` trials fit whatever this machine's core count.
   rayd::RaydConfig config;
@@ -163,59 +169,73 @@ int main(int argc, char** argv) {
   std::printf("%-12s %-34s %9s %9s %9s  %s\n", "workload", "shape", "ideal s", "took s", "overhead",
               "Ray (published, full size)");
 
-  auto [book_s, book_threads] = Sweep(root, "bookkeeping", trials, concurrent, 1, 1000);
-  const double book_ideal = static_cast<double>(trials) / concurrent;
-  std::printf(
-      "%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "bookkeeping",
-      (std::to_string(trials) + " x 1 result after 1 s, " + std::to_string(concurrent) + " at once")
-          .c_str(),
-      book_ideal, book_s, 100 * (book_s / book_ideal - 1),
-      "10,000 x 1 s, 16 at once: 715 s for 625 s, +14%");
+  int book_threads = 0, gang_threads = 0, tp_threads = 0;
+  if (wanted("bookkeeping")) {
+    auto [book_s, threads] = Sweep(root, "bookkeeping", trials, concurrent, 1, 1000);
+    book_threads = threads;
+    const double book_ideal = static_cast<double>(trials) / concurrent;
+    std::printf("%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "bookkeeping",
+                (std::to_string(trials) + " x 1 result after 1 s, " + std::to_string(concurrent) +
+                 " at once")
+                    .c_str(),
+                book_ideal, book_s, 100 * (book_s / book_ideal - 1),
+                "10,000 x 1 s, 16 at once: 715 s for 625 s, +14%");
+  }
 
   const int gangs = std::max(1, concurrent / workers);
-  auto [gang_s, gang_threads] =
-      Sweep(root, "gangs", trials / workers, gangs, 1, 1000, 0, workers);
-  const double gang_ideal = static_cast<double>(trials / workers) / gangs;
-  std::printf("%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "gangs",
-              (std::to_string(trials / workers) + " x " + std::to_string(workers) +
-               " ranks x 1 result, " + std::to_string(gangs) + " at once")
-                  .c_str(),
-              gang_ideal, gang_s, 100 * (gang_s / gang_ideal - 1),
-              "(not published; the issue asks 2-rank, 8 at once)");
+  if (wanted("gangs")) {
+    auto [gang_s, threads] = Sweep(root, "gangs", trials / workers, gangs, 1, 1000, 0, workers);
+    gang_threads = threads;
+    const double gang_ideal = static_cast<double>(trials / workers) / gangs;
+    std::printf("%-12s %-34s %9.1f %9.1f %8.1f%%  %s\n", "gangs",
+                (std::to_string(trials / workers) + " x " + std::to_string(workers) +
+                 " ranks x 1 result, " + std::to_string(gangs) + " at once")
+                    .c_str(),
+                gang_ideal, gang_s, 100 * (gang_s / gang_ideal - 1),
+                "(not published; the issue asks 2-rank, 8 at once)");
+  }
 
-  auto [tp_s, tp_threads] =
-      Sweep(root, "throughput", concurrent, concurrent, rate * seconds, 1000 / rate);
-  std::printf("%-12s %-34s %9d %9.1f %8.1f%%  %s\n", "throughput",
-              (std::to_string(concurrent) + " x " + std::to_string(rate) + " results/s for " +
-               std::to_string(seconds) + " s")
-                  .c_str(),
-              seconds, tp_s, 100 * (tp_s / seconds - 1),
-              "96 x 10 results/s for 100 s: 168.9 s, +69%");
+  if (wanted("throughput")) {
+    auto [tp_s, threads] =
+        Sweep(root, "throughput", concurrent, concurrent, rate * seconds, 1000 / rate);
+    tp_threads = threads;
+    std::printf("%-12s %-34s %9d %9.1f %8.1f%%  %s\n", "throughput",
+                (std::to_string(concurrent) + " x " + std::to_string(rate) + " results/s for " +
+                 std::to_string(seconds) + " s")
+                    .c_str(),
+                seconds, tp_s, 100 * (tp_s / seconds - 1),
+                "96 x 10 results/s for 100 s: 168.9 s, +69%");
+  }
 
-  auto [ck_s, ck_threads] =
-      Sweep(root, "checkpoints", concurrent, concurrent, seconds / checkpoint_every,
-            1000 * checkpoint_every, static_cast<size_t>(checkpoint_mb) << 20);
-  std::printf("%-12s %-34s %9d %9.1f %8.1f%%  %s\n", "checkpoints",
-              (std::to_string(concurrent) + " x " + std::to_string(checkpoint_mb) + " MB every " +
-               std::to_string(checkpoint_every) + " s, " + std::to_string(seconds) + " s")
-                  .c_str(),
-              seconds, ck_s, 100 * (ck_s / seconds - 1),
-              "16 x 10 MB every 10 s for 300 s: 392 s, +31%");
-  (void)ck_threads;
+  if (wanted("checkpoints")) {
+    auto [ck_s, ck_threads] =
+        Sweep(root, "checkpoints", concurrent, concurrent, seconds / checkpoint_every,
+              1000 * checkpoint_every, static_cast<size_t>(checkpoint_mb) << 20);
+    std::printf("%-12s %-34s %9d %9.1f %8.1f%%  %s\n", "checkpoints",
+                (std::to_string(concurrent) + " x " + std::to_string(checkpoint_mb) + " MB every " +
+                 std::to_string(checkpoint_every) + " s, " + std::to_string(seconds) + " s")
+                    .c_str(),
+                seconds, ck_s, 100 * (ck_s / seconds - 1),
+                "16 x 10 MB every 10 s for 300 s: 392 s, +31%");
+    (void)ck_threads;
+  }
 
-  std::vector<double> latencies_ms;
-  rt::FitOptions options;
-  options.on_report = [&](const rt::ReportedResult& result) {
-    latencies_ms.push_back((NowUs() - result.metrics.at("sent_unix_us")) / 1000.0);
-    return true;
-  };
-  rt::TrainResult fit = rt::Trainer("Paced", {{"results", 20 * rate}, {"interval_ms", 1000 / rate}},
-                                    {.num_workers = 1}, {.name = "latency", .storage_path = root})
-                            .Fit(options);
-  if (!fit.ok()) std::fprintf(stderr, "latency run: %s\n", fit.error.c_str());
-  std::printf("\n%-12s Report -> decision hook over %zu results: p50 %.2f ms, p99 %.2f ms\n",
-              "latency", latencies_ms.size(), Percentile(latencies_ms, 0.5),
-              Percentile(latencies_ms, 0.99));
+  if (wanted("latency")) {
+    std::vector<double> latencies_ms;
+    rt::FitOptions options;
+    options.on_report = [&](const rt::ReportedResult& result) {
+      latencies_ms.push_back((NowUs() - result.metrics.at("sent_unix_us")) / 1000.0);
+      return true;
+    };
+    rt::TrainResult fit =
+        rt::Trainer("Paced", {{"results", 20 * rate}, {"interval_ms", 1000 / rate}},
+                    {.num_workers = 1}, {.name = "latency", .storage_path = root})
+            .Fit(options);
+    if (!fit.ok()) std::fprintf(stderr, "latency run: %s\n", fit.error.c_str());
+    std::printf("\n%-12s Report -> decision hook over %zu results: p50 %.2f ms, p99 %.2f ms\n",
+                "latency", latencies_ms.size(), Percentile(latencies_ms, 0.5),
+                Percentile(latencies_ms, 0.99));
+  }
   std::printf(
       "%-12s driver threads at most %d (bookkeeping, %d at once), %d (gangs, %d at once), "
       "%d (throughput)\n",

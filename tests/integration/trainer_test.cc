@@ -146,6 +146,10 @@ void LockstepLoop(const json& config) {
 }
 RAYD_TRAIN_LOOP(LockstepLoop);
 
+// Reports its config's `k` once, at once: a sweep's one-result trial.
+void OnceLoop(const json& config) { rt::Report({{"k", config.at("k").get<double>()}}); }
+RAYD_TRAIN_LOOP(OnceLoop);
+
 std::vector<json> ResultLines(const std::string& run_dir) {
   std::vector<json> lines;
   std::ifstream in(run_dir + "/result.json");
@@ -385,6 +389,26 @@ TEST_CASE("two TrainingRuns on one thread run at once, each result held until an
   // What was answered is what was persisted: b's third report never reached result.json.
   CHECK(ResultLines(storage.path() + "/a").size() == 3);
   CHECK(ResultLines(storage.path() + "/b").size() == 2);
+}
+
+// A reused rank may get the next run's Poll before its Run: the Poll must not answer that the
+// loop is over (the previous run's), or the run ends without its report.
+TEST_CASE("Fits back to back on a reused gang each keep their one report", "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir storage;
+  auto pool = std::make_shared<rt::GangPool>();
+  for (int k = 1; k <= 300; ++k) {
+    const std::string name = "once_" + std::to_string(k);
+    rt::TrainResult result =
+        rt::Trainer("OnceLoop", {{"k", k}}, rt::ScalingConfig{},
+                    rt::RunConfig{.name = name, .storage_path = storage.path()})
+            .Fit({.reuse = pool});
+    INFO("Fit " << k << ": " << result.error);
+    REQUIRE(result.ok());
+    REQUIRE(result.metrics.count("k") == 1);
+    CHECK(result.metrics.at("k") == k);
+    REQUIRE(ResultLines(storage.path() + "/" + name).size() == 1);
+  }
 }
 
 // The nodes the ranks of a WhereLoop run ran on, by rank.

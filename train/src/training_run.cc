@@ -50,7 +50,8 @@ struct Attempt {
 using Reports = ObjectRef<internal::PollReply>;
 
 uint64_t AttemptToken() {
-  static std::atomic<uint64_t> next{std::random_device{}() | (uint64_t{std::random_device{}()} << 32)};
+  static std::atomic<uint64_t> next{std::random_device{}() |
+                                    (uint64_t{std::random_device{}()} << 32)};
   return ++next;
 }
 

@@ -238,7 +238,7 @@ void Controller::Drain() {
 
 void Controller::Handle(RunEvent event) {
   if (event.kind == RunEvent::Kind::kResult) {
-    runner_.Answer(event.trial, OnResult(event.trial, event.result));
+    runner_.Answer(event.trial, OnResult(event.trial, std::move(event.result)));
   } else {
     runner_.Finished(event.trial);
     OnDone(event.trial, event.ended);
@@ -246,30 +246,32 @@ void Controller::Handle(RunEvent event) {
 }
 
 // Records a result and decides whether the trial goes on.
-bool Controller::OnResult(size_t index, const train::ReportedResult& result) {
+bool Controller::OnResult(size_t index, train::ReportedResult result) {
   Trial& t = trials_[index];
   Running& r = running_.at(index);
-  t.last_result = result.metrics;
-  t.history.push_back(result.metrics);
+  // The history keeps the result's own metrics (moved: a sweep holds every result once).
+  t.history.push_back(std::move(result.metrics));
+  const Metrics& metrics = t.history.back();
+  t.last_result = metrics;
   if (result.checkpoint) t.checkpoint = result_checkpoint_[index] = *result.checkpoint;
-  auto total = result.metrics.find("time_total_s");
-  if (total != result.metrics.end()) t.time_total_s = total->second;
-  for (auto& sink : sinks_) sink->OnResult(t, result.metrics);
-  if (searcher_) searcher_->OnTrialResult(t.config, result.metrics);
+  auto total = metrics.find("time_total_s");
+  if (total != metrics.end()) t.time_total_s = total->second;
+  for (auto& sink : sinks_) sink->OnResult(t, metrics);
+  if (searcher_) searcher_->OnTrialResult(t.config, metrics);
   if (r.pending != Pending::kNone) return false;  // already on its way out
   if (stop_.raised()) {
     r.pending = Pending::kInterrupt;
     return false;
   }
   for (const auto& [metric, limit] : tune_.stop) {
-    auto value = result.metrics.find(metric);
-    if (value != result.metrics.end() && value->second >= limit) {
+    auto value = metrics.find(metric);
+    if (value != metrics.end() && value->second >= limit) {
       r.pending = Pending::kStop;
       return false;
     }
   }
   Decision decision =
-      scheduler_->OnTrialResult(t.id, {result.metrics, t.config, t.checkpoint.has_value()});
+      scheduler_->OnTrialResult(t.id, {metrics, t.config, t.checkpoint.has_value()});
   switch (decision.action) {
     case Decision::Action::kContinue:
       return true;

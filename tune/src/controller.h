@@ -84,7 +84,7 @@ class Controller {
   // Starts what fits, ends the loop when nothing is left to run.
   void Step();
   void OnStopSignal();
-  bool OnResult(size_t index, const train::ReportedResult& result);
+  bool OnResult(size_t index, train::ReportedResult result);
   void OnDone(size_t index, const train::TrainResult& ended);
   Status Clone(size_t index, const std::string& donor_id, std::string* cloned);
   void InterruptAll();

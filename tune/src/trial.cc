@@ -252,6 +252,15 @@ std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
   return records;
 }
 
+// Every record of the CSV file at `path` (none when it is missing).
+std::vector<std::vector<std::string>> ReadCsv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseCsv(text.str());
+}
+
 const char* ToString(TrialStatus status) {
   switch (status) {
     case TrialStatus::kPending:
@@ -386,30 +395,27 @@ Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
 Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& config) {
   const std::string path = dir_.ProgressFile();
   if (columns_.empty()) {
-    // A resumed trial: carry on with the rows an earlier run wrote.
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::stringstream text;
-      text << in.rdbuf();
-      std::vector<std::vector<std::string>> records = ParseCsv(text.str());
-      if (!records.empty()) {
-        columns_ = std::move(records[0]);
-        rows_.assign(std::make_move_iterator(records.begin() + 1),
-                     std::make_move_iterator(records.end()));
-        for (auto& row : rows_) row.resize(columns_.size());
-      }
+    // A resumed trial: carry on under the header an earlier run wrote.
+    std::vector<std::vector<std::string>> records = ReadCsv(path);
+    if (!records.empty()) {
+      columns_ = std::move(records[0]);
+      rows_ = records.size() - 1;
+    }
+  }
+  // The config's columns are the same result after result (PBT may change them): made once.
+  if (config != config_) {
+    config_ = config;
+    config_values_.clear();
+    std::vector<std::pair<std::string, const json*>> leaves;
+    if (!config.is_null()) FlattenConfig(config, "config", &leaves);
+    for (const auto& [key, value] : leaves) {
+      config_values_.emplace_back(key, FormatConfigValue(*value));
     }
   }
 
-  std::vector<std::pair<std::string, std::string>> values;
-  for (const auto& [key, value] : result) values.emplace_back(key, FormatDouble(value));
-  std::vector<std::pair<std::string, const json*>> leaves;
-  if (!config.is_null()) FlattenConfig(config, "config", &leaves);
-  for (const auto& [key, value] : leaves) values.emplace_back(key, FormatConfigValue(*value));
-
   bool grew = columns_.empty();
   std::vector<std::string> row(columns_.size());
-  for (auto& [key, value] : values) {
+  auto place = [&](const std::string& key, std::string value) {
     size_t column = 0;
     while (column < columns_.size() && columns_[column] != key) ++column;
     if (column == columns_.size()) {
@@ -418,18 +424,23 @@ Status TrialFiles::AppendProgress(const Metrics& result, const nlohmann::json& c
       grew = true;
     }
     row[column] = std::move(value);
-  }
-  rows_.push_back(row);
+  };
+  for (const auto& [key, value] : result) place(key, FormatDouble(value));
+  for (const auto& [key, value] : config_values_) place(key, value);
+  ++rows_;
 
   if (!grew) return progress_.Append(CsvLine(row));
   // A new file: its header and first row, appended like any row (nothing to rewrite).
-  if (rows_.size() == 1) return progress_.Append(CsvLine(columns_) + CsvLine(row));
+  if (rows_ == 1) return progress_.Append(CsvLine(columns_) + CsvLine(row));
+  // New columns (rare): the file is rewritten under the wider header, from what it holds.
+  RAYD_RETURN_IF_ERROR(progress_.Close());  // replaced: the next row goes to the new file
+  std::vector<std::vector<std::string>> records = ReadCsv(path);
   std::string text = CsvLine(columns_);
-  for (auto& old : rows_) {
-    old.resize(columns_.size());
-    text += CsvLine(old);
+  for (size_t i = 1; i < records.size(); ++i) {
+    records[i].resize(columns_.size());
+    text += CsvLine(records[i]);
   }
-  (void)progress_.Close();  // replaced: the next row goes to the new file
+  text += CsvLine(row);
   // Informational (a resume reads result.json, not this): whole for readers, without an fsync.
   return WriteFileAtomically(path, text, /*durable=*/false);
 }

@@ -100,7 +100,9 @@ class TrialFiles {
  private:
   train::RunDirectory dir_;
   std::vector<std::string> columns_;
-  std::vector<std::vector<std::string>> rows_;  // kept to rewrite the file when columns grow
+  size_t rows_ = 0;        // rows in the file, besides its header
+  nlohmann::json config_;  // the config of the last row, and its columns' values
+  std::vector<std::pair<std::string, std::string>> config_values_;
   AppendFile progress_;
 };
 

@@ -127,8 +127,9 @@ void TaskSubmitter::Pump(const std::string& key) {
   // does not fit yet and grants it as soon as room frees.
   const bool backing_off = !shape.leases.empty() && Clock::now() < shape.retry_at;
   const int wanted =
-      backing_off ? 0
-                  : static_cast<int>(std::min<size_t>(shape.queue.size(), kMaxPendingLeaseRequests));
+      backing_off
+          ? 0
+          : static_cast<int>(std::min<size_t>(shape.queue.size(), kMaxPendingLeaseRequests));
   while (shape.pending_requests < wanted) {
     const int before = shape.pending_requests;
     AskForLease(key);
@@ -309,8 +310,8 @@ void TaskSubmitter::OnLeaseFailed(const std::string& key, const Status& status) 
   if (!shape.leases.empty() || shape.pending_requests > 0) {
     // No asking again in a loop: the other leases run the queue, and a new request waits out
     // a back-off.
-    shape.retry_backoff = std::min(kMaxLeaseRetryBackoff,
-                                   std::max(kLeaseRetryBackoff, shape.retry_backoff * 2));
+    shape.retry_backoff =
+        std::min(kMaxLeaseRetryBackoff, std::max(kLeaseRetryBackoff, shape.retry_backoff * 2));
     shape.retry_at = Clock::now() + shape.retry_backoff;
     spdlog::debug("lease for {} failed while others run; asking again in {} ms: {}",
                   shape.resources.ToString(), shape.retry_backoff.count(), status.message());

@@ -1,10 +1,16 @@
-// Status, ids, the token helpers and the event loop's cross-thread posting.
+// Status, ids, the token helpers, the event loop's cross-thread posting, and file appends.
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "rayd/base/auth.h"
 #include "rayd/base/event_loop.h"
+#include "rayd/base/files.h"
 #include "rayd/base/ids.h"
 #include "rayd/base/status.h"
 
@@ -89,6 +95,51 @@ TEST_CASE("timers fire once or repeatedly and can be stopped", "[base][loop]") {
   });
   REQUIRE(loop.RunUntil([&] { return a == 1 && b == 5; }, 5000ms));
   CHECK_FALSE(repeat.active());
+}
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST_CASE("AppendFile writes a batch at Flush, follows a replaced file after Close", "[base]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rayd_append_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string path = (dir / "sub" / "log.txt").string();
+  {
+    AppendFile file(path);
+    REQUIRE(file.Append("a\n").ok());
+    REQUIRE(file.Append("b\n").ok());
+    CHECK_FALSE(std::filesystem::exists(path));  // nothing written before the flush
+    REQUIRE(file.Flush().ok());                    // creates the parent directories
+    CHECK(Contents(path) == "a\nb\n");
+    REQUIRE(file.Flush().ok());  // nothing new: nothing written
+    CHECK(Contents(path) == "a\nb\n");
+    // Another writer replaces the file by a rename: after Close, appends go to the new one.
+    REQUIRE(file.Close().ok());
+    REQUIRE(WriteFileAtomically(path, "header\n", /*durable=*/false).ok());
+    REQUIRE(file.Append("c\n").ok());
+    AppendFile moved = std::move(file);
+    REQUIRE(moved.Flush().ok());
+    CHECK(Contents(path) == "header\nc\n");
+    // A batch past kFlushAt goes out on its own; the destructor writes the rest.
+    REQUIRE(moved.Append(std::string(AppendFile::kFlushAt, 'x')).ok());
+    CHECK(Contents(path).size() == 9 + AppendFile::kFlushAt);
+    REQUIRE(moved.Append("tail\n").ok());
+  }
+  const std::string all = Contents(path);
+  CHECK(all.size() == 9 + AppendFile::kFlushAt + 5);
+  CHECK(all.substr(all.size() - 5) == "tail\n");
+  // A file that cannot be opened is an error naming it, not a crash.
+  AppendFile nowhere("/proc/rayd_no_such_dir/log.txt");
+  REQUIRE(nowhere.Append("x").ok());
+  Status failed = nowhere.Flush();
+  CHECK_FALSE(failed.ok());
+  CHECK(failed.message().find("/proc/rayd_no_such_dir/log.txt") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -304,6 +304,8 @@ TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {
                  {"flag", true}};
   REQUIRE(files.AppendProgress({{"training_iteration", 1}, {"loss", 0.5}}, config).ok());
   REQUIRE(files.AppendProgress({{"training_iteration", 2}, {"loss", 1.0 / 3}}, config).ok());
+  CHECK_FALSE(fs::exists(csv));  // rows are written by Flush, a batch in one write
+  REQUIRE(files.Flush().ok());
   std::vector<std::string> lines = Lines(ReadAll(csv));
   REQUIRE(lines.size() == 3);
   CHECK(lines[0] ==
@@ -322,6 +324,7 @@ TEST_CASE("TrialFiles rewrites progress.csv when columns grow", "[tune]") {
   REQUIRE(files.AppendProgress({{"loss", 2}}, json{{"lr", 0.1}}).ok());
   REQUIRE(files.AppendProgress({{"loss", 1}, {"acc", 0.75}}, json{{"lr", 0.2}}).ok());
   REQUIRE(files.AppendProgress({{"loss", 0.5}}, json{{"lr", 0.2}}).ok());
+  REQUIRE(files.Flush().ok());
   std::vector<std::string> lines = Lines(ReadAll(csv));
   REQUIRE(lines.size() == 4);
   CHECK(lines[0] == "loss,config/lr,acc");
@@ -338,11 +341,13 @@ TEST_CASE("TrialFiles quotes CSV values and continues a resumed file", "[tune]")
   {
     TrialFiles files(dir.str());
     REQUIRE(files.AppendProgress({{"loss", 1}}, config).ok());
+    REQUIRE(files.Flush().ok());
     CHECK(ReadAll(csv) == "loss,config/note\n1,\"say \"\"hi\"\"\nnext line\"\n");
   }
   // A new TrialFiles (a resumed trial) keeps the earlier rows, also when columns grow.
   TrialFiles resumed(dir.str());
   REQUIRE(resumed.AppendProgress({{"loss", 0.5}, {"acc", 1}}, config).ok());
+  REQUIRE(resumed.Flush().ok());
   CHECK(ReadAll(csv) ==
         "loss,config/note,acc\n"
         "1,\"say \"\"hi\"\"\nnext line\",\n"

@@ -117,9 +117,10 @@ class Gang;
 
 // Keeps the gang (placement group and rank actors) of a run that finished, for the next Fit of
 // the same shape (workers, bundle, strategy, local_mode) to reuse: no new group, no new worker
-// processes, only a new rendezvous (Ray Tune's reuse_actors). Holds one idle gang; destroying
-// the pool tears it down. Gangs of runs that failed or were stopped are never kept. A train loop
-// that runs on a reused rank must not rely on process state from an earlier run.
+// processes, only a new rendezvous for several ranks (Ray Tune's reuse_actors). Holds one idle
+// gang; destroying the pool tears it down. Gangs of runs that failed or were stopped are never
+// kept. A train loop that runs on a reused rank must not rely on process state from an earlier
+// run.
 class GangPool {
  public:
   GangPool();
