@@ -50,6 +50,11 @@ TEST_CASE("a trial's results become TensorBoard scalars at their training iterat
   sink.OnResult(trial, {{"loss", 0.125}, {"training_iteration", 2}});
   Trial other = MakeTrial("3fa2c", 1, "loop", nlohmann::json::object());
   sink.OnResult(other, {{"accuracy", 0.75}});  // no training_iteration: its result count
+  // Events are written at the controller's tick, or when the trial ends (its file closes).
+  trial.status = TrialStatus::kTerminated;
+  sink.OnStatus(trial);
+  other.status = TrialStatus::kError;
+  sink.OnStatus(other);
 
   const auto files = EventFiles(fs::path(dir.path()) / trial.dir_name);
   REQUIRE(files.size() == 1);
