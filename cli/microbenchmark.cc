@@ -13,10 +13,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -33,6 +35,31 @@ int SleepMs(int ms) {
   return ms;
 }
 int Echo(int x) { return x; }
+
+// Child processes that each spin on a CPU until destroyed: a machine as busy as a shared
+// cluster node, for the figures that must hold there too.
+class CpuBurners {
+ public:
+  explicit CpuBurners(int count) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        volatile unsigned long spins = 0;  // async-signal-safe from here on: spin until killed
+        for (;;) spins = spins + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~CpuBurners() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  CpuBurners(const CpuBurners&) = delete;
+  CpuBurners& operator=(const CpuBurners&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 class Sink {
  public:
@@ -142,13 +169,18 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
     return get_all(refs);
   });
   // N tasks of 100 ms on a cluster of N CPUs: the ideal takes 100 ms; reported as ideal / actual
-  // (1.0: perfectly parallel; 1/N: one after another).
-  {
-    const int cpus = std::max(1, static_cast<int>(rayd::ClusterResources()["CPU"]));
+  // (1.0: perfectly parallel; 1/N: one after another). Once on the machine as it is, once beside
+  // two processes that keep two CPUs busy (sleeping tasks need no CPU, so the ideal holds there
+  // too: a ratio below it means tasks waited behind busy workers).
+  const int cpus = std::max(1, static_cast<int>(rayd::ClusterResources()["CPU"]));
+  for (const bool busy : {false, true}) {
     constexpr int kSleepMs = 100;
-    Metric m{"single_client_tasks_parallel_sleep (ratio to ideal, " + std::to_string(cpus) +
-                 " tasks)",
+    Metric m{std::string("single_client_tasks_parallel_sleep") + (busy ? "_busy" : "") +
+                 " (ratio to ideal, " + std::to_string(cpus) + " tasks" +
+                 (busy ? ", beside 2 CPU burners)" : ")"),
              {}};
+    std::optional<CpuBurners> burners;
+    if (busy) burners.emplace(2);
     for (int r = 0; r < runs; ++r) {
       const auto start = BenchClock::now();
       std::vector<ObjectRef<int>> refs;
@@ -158,7 +190,7 @@ std::vector<Metric> RunSuite(int runs, double seconds) {
       m.per_second.push_back(kSleepMs / 1000.0 / elapsed);
     }
     metrics.push_back(m);
-    std::cerr << "  single_client_tasks_parallel_sleep done\n";
+    std::cerr << "  single_client_tasks_parallel_sleep" << (busy ? "_busy" : "") << " done\n";
   }
   measure("multi_client_tasks_async", [&] {
     const int clients = 4;
