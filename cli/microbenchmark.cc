@@ -18,8 +18,8 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
