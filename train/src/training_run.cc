@@ -787,6 +787,11 @@ void TrainingRun::Impl::StopRanks() {
 void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   ++attempt_;  // what the attempt still waits for is dropped when it wakes
   deadline_.Stop();
+  // Lines of reports persisted while others of their batch were still owed (a stop asked for
+  // in the middle of one) are on disk before the attempt's end is told to anyone.
+  if (Status flushed = store_->Flush(); !flushed.ok()) {
+    spdlog::warn("{}: result.json: {}", run_.name, flushed.message());
+  }
   poll_.reset();
   stop_calls_.clear();
   // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
