@@ -26,15 +26,7 @@ void ReferenceCounter::PinActorArgs(const ActorId& actor,
 }
 
 void ReferenceCounter::ReleaseActorArgs(const ActorId& actor) {
-  std::vector<ObjectId> refs;
-  {
-    std::lock_guard lock(mu_);
-    auto it = actor_arg_pins_.find(actor);
-    if (it == actor_arg_pins_.end()) return;
-    refs = std::move(it->second);
-    actor_arg_pins_.erase(it);
-  }
-  for (const auto& id : refs) store_.RemoveRef(id);
+  ReleasePins(actor_arg_pins_, actor);
 }
 
 void ReferenceCounter::PinArgs(const TaskSpec& spec) {
@@ -45,18 +37,7 @@ void ReferenceCounter::PinArgs(const TaskSpec& spec) {
   arg_pins_[spec.return_id] = std::move(refs);
 }
 
-void ReferenceCounter::ReleaseArgs(const ObjectId& return_id) {
-  std::vector<ObjectId> refs;
-  {
-    std::lock_guard lock(mu_);
-    auto it = arg_pins_.find(return_id);
-    if (it == arg_pins_.end()) return;
-    refs = std::move(it->second);
-    arg_pins_.erase(it);
-  }
-  // Outside the lock: dropping the last reference runs the store's hooks, which may call back.
-  for (const auto& id : refs) store_.RemoveRef(id);
-}
+void ReferenceCounter::ReleaseArgs(const ObjectId& return_id) { ReleasePins(arg_pins_, return_id); }
 
 void ReferenceCounter::PinNested(const ObjectId& outer,
                                  const std::vector<internal::NestedRef>& nested) {
@@ -69,18 +50,7 @@ void ReferenceCounter::PinNested(const ObjectId& outer,
   for (const auto& id : ids) store_.AddRef(id);
 }
 
-void ReferenceCounter::ReleaseNested(const ObjectId& outer) {
-  std::vector<ObjectId> ids;
-  {
-    std::lock_guard lock(mu_);
-    auto it = nested_pins_.find(outer);
-    if (it == nested_pins_.end()) return;
-    ids = std::move(it->second);
-    nested_pins_.erase(it);
-  }
-  // Outside the lock: dropping the last reference runs the store's hooks, which may call back.
-  for (const auto& id : ids) store_.RemoveRef(id);
-}
+void ReferenceCounter::ReleaseNested(const ObjectId& outer) { ReleasePins(nested_pins_, outer); }
 
 void ReferenceCounter::AdoptBorrow(const ObjectId& id, const std::string& owner) {
   std::lock_guard lock(mu_);

@@ -89,6 +89,21 @@ class ReferenceCounter {
     int attempts_left = 0;
   };
 
+  // Takes `key`'s pins out of `pins` and drops their references, outside the lock: dropping the
+  // last reference runs the store's hooks, which may call back.
+  template <typename Key>
+  void ReleasePins(std::unordered_map<Key, std::vector<ObjectId>>& pins, const Key& key) {
+    std::vector<ObjectId> ids;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pins.find(key);
+      if (it == pins.end()) return;
+      ids = std::move(it->second);
+      pins.erase(it);
+    }
+    for (const auto& id : ids) store_.RemoveRef(id);
+  }
+
   MemoryStore& store_;
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, std::vector<ObjectId>> arg_pins_;  // by return id

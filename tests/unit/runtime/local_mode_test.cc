@@ -16,6 +16,7 @@
 
 #include "core/growing_thread_pool.h"
 #include "rayd/api.h"
+#include "test_util.h"
 
 namespace local {
 
@@ -174,29 +175,10 @@ struct CloseGate {
 };
 
 // Keeps `threads` threads spinning until it goes: a busy machine.
-class CpuBurner {
- public:
-  explicit CpuBurner(unsigned threads) {
-    for (unsigned i = 0; i < threads; ++i) {
-      threads_.emplace_back([this] {
-        volatile uint64_t x = 0;
-        while (!stop_.load(std::memory_order_relaxed)) x = x + 1;
-      });
-    }
-  }
-  ~CpuBurner() {
-    stop_ = true;
-    for (auto& t : threads_) t.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;
-};
-
 TEST_CASE("local mode: four sleeping tasks run at the same time, beside a busy CPU", "[unit]") {
   LocalMode local_mode;
-  CpuBurner burner(std::max(2u, std::thread::hardware_concurrency()));
+  rayd::testing::CpuBurners burners(
+      static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
   std::vector<rayd::ObjectRef<std::vector<int64_t>>> refs;
   for (int i = 0; i < 4; ++i) refs.push_back(rayd::Task(Interval).Remote(1000));
   auto intervals = rayd::Get(refs, kGetTimeoutMs);
