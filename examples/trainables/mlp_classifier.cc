@@ -165,15 +165,13 @@ void MlpClassifier(const nlohmann::json& config) {
     torch::Tensor logits = model->forward(val.x);
     const double val_loss = torch::nn::functional::cross_entropy(logits, val.y).item<double>();
     const double accuracy = logits.argmax(1).eq(val.y).to(torch::kFloat64).mean().item<double>();
-    std::map<std::string, double> metrics = {{"loss", val_loss},
-                                             {"accuracy", accuracy},
-                                             {"train_loss", train_loss.item<double>() /
-                                                                std::max<int64_t>(steps, 1)},
-                                             {"epoch", epoch},
-                                             {"optimizer_state_bytes",
-                                              static_cast<double>(optimizer.state_bytes())},
-                                             {"grad_bytes",
-                                              static_cast<double>(ddp.ddp().gradient_bytes())}};
+    std::map<std::string, double> metrics = {
+        {"loss", val_loss},
+        {"accuracy", accuracy},
+        {"train_loss", train_loss.item<double>() / std::max<int64_t>(steps, 1)},
+        {"epoch", epoch},
+        {"optimizer_state_bytes", static_cast<double>(optimizer.state_bytes())},
+        {"grad_bytes", static_cast<double>(ddp.ddp().gradient_bytes())}};
     // Every rank checkpoints: rank 0 the model and the epoch, each rank its shard of the
     // optimizer state, written in the background while the next epoch trains; the driver keeps
     // the checkpoint once every rank's files are in (only rank 0's metrics are kept).
@@ -199,5 +197,6 @@ void MlpClassifier(const nlohmann::json& config) {
 
 namespace {
 // Registered under the name tune.yaml files use.
-const bool registered = rayd::train::RegisterTrainLoop("mlp_classifier", MlpClassifier);
+const bool registered_mlp_classifier =
+    rayd::train::RegisterTrainLoop("mlp_classifier", MlpClassifier);
 }  // namespace

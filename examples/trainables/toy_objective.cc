@@ -52,6 +52,6 @@ void ToyObjective(const nlohmann::json& config) {
   }
 }
 
-const bool registered = rayd::train::RegisterTrainLoop("toy_objective", ToyObjective);
+const bool registered_toy_objective = rayd::train::RegisterTrainLoop("toy_objective", ToyObjective);
 
 }  // namespace

@@ -44,7 +44,7 @@ struct Rung {
   std::set<std::string> promoted;          // promotion form: resumed from this rung
 };
 
-struct TrialState {
+struct AshaTrial {
   size_t bracket = 0;
   std::optional<size_t> paused_at;                // promotion form: the rung it waits at
   bool done = false;                              // completed, stopped or failed
@@ -85,7 +85,7 @@ class AshaScheduler final : public TrialScheduler {
     auto t = Lookup(result.metrics, config_.time_attr);
     auto metric = Lookup(result.metrics, metric_);
     if (!t || !metric) return Decision::Continue();  // Ray raises; a sweep should not die of it
-    TrialState& trial = State(trial_id);
+    AshaTrial& trial = State(trial_id);
     const double score = sign_ * *metric;
     trial.last = {{*t, score}};
     Decision decision = config_.promotion ? OnResultPromotion(trial_id, trial, *t, score)
@@ -100,7 +100,7 @@ class AshaScheduler final : public TrialScheduler {
   void OnTrialComplete(const std::string& trial_id) override {
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) return;
-    TrialState& trial = it->second;
+    AshaTrial& trial = it->second;
     // Ray records the final result at a rung the trial passed without recording there.
     if (!config_.promotion && trial.last && !trial.done) {
       RecordStopping(trial_id, trial, trial.last->first, trial.last->second);
@@ -112,7 +112,7 @@ class AshaScheduler final : public TrialScheduler {
   void OnTrialError(const std::string& trial_id) override {
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) return;
-    TrialState& trial = it->second;
+    AshaTrial& trial = it->second;
     trial.done = true;
     trial.paused_at.reset();
   }
@@ -126,7 +126,7 @@ class AshaScheduler final : public TrialScheduler {
         const auto top = static_cast<size_t>(
             std::floor(static_cast<double>(rung.recorded.size()) / config_.reduction_factor));
         for (const std::string& id : Ranked(rung, top)) {
-          TrialState& trial = trials_[id];
+          AshaTrial& trial = trials_[id];
           if (trial.done || trial.paused_at != k || rung.promoted.count(id)) continue;
           rung.promoted.insert(id);
           trial.paused_at.reset();
@@ -181,9 +181,9 @@ class AshaScheduler final : public TrialScheduler {
         restored[b][k].promoted = brackets[b][k].at("promoted").get<std::set<std::string>>();
       }
     }
-    std::map<std::string, TrialState> trials;
+    std::map<std::string, AshaTrial> trials;
     for (const auto& [id, t] : state.at("trials").items()) {
-      TrialState& trial = trials[id];
+      AshaTrial& trial = trials[id];
       trial.bracket = t.at("bracket").get<size_t>();
       if (trial.bracket >= restored.size()) throw std::invalid_argument("a trial's bracket is out of range");
       if (!t.at("paused_at").is_null()) trial.paused_at = t.at("paused_at").get<size_t>();
@@ -224,10 +224,10 @@ class AshaScheduler final : public TrialScheduler {
   }
 
  private:
-  TrialState& State(const std::string& trial_id) {
+  AshaTrial& State(const std::string& trial_id) {
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) {
-      TrialState state;
+      AshaTrial state;
       state.bracket = ChooseBracket();
       it = trials_.emplace(trial_id, std::move(state)).first;
     }
@@ -264,14 +264,14 @@ class AshaScheduler final : public TrialScheduler {
     return out;
   }
 
-  Decision OnResultStopping(const std::string& trial_id, TrialState& trial, double t,
+  Decision OnResultStopping(const std::string& trial_id, AshaTrial& trial, double t,
                             double score) {
     if (t >= config_.max_t && config_.stop_last_trials) return Decision::Stop();
     return RecordStopping(trial_id, trial, t, score);
   }
 
   // Ray's _Bracket.on_result: only the highest rung reached and not yet recorded decides.
-  Decision RecordStopping(const std::string& trial_id, TrialState& trial, double t, double score) {
+  Decision RecordStopping(const std::string& trial_id, AshaTrial& trial, double t, double score) {
     auto& rungs = brackets_[trial.bracket];
     for (size_t k = rungs.size(); k-- > 0;) {
       Rung& rung = rungs[k];
@@ -291,7 +291,7 @@ class AshaScheduler final : public TrialScheduler {
     return Decision::Continue();
   }
 
-  Decision OnResultPromotion(const std::string& trial_id, TrialState& trial, double t,
+  Decision OnResultPromotion(const std::string& trial_id, AshaTrial& trial, double t,
                              double score) {
     auto& rungs = brackets_[trial.bracket];
     for (size_t k = rungs.size(); k-- > 0;) {
@@ -372,7 +372,7 @@ class AshaScheduler final : public TrialScheduler {
   const double sign_;  // +1 for max, -1 for min: scores are "higher is better"
   Rng rng_;
   std::vector<std::vector<Rung>> brackets_;  // rungs ascending by milestone
-  std::map<std::string, TrialState> trials_;
+  std::map<std::string, AshaTrial> trials_;
   int num_stopped_ = 0;
   int num_promoted_ = 0;
   const std::optional<PashaOptions> pasha_;  // set: PASHA

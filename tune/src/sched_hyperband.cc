@@ -48,7 +48,7 @@ struct Bracket {
   std::deque<std::string> to_resume;
 };
 
-struct TrialState {
+struct HyperBandTrial {
   size_t bracket = 0;
   double time = 0;
   std::optional<double> score;  // higher is better
@@ -82,7 +82,7 @@ class HyperBandScheduler final : public TrialScheduler {
     auto metric = Lookup(result.metrics, metric_);
     if (!t || !metric) return Decision::Continue();
     if (!trials_.count(trial_id)) OnTrialAdd(trial_id, result.config);
-    TrialState& trial = trials_[trial_id];
+    HyperBandTrial& trial = trials_[trial_id];
     Bracket& bracket = brackets_[trial.bracket];
     if (!IsLive(bracket, trial_id)) return Decision::Stop();  // lost a halving while paused
     trial.time = *t;
@@ -145,9 +145,9 @@ class HyperBandScheduler final : public TrialScheduler {
       b.to_resume.assign(to_resume.begin(), to_resume.end());
       brackets.push_back(std::move(b));
     }
-    std::map<std::string, TrialState> trials;
+    std::map<std::string, HyperBandTrial> trials;
     for (const auto& [id, t] : state.at("trials").items()) {
-      TrialState& trial = trials[id];
+      HyperBandTrial& trial = trials[id];
       trial.bracket = t.at("bracket").get<size_t>();
       if (trial.bracket >= brackets.size()) throw std::invalid_argument("a trial's bracket is out of range");
       trial.time = t.at("time").get<double>();
@@ -260,7 +260,7 @@ class HyperBandScheduler final : public TrialScheduler {
   const double sign_;  // +1 for max, -1 for min
   const int s_max_;
   std::vector<Bracket> brackets_;  // in order of creation; the last one takes new trials
-  std::map<std::string, TrialState> trials_;
+  std::map<std::string, HyperBandTrial> trials_;
   int num_stopped_ = 0;
 };
 

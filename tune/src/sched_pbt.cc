@@ -32,7 +32,7 @@
 namespace rayd::tune::internal {
 namespace {
 
-struct TrialState {
+struct PbtTrial {
   nlohmann::json config;
   std::optional<double> score;  // higher is better
   double iteration = 0;         // training_iteration of the last result, for the lineage logs
@@ -88,7 +88,7 @@ class PbtScheduler final : public TrialScheduler {
     auto t = Lookup(result.metrics, config_.time_attr);
     auto metric = Lookup(result.metrics, metric_);
     if (!t || !metric) return Decision::Continue();
-    TrialState& trial = trials_[trial_id];
+    PbtTrial& trial = trials_[trial_id];
     trial.score = sign_ * *metric;
     trial.iteration = Lookup(result.metrics, "training_iteration").value_or(*t);
     trial.has_checkpoint = result.has_checkpoint;
@@ -109,7 +109,7 @@ class PbtScheduler final : public TrialScheduler {
     }
     if (donors.empty()) return Decision::Continue();  // Ray: "no checkpoint ... skip exploit"
     const std::string donor_id = donors[UniformIndex(rng_, donors.size())];
-    const TrialState& donor = trials_[donor_id];
+    const PbtTrial& donor = trials_[donor_id];
 
     Decision decision;
     decision.action = Decision::Action::kExploit;
@@ -140,9 +140,9 @@ class PbtScheduler final : public TrialScheduler {
   }
 
   void Restore(const nlohmann::json& state) override {
-    std::map<std::string, TrialState> trials;
+    std::map<std::string, PbtTrial> trials;
     for (const auto& [id, t] : state.at("trials").items()) {
-      TrialState& trial = trials[id];
+      PbtTrial& trial = trials[id];
       trial.config = t.at("config");
       trial.score = OptionalNumber(t.at("score"));
       trial.iteration = t.at("iteration").get<double>();
@@ -223,8 +223,8 @@ class PbtScheduler final : public TrialScheduler {
     return values[static_cast<size_t>(std::clamp(index + shift, ptrdiff_t{0}, last))];
   }
 
-  static nlohmann::json PolicyLine(const std::string& trial_id, const TrialState& trial,
-                                   const std::string& donor_id, const TrialState& donor,
+  static nlohmann::json PolicyLine(const std::string& trial_id, const PbtTrial& trial,
+                                   const std::string& donor_id, const PbtTrial& donor,
                                    const nlohmann::json& new_config) {
     // Iterations are written as integers when they are (Ray's are ints).
     auto iteration = [](double v) {
@@ -239,7 +239,7 @@ class PbtScheduler final : public TrialScheduler {
   const std::string metric_;
   const double sign_;  // +1 for max, -1 for min
   Rng rng_;
-  std::map<std::string, TrialState> trials_;
+  std::map<std::string, PbtTrial> trials_;
   int num_exploits_ = 0;
 };
 

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "exact_number.h"
+
 namespace rayd::tune {
 namespace {
 
@@ -57,15 +59,6 @@ double Quantize(double x, double q, double lower, double upper) {
 bool IsMultiple(double v, double q) {
   double k = std::round(v / q);
   return std::fabs(v - k * q) <= 1e-9 * std::max(std::fabs(v), q);
-}
-
-// A number in messages: integral values without a fraction, others in the shortest form that
-// reads back the same.
-std::string Num(double x) {
-  if (std::isfinite(x) && x == std::trunc(x) && std::fabs(x) < 1e15) {
-    return std::to_string(static_cast<int64_t>(x));
-  }
-  return nlohmann::json(x).dump();
 }
 
 double LogUniformDraw(Rng& rng, double lower, double upper) {
@@ -266,23 +259,23 @@ void Domain::Validate() const {
   }
   if (kind_ == Kind::kRandn) {
     if (!std::isfinite(lower_) || !std::isfinite(upper_)) fail("mean and sd must be finite");
-    if (upper_ <= 0) fail("sd must be positive, got " + Num(upper_));
+    if (upper_ <= 0) fail("sd must be positive, got " + internal::ExactNumber(upper_));
     return;
   }
   if (!std::isfinite(lower_) || !std::isfinite(upper_)) fail("bounds must be finite");
   if (lower_ >= upper_) {
-    fail("lower bound " + Num(lower_) + " must be below upper bound " + Num(upper_));
+    fail("lower bound " + internal::ExactNumber(lower_) + " must be below upper bound " + internal::ExactNumber(upper_));
   }
   if ((kind_ == Kind::kLogUniform || kind_ == Kind::kQLogUniform) && lower_ <= 0) {
-    fail("bounds must be positive, got lower bound " + Num(lower_));
+    fail("bounds must be positive, got lower bound " + internal::ExactNumber(lower_));
   }
   if (kind_ == Kind::kQUniform || kind_ == Kind::kQLogUniform || kind_ == Kind::kQRandInt) {
     if (!std::isfinite(q_)) fail("q must be finite");
-    if (q_ <= 0) fail("q must be positive, got " + Num(q_));
+    if (q_ <= 0) fail("q must be positive, got " + internal::ExactNumber(q_));
     // Sampling rounds to a multiple of q inside the bounds, so one must exist.
     double first = std::ceil(lower_ / q_ - 1e-9) * q_;
     if (first > upper_ + 1e-9 * q_) {
-      fail("no multiple of q " + Num(q_) + " lies in [" + Num(lower_) + ", " + Num(upper_) + "]");
+      fail("no multiple of q " + internal::ExactNumber(q_) + " lies in [" + internal::ExactNumber(lower_) + ", " + internal::ExactNumber(upper_) + "]");
     }
   }
 }

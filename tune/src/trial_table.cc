@@ -55,7 +55,7 @@ void Flatten(const json& config, const std::string& prefix, std::map<std::string
 }
 
 // About five significant digits; integral values as integers.
-std::string FormatNumber(double value) {
+std::string ShortNumber(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[64];
@@ -74,7 +74,7 @@ struct Cell {
 
 Cell ConfigCell(const json* value) {
   if (value == nullptr || value->is_null()) return {};
-  if (value->is_number()) return {FormatNumber(value->get<double>()), true};
+  if (value->is_number()) return {ShortNumber(value->get<double>()), true};
   if (value->is_string()) return {value->get<std::string>(), false};
   if (value->is_boolean()) return {value->get<bool>() ? "True" : "False", false};
   return {value->dump(), false};
@@ -83,7 +83,7 @@ Cell ConfigCell(const json* value) {
 Cell MetricCell(const Metrics& metrics, const std::string& key) {
   auto it = metrics.find(key);
   if (it == metrics.end()) return {};
-  return {FormatNumber(it->second), true};
+  return {ShortNumber(it->second), true};
 }
 
 std::string Duration(double seconds) {
@@ -268,7 +268,7 @@ std::string RenderTable(const std::vector<Trial>& trials, const std::string& met
     row.push_back(MetricCell(trial.last_result, "training_iteration"));
     for (const std::string& key : metric_columns) row.push_back(MetricCell(trial.last_result, key));
     row.push_back(trial.time_total_s > 0 || trial.status != TrialStatus::kPending
-                      ? Cell{FormatNumber(trial.time_total_s), true}
+                      ? Cell{ShortNumber(trial.time_total_s), true}
                       : Cell{});
     rows.push_back(std::move(row));
   }

@@ -20,9 +20,6 @@ using internal::ErrorKind;
 
 namespace {
 
-struct PlacementGroupIdTag {};
-using PlacementGroupId = UniqueId<PlacementGroupIdTag>;
-
 // Placement-group calls other than waiting for one.
 constexpr Millis kGcsCallTimeout{15000};
 // How often a process's application metrics go to its node (when they changed).

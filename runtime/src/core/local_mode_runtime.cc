@@ -14,9 +14,6 @@ using internal::ObjectValue;
 
 namespace {
 
-struct NodeIdTag {};
-struct PlacementGroupIdTag {};
-
 // What the cluster's GCS records as the cause of a group its user removed.
 constexpr char kRemovedByUser[] = "removed by its user";
 
@@ -28,7 +25,7 @@ ObjectValue ShutDownError(const std::string& what) {
 
 LocalModeRuntime::LocalModeRuntime(std::string ray_namespace)
     : namespace_(std::move(ray_namespace)),
-      node_id_(UniqueId<NodeIdTag>::FromRandom().Hex()),
+      node_id_(NodeId::FromRandom().Hex()),
       pool_(kIdleThreadTimeout) {}
 
 LocalModeRuntime::~LocalModeRuntime() {
@@ -512,7 +509,7 @@ Result<std::string> LocalModeRuntime::CreatePlacementGroup(
     const internal::PlacementGroupOptions& options) {
   RAYD_RETURN_IF_ERROR(ValidatePlacementGroup(options));
   internal::PlacementGroupInfo info;
-  info.id = UniqueId<PlacementGroupIdTag>::FromRandom().Hex();
+  info.id = PlacementGroupId::FromRandom().Hex();
   info.name = options.name;
   info.ray_namespace = options.ray_namespace.empty() ? namespace_ : options.ray_namespace;
   info.strategy = options.strategy;

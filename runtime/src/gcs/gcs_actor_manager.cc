@@ -11,7 +11,6 @@ namespace rayd::gcs {
 namespace {
 
 constexpr char kActorTable[] = "actors";
-constexpr Millis kNodeCallTimeout{10000};
 
 const char* StateName(proto::ActorState state) { return runtime::ActorStateName(state); }
 

@@ -16,7 +16,6 @@ namespace {
 using State = proto::PlacementGroupState;
 
 constexpr char kGroupTable[] = "placement_groups";
-constexpr Millis kNodeCallTimeout{10000};
 
 bool IsHexId(const std::string& id) {
   return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {

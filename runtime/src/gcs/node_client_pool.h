@@ -17,6 +17,9 @@
 
 namespace rayd::gcs {
 
+// How long the GCS waits for a node daemon to answer a call (a lease, a bundle, an actor).
+inline constexpr Millis kNodeCallTimeout{10000};
+
 class NodeClientPool {
  public:
   // `loop` and `nodes` must outlive the pool. Registers a node-death listener on `nodes`.

@@ -24,8 +24,10 @@ namespace rayd {
 
 struct ActorIdTag {};
 struct TaskIdTag {};
+struct PlacementGroupIdTag {};
 using ActorId = UniqueId<ActorIdTag>;
 using TaskId = UniqueId<TaskIdTag>;
+using PlacementGroupId = UniqueId<PlacementGroupIdTag>;
 
 namespace internal {
 
