@@ -2,20 +2,32 @@
 # Installs the Debian 12 packages rayd builds, tests and runs with. Only what is missing is
 # installed; run as root (or with sudo available).
 #
-#   scripts/install-deps.sh           what rayd needs
-#   scripts/install-deps.sh --peers   also the peers bench/peers/ and bench/search/ compare
-#                                     with (Optuna, Dask distributed) and matplotlib for the plot of
-#                                     bench/scale/
+#   scripts/install-deps.sh           everything: building rayd and running every test
+#   scripts/install-deps.sh --main    only what building rayd and running the main job needs
+#                                     (scripts/quickstart.sh): no test tools, browsers or Slurm
+#   scripts/install-deps.sh --peers   everything, and the peers bench/peers/ and bench/search/
+#                                     compare with (Optuna, Dask distributed) and matplotlib for
+#                                     the plot of bench/scale/
 set -euo pipefail
 
-packages=(
+# What the build and the main job need: the compiler, the libraries rayd links (LibTorch with
+# the OpenBLAS it only recommends, without which training is ~12x slower), TensorBoard's
+# protobuf. A rayd package (scripts/package.sh) depends on the runtime halves of these.
+main_packages=(
   build-essential cmake ninja-build pkg-config
-  capnproto libcapnp-dev libuv1-dev libhiredis-dev redis-server
-  libyaml-cpp-dev catch2 libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
+  capnproto libcapnp-dev libuv1-dev libhiredis-dev
+  libyaml-cpp-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
+  libprotobuf-dev protobuf-compiler
+)
+# What the tests add.
+test_packages=(
+  catch2 redis-server redis-tools iproute2
+  # The fuzz targets (scripts/fuzz.sh) build with clang's libFuzzer.
   clang libclang-rt-14-dev
-  iproute2 redis-tools
-  shellcheck python3-yaml systemd
+  # deploy/check.sh: shell scripts, manifests and systemd units; the package test reads the .deb.
+  shellcheck python3-yaml systemd dpkg-dev
+  # The dashboard's browser test (tests/e2e/dashboard) drives Chromium.
   chromium
   # Python command trainables: the example DDP script and its tests (tests/e2e/command_test.cc)
   # run on Debian's /usr/bin/python3 with PyTorch.
@@ -23,20 +35,29 @@ packages=(
   # promtool checks that the head's and the nodes' /metrics are what Prometheus expects
   # (tests/e2e/metrics_test.cc).
   prometheus
-  # TensorBoard event files per trial (tune/proto/).
-  libprotobuf-dev protobuf-compiler
   # A real Slurm for deploy/slurm/rayd.sbatch's test (tests/deploy/slurm_test.sh).
   slurm-wlm munge
 )
-# Node.js and npm drive the dashboard's browser test (tests/e2e/dashboard). A machine that has
-# them from elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm package would
-# conflict with it.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  packages+=(nodejs npm)
-fi
-if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-optuna python3-distributed python3-matplotlib)
-fi
+
+packages=("${main_packages[@]}")
+case "${1:-}" in
+  --main) ;;
+  "" | --peers)
+    packages+=("${test_packages[@]}")
+    # Node.js and npm drive the dashboard's browser test. A machine that has them from
+    # elsewhere (NodeSource's nodejs bundles npm) keeps them: Debian's npm would conflict.
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+      packages+=(nodejs npm)
+    fi
+    if [ "${1:-}" = "--peers" ]; then
+      packages+=(python3-optuna python3-distributed python3-matplotlib)
+    fi
+    ;;
+  *)
+    echo "install-deps: unknown argument '$1' (use --main, --peers or nothing)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -51,4 +72,7 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# dpkg's fsync after every file is most of an install's time here (LibTorch pulls ~190
+# packages); a machine that loses power mid-install reruns this script anyway.
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+  -o Dpkg::Options::=--force-unsafe-io "${missing[@]}"
