@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "rayd/api.h"
+#include "rayd/version.h"
 
 namespace {
 
@@ -205,6 +206,8 @@ int main(int argc, char** argv) {
   if (std::getenv("RAYD_WORKER_MODE") != nullptr) rayd::Init(rayd::RaydConfig{}, argc, argv);
   CLI::App app{"rayd: a native cluster runtime for distributed training and tuning"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "rayd " RAYD_VERSION " (commit " RAYD_COMMIT ")",
+                       "Print rayd's version and the commit it was built from");
   rayd::cli::StartArgs start;
   rayd::cli::StopArgs stop;
   rayd::cli::StatusArgs status;
