@@ -3,6 +3,7 @@
 #include "command_rank.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -653,8 +654,19 @@ std::string PythonClientDir() {
   if (const char* dir = std::getenv("RAYD_PYTHON_DIR"); dir != nullptr && *dir != '\0') {
     return dir;
   }
-  for (const char* dir : {RAYD_PYTHON_SOURCE_DIR, RAYD_PYTHON_INSTALL_DIR}) {
-    if (fs::is_regular_file(fs::path(dir) / "rayd" / "train.py", ec)) return dir;
+  // Installed: <prefix>/share/rayd/python beside this library's <prefix>/lib, whatever the
+  // prefix (a package under /usr, a tree copied elsewhere). Then the source tree, for a build
+  // tree; then the prefix the build was configured with.
+  std::vector<fs::path> candidates;
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void*>(&PythonClientDir), &self) != 0 && self.dli_fname) {
+    fs::path lib = fs::weakly_canonical(self.dli_fname, ec).parent_path();
+    candidates.push_back(lib.parent_path() / "share" / "rayd" / "python");
+  }
+  candidates.emplace_back(RAYD_PYTHON_SOURCE_DIR);
+  candidates.emplace_back(RAYD_PYTHON_INSTALL_DIR);
+  for (const fs::path& dir : candidates) {
+    if (fs::is_regular_file(dir / "rayd" / "train.py", ec)) return dir.string();
   }
   return "";
 }
