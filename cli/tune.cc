@@ -35,6 +35,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Ray Tune's habit: a sweep whose experiment directory holds an earlier sweep (the quick start's,
+// say) goes to a directory of its own, `<name>_<start time>`, instead of refusing. --resume
+// continues the earlier one and --overwrite replaces it. Returns the name to run under.
+std::string FreshExperimentName(const tune::TuneFile& file) {
+  const fs::path storage(file.run.storage_path);
+  std::error_code ec;
+  if (!fs::exists(storage / file.run.name / "experiment_state.json", ec)) return file.run.name;
+  std::time_t now = std::time(nullptr);
+  std::ostringstream stamp;
+  stamp << file.run.name << "_" << std::put_time(std::localtime(&now), "%Y-%m-%d_%H-%M-%S");
+  std::string name = stamp.str();
+  for (int n = 2; fs::exists(storage / name, ec); ++n) name = stamp.str() + "_" + std::to_string(n);
+  std::cerr << "rayd tune: " << (storage / file.run.name).string()
+            << " holds an earlier sweep (--resume continues it, --overwrite replaces it); this "
+               "one goes to "
+            << (storage / name).string() << "\n";
+  return name;
+}
+
 // The example trainables library, if this rayd has one: build/cli/rayd finds
 // build/examples/libexample_trainables.so, <prefix>/bin/rayd finds <prefix>/lib/rayd/.
 std::optional<std::string> ExampleTrainables() {
@@ -199,6 +218,8 @@ int RunTuneCommand(const TuneArgs& args) {
   if (args.overwrite && !args.resume) {
     std::error_code ec;
     fs::remove_all(experiment, ec);
+  } else if (!args.resume) {
+    file.run.name = FreshExperimentName(file);
   }
   try {
     Init(DriverConfig(args.address, *libraries));
