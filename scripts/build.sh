@@ -20,8 +20,11 @@ if [ "${1:-}" = "--main" ]; then
 fi
 # Sources compiled in batches (CMakeLists.txt's RAYD_UNITY_BUILD): ~2.5x faster from scratch.
 # RAYD_UNITY_BUILD=OFF for a tree you edit and rebuild file by file. Release is -O2 (-O3
-# compiles ~15% slower). Later arguments win: a caller may pass -DRAYD_BUILD_TESTS=OFF.
+# compiles ~15% slower); RelWithDebInfo keeps line tables only (-g1: file:line in backtraces,
+# for a fifth of full debug info's compile time; pass
+# -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG" for gdb). Later arguments win: a caller
+# may pass -DRAYD_BUILD_TESTS=OFF.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DRAYD_UNITY_BUILD="${RAYD_UNITY_BUILD:-ON}" \
-  -DRAYD_BUILD_TESTS="$tests" "$@"
+  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DRAYD_UNITY_BUILD="${RAYD_UNITY_BUILD:-ON}" -DRAYD_BUILD_TESTS="$tests" "$@"
 cmake --build "$build_dir" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
