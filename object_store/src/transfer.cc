@@ -55,10 +55,8 @@ struct ServerCore {
   std::unordered_set<ServerConn*> conns;
 };
 
-namespace {
-
 // One small frame and, for a READ reply, the pinned payload behind it. Owned by libuv from
-// uv_write until its callback.
+// uv_write until its callback. (Not in an anonymous namespace: ServerConn holds them.)
 struct ServerWrite {
   uv_write_t req;  // first member: the callback casts back
   uint8_t bytes[kMaxSmallFrame];
@@ -66,8 +64,6 @@ struct ServerWrite {
   ServerConn* conn = nullptr;
   bool close_after = false;
 };
-
-}  // namespace
 
 // One accepted connection. Lives until its handle's close callback; `server_` is null once it
 // is closing. Invariant: every pin in a ServerWrite of `writes_` is released exactly once,

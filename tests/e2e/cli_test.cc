@@ -38,7 +38,6 @@ using rayd::testing::WaitFor;
 constexpr auto kCommandTimeout = 30s;
 
 using rayd::testing::ProcessGone;
-bool IsRayd(pid_t pid) { return rayd::testing::IsRaydProcess(pid); }
 
 // True when `out` is exactly one newline-terminated line starting with `prefix`.
 bool IsOneLine(const std::string& out, const std::string& prefix) {

@@ -170,8 +170,11 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
   return specs;
 }
 
+}  // namespace
+
 // Where the runtime's wake-ups go: the owner's loop while the run lives. The runtime calls
-// back on its own thread, possibly after the run (and its loop) are gone.
+// back on its own thread, possibly after the run (and its loop) are gone. (Not in the anonymous
+// namespace: TrainingRun::Impl holds one.)
 struct Inbox {
   std::mutex mu;
   EventLoop* loop = nullptr;  // guarded by mu; null once the run is gone
@@ -182,7 +185,6 @@ struct Inbox {
   }
 };
 
-}  // namespace
 
 class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
  public:
