@@ -315,7 +315,7 @@ fi
 [ "$failures" -eq "$before" ] && pass "slurm: dry runs print head, nodes, join wait and sweep, run nothing"
 
 # ---------------------------------------------------------------------------------------------
-# Docker. Building needs a daemon (and an hour on 2 cores); without one check what the file
+# Docker. Building needs a daemon (and minutes on 2 cores); without one check what the file
 # relies on: its COPY sources exist, the options it passes exist, .dockerignore hides no
 # source, and its runtime stage installs rayd's package.
 df="$deploy/docker/Dockerfile"

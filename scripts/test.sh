@@ -4,12 +4,18 @@
 # 30) each (scripts/fuzz.sh; 0 skips them). Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
+phase() { echo "test.sh: $1 took $((SECONDS - start)) s"; start=$SECONDS; }
 ./scripts/install-deps.sh
+phase "install-deps"
 ./scripts/check-layers.sh  # the include rules of ARCHITECTURE.md §2, before spending a build
 ./scripts/build.sh
 # The dashboard's browser test drives Chromium with playwright-core (pinned in package-lock.json).
 (cd tests/e2e/dashboard && npm ci --no-audit --no-fund --loglevel=error)
+phase "build"
 build_dir="${RAYD_BUILD_DIR:-build}"
 (cd "$build_dir" && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
+phase "ctest"
 fuzz_seconds="${RAYD_FUZZ_SECONDS:-30}"
 [ "$fuzz_seconds" -eq 0 ] || ./scripts/fuzz.sh "$fuzz_seconds"
+phase "fuzz"
