@@ -105,7 +105,8 @@ void AddTune(CLI::App& app, rayd::cli::TuneArgs& a) {
   tune->add_flag("--resume", a.resume,
                  "Continue the experiment the file names: unfinished trials from their checkpoints");
   tune->add_flag("--overwrite", a.overwrite,
-                 "Delete an earlier experiment of the same name and storage_path first");
+                 "Delete an earlier experiment of the same name and storage_path first (with "
+                 "neither flag, a sweep whose experiment exists runs as <name>_<start time>)");
   tune->add_option("--progress-interval", a.progress_interval_s,
                    "Seconds between trial table refreshes (default 5; the file's "
                    "tune.progress_interval_s wins)")
