@@ -35,18 +35,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The local time now, as strftime's `format` writes it: run and experiment names.
+std::string LocalTime(const char* format) {
+  std::time_t now = std::time(nullptr);
+  std::ostringstream out;
+  out << std::put_time(std::localtime(&now), format);
+  return out.str();
+}
+
 // Ray Tune's habit: a sweep whose experiment directory holds an earlier sweep (the quick start's,
 // say) goes to a directory of its own, `<name>_<start time>`, instead of refusing. --resume
 // continues the earlier one and --overwrite replaces it. Returns the name to run under.
 std::string FreshExperimentName(const tune::TuneFile& file) {
   const fs::path storage(file.run.storage_path);
+  if (!tune::Tuner::CanRestore((storage / file.run.name).string())) return file.run.name;
+  const std::string stamped = file.run.name + "_" + LocalTime("%Y-%m-%d_%H-%M-%S");
+  std::string name = stamped;
   std::error_code ec;
-  if (!fs::exists(storage / file.run.name / "experiment_state.json", ec)) return file.run.name;
-  std::time_t now = std::time(nullptr);
-  std::ostringstream stamp;
-  stamp << file.run.name << "_" << std::put_time(std::localtime(&now), "%Y-%m-%d_%H-%M-%S");
-  std::string name = stamp.str();
-  for (int n = 2; fs::exists(storage / name, ec); ++n) name = stamp.str() + "_" + std::to_string(n);
+  for (int n = 2; fs::exists(storage / name, ec); ++n) name = stamped + "_" + std::to_string(n);
   std::cerr << "rayd tune: " << (storage / file.run.name).string()
             << " holds an earlier sweep (--resume continues it, --overwrite replaces it); this "
                "one goes to "
@@ -284,12 +290,7 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
                  .resources_per_worker = {{"CPU", args.cpus_per_worker}},
                  .local_mode = args.local_mode};
   std::string name = args.name;
-  if (name.empty()) {
-    std::time_t now = std::time(nullptr);
-    std::ostringstream stamp;
-    stamp << "train_" << std::put_time(std::localtime(&now), "%Y%m%d_%H%M%S");
-    name = stamp.str();
-  }
+  if (name.empty()) name = "train_" + LocalTime("%Y%m%d_%H%M%S");
   job.run = {.name = name, .storage_path = args.storage_path};
   job.run.failure.max_failures = args.max_failures;
   return job;

@@ -185,7 +185,6 @@ struct Inbox {
   }
 };
 
-
 class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(EventLoop& loop, Target target, nlohmann::json config, ScalingConfig scaling,

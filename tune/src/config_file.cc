@@ -27,6 +27,8 @@
 namespace rayd::tune {
 namespace {
 
+using internal::ExactNumber;
+
 using Keys = std::vector<std::string_view>;
 
 const Keys kDomainNames = {"grid_search", "choice",  "uniform",  "quniform", "loguniform",
@@ -362,13 +364,13 @@ class Parser {
 
   double Positive(const Field& f) const {
     double v = Number(f);
-    if (v <= 0) Fail(f, "must be positive, got " + internal::ExactNumber(v));
+    if (v <= 0) Fail(f, "must be positive, got " + ExactNumber(v));
     return v;
   }
 
   double NonNegative(const Field& f) const {
     double v = Number(f);
-    if (v < 0) Fail(f, "must not be negative, got " + internal::ExactNumber(v));
+    if (v < 0) Fail(f, "must not be negative, got " + ExactNumber(v));
     return v;
   }
 
@@ -672,13 +674,13 @@ PbtConfig Parser::Pbt(const MapFields& map, const Field& f) const {
   if (const Field* x = map.Find("quantile_fraction")) {
     c.quantile_fraction = Number(*x);
     if (c.quantile_fraction <= 0 || c.quantile_fraction > 0.5) {
-      Fail(*x, "must be in (0, 0.5], got " + internal::ExactNumber(c.quantile_fraction));
+      Fail(*x, "must be in (0, 0.5], got " + ExactNumber(c.quantile_fraction));
     }
   }
   if (const Field* x = map.Find("resample_probability")) {
     c.resample_probability = Number(*x);
     if (c.resample_probability < 0 || c.resample_probability > 1) {
-      Fail(*x, "must be in [0, 1], got " + internal::ExactNumber(c.resample_probability));
+      Fail(*x, "must be in [0, 1], got " + ExactNumber(c.resample_probability));
     }
   }
   if (const Field* x = map.Find("perturbation_factors")) {
@@ -696,14 +698,16 @@ AshaConfig Parser::Asha(const MapFields& map, const Field& f) const {
   if (const Field* x = map.Find("grace_period")) c.grace_period = Positive(*x);
   if (const Field* x = map.Find("reduction_factor")) {
     c.reduction_factor = Number(*x);
-    if (c.reduction_factor <= 1) Fail(*x, "must be greater than 1, got " + internal::ExactNumber(c.reduction_factor));
+    if (c.reduction_factor <= 1)
+      Fail(*x, "must be greater than 1, got " + ExactNumber(c.reduction_factor));
   }
   if (const Field* x = map.Find("brackets")) c.brackets = Int(*x, 1);
   if (const Field* x = map.Find("promotion")) c.promotion = Bool(*x);
   if (const Field* x = map.Find("stop_last_trials")) c.stop_last_trials = Bool(*x);
   if (c.grace_period > c.max_t) {
     const Field* at = map.Find("grace_period") ? map.Find("grace_period") : map.Find("max_t");
-    Fail(at ? *at : f, "grace_period " + internal::ExactNumber(c.grace_period) + " exceeds max_t " + internal::ExactNumber(c.max_t));
+    Fail(at ? *at : f,
+         "grace_period " + ExactNumber(c.grace_period) + " exceeds max_t " + ExactNumber(c.max_t));
   }
   return c;
 }
@@ -727,7 +731,8 @@ HyperBandConfig Parser::HyperBand(const MapFields& map) const {
   if (const Field* x = map.Find("max_t")) c.max_t = Positive(*x);
   if (const Field* x = map.Find("reduction_factor")) {
     c.reduction_factor = Number(*x);
-    if (c.reduction_factor <= 1) Fail(*x, "must be greater than 1, got " + internal::ExactNumber(c.reduction_factor));
+    if (c.reduction_factor <= 1)
+      Fail(*x, "must be greater than 1, got " + ExactNumber(c.reduction_factor));
   }
   if (const Field* x = map.Find("stop_last_trials")) c.stop_last_trials = Bool(*x);
   return c;
@@ -817,7 +822,7 @@ SearchConfig Parser::Search(const Field& f) const {
   if (const Field* x = map.Find("n_ei_candidates")) tpe.n_ei_candidates = Int(*x, 1);
   if (const Field* x = map.Find("gamma")) {
     tpe.gamma = Positive(*x);
-    if (tpe.gamma > 1) Fail(*x, "expected a share in (0, 1], got " + internal::ExactNumber(tpe.gamma));
+    if (tpe.gamma > 1) Fail(*x, "expected a share in (0, 1], got " + ExactNumber(tpe.gamma));
   }
   if (const Field* x = map.Find("prior_weight")) tpe.prior_weight = Positive(*x);
   if (const Field* x = map.Find("multivariate")) tpe.multivariate = Bool(*x);

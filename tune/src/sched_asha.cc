@@ -264,8 +264,7 @@ class AshaScheduler final : public TrialScheduler {
     return out;
   }
 
-  Decision OnResultStopping(const std::string& trial_id, AshaTrial& trial, double t,
-                            double score) {
+  Decision OnResultStopping(const std::string& trial_id, AshaTrial& trial, double t, double score) {
     if (t >= config_.max_t && config_.stop_last_trials) return Decision::Stop();
     return RecordStopping(trial_id, trial, t, score);
   }

@@ -17,6 +17,8 @@
 namespace rayd::tune {
 namespace {
 
+using internal::ExactNumber;
+
 // A double in [0, 1) from the top 53 bits of one draw.
 double Uniform01(Rng& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
@@ -259,23 +261,25 @@ void Domain::Validate() const {
   }
   if (kind_ == Kind::kRandn) {
     if (!std::isfinite(lower_) || !std::isfinite(upper_)) fail("mean and sd must be finite");
-    if (upper_ <= 0) fail("sd must be positive, got " + internal::ExactNumber(upper_));
+    if (upper_ <= 0) fail("sd must be positive, got " + ExactNumber(upper_));
     return;
   }
   if (!std::isfinite(lower_) || !std::isfinite(upper_)) fail("bounds must be finite");
   if (lower_ >= upper_) {
-    fail("lower bound " + internal::ExactNumber(lower_) + " must be below upper bound " + internal::ExactNumber(upper_));
+    fail("lower bound " + ExactNumber(lower_) + " must be below upper bound " +
+         ExactNumber(upper_));
   }
   if ((kind_ == Kind::kLogUniform || kind_ == Kind::kQLogUniform) && lower_ <= 0) {
-    fail("bounds must be positive, got lower bound " + internal::ExactNumber(lower_));
+    fail("bounds must be positive, got lower bound " + ExactNumber(lower_));
   }
   if (kind_ == Kind::kQUniform || kind_ == Kind::kQLogUniform || kind_ == Kind::kQRandInt) {
     if (!std::isfinite(q_)) fail("q must be finite");
-    if (q_ <= 0) fail("q must be positive, got " + internal::ExactNumber(q_));
+    if (q_ <= 0) fail("q must be positive, got " + ExactNumber(q_));
     // Sampling rounds to a multiple of q inside the bounds, so one must exist.
     double first = std::ceil(lower_ / q_ - 1e-9) * q_;
     if (first > upper_ + 1e-9 * q_) {
-      fail("no multiple of q " + internal::ExactNumber(q_) + " lies in [" + internal::ExactNumber(lower_) + ", " + internal::ExactNumber(upper_) + "]");
+      fail("no multiple of q " + ExactNumber(q_) + " lies in [" + ExactNumber(lower_) + ", " +
+           ExactNumber(upper_) + "]");
     }
   }
 }

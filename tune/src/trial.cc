@@ -334,6 +334,11 @@ Status SaveExperimentState(const std::string& experiment_dir, const ExperimentSt
   return WriteFileAtomically((fs::path(experiment_dir) / kStateFile).string(), doc.dump(2) + "\n");
 }
 
+bool HasExperimentState(const std::string& experiment_dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(experiment_dir) / kStateFile, ec);
+}
+
 Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir) {
   fs::path path = fs::path(experiment_dir) / kStateFile;
   std::error_code ec;

@@ -68,6 +68,8 @@ Status SaveExperimentState(const std::string& experiment_dir, const ExperimentSt
 // every result).
 Status SaveExperimentState(const std::string& experiment_dir, const ExperimentState& state,
                            const std::vector<Trial>& trials);
+// Whether the directory has an experiment_state.json (readable or not).
+bool HasExperimentState(const std::string& experiment_dir);
 // NotFound when the directory has no experiment_state.json; InvalidArgument naming the problem
 // when it cannot be read. Fills each trial's history from its result.json (numeric fields).
 Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir);

@@ -84,6 +84,10 @@ Tuner::Tuner(Trainable trainable, ParamSpace param_space, TuneConfig tune, train
 
 void Tuner::RequestStop() noexcept { stop_->Raise(); }
 
+bool Tuner::CanRestore(const std::string& experiment_dir) {
+  return internal::HasExperimentState(experiment_dir);
+}
+
 namespace {
 
 // What Fit and Simulate share once they know how trials run: the searcher, the trials (new, or
@@ -151,7 +155,7 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
       restored_seen = std::move(previous->scheduler_seen);
     }
   } else {
-    if (previous.ok()) {
+    if (Tuner::CanRestore(dir)) {  // also when its state cannot be read: never overwrite it
       throw RaydError("an experiment already exists at " + dir +
                       ": resume it, or choose another name or storage_path");
     }

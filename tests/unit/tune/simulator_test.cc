@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -280,3 +281,26 @@ TEST_CASE("TPE proposes from replayed results, as it would from trained ones",
 }
 
 }  // namespace
+
+TEST_CASE(
+    "a sweep never starts over an experiment that exists, even one whose state cannot be "
+    "read, and Tuner::CanRestore says which exist",
+    "[tune][simulator]") {
+  RecordedCurves curves = Parse(Table({{0.1, 32}, {0.1, 64}, {0.2, 32}, {0.2, 64}}, 2));
+  Sim sim;
+  const std::string experiment = (fs::path(sim.dir.path()) / "sim").string();
+  CHECK_FALSE(Tuner::CanRestore(experiment));
+  sim.Run(curves);
+  CHECK(Tuner::CanRestore(experiment));
+  CHECK_THROWS_WITH(sim.Run(curves), Catch::Contains("an experiment already exists at"));
+
+  // A state file that does not parse is still someone's experiment: refused, not overwritten.
+  const std::string broken = (fs::path(sim.dir.path()) / "broken").string();
+  fs::create_directories(broken);
+  std::ofstream(fs::path(broken) / "experiment_state.json") << "{ not json";
+  CHECK(Tuner::CanRestore(broken));
+  CHECK_THROWS_WITH(sim.Run(curves, "broken"), Catch::Contains("an experiment already exists at"));
+  std::ifstream in(fs::path(broken) / "experiment_state.json");
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept == "{ not json");
+}

@@ -134,6 +134,11 @@ class Tuner {
   // ask for has no recorded curve ("param_space.lr: ..."), and as Fit does for bad options.
   Simulation Simulate(const RecordedCurves& curves);
 
+  // Ray's Tuner.can_restore: whether `experiment_dir` (storage_path/name) holds a sweep's
+  // saved state (experiment_state.json). Fit with TuneConfig::resume continues such a sweep;
+  // Fit without it refuses to start there (`rayd tune` picks a new name instead).
+  static bool CanRestore(const std::string& experiment_dir);
+
  private:
   uint64_t Prepare();
   std::unique_ptr<TrialScheduler> Scheduler(uint64_t seed) const;
