@@ -58,6 +58,10 @@ wait_for 10 test -S "$work/munge/munge.socket" || fail "munged did not start"
 host="$(hostname -s)"
 memory_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 512 ))
 export SLURM_CONF="$work/slurm.conf"
+# The jobs' heads listen on a free port (sbatch passes the environment on), not the default
+# 6380 that other tests (e2e.readme_tour, following the README) may hold at the same time.
+RAYD_PORT="$(free_port)"
+export RAYD_PORT
 cat >"$SLURM_CONF" <<CONF
 ClusterName=raydtest
 SlurmctldHost=$host
