@@ -49,6 +49,17 @@ echo '#include "core/x.h"' >"$tree/runtime/include/rayd/runtime/cluster.h"
 expect 1 "public header includes only public headers" "a public header including a private one"
 rm "$tree/runtime/include/rayd/runtime/cluster.h"
 
+mkdir -p "$tree/train/src/torch" "$tree/tune/src"
+echo '#include <torch/torch.h>' >"$tree/train/src/torch/ddp.cc"
+echo '#include <rayd/train/session.h>' >>"$tree/train/src/torch/ddp.cc"
+expect 0 "every include respects the layers" "LibTorch inside the torch half"
+echo '#include <c10/util/Exception.h>' >"$tree/train/src/train_worker.cc"
+expect 1 "train/src/train_worker.cc:1: <c10/util/Exception.h>" "LibTorch in the torch-free half"
+rm "$tree/train/src/train_worker.cc"
+echo '#include <rayd/train/ddp.h>' >"$tree/tune/src/tuner.cc"
+expect 1 "only rayd_train_torch (train/src/torch/) includes LibTorch" "tune using the torch API"
+rm "$tree/tune/src/tuner.cc"
+
 expect 0 "every include respects the layers" "the clean tree again"
 [ "$failures" -eq 0 ] && echo "check-layers: all cases as expected"
 exit $((failures > 0))

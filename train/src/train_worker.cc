@@ -1,11 +1,11 @@
 // The rank side of the Trainer: the TrainWorker actor, the per-process session a running loop
-// sees through GetContext/PrepareModel/Report/GetCheckpoint, and the loop registry.
+// sees through GetContext/Report/GetCheckpoint (PrepareModel and PrepareOptimizer are the torch
+// half's: torch/prepare.cc), and the loop registry.
 
 #include "train_worker.h"
 
 #include <spdlog/spdlog.h>
 
-#include <rayd/train/session.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,7 +19,7 @@
 
 #include "background_writer.h"
 #include "command_rank.h"
-#include "cuda_support.h"
+#include "rank_session.h"
 
 namespace rayd::train {
 namespace {
@@ -31,50 +31,9 @@ std::map<std::string, TrainLoop>& Loops() {
   return loops;
 }
 
-// The state of the loop running in this process (one rank actor per worker process). Owned
-// by TrainWorker::Run's stack frame; `current` points at it while the loop runs.
-struct Session {
-  TrainContext context;
-  internal::TrainWorker* worker = nullptr;
-  // A single rank forms its group of one when the loop first needs it (PrepareModel): a loop
-  // that never communicates (most one-worker trials of a sweep) then pays neither the group's
-  // set-up nor its teardown (~10 ms for Gloo's, which the next run on a reused rank waits
-  // out). Groups of several ranks are formed before the loop starts, so that every rank's
-  // peers are known to be there.
-  std::unique_ptr<ProcessGroup> group;
-  std::unique_ptr<Rendezvous> rendezvous;  // until `group` is formed
-  ProcessGroupOptions group_options;
-  std::vector<std::unique_ptr<PreparedModel>> models;
-  std::vector<std::unique_ptr<PreparedOptimizer>> optimizers;
-  std::optional<std::string> checkpoint;
-  int reports = 0;  // Report calls so far
-  // Directories from NewCheckpointDir not reported yet (Report takes them over and deletes them).
-  std::set<std::string> new_dirs;
-  int dirs_made = 0;
-  // Last, so that it is destroyed first: it ships what is still posted (the loop's last
-  // reports) while everything its jobs use is alive.
-  internal::BackgroundWriter writer;
-
-  ProcessGroup& Group() {
-    if (!group) {
-      Result<std::unique_ptr<ProcessGroup>> formed =
-          ProcessGroup::Connect(std::move(rendezvous), group_options);
-      if (!formed.ok()) {
-        throw RaydError("forming the process group: " + formed.status().message());
-      }
-      group = std::move(formed).value();
-    }
-    return *group;
-  }
-};
-thread_local Session* current = nullptr;
-
-Session& RequireSession(const char* what) {
-  if (current == nullptr) {
-    throw RaydError(std::string(what) + " called outside a train loop run by a Trainer");
-  }
-  return *current;
-}
+// The session of the loop running on this thread (one rank actor per worker process). Owned
+// by TrainWorker::Run's stack frame while the loop runs.
+thread_local internal::RankSession* current = nullptr;
 
 // Removes a directory tree when it goes out of scope.
 class ScopedDir {
@@ -130,87 +89,10 @@ std::string UnknownTrainLoop(const std::string& name) {
          ")";
 }
 
-void PreparedModel::FinishBackward() {
-  Status status = ddp_->FinishBackward();
-  if (!status.ok()) throw RaydError("FinishBackward: " + status.message());
-}
-
-const TrainContext& GetContext() { return RequireSession("GetContext").context; }
-
-PreparedModel& PrepareModel(torch::nn::Module& module) {
-  Session& session = RequireSession("PrepareModel");
-  if (session.context.device != "cpu") module.to(torch::Device(session.context.device));
-  Result<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Create(module, session.Group());
-  if (!ddp.ok()) throw RaydError("PrepareModel: " + ddp.status().message());
-  session.models.push_back(std::make_unique<PreparedModel>(std::move(ddp).value()));
-  return *session.models.back();
-}
-
-void PreparedOptimizer::SaveState(const std::string& dir) {
-  Result<OptimizerSnapshot> snapshot = zero_->Snapshot();
-  if (!snapshot.ok()) throw RaydError("SaveState: " + snapshot.status().message());
-  writer_.Post([snapshot = std::make_shared<const OptimizerSnapshot>(std::move(snapshot).value()),
-                dir] { return ShardedOptimizer::WriteSnapshot(*snapshot, dir); });
-}
-
-void PreparedOptimizer::LoadState(const std::string& dir) {
-  Status loaded = zero_->LoadState(dir);
-  if (!loaded.ok()) throw RaydError("LoadState: " + loaded.message());
-}
-
-void PreparedOptimizer::Step() {
-  Status status = zero_->Step();
-  if (!status.ok()) throw RaydError("optimizer step: " + status.message());
-}
-
-bool PreparedOptimizer::Unscale(LossScaler& scaler) {
-  // Every rank learns whether any rank's shard had an inf, so all skip the same steps.
-  return scaler.Unscale(zero_->optimizer(), zero_->stage() > 0 ? &group_ : nullptr);
-}
-
-double PreparedOptimizer::ClipGradNorm(double max_norm) {
-  Result<double> norm = zero_->ClipGradNorm(max_norm);
-  if (!norm.ok()) throw RaydError("ClipGradNorm: " + norm.status().message());
-  return *norm;
-}
-
-bool PreparedOptimizer::Step(LossScaler& scaler) {
-  if (!Unscale(scaler)) {
-    scaler.Step(zero_->optimizer());  // counts the skipped step; does not step
-    return false;
-  }
-  Step();
-  return true;
-}
-
-PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options) {
-  Session& session = RequireSession("PrepareOptimizer");
-  ProcessGroup& group = session.Group();
-  // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.
-  DistributedDataParallel* ddp = nullptr;
-  if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
-    const c10::TensorImpl* first = optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
-    for (auto& model : session.models) {
-      for (const torch::Tensor& param : model->ddp().module().parameters()) {
-        if (param.unsafeGetTensorImpl() == first) ddp = &model->ddp();
-      }
-    }
-  }
-  if (options.zero_stage > 0 && ddp == nullptr) {
-    throw RaydError("PrepareOptimizer: zero_stage " + std::to_string(options.zero_stage) +
-                    " needs the optimizer's model prepared first (PrepareModel)");
-  }
-  Result<std::unique_ptr<ShardedOptimizer>> zero =
-      ShardedOptimizer::Create(optimizer, group, options, ddp);
-  if (!zero.ok()) throw RaydError("PrepareOptimizer: " + zero.status().message());
-  session.optimizers.push_back(
-      std::make_unique<PreparedOptimizer>(std::move(zero).value(), group, session.writer));
-  return *session.optimizers.back();
-}
+const TrainContext& GetContext() { return internal::RequireSession("GetContext").context; }
 
 std::string NewCheckpointDir() {
-  Session& session = RequireSession("NewCheckpointDir");
+  internal::RankSession& session = internal::RequireSession("NewCheckpointDir");
   const fs::path dir = fs::temp_directory_path() /
                        ("rayd-checkpoint-" + std::to_string(::getpid()) + "-" +
                         std::to_string(session.dirs_made++));
@@ -224,7 +106,7 @@ std::string NewCheckpointDir() {
 
 void Report(const std::map<std::string, double>& metrics,
             const std::optional<std::string>& checkpoint_dir) {
-  Session& session = RequireSession("Report");
+  internal::RankSession& session = internal::RequireSession("Report");
   // The driver stopped this run and wants the rank back: leave the loop here.
   if (session.worker->stop_requested()) throw internal::StopRequested{};
   // A checkpoint written or shipped in the background failed: the attempt ends here.
@@ -274,9 +156,18 @@ void Report(const std::map<std::string, double>& metrics,
   if (!status.ok()) throw RaydError("Report: " + status.message());
 }
 
-std::optional<std::string> GetCheckpoint() { return RequireSession("GetCheckpoint").checkpoint; }
+std::optional<std::string> GetCheckpoint() {
+  return internal::RequireSession("GetCheckpoint").checkpoint;
+}
 
 namespace internal {
+
+RankSession& RequireSession(const char* what) {
+  if (current == nullptr) {
+    throw RaydError(std::string(what) + " called outside a train loop run by a Trainer");
+  }
+  return *current;
+}
 
 Result<CheckpointFiles> ReadCheckpointDir(const std::string& dir) {
   std::error_code ec;
@@ -314,6 +205,8 @@ TrainWorker::TrainWorker(int rank) : rank_(rank) {
   }
 }
 
+TrainWorker::~TrainWorker() = default;
+
 std::string TrainWorker::NodeId() { return rayd::GetNodeId(); }
 
 std::string TrainWorker::ReservePort() {
@@ -322,7 +215,7 @@ std::string TrainWorker::ReservePort() {
   return *endpoint;
 }
 
-bool TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_dir) {
+void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_dir) {
   CommandRank rank;
   rank.command = {.argv = spec.command.argv,
                   .launcher = spec.command.launcher,
@@ -370,22 +263,17 @@ bool TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_
   Result<bool> ran =
       RunCommandRank(rank, report, stop_pipe_[0], [this] { return stop_requested(); });
   if (!ran.ok()) throw RaydError(ran.status().message());
-  return *ran;
 }
 
 std::string TrainWorker::Host(int collective_timeout_s, std::string rendezvous_key) {
-  Result<std::unique_ptr<Rendezvous>> hosted =
-      Rendezvous::Host(NodeAddress(), 0, std::chrono::seconds(collective_timeout_s));
-  if (!hosted.ok()) {
-    throw RaydError("rank 0 cannot host the rendezvous: " + hosted.status().message());
-  }
-  hosted_ = std::move(hosted).value();
-  std::string address = hosted_->host() + ":" + std::to_string(hosted_->port());
+  const TorchHooks& torch = RequireTorch("rank 0 of several hosts their process group's store");
+  hosted_ = torch.host(NodeAddress(), std::chrono::seconds(collective_timeout_s));
+  std::string address = hosted_->address();
   rayd::KvPut(kRendezvousNamespace, rendezvous_key, address);
   return address;
 }
 
-bool TrainWorker::Run(RunSpec spec) {
+int TrainWorker::Run(RunSpec spec) {
   {
     // A reused rank starts clean: nothing left from an earlier run's reports or stop.
     std::lock_guard lock(mu_);
@@ -394,6 +282,7 @@ bool TrainWorker::Run(RunSpec spec) {
     reports_.clear();
     parts_.clear();
     deposited_ = 0;
+    enqueued_ = 0;
   }
   stop_requested_ = false;
   for (char drained[64]; ::read(stop_pipe_[0], drained, sizeof drained) > 0;) {
@@ -410,64 +299,67 @@ bool TrainWorker::Run(RunSpec spec) {
       worker->reported_.notify_all();
     }
   } mark_finished{this};
-  at::set_num_threads(1);  // one intra-op thread per rank: ranks share the node's cores
+  // LibTorch in this process (a loop that trains links it): one intra-op thread per rank, as
+  // ranks share the node's cores. A loop without LibTorch never loads it.
+  const TorchHooks* torch = LoadedTorch();
+  if (torch == nullptr && LibTorchInProcess()) torch = &RequireTorch("LibTorch is in this process");
+  if (torch != nullptr) torch->begin_run();
   if (spec.has_command) {
     ScopedDir unpacked(UnpackDir(spec.world_rank));
     if (spec.has_checkpoint) Unpack(spec.checkpoint, unpacked.path());
-    return RunCommand(spec, spec.has_checkpoint ? unpacked.path() : "");
+    RunCommand(spec, spec.has_checkpoint ? unpacked.path() : "");
+    return Enqueued();
   }
   auto loop = Loops().find(spec.loop);
   if (loop == Loops().end()) {
     throw RaydError("rank " + std::to_string(rank_) + ": no train loop registered as '" +
                     spec.loop + "' (RAYD_TRAIN_LOOP)");
   }
-  std::chrono::milliseconds timeout = std::chrono::seconds(spec.collective_timeout_s);
-  std::unique_ptr<Rendezvous> rendezvous;
-  if (spec.world_size == 1) {
-    rendezvous = Rendezvous::Alone();  // the driver asks a lone rank to host nothing
-  } else if (spec.world_rank == 0) {
+  // A group of several ranks is formed before the loop starts, so that every rank's peers are
+  // known to be there; that takes the torch half. A single rank forms its group of one when the
+  // loop first needs it (PrepareModel): a loop that never communicates (most one-worker trials
+  // of a sweep) then pays neither LibTorch's loading nor the group's set-up and teardown.
+  if (spec.world_size > 1 || spec.use_gpu) {
+    torch = &RequireTorch(spec.world_size > 1 ? "a run of several ranks forms a process group"
+                                              : "use_gpu trains with LibTorch");
+  }
+  GroupSpec group;
+  group.rank = spec.world_rank;
+  group.world_size = spec.world_size;
+  group.local_address = NodeAddress();
+  group.timeout = std::chrono::seconds(spec.collective_timeout_s);
+  if (spec.world_size > 1 && spec.world_rank == 0) {
     if (!hosted_) throw RaydError("rank 0 was not asked to host the rendezvous");
-    rendezvous = std::move(hosted_);
-  } else {
+    group.hosted = std::move(hosted_);
+  } else if (spec.world_size > 1) {
     // Rank 0 published its store before the driver started any Run.
     std::optional<std::string> address = rayd::KvGet(kRendezvousNamespace, spec.rendezvous_key);
-    size_t colon = address ? address->rfind(':') : std::string::npos;
-    if (colon == std::string::npos) {
+    if (!address || address->rfind(':') == std::string::npos) {
       throw RaydError("no rendezvous address under " + spec.rendezvous_key +
                       " in the cluster's key-value store");
     }
-    Result<std::unique_ptr<Rendezvous>> joined = Rendezvous::Join(
-        address->substr(0, colon), static_cast<uint16_t>(std::stoi(address->substr(colon + 1))),
-        timeout);
-    if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
-    rendezvous = std::move(joined).value();
+    group.join_address = *address;
   }
   // use_gpu: NCCL on this rank's first visible GPU, or Gloo on the CPU in a build without CUDA
   // LibTorch (the GPUs stay reserved; the log says why they go unused).
-  const bool on_gpu = spec.use_gpu && cuda::Built();
+  const bool on_gpu = spec.use_gpu && torch->cuda_built();
   if (spec.use_gpu && !on_gpu && spec.world_rank == 0) {
     spdlog::warn("use_gpu: rayd was built against a LibTorch without CUDA, so rank 0 of {} "
                  "trains on the CPU over Gloo (build with -DRAYD_WITH_CUDA=ON: docs/gpu.md)",
                  spec.run_name);
   }
+  group.nccl = on_gpu;
   // Runs last, after the session (its group, models and buckets) is gone: a reused rank gives
   // the last run's cached device memory back before the next one starts.
   struct ReleaseDeviceMemory {
-    bool on_gpu;
+    const TorchHooks* torch;
     ~ReleaseDeviceMemory() {
-      if (on_gpu) cuda::ReleaseCachedMemory();
+      if (torch != nullptr) torch->release_device_memory();
     }
-  } release_device_memory{on_gpu};
-  ProcessGroupOptions options;
-  options.backend = on_gpu ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
-  options.rank = spec.world_rank;
-  options.world_size = spec.world_size;
-  options.local_address = NodeAddress();
-  options.timeout = timeout;
-  Session session;
-  session.rendezvous = std::move(rendezvous);
-  session.group_options = options;
-  if (spec.world_size > 1) session.Group();
+  } release_device_memory{on_gpu ? torch : nullptr};
+  RankSession session;
+  session.group = std::move(group);
+  if (spec.world_size > 1) torch->form_group(session);
   session.context = {.world_rank = spec.world_rank,
                      .world_size = spec.world_size,
                      .local_rank = spec.local_rank,
@@ -492,13 +384,18 @@ bool TrainWorker::Run(RunSpec spec) {
     }
   } catch (const StopRequested&) {
     current = nullptr;
-    return false;
+    return Enqueued();
   } catch (...) {
     current = nullptr;
     throw;
   }
   current = nullptr;
-  return true;
+  return Enqueued();
+}
+
+int TrainWorker::Enqueued() {
+  std::lock_guard lock(mu_);
+  return enqueued_;
 }
 
 void TrainWorker::RequestStop() {
@@ -547,6 +444,7 @@ void TrainWorker::Enqueue(ReportMessage report) {
   {
     std::lock_guard lock(mu_);
     reports_.push_back(std::move(report));
+    ++enqueued_;
   }
   reported_.notify_all();
 }

@@ -8,7 +8,6 @@
 // by its session's writer thread (background_writer.h). Everything else belongs to Run's thread.
 
 #include <rayd/api.h>
-#include <rayd/train/process_group.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +20,8 @@
 #include <vector>
 
 namespace rayd::train::internal {
+
+class HostedRendezvous;
 
 // The key-value namespace of rendezvous addresses (keys "<placement group id>/rendezvous").
 inline constexpr char kRendezvousNamespace[] = "rayd.train";
@@ -112,6 +113,7 @@ struct StopRequested {};
 class TrainWorker {
  public:
   static TrainWorker* FactoryCreate(int rank) { return new TrainWorker(rank); }
+  ~TrainWorker();
 
   // This worker's node, for local and node ranks.
   std::string NodeId();
@@ -121,9 +123,11 @@ class TrainWorker {
   std::string Host(int collective_timeout_s, std::string rendezvous_key);
   // A port free on this node, "host:port": a command's rendezvous (MASTER_PORT, TF_CONFIG).
   std::string ReservePort();
-  // Forms the group, runs the loop, returns true when it returned, false when it left at a
-  // Report after RequestStop. Throws what the loop threw (the driver sees a RemoteError).
-  bool Run(RunSpec spec);
+  // Forms the group, runs the loop (or the command) until it returns, or leaves it at a Report
+  // after RequestStop. Returns how many reports rank 0 enqueued this attempt (0 on the other
+  // ranks), all of them enqueued by then: a driver that has polled that many needs no last
+  // Poll. Throws what the loop threw (the driver sees a RemoteError).
+  int Run(RunSpec spec);
   // Makes the loop's next Report leave the loop (a single-rank run the driver stopped, so the
   // rank can serve the next run). Called on the actor's second thread while Run runs.
   void RequestStop();
@@ -143,12 +147,14 @@ class TrainWorker {
  private:
   explicit TrainWorker(int rank);
   // A command rank's part of Run: the command in place of the loop.
-  bool RunCommand(const RunSpec& spec, const std::string& checkpoint_dir);
+  void RunCommand(const RunSpec& spec, const std::string& checkpoint_dir);
+  // Reports enqueued since this attempt's Run began.
+  int Enqueued();
 
   int rank_;
   // Readable once RequestStop was called: wakes a command rank waiting on its command.
   int stop_pipe_[2] = {-1, -1};
-  std::unique_ptr<Rendezvous> hosted_;  // rank 0, between Host and Run
+  std::unique_ptr<HostedRendezvous> hosted_;  // rank 0, between Host and Run
   std::atomic<bool> stop_requested_{false};
 
   std::mutex mu_;
@@ -156,6 +162,7 @@ class TrainWorker {
   std::deque<ReportMessage> reports_;  // guarded by mu_
   std::map<int, CheckpointFiles> parts_;  // guarded by mu_: by report index, until collected
   int deposited_ = 0;                  // guarded by mu_: Reports this rank has shipped
+  int enqueued_ = 0;                   // guarded by mu_: reports Enqueued this attempt
   bool finished_ = false;              // guarded by mu_: Run has returned or thrown
   uint64_t attempt_token_ = 0;         // guarded by mu_: the attempt of the latest Run
 };

@@ -287,7 +287,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<ObjectRef<std::string>> ports_;  // a command's: each rank's reserved endpoint
   size_t reserved_ = 0;  // of ports_, those answered
   std::vector<std::string> endpoints_;
-  std::vector<ObjectRef<bool>> runs_;
+  std::vector<ObjectRef<int>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
   std::optional<Reports> poll_;        // the Poll of rank 0 in flight
   // Collecting the other ranks' files for reports_.front()'s checkpoint: by rank, the Part
@@ -299,6 +299,8 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::optional<std::string> failed_;  // a rank's Run failed: the attempt ends once drained
   bool final_poll_ = false;            // every Run returned; the last Poll was sent
   bool rank0_finished_ = false;        // a Poll answered after rank 0's loop was over
+  int polled_ = 0;                     // reports rank 0's Polls handed over this attempt
+  std::optional<int> rank0_reports_;   // what rank 0's returned Run says it enqueued
   uint64_t attempt_token_ = 0;         // names this attempt's Runs to their Polls
   bool stopping_ = false;              // the ranks were asked to leave their loops
   bool stop_failed_ = false;           // a stopped rank's Run failed: the gang is not reused
@@ -385,6 +387,8 @@ void TrainingRun::Impl::BeginAttempt() {
   failed_.reset();
   final_poll_ = false;
   rank0_finished_ = false;
+  polled_ = 0;
+  rank0_reports_.reset();
   stopping_ = false;
   stop_calls_.clear();
   if (gang_) {
@@ -602,6 +606,7 @@ void TrainingRun::Impl::OnPolled() {
   try {
     auto reply = rayd::Get(*poll_, 0);
     for (ReportMessage& report : reply->reports) reports_.push_back(std::move(report));
+    polled_ += static_cast<int>(reply->reports.size());
     rank0_finished_ = rank0_finished_ || reply->finished;
   } catch (const RaydError& e) {
     // Rank 0 is gone; after another rank's failure, that failure is the attempt's.
@@ -625,7 +630,8 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
     return;
   }
   try {
-    rayd::Get(runs_[rank], 0);
+    const int enqueued = *rayd::Get(runs_[rank], 0);
+    if (rank == 0) rank0_reports_ = enqueued;
   } catch (const RaydError& e) {
     if (failed_) return;  // the first failure is the attempt's
     // A RaydError the rank threw itself (a command's exit, a failed rendezvous) needs no type
@@ -653,8 +659,11 @@ void TrainingRun::Impl::Advance() {
   if (poll_) return;  // its answer comes back here
   if (failed_) return EndAttempt({Attempt::End::kFailed, *failed_});
   if (running_.empty()) {
-    // Rank 0's last Poll already saw its loop over: nothing is left to ask for.
-    if (final_poll_ || rank0_finished_) return EndAttempt({Attempt::End::kFinished});
+    // Rank 0's last Poll already saw its loop over, or its Polls handed over every report its
+    // Run says it made: nothing is left to ask for.
+    if (final_poll_ || rank0_finished_ || rank0_reports_ == polled_) {
+      return EndAttempt({Attempt::End::kFinished});
+    }
     // Every Run returned: what rank 0 reported last.
     final_poll_ = true;
     return PollRank0(0, kPollTimeoutMs);
@@ -663,7 +672,7 @@ void TrainingRun::Impl::Advance() {
   // other ranks' Runs.
   const bool rank0_running =
       running_.count(0) &&
-      !rayd::Wait(std::vector<ObjectRef<bool>>{runs_[0]}, 1, 0).unready.empty();
+      !rayd::Wait(std::vector<ObjectRef<int>>{runs_[0]}, 1, 0).unready.empty();
   if (rank0_running && !rank0_finished_) PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
 }
 

@@ -1,0 +1,178 @@
+// The torch half of a rank's session (rayd/train/session.h): the run's process group,
+// PrepareModel, PrepareOptimizer, and the hooks rayd_train calls (rank_session.h), registered
+// as this library is loaded.
+
+#include <rayd/train/session.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_support.h"
+#include "rank_session.h"
+
+namespace rayd::train {
+namespace {
+
+// What one run keeps on this side, in destruction order reversed: optimizers and models go
+// before the group they talk through.
+struct TorchRun : internal::TorchRunState {
+  std::unique_ptr<ProcessGroup> group;
+  std::vector<std::unique_ptr<PreparedModel>> models;
+  std::vector<std::unique_ptr<PreparedOptimizer>> optimizers;
+};
+
+class HostedStore : public internal::HostedRendezvous {
+ public:
+  explicit HostedStore(std::unique_ptr<Rendezvous> rendezvous)
+      : rendezvous_(std::move(rendezvous)) {}
+  std::string address() const override {
+    return rendezvous_->host() + ":" + std::to_string(rendezvous_->port());
+  }
+  std::unique_ptr<Rendezvous> Take() { return std::move(rendezvous_); }
+
+ private:
+  std::unique_ptr<Rendezvous> rendezvous_;
+};
+
+TorchRun& State(internal::RankSession& session) {
+  if (!session.torch) session.torch = std::make_unique<TorchRun>();
+  return static_cast<TorchRun&>(*session.torch);
+}
+
+// The rendezvous this rank forms its group through: rank 0's hosted store, rank 0's address
+// joined, or a store of its own for a group of one.
+std::unique_ptr<Rendezvous> MeetPeers(internal::GroupSpec& spec) {
+  if (spec.world_size == 1) return Rendezvous::Alone();
+  if (spec.hosted) return static_cast<HostedStore&>(*spec.hosted).Take();
+  const size_t colon = spec.join_address.rfind(':');
+  if (colon == std::string::npos) throw RaydError("rank " + std::to_string(spec.rank) +
+                                                  " has no rendezvous address to join");
+  Result<std::unique_ptr<Rendezvous>> joined =
+      Rendezvous::Join(spec.join_address.substr(0, colon),
+                       static_cast<uint16_t>(std::stoi(spec.join_address.substr(colon + 1))),
+                       spec.timeout);
+  if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
+  return std::move(joined).value();
+}
+
+ProcessGroup& Group(internal::RankSession& session) {
+  TorchRun& run = State(session);
+  if (!run.group) {
+    internal::GroupSpec& spec = session.group;
+    ProcessGroupOptions options;
+    options.backend = spec.nccl ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
+    options.rank = spec.rank;
+    options.world_size = spec.world_size;
+    options.local_address = spec.local_address;
+    options.timeout = spec.timeout;
+    Result<std::unique_ptr<ProcessGroup>> formed =
+        ProcessGroup::Connect(MeetPeers(spec), options);
+    if (!formed.ok()) {
+      throw RaydError("forming the process group: " + formed.status().message());
+    }
+    run.group = std::move(formed).value();
+  }
+  return *run.group;
+}
+
+std::unique_ptr<internal::HostedRendezvous> Host(const std::string& address,
+                                                 std::chrono::milliseconds timeout) {
+  Result<std::unique_ptr<Rendezvous>> hosted = Rendezvous::Host(address, 0, timeout);
+  if (!hosted.ok()) {
+    throw RaydError("rank 0 cannot host the rendezvous: " + hosted.status().message());
+  }
+  return std::make_unique<HostedStore>(std::move(hosted).value());
+}
+
+[[maybe_unused]] const bool registered = internal::RegisterTorchHooks({
+    .host = &Host,
+    .form_group = [](internal::RankSession& session) { Group(session); },
+    .cuda_built = &cuda::Built,
+    .begin_run = [] { at::set_num_threads(1); },
+    .release_device_memory = &cuda::ReleaseCachedMemory,
+});
+
+}  // namespace
+
+void PreparedModel::FinishBackward() {
+  Status status = ddp_->FinishBackward();
+  if (!status.ok()) throw RaydError("FinishBackward: " + status.message());
+}
+
+PreparedModel& PrepareModel(torch::nn::Module& module) {
+  internal::RankSession& session = internal::RequireSession("PrepareModel");
+  if (session.context.device != "cpu") module.to(torch::Device(session.context.device));
+  Result<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Create(module, Group(session));
+  if (!ddp.ok()) throw RaydError("PrepareModel: " + ddp.status().message());
+  TorchRun& run = State(session);
+  run.models.push_back(std::make_unique<PreparedModel>(std::move(ddp).value()));
+  return *run.models.back();
+}
+
+void PreparedOptimizer::SaveState(const std::string& dir) {
+  Result<OptimizerSnapshot> snapshot = zero_->Snapshot();
+  if (!snapshot.ok()) throw RaydError("SaveState: " + snapshot.status().message());
+  writer_.Post([snapshot = std::make_shared<const OptimizerSnapshot>(std::move(snapshot).value()),
+                dir] { return ShardedOptimizer::WriteSnapshot(*snapshot, dir); });
+}
+
+void PreparedOptimizer::LoadState(const std::string& dir) {
+  Status loaded = zero_->LoadState(dir);
+  if (!loaded.ok()) throw RaydError("LoadState: " + loaded.message());
+}
+
+void PreparedOptimizer::Step() {
+  Status status = zero_->Step();
+  if (!status.ok()) throw RaydError("optimizer step: " + status.message());
+}
+
+bool PreparedOptimizer::Unscale(LossScaler& scaler) {
+  // Every rank learns whether any rank's shard had an inf, so all skip the same steps.
+  return scaler.Unscale(zero_->optimizer(), zero_->stage() > 0 ? &group_ : nullptr);
+}
+
+double PreparedOptimizer::ClipGradNorm(double max_norm) {
+  Result<double> norm = zero_->ClipGradNorm(max_norm);
+  if (!norm.ok()) throw RaydError("ClipGradNorm: " + norm.status().message());
+  return *norm;
+}
+
+bool PreparedOptimizer::Step(LossScaler& scaler) {
+  if (!Unscale(scaler)) {
+    scaler.Step(zero_->optimizer());  // counts the skipped step; does not step
+    return false;
+  }
+  Step();
+  return true;
+}
+
+PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options) {
+  internal::RankSession& session = internal::RequireSession("PrepareOptimizer");
+  ProcessGroup& group = Group(session);
+  TorchRun& run = State(session);
+  // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.
+  DistributedDataParallel* ddp = nullptr;
+  if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
+    const c10::TensorImpl* first = optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
+    for (auto& model : run.models) {
+      for (const torch::Tensor& param : model->ddp().module().parameters()) {
+        if (param.unsafeGetTensorImpl() == first) ddp = &model->ddp();
+      }
+    }
+  }
+  if (options.zero_stage > 0 && ddp == nullptr) {
+    throw RaydError("PrepareOptimizer: zero_stage " + std::to_string(options.zero_stage) +
+                    " needs the optimizer's model prepared first (PrepareModel)");
+  }
+  Result<std::unique_ptr<ShardedOptimizer>> zero =
+      ShardedOptimizer::Create(optimizer, group, options, ddp);
+  if (!zero.ok()) throw RaydError("PrepareOptimizer: " + zero.status().message());
+  run.optimizers.push_back(
+      std::make_unique<PreparedOptimizer>(std::move(zero).value(), group, session.writer));
+  return *run.optimizers.back();
+}
+
+}  // namespace rayd::train
