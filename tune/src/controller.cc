@@ -13,6 +13,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kSaveInterval = std::chrono::milliseconds(500);
+// A save that took d waits at least this many d for the next one, so writing the experiment's
+// state never takes more than 1/kSaveBackoff of the loop's time however many trials it holds
+// (Ray Tune's "auto" checkpoint period keeps it under 5%).
+constexpr int kSaveBackoff = 40;
 // The console table and the dashboard feed see the sweep this often besides its events.
 constexpr auto kTickInterval = std::chrono::milliseconds(1000);
 
@@ -361,13 +365,14 @@ void Controller::InterruptAll() {
   }
 }
 
-// Writes experiment_state.json, at most every kSaveInterval unless `now` (the file holds every
-// trial, so writing it on every change would cost O(trials) per change); Run writes it last
+// Writes experiment_state.json, at most every kSaveInterval (longer when a save is slow:
+// kSaveBackoff) unless `now` (the file holds every trial, so writing it on every change would
+// cost O(trials) per change); Run writes it last
 // whatever happened. Between writes a crash loses only status changes: results and
 // checkpoints are on disk already, and a resumed trial that had finished resumes from its last
 // checkpoint and ends at once.
 void Controller::Save(bool now) {
-  const auto due = last_save_ + kSaveInterval;
+  const auto due = last_save_ + save_gap_;
   if (!now && Clock::now() < due) {
     if (!save_pending_) {
       save_pending_ = true;
@@ -386,9 +391,11 @@ void Controller::Save(bool now) {
     state.scheduler = scheduler_->name();
     for (const Trial& t : trials_) state.scheduler_seen[t.id] = t.history.size();
   }
+  const auto start = Clock::now();
   Status saved = SaveExperimentState(dir_, state, trials_);
   if (!saved.ok()) std::cerr << "rayd tune: " << saved.message() << "\n";
   last_save_ = Clock::now();
+  save_gap_ = std::max<Clock::duration>(kSaveInterval, (last_save_ - start) * kSaveBackoff);
   save_pending_ = false;
   save_timer_.Stop();
 }

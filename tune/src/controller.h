@@ -118,6 +118,7 @@ class Controller {
   int max_concurrent_ = 1;
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_save_;
+  std::chrono::steady_clock::duration save_gap_{};  // from last_save_ to the next save
   bool save_pending_ = false;
 
   std::mutex mu_;
