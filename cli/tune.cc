@@ -74,15 +74,38 @@ std::optional<std::string> ExampleTrainables() {
   return std::nullopt;
 }
 
-// Loads the example trainables and `libraries` into this process; returns the list workers
-// load, or an error line.
-Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& libraries) {
+// The library that holds the Trainer's rank actor (librayd_train.so, which this plugin links):
+// every worker of a run loads it, whatever else it loads.
+std::optional<std::string> TrainLibrary() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&train::RegisterTrainLoop), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return std::nullopt;
+  }
+  std::error_code ec;
+  std::string path = fs::canonical(info.dli_fname, ec).string();
+  return ec ? std::nullopt : std::optional(path);
+}
+
+// Loads `libraries` into this process, and the example trainables too when `loop` is set and
+// none of them registers it; returns the list workers load, or an error line. A command needs
+// no loop library, and a loop of the user's needs no example: their ranks then never load the
+// examples (which link LibTorch, ~1 s of CPU per rank process).
+Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& libraries,
+                                               const std::optional<std::string>& loop) {
   std::vector<std::string> loaded;
-  if (std::optional<std::string> examples = ExampleTrainables()) loaded.push_back(*examples);
-  for (const auto& library : libraries) loaded.push_back(library);
-  for (const auto& library : loaded) {
+  if (std::optional<std::string> train = TrainLibrary()) loaded.push_back(*train);
+  auto load = [&loaded](const std::string& library) -> Status {
     if (dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       return Status::InvalidArgument("libraries: cannot load " + library + ": " + dlerror());
+    }
+    loaded.push_back(library);
+    return Status::Ok();
+  };
+  for (const auto& library : libraries) RAYD_RETURN_IF_ERROR(load(library));
+  if (loop && !train::UnknownTrainLoop(*loop).empty()) {
+    if (std::optional<std::string> examples = ExampleTrainables()) {
+      RAYD_RETURN_IF_ERROR(load(*examples));
     }
   }
   return loaded;
@@ -206,7 +229,9 @@ int RunTuneCommand(const TuneArgs& args) {
     }
     return RunSimulation(args, file);
   }
-  Result<std::vector<std::string>> libraries = LoadLibraries(file.libraries);
+  Result<std::vector<std::string>> libraries = LoadLibraries(
+      file.libraries, file.trainable.command ? std::nullopt
+                                             : std::optional(file.trainable.train_loop));
   if (!libraries.ok()) {
     std::cerr << "rayd tune: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;
@@ -313,7 +338,8 @@ int RunTrainCommand(const TrainArgs& args) {
       return 2;
     }
   }
-  Result<std::vector<std::string>> libraries = LoadLibraries(file.libraries);
+  Result<std::vector<std::string>> libraries = LoadLibraries(
+      file.libraries, file.command ? std::nullopt : std::optional(file.train_loop));
   if (!libraries.ok()) {
     std::cerr << "rayd train: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;
