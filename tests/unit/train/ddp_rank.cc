@@ -9,6 +9,7 @@
 // Exit codes: 0 trained and wrote --out; 2 a rayd::Status error, printed to stderr.
 
 #include <rayd/train/ddp.h>
+#include <rayd/train/fsdp.h>
 #include <rayd/train/process_group.h>
 #include <rayd/train/zero.h>
 #include <unistd.h>
@@ -70,6 +71,85 @@ struct Flags {
   double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
 };
 
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Flags& flags,
+                                                       std::vector<torch::Tensor> params,
+                                                       const testing::MlpRun& run) {
+  if (flags.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.01));
+  }
+  if (flags.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(run.learning_rate).momentum(run.momentum));
+}
+
+// ZeRO stage 3: every Linear of the test MLP a sharded unit (rayd/train/fsdp.h), the optimizer
+// over the units' shards; the same steps, micro-batches and clipping as the other stages.
+Status RunStage3(const Flags& flags, ProcessGroup& group) {
+  const testing::MlpRun run;
+  const testing::Dataset data = testing::MakeDataset(run);
+  torch::nn::Sequential plain = testing::MakeMlp(run.widths, run.model_seed + flags.rank);
+  torch::nn::Sequential model;
+  std::vector<ShardedUnit> units;
+  for (const torch::nn::AnyModule& layer : *plain) {
+    if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
+      model->push_back(layer);
+      continue;
+    }
+    units.emplace_back(layer, group);
+    model->push_back(units.back());
+  }
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      MakeOptimizer(flags, model->parameters(), run);
+  RAYD_ASSIGN_OR_RETURN(auto zero, ShardedOptimizer::Create(*optimizer, group, {.zero_stage = 0}));
+  int64_t model_bytes = 0, param_bytes = 0;
+  for (const ShardedUnit& unit : units) {
+    model_bytes += unit->numel() * static_cast<int64_t>(sizeof(float));
+    param_bytes += unit->param_bytes();
+  }
+  std::cout << "model_bytes=" << model_bytes << std::endl;
+  std::cout << "param_bytes=" << param_bytes << std::endl;
+  int64_t global_step = 0;
+  for (int epoch = 0; flags.train && epoch < run.epochs; ++epoch) {
+    for (int64_t step = 0; step < testing::StepsPerEpoch(run, flags.world_size); ++step) {
+      if (global_step++ == flags.exit_at_step) _exit(3);
+      zero->ZeroGrad();
+      const std::vector<int64_t> rows =
+          testing::RankBatch(run, flags.world_size, flags.rank, epoch, step);
+      const auto per = static_cast<int64_t>(rows.size()) / flags.accumulation;
+      for (int m = 0; m < flags.accumulation; ++m) {
+        const std::vector<int64_t> part(rows.begin() + m * per, rows.begin() + (m + 1) * per);
+        (testing::Loss(model, data, part) / flags.accumulation).backward();
+      }
+      if (flags.clip_norm > 0) {
+        RAYD_RETURN_IF_ERROR(ClipShardedGradNorm(units, {}, flags.clip_norm, group).status());
+      }
+      RAYD_RETURN_IF_ERROR(zero->Step());
+    }
+  }
+  int64_t grad_bytes = 0;
+  param_bytes = 0;
+  for (const ShardedUnit& unit : units) {
+    param_bytes += unit->param_bytes();
+    if (unit->shard().grad().defined()) {
+      grad_bytes += unit->shard().grad().numel() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  std::cout << "param_bytes_after=" << param_bytes << std::endl;
+  std::cout << "optimizer_state_bytes=" << zero->state_bytes() << std::endl;
+  std::cout << "grad_bytes=" << grad_bytes << std::endl;
+  // The whole model, gathered unit by unit (every rank takes part), in stage 0's order.
+  std::vector<float> flat;
+  for (ShardedUnit& unit : units) {
+    RAYD_ASSIGN_OR_RETURN(torch::Tensor full, unit->GatherFull());
+    flat.insert(flat.end(), full.data_ptr<float>(), full.data_ptr<float>() + full.numel());
+  }
+  if (!testing::WriteFloats(flags.out, flat)) return Status::Internal("cannot write " + flags.out);
+  return Status::Ok();
+}
+
 Status Run(const Flags& flags) {
   const std::chrono::milliseconds timeout(flags.timeout_ms);
   std::unique_ptr<Rendezvous> rendezvous;
@@ -85,6 +165,7 @@ Status Run(const Flags& flags) {
                       std::move(rendezvous),
                       ProcessGroupOptions{
                           .rank = flags.rank, .world_size = flags.world_size, .timeout = timeout}));
+  if (flags.zero_stage == 3) return RunStage3(flags, *group);
 
   const testing::MlpRun run;
   const testing::Dataset data = testing::MakeDataset(run);
@@ -158,7 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", flags.timeout_ms);
   app.add_option("--bucket-cap-bytes", flags.bucket_cap_bytes, "the cap of every bucket");
   app.add_option("--exit-at-step", flags.exit_at_step, "exit abruptly before this step");
-  app.add_option("--zero-stage", flags.zero_stage, "ZeRO stage of the optimizer (0, 1 or 2)");
+  app.add_option("--zero-stage", flags.zero_stage, "ZeRO stage of the optimizer (0, 1 or 2), or 3: every Linear a sharded unit");
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");

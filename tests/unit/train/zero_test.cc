@@ -33,6 +33,7 @@ struct RankRun {
   std::vector<std::vector<float>> params;
   std::vector<int64_t> state_bytes;
   std::vector<int64_t> grad_bytes;  // the gradients each rank holds after its last step
+  std::vector<std::string> outputs;
 };
 
 int64_t Printed(const std::string& output, const std::string& key) {
@@ -66,6 +67,7 @@ RankRun RunRanks(int world, const std::vector<std::string>& args) {
     const std::string output = ranks[rank]->output();
     out.state_bytes.push_back(Printed(output, "optimizer_state_bytes"));
     out.grad_bytes.push_back(Printed(output, "grad_bytes"));
+    out.outputs.push_back(output);
   }
   return out;
 }
@@ -113,6 +115,46 @@ TEST_CASE("ZeRO stages 1 and 2 end with stage 0's parameters, each rank holding 
   }
   CHECK(total == whole.state_bytes[0]);  // the shards add up to the whole, once
   if (stage == "2") CHECK(grads == whole.grad_bytes[0]);
+}
+
+float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+  return max_diff;
+}
+
+TEST_CASE("ZeRO stage 3 ends with stage 0's parameters, each rank holding 1/N of them",
+          "[train][zero]") {
+  const int world = GENERATE(2, 3, 4);
+  const std::string optimizer = GENERATE(as<std::string>{}, "sgd", "adam", "adamw");
+  INFO(world << " ranks, " << optimizer);
+  const RankRun whole = RunRanks(world, {"--optimizer", optimizer, "--zero-stage", "0"});
+  const RankRun sharded = RunRanks(world, {"--optimizer", optimizer, "--zero-stage", "3"});
+  for (int rank = 0; rank < world; ++rank) {
+    CHECK(MaxDiff(sharded.params[rank], whole.params[0]) < 1e-5f);
+    const std::string& output = sharded.outputs[rank];
+    const int64_t model_bytes = Printed(output, "model_bytes");
+    // Between steps a rank holds its shard of every unit: 1/N, plus under one element per rank
+    // of padding per unit (the MLP has 3).
+    for (const char* key : {"param_bytes", "param_bytes_after"}) {
+      CHECK(Printed(output, key) <= model_bytes / world + 3 * world * 4);
+    }
+    CHECK(sharded.grad_bytes[rank] <= model_bytes / world + 3 * world * 4);
+    CHECK(sharded.state_bytes[rank] <= whole.state_bytes[0] / world + 3 * world * 4 * 2);
+  }
+}
+
+TEST_CASE("ZeRO stage 3 with clipping and 4 micro-batches matches stage 0's", "[train][zero]") {
+  const std::vector<std::string> common = {"--optimizer", "adam", "--clip-norm", "0.5",
+                                           "--accumulation", "4"};
+  std::vector<std::string> stage0 = common, stage3 = common;
+  stage0.insert(stage0.end(), {"--zero-stage", "0"});
+  stage3.insert(stage3.end(), {"--zero-stage", "3"});
+  const RankRun whole = RunRanks(2, stage0);
+  const RankRun sharded = RunRanks(2, stage3);
+  CHECK(MaxDiff(sharded.params[0], whole.params[0]) < 1e-5f);
+  CHECK(MaxDiff(sharded.params[1], whole.params[0]) < 1e-5f);
 }
 
 TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0, 1 and 2",
