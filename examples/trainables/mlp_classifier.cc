@@ -14,11 +14,14 @@
 // signal (0.08), data_seed (0), precision (fp32 | bf16 | fp16: the forward under autocast;
 // fp16 needs a GPU and scales the loss dynamically), accumulation_steps (1: each step's
 // gradients are summed over that many micro-batches of batch_size, communicating only on the
-// last), zero_stage (0 | 1 | 2: ZeRO stage 1 splits the optimizer state among the ranks, stage 2
-// the gradients too). One epoch is one training_iteration: rank 0 reports the validation
-// loss and accuracy and the mean training loss, its optimizer_state_bytes and grad_bytes, with a
-// checkpoint (model.pt, the epoch, and every rank's shard of the optimizer state), and a resumed
-// run continues after its checkpoint's epoch, on any number of ranks.
+// last), zero_stage (0 | 1 | 2 | 3: ZeRO stage 1 splits the optimizer state among the ranks,
+// stage 2 the gradients too, stage 3 the parameters too: each Linear a sharded unit). One epoch
+// is one training_iteration: rank 0 reports the validation loss and accuracy and the mean
+// training loss, the parameter, gradient and optimizer-state bytes it holds between steps
+// (param_bytes, grad_bytes, optimizer_state_bytes), with a checkpoint (model.pt, the epoch, and
+// every rank's shard of the optimizer state; at stage 3 the model gathered unit by unit and no
+// optimizer state yet, so a resumed stage-3 run restarts its momentum), and a resumed run
+// continues after its checkpoint's epoch, on any number of ranks, at any stage.
 //
 // With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
 // its samples differ from a CPU run's: each device has its own generator), the loss is summed
@@ -83,8 +86,8 @@ void MlpClassifier(const nlohmann::json& config) {
                                 std::to_string(accumulation));
   }
   const int zero_stage = config.value("zero_stage", 0);
-  if (zero_stage < 0 || zero_stage > 2) {
-    throw std::invalid_argument("config.zero_stage: expected 0, 1 or 2, got " +
+  if (zero_stage < 0 || zero_stage > 3) {
+    throw std::invalid_argument("config.zero_stage: expected 0, 1, 2 or 3, got " +
                                 std::to_string(zero_stage));
   }
   const std::string precision_name = config.value("precision", "fp32");
@@ -112,13 +115,28 @@ void MlpClassifier(const nlohmann::json& config) {
     std::ifstream(*checkpoint + "/epoch") >> start_epoch;
     ++start_epoch;
   }
-  rt::PreparedModel& ddp = rt::PrepareModel(*model);  // moves it to `device`
+  // Stage 3: every Linear a sharded unit (each rank keeps 1/N of it between steps); the other
+  // stages replicate the model, whose gradients PrepareModel all-reduces.
+  std::vector<rt::ShardedUnit> units;
+  if (zero_stage == 3) {
+    torch::nn::Sequential sharded;
+    for (const torch::nn::AnyModule& layer : *model) {
+      if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
+        sharded->push_back(layer);
+        continue;
+      }
+      units.push_back(rt::ShardUnit(layer));
+      sharded->push_back(units.back());
+    }
+    model = sharded;
+  }
+  rt::PreparedModel* ddp = units.empty() ? &rt::PrepareModel(*model) : nullptr;  // to `device`
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
   rt::PreparedOptimizer& optimizer = rt::PrepareOptimizer(sgd, {.zero_stage = zero_stage});
   // The momentum of the run it resumes, taken on any number of ranks at any stage (checkpoints
   // from before optimizer state was saved have none: the momentum starts at zero).
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint();
-      checkpoint && rt::ShardedOptimizer::HasSavedState(*checkpoint)) {
+      checkpoint && zero_stage < 3 && rt::ShardedOptimizer::HasSavedState(*checkpoint)) {
     optimizer.LoadState(*checkpoint);
   }
   rt::DistributedSampler sampler(train_size, context.world_size, context.world_rank);
@@ -146,13 +164,15 @@ void MlpClassifier(const nlohmann::json& config) {
               train.y.index_select(0, batch));
         }
         torch::Tensor scaled = scaler.Scale(micro > 1 ? loss / static_cast<double>(micro) : loss);
-        if (m + 1 < micro) {
-          auto no_sync = ddp.ddp().NoSync();
+        if (ddp == nullptr) {
+          scaled.backward();  // each unit reduces its gradients to their owners as it goes
+        } else if (m + 1 < micro) {
+          auto no_sync = ddp->ddp().NoSync();
           scaled.backward();
-          ddp.FinishBackward();
+          ddp->FinishBackward();
         } else {
           scaled.backward();
-          ddp.FinishBackward();
+          ddp->FinishBackward();
         }
         train_loss += loss.detach();
         ++steps;
@@ -165,18 +185,50 @@ void MlpClassifier(const nlohmann::json& config) {
     torch::Tensor logits = model->forward(val.x);
     const double val_loss = torch::nn::functional::cross_entropy(logits, val.y).item<double>();
     const double accuracy = logits.argmax(1).eq(val.y).to(torch::kFloat64).mean().item<double>();
+    int64_t param_bytes = 0, grad_bytes = ddp != nullptr ? ddp->ddp().gradient_bytes() : 0;
+    for (const rt::ShardedUnit& unit : units) {
+      param_bytes += unit->param_bytes();
+      const torch::Tensor& grad = unit->shard().grad();
+      if (grad.defined()) grad_bytes += grad.numel() * static_cast<int64_t>(grad.element_size());
+    }
+    if (units.empty()) {
+      for (const torch::Tensor& param : model->parameters()) {
+        param_bytes += param.numel() * static_cast<int64_t>(param.element_size());
+      }
+    }
     std::map<std::string, double> metrics = {
         {"loss", val_loss},
         {"accuracy", accuracy},
         {"train_loss", train_loss.item<double>() / std::max<int64_t>(steps, 1)},
         {"epoch", epoch},
+        {"param_bytes", static_cast<double>(param_bytes)},
         {"optimizer_state_bytes", static_cast<double>(optimizer.state_bytes())},
-        {"grad_bytes", static_cast<double>(ddp.ddp().gradient_bytes())}};
+        {"grad_bytes", static_cast<double>(grad_bytes)}};
     // Every rank checkpoints: rank 0 the model and the epoch, each rank its shard of the
     // optimizer state, written in the background while the next epoch trains; the driver keeps
     // the checkpoint once every rank's files are in (only rank 0's metrics are kept).
     const std::string checkpoint = rt::NewCheckpointDir();
-    if (context.world_rank == 0) {
+    if (!units.empty()) {
+      // The whole model on rank 0, gathered one unit at a time (every rank takes part): rank 0
+      // holds the model once, plus one unit's range while it is copied.
+      const bool keeper = context.world_rank == 0;
+      torch::nn::Sequential whole = keeper ? MakeModel(hidden) : torch::nn::Sequential();
+      std::vector<torch::Tensor> to = whole->parameters();
+      size_t next = 0;
+      for (rt::ShardedUnit& unit : units) {
+        rayd::Result<torch::Tensor> full = unit->GatherFull();
+        if (!full.ok()) throw std::runtime_error("gathering the model: " + full.status().message());
+        if (!keeper) continue;
+        torch::Tensor flat = full->to(torch::kCPU);
+        for (int64_t offset = 0; offset < flat.numel(); offset += to[next++].numel()) {
+          to[next].copy_(flat.narrow(0, offset, to[next].numel()).view(to[next].sizes()));
+        }
+      }
+      if (keeper) {
+        torch::save(whole, checkpoint + "/model.pt");
+        std::ofstream(checkpoint + "/epoch") << epoch;
+      }
+    } else if (context.world_rank == 0) {
       if (device.is_cpu()) {
         torch::save(model, checkpoint + "/model.pt");
       } else {
@@ -188,7 +240,7 @@ void MlpClassifier(const nlohmann::json& config) {
       }
       std::ofstream(checkpoint + "/epoch") << epoch;
     }
-    optimizer.SaveState(checkpoint);
+    if (units.empty()) optimizer.SaveState(checkpoint);
     rt::Report(metrics, checkpoint);
   }
 }

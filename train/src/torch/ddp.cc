@@ -1,5 +1,7 @@
 #include "rayd/train/ddp.h"
 
+#include <rayd/train/fsdp.h>
+
 #include <rayd/base/logging.h>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -15,6 +17,25 @@
 #include "tensor_alias.h"
 
 namespace rayd::train {
+namespace {
+
+// The parameters every rank holds whole: all but the shards of the module's sharded units
+// (ZeRO stage 3, rayd/train/fsdp.h), which their units gather and reduce themselves.
+std::vector<torch::Tensor> ReplicatedParameters(torch::nn::Module& module) {
+  std::unordered_set<const c10::TensorImpl*> shards;
+  for (const auto& child : module.modules()) {
+    if (const auto* unit = child->as<ShardedUnitImpl>()) {
+      shards.insert(unit->shard().unsafeGetTensorImpl());
+    }
+  }
+  std::vector<torch::Tensor> params;
+  for (const auto& param : module.parameters()) {
+    if (!shards.contains(param.unsafeGetTensorImpl())) params.push_back(param);
+  }
+  return params;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
     torch::nn::Module& module, ProcessGroup& group, DistributedDataParallelOptions options) {
@@ -24,7 +45,7 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
   // Gloo reduces CPU tensors, NCCL CUDA tensors of one device (the rank's).
   const bool nccl = group.backend() == CollectiveBackend::kNccl;
   std::optional<torch::Device> device;
-  for (const auto& tensor : module.parameters()) {
+  for (const auto& tensor : ReplicatedParameters(module)) {
     const bool placed = nccl ? tensor.device().is_cuda() : tensor.device().is_cpu();
     if (!placed || tensor.is_sparse() || (device && tensor.device() != *device)) {
       return Status::InvalidArgument(
@@ -35,7 +56,7 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
     device = tensor.device();
   }
   std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel(module, group));
-  std::vector<torch::Tensor> everything = module.parameters();
+  std::vector<torch::Tensor> everything = ReplicatedParameters(module);
   for (const auto& buffer : module.buffers()) everything.push_back(buffer);
   RAYD_RETURN_IF_ERROR(ddp->BroadcastFromRankZero(everything, "rank 0's parameters"));
   if (options.broadcast_buffers) ddp->buffers_ = module.buffers();
@@ -49,7 +70,7 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, Proc
     : module_(module), group_(group) {
   // A parameter shared by two submodules appears twice in parameters(); it gets one slot.
   std::unordered_set<const c10::TensorImpl*> seen;
-  for (auto& param : module_.parameters()) {
+  for (auto& param : ReplicatedParameters(module_)) {
     if (param.requires_grad() && seen.insert(param.unsafeGetTensorImpl()).second) {
       params_.push_back(param);
     }

@@ -5,6 +5,7 @@
 #include <rayd/train/session.h>
 
 #include <memory>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@ namespace {
 // before the group they talk through.
 struct TorchRun : internal::TorchRunState {
   std::unique_ptr<ProcessGroup> group;
+  std::vector<ShardedUnit> units;  // ShardUnit's, in the order they were made
   std::vector<std::unique_ptr<PreparedModel>> models;
   std::vector<std::unique_ptr<PreparedOptimizer>> optimizers;
 };
@@ -112,7 +114,19 @@ PreparedModel& PrepareModel(torch::nn::Module& module) {
   return *run.models.back();
 }
 
+ShardedUnit ShardUnit(torch::nn::AnyModule block) {
+  internal::RankSession& session = internal::RequireSession("ShardUnit");
+  ProcessGroup& group = Group(session);
+  if (session.context.device != "cpu") block.ptr()->to(torch::Device(session.context.device));
+  ShardedUnit unit(std::move(block), group);
+  State(session).units.push_back(unit);
+  return unit;
+}
+
 void PreparedOptimizer::SaveState(const std::string& dir) {
+  if (!units_.empty()) {
+    throw RaydError("SaveState: the optimizer state of ZeRO stage 3 is not checkpointed yet");
+  }
   Result<OptimizerSnapshot> snapshot = zero_->Snapshot();
   if (!snapshot.ok()) throw RaydError("SaveState: " + snapshot.status().message());
   writer_.Post([snapshot = std::make_shared<const OptimizerSnapshot>(std::move(snapshot).value()),
@@ -120,6 +134,9 @@ void PreparedOptimizer::SaveState(const std::string& dir) {
 }
 
 void PreparedOptimizer::LoadState(const std::string& dir) {
+  if (!units_.empty()) {
+    throw RaydError("LoadState: the optimizer state of ZeRO stage 3 is not checkpointed yet");
+  }
   Status loaded = zero_->LoadState(dir);
   if (!loaded.ok()) throw RaydError("LoadState: " + loaded.message());
 }
@@ -131,11 +148,25 @@ void PreparedOptimizer::Step() {
 
 bool PreparedOptimizer::Unscale(LossScaler& scaler) {
   // Every rank learns whether any rank's shard had an inf, so all skip the same steps.
-  return scaler.Unscale(zero_->optimizer(), zero_->stage() > 0 ? &group_ : nullptr);
+  return scaler.Unscale(zero_->optimizer(), stage() > 0 ? &group_ : nullptr);
 }
 
 double PreparedOptimizer::ClipGradNorm(double max_norm) {
-  Result<double> norm = zero_->ClipGradNorm(max_norm);
+  Result<double> norm = 0.0;
+  if (units_.empty()) {
+    norm = zero_->ClipGradNorm(max_norm);
+  } else {
+    // The shards' gradients summed over the ranks, the replicated ones' once.
+    std::unordered_set<const c10::TensorImpl*> shards;
+    for (const ShardedUnit& unit : units_) shards.insert(unit->shard().unsafeGetTensorImpl());
+    std::vector<torch::Tensor> replicated;
+    for (const auto& param_group : zero_->optimizer().param_groups()) {
+      for (const torch::Tensor& param : param_group.params()) {
+        if (!shards.contains(param.unsafeGetTensorImpl())) replicated.push_back(param);
+      }
+    }
+    norm = ClipShardedGradNorm(units_, replicated, max_norm, group_);
+  }
   if (!norm.ok()) throw RaydError("ClipGradNorm: " + norm.status().message());
   return *norm;
 }
@@ -153,6 +184,30 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
   internal::RankSession& session = internal::RequireSession("PrepareOptimizer");
   ProcessGroup& group = Group(session);
   TorchRun& run = State(session);
+  if (options.zero_stage == 3) {
+    // The units whose shards this optimizer steps; it steps them as a plain optimizer does
+    // (each rank its own shard), so its ShardedOptimizer is stage 0's.
+    std::unordered_set<const c10::TensorImpl*> stepped;
+    for (const auto& param_group : optimizer.param_groups()) {
+      for (const torch::Tensor& param : param_group.params()) {
+        stepped.insert(param.unsafeGetTensorImpl());
+      }
+    }
+    std::vector<ShardedUnit> units;
+    for (const ShardedUnit& unit : run.units) {
+      if (stepped.contains(unit->shard().unsafeGetTensorImpl())) units.push_back(unit);
+    }
+    if (units.empty()) {
+      throw RaydError("PrepareOptimizer: zero_stage 3 needs the optimizer built over sharded "
+                      "units' parameters (ShardUnit)");
+    }
+    Result<std::unique_ptr<ShardedOptimizer>> plain =
+        ShardedOptimizer::Create(optimizer, group, {.zero_stage = 0});
+    if (!plain.ok()) throw RaydError("PrepareOptimizer: " + plain.status().message());
+    run.optimizers.push_back(std::make_unique<PreparedOptimizer>(
+        std::move(plain).value(), group, session.writer, std::move(units)));
+    return *run.optimizers.back();
+  }
   // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.
   DistributedDataParallel* ddp = nullptr;
   if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {

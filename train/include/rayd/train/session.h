@@ -7,6 +7,7 @@
 // throws rayd::RaydError.
 
 #include <rayd/train/ddp.h>
+#include <rayd/train/fsdp.h>
 #include <rayd/train/mixed_precision.h>
 #include <rayd/train/trainer.h>
 #include <rayd/train/zero.h>
@@ -48,10 +49,11 @@ class BackgroundWriter;
 
 class PreparedOptimizer {
  public:
-  // `group` and `writer` (the session's) outlive it.
+  // `group` and `writer` (the session's) outlive it. `units`: at stage 3, the sharded units
+  // whose shards the optimizer steps (the rest of its parameters are replicated).
   PreparedOptimizer(std::unique_ptr<ShardedOptimizer> zero, ProcessGroup& group,
-                    internal::BackgroundWriter& writer)
-      : zero_(std::move(zero)), group_(group), writer_(writer) {}
+                    internal::BackgroundWriter& writer, std::vector<ShardedUnit> units = {})
+      : zero_(std::move(zero)), group_(group), writer_(writer), units_(std::move(units)) {}
   // Steps (this rank's shard, then shares it). Throws rayd::RaydError when a peer died or timed
   // out, which ends the loop and the attempt.
   void Step();
@@ -71,6 +73,7 @@ class PreparedOptimizer {
   double ClipGradNorm(double max_norm);
   int64_t state_bytes() const { return zero_->state_bytes(); }
   ShardedOptimizer& sharded() { return *zero_; }
+  int stage() const { return units_.empty() ? zero_->stage() : 3; }
 
   // Every rank saves its shard of the optimizer state into `dir` (on its own node; the
   // directory it reports next, from NewCheckpointDir), without waiting for the write: the state
@@ -89,11 +92,21 @@ class PreparedOptimizer {
   std::unique_ptr<ShardedOptimizer> zero_;
   ProcessGroup& group_;
   internal::BackgroundWriter& writer_;
+  std::vector<ShardedUnit> units_;  // stage 3
 };
+
+// ZeRO stage 3 (rayd/train/fsdp.h): `block`'s parameters, sharded among this run's ranks (rank
+// 0's values), gathered only while the unit's forward or backward runs. Put the unit in the
+// model in the block's place; build the optimizer from the model's parameters (the units'
+// shards, and whatever is left outside units, replicated) and prepare it at zero_stage 3.
+// PrepareModel's all-reduce leaves the shards alone. Every rank wraps the same blocks in the
+// same order. Throws RaydError when the parameters cannot be broadcast.
+ShardedUnit ShardUnit(torch::nn::AnyModule block);
 
 // Prepares `optimizer` (built from the prepared model's parameters) at `options.zero_stage`.
 // `optimizer` must stay alive while the loop uses the result. Stages 1 and 2 need the model
-// prepared first (PrepareModel), since they lay out the model's gradients anew. Throws RaydError for a
-// stage other than 0, 1 or 2.
+// prepared first (PrepareModel), since they lay out the model's gradients anew; stage 3 needs
+// the optimizer's parameters to include units' shards (ShardUnit). Throws RaydError for a stage
+// other than 0 to 3. At stage 3, SaveState and LoadState are not implemented yet: they throw.
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options = {});
 }  // namespace rayd::train

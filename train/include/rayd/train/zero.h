@@ -30,10 +30,8 @@
 // parameter's (and at stage 2 a reduce may add in another order than an all-reduce). Every rank
 // ends with the owners' bytes.
 //
-// Stage 3 (parameters sharded too) is not here. It would take gathering each layer's parameters
-// from their owners just before its forward and again before its backward (module pre-hooks,
-// which LibTorch's C++ modules lack: a wrapper module per layer), and freeing them after; the
-// flat layout here is its starting point (a layer's gather is one collective over its range).
+// Stage 3 (parameters sharded too) is rayd/train/fsdp.h: each sharded unit keeps its own flat
+// range; the optimizer steps the units' shards as a plain (stage 0) optimizer does.
 
 #include <rayd/base/status.h>
 #include <rayd/train/process_group.h>
@@ -47,7 +45,7 @@
 namespace rayd::train {
 
 struct ZeroOptions {
-  int zero_stage = 0;  // 0, 1 or 2
+  int zero_stage = 0;  // 0, 1 or 2 here; 3 through PrepareOptimizer and sharded units (fsdp.h)
 };
 
 class DistributedDataParallel;
