@@ -18,10 +18,9 @@
 // stage 2 the gradients too, stage 3 the parameters too: each Linear a sharded unit). One epoch
 // is one training_iteration: rank 0 reports the validation loss and accuracy and the mean
 // training loss, the parameter, gradient and optimizer-state bytes it holds between steps
-// (param_bytes, grad_bytes, optimizer_state_bytes), with a checkpoint (model.pt, the epoch, and
-// every rank's shard of the optimizer state; at stage 3 the model gathered unit by unit and no
-// optimizer state yet, so a resumed stage-3 run restarts its momentum), and a resumed run
-// continues after its checkpoint's epoch, on any number of ranks, at any stage.
+// (param_bytes, grad_bytes, optimizer_state_bytes), with a checkpoint (model.pt, at stage 3
+// gathered unit by unit; the epoch; every rank's shard of the optimizer state), and a resumed
+// run continues after its checkpoint's epoch, on any number of ranks, at any stage.
 //
 // With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
 // its samples differ from a CPU run's: each device has its own generator), the loss is summed
@@ -136,7 +135,7 @@ void MlpClassifier(const nlohmann::json& config) {
   // The momentum of the run it resumes, taken on any number of ranks at any stage (checkpoints
   // from before optimizer state was saved have none: the momentum starts at zero).
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint();
-      checkpoint && zero_stage < 3 && rt::ShardedOptimizer::HasSavedState(*checkpoint)) {
+      checkpoint && rt::ShardedOptimizer::HasSavedState(*checkpoint)) {
     optimizer.LoadState(*checkpoint);
   }
   rt::DistributedSampler sampler(train_size, context.world_size, context.world_rank);
@@ -240,7 +239,7 @@ void MlpClassifier(const nlohmann::json& config) {
       }
       std::ofstream(checkpoint + "/epoch") << epoch;
     }
-    if (units.empty()) optimizer.SaveState(checkpoint);
+    optimizer.SaveState(checkpoint);
     rt::Report(metrics, checkpoint);
   }
 }

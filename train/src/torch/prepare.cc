@@ -5,6 +5,7 @@
 #include <rayd/train/session.h>
 
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <string>
 #include <utility>
@@ -124,9 +125,6 @@ ShardedUnit ShardUnit(torch::nn::AnyModule block) {
 }
 
 void PreparedOptimizer::SaveState(const std::string& dir) {
-  if (!units_.empty()) {
-    throw RaydError("SaveState: the optimizer state of ZeRO stage 3 is not checkpointed yet");
-  }
   Result<OptimizerSnapshot> snapshot = zero_->Snapshot();
   if (!snapshot.ok()) throw RaydError("SaveState: " + snapshot.status().message());
   writer_.Post([snapshot = std::make_shared<const OptimizerSnapshot>(std::move(snapshot).value()),
@@ -134,9 +132,6 @@ void PreparedOptimizer::SaveState(const std::string& dir) {
 }
 
 void PreparedOptimizer::LoadState(const std::string& dir) {
-  if (!units_.empty()) {
-    throw RaydError("LoadState: the optimizer state of ZeRO stage 3 is not checkpointed yet");
-  }
   Status loaded = zero_->LoadState(dir);
   if (!loaded.ok()) throw RaydError("LoadState: " + loaded.message());
 }
@@ -186,7 +181,7 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
   TorchRun& run = State(session);
   if (options.zero_stage == 3) {
     // The units whose shards this optimizer steps; it steps them as a plain optimizer does
-    // (each rank its own shard), so its ShardedOptimizer is stage 0's.
+    // (each rank its own shard), and checkpoints them where they sit in the model.
     std::unordered_set<const c10::TensorImpl*> stepped;
     for (const auto& param_group : optimizer.param_groups()) {
       for (const torch::Tensor& param : param_group.params()) {
@@ -194,15 +189,40 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
       }
     }
     std::vector<ShardedUnit> units;
+    std::unordered_map<const c10::TensorImpl*, const ShardedUnitImpl*> unit_of;
     for (const ShardedUnit& unit : run.units) {
-      if (stepped.contains(unit->shard().unsafeGetTensorImpl())) units.push_back(unit);
+      if (stepped.contains(unit->shard().unsafeGetTensorImpl())) {
+        units.push_back(unit);
+        unit_of[unit->shard().unsafeGetTensorImpl()] = unit.get();
+      }
     }
     if (units.empty()) {
       throw RaydError("PrepareOptimizer: zero_stage 3 needs the optimizer built over sharded "
                       "units' parameters (ShardUnit)");
     }
+    // The model's flat space, in the optimizer's order: a unit's whole range for its shard (of
+    // which this rank holds its part), a replicated parameter's own elements: the space stages
+    // 0 to 2 checkpoint in, so a checkpoint loads at any stage.
+    std::vector<FlatPlacement> placements;
+    int64_t elements = 0;
+    const int64_t rank = group.rank();
+    for (const auto& param_group : optimizer.param_groups()) {
+      for (const torch::Tensor& param : param_group.params()) {
+        auto unit = unit_of.find(param.unsafeGetTensorImpl());
+        if (unit == unit_of.end()) {
+          placements.push_back({.begin = elements, .count = param.numel(), .replicated = true});
+          elements += param.numel();
+          continue;
+        }
+        const int64_t length = unit->second->shard_numel();
+        const int64_t first = std::min(rank * length, unit->second->numel());
+        placements.push_back({.begin = elements + first,
+                              .count = std::min(length, unit->second->numel() - first)});
+        elements += unit->second->numel();
+      }
+    }
     Result<std::unique_ptr<ShardedOptimizer>> plain =
-        ShardedOptimizer::Create(optimizer, group, {.zero_stage = 0});
+        ShardedOptimizer::CreateStage3(optimizer, group, std::move(placements), elements);
     if (!plain.ok()) throw RaydError("PrepareOptimizer: " + plain.status().message());
     run.optimizers.push_back(std::make_unique<PreparedOptimizer>(
         std::move(plain).value(), group, session.writer, std::move(units)));

@@ -168,6 +168,22 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
   return zero;
 }
 
+Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::CreateStage3(
+    torch::optim::Optimizer& optimizer, ProcessGroup& group,
+    std::vector<FlatPlacement> placements, int64_t elements) {
+  RAYD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> zero,
+                        Create(optimizer, group, {.zero_stage = 0}));
+  if (placements.size() != zero->params_.size()) {
+    return Status::InvalidArgument("stage 3: " + std::to_string(placements.size()) +
+                                   " placements for " + std::to_string(zero->params_.size()) +
+                                   " parameters");
+  }
+  zero->options_.zero_stage = 3;
+  zero->placements_ = std::move(placements);
+  zero->total_ = elements;
+  return zero;
+}
+
 void ShardedOptimizer::Flatten() {
   torch::NoGradGuard no_grad;
   flat_params_ = torch::empty({total_}, params_.front().options().requires_grad(false));
@@ -256,9 +272,10 @@ int64_t ShardedOptimizer::state_bytes() const {
 Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
   OptimizerSnapshot snapshot;
   snapshot.rank = group_.rank();  // at stage 0, only rank 0 writes (shard 0 of 1)
-  snapshot.shards = sharded() ? group_.world_size() : 1;
+  const bool stage3 = !placements_.empty();
+  snapshot.shards = sharded() || stage3 ? group_.world_size() : 1;
   snapshot.elements = total_;
-  if (!sharded() && group_.rank() != 0) return snapshot;  // writes nothing
+  if (snapshot.shards == 1 && group_.rank() != 0) return snapshot;  // writes nothing
   // The state as runs of flat elements, one per slice this rank steps (per parameter when
   // unsharded): "r<k>/range" and the state's tensors, flattened. A copy, since the live state
   // changes at the next step while the write may still run.
@@ -270,12 +287,20 @@ Result<OptimizerSnapshot> ShardedOptimizer::Snapshot() const {
     snapshot.tensors.emplace_back(prefix + "range", torch::tensor({begin, end}));
     if (named.step >= 0) snapshot.tensors.emplace_back(prefix + "step", torch::tensor(named.step));
     for (const auto& [name, tensor] : named.tensors) {
-      snapshot.tensors.emplace_back(prefix + name,
-                                    tensor.reshape(-1).to(torch::kCPU, false, /*copy=*/true));
+      // A stage-3 shard's padding is no element of the model: left out.
+      snapshot.tensors.emplace_back(
+          prefix + name,
+          tensor.reshape(-1).narrow(0, 0, end - begin).to(torch::kCPU, false, /*copy=*/true));
     }
     return Status::Ok();
   };
-  if (sharded()) {
+  if (stage3) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatPlacement& at = placements_[i];
+      if (at.count == 0 || (at.replicated && group_.rank() != 0)) continue;
+      RAYD_RETURN_IF_ERROR(add(at.begin, at.begin + at.count, params_[i]));
+    }
+  } else if (sharded()) {
     for (const Shard& shard : shards_) {
       RAYD_RETURN_IF_ERROR(add(shard.begin, shard.end, shard.param));
     }
@@ -364,6 +389,7 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
   // The state of flat elements [begin, end), shaped `sizes`, from the saved runs that overlap
   // it; none when no run does.
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
+  // A stage-3 shard's tensor is longer than its elements (padding, left zero).
   auto assemble = [&](int64_t begin, int64_t end, at::IntArrayRef sizes,
                       const torch::Tensor& key) -> Status {
     NamedState state;
@@ -373,7 +399,7 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
       state.step = std::max(state.step, piece.state.step);
       for (const auto& [name, tensor] : piece.state.tensors) {
         torch::Tensor& into = state.tensors[name];
-        if (!into.defined()) into = torch::zeros({end - begin}, tensor.options());
+        if (!into.defined()) into = torch::zeros({c10::multiply_integers(sizes)}, tensor.options());
         into.narrow(0, from - begin, to - from)
             .copy_(tensor.narrow(0, from - piece.begin, to - from));
       }
@@ -384,6 +410,14 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
     optimizer_.state()[StateKey(key)] = std::move(made);
     return Status::Ok();
   };
+  if (!placements_.empty()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatPlacement& at = placements_[i];
+      RAYD_RETURN_IF_ERROR(
+          assemble(at.begin, at.begin + at.count, params_[i].sizes(), params_[i]));
+    }
+    return Status::Ok();
+  }
   if (sharded()) {
     for (const Shard& shard : shards_) {
       RAYD_RETURN_IF_ERROR(

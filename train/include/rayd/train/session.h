@@ -107,6 +107,8 @@ ShardedUnit ShardUnit(torch::nn::AnyModule block);
 // `optimizer` must stay alive while the loop uses the result. Stages 1 and 2 need the model
 // prepared first (PrepareModel), since they lay out the model's gradients anew; stage 3 needs
 // the optimizer's parameters to include units' shards (ShardUnit). Throws RaydError for a stage
-// other than 0 to 3. At stage 3, SaveState and LoadState are not implemented yet: they throw.
+// other than 0 to 3. At every stage SaveState writes the state in the whole model's flat space
+// (a stage-3 shard's elements where they sit in the model), so LoadState takes a checkpoint of
+// any stage and world size.
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options = {});
 }  // namespace rayd::train

@@ -50,6 +50,15 @@ struct ZeroOptions {
 
 class DistributedDataParallel;
 
+// Where one optimizer parameter's elements sit in the whole model's flat space, when that is not
+// the parameter itself: at ZeRO stage 3 a unit's shard holds `count` elements of the model from
+// `begin` (then padding); a replicated parameter holds its own, like every rank.
+struct FlatPlacement {
+  int64_t begin = 0;
+  int64_t count = 0;
+  bool replicated = false;  // every rank holds it: only rank 0 checkpoints it
+};
+
 // The optimizer state of one rank's shard, copied off the live tensors (to the CPU), so that
 // writing it may overlap the next steps (ShardedOptimizer::Snapshot, WriteSnapshot).
 struct OptimizerSnapshot {
@@ -73,6 +82,13 @@ class ShardedOptimizer {
   static Result<std::unique_ptr<ShardedOptimizer>> Create(
       torch::optim::Optimizer& optimizer, ProcessGroup& group, ZeroOptions options = {},
       DistributedDataParallel* ddp = nullptr);
+  // Stage 3 (rayd/train/fsdp.h): `optimizer` steps sharded units' shards (and replicated
+  // parameters) as a plain optimizer does; `placements` (one per parameter, in the optimizer's
+  // order) say where each sits in the model's `elements`, so that checkpoints are in the same
+  // flat space as every other stage's and load across stages and world sizes.
+  static Result<std::unique_ptr<ShardedOptimizer>> CreateStage3(
+      torch::optim::Optimizer& optimizer, ProcessGroup& group,
+      std::vector<FlatPlacement> placements, int64_t elements);
 
   // Steps this rank's slices and brings every rank every parameter's new value.
   // DeadlineExceeded or Unavailable when a peer did not take part (as FinishBackward).
@@ -142,6 +158,7 @@ class ShardedOptimizer {
   std::vector<int64_t> bounds_;             // sharded: world size + 1 element bounds
   torch::Tensor flat_params_;               // sharded: every parameter's data, back to back
   std::vector<Shard> shards_;               // sharded: per parameter with elements in our range
+  std::vector<FlatPlacement> placements_;   // stage 3: per parameter
 };
 
 }  // namespace rayd::train
