@@ -396,13 +396,14 @@ TEST_CASE("the example MLP at ZeRO stage 3 matches stage 0 with half the paramet
           "and its checkpoints load at any stage and world size",
           "[train][e2e]") {
   Sandbox sandbox;
-  auto train = [&](const std::string& name, int workers, int stage, int epochs) {
+  auto train = [&](const std::string& name, int workers, int stage, int epochs,
+                   const std::string& extra = "") {
     std::string file = sandbox.WriteYaml(name + ".yaml", R"(
 name: )" + name + R"(
 train_loop: mlp_classifier
 config: {lr: 0.05, hidden: 64, batch_size: 16, train_size: 1024, epochs: )" +
                                                      std::to_string(epochs) + ", zero_stage: " +
-                                                     std::to_string(stage) + R"(}
+                                                     std::to_string(stage) + extra + R"(}
 scaling: {num_workers: )" + std::to_string(workers) + R"(, resources_per_worker: {CPU: 1}}
 run: {storage_path: STORAGE}
 )");
@@ -425,6 +426,14 @@ run: {storage_path: STORAGE}
       CHECK(sharded[i][key].get<double>() <= whole[i][key].get<double>() / 2 + 3 * 4);
     }
   }
+  // In bf16 with accumulation too: each unit's recomputation replays its forward's autocast.
+  const std::string bf16 = ", precision: bf16, accumulation_steps: 2";
+  const std::vector<json> whole16 = train("whole16", 2, 0, 2, bf16);
+  const std::vector<json> sharded16 = train("sharded16", 2, 3, 2, bf16);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(std::abs(sharded16[i]["loss"].get<double>() - whole16[i]["loss"].get<double>()) < 1e-4);
+  }
+  CHECK(std::abs(sharded16[1]["loss"].get<double>() - sharded[1]["loss"].get<double>()) > 1e-6);
   // Checkpoints (the gathered model.pt and the optimizer's shards, in the model's flat space)
   // load at any stage: a run that hops 3 -> 0 -> 3 on 2 ranks has the losses of one that never
   // stopped, momentum included.

@@ -1,5 +1,6 @@
 #include "rayd/train/fsdp.h"
 
+#include <ATen/autocast_mode.h>
 #include <rayd/api/errors.h>
 
 #include <cmath>
@@ -14,6 +15,54 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The autocast state (mixed_precision.h's AutocastGuard) of a unit's forward, replayed for its
+// recomputation in backward, which autograd runs on its own thread without it: otherwise a
+// bf16 forward would be differentiated as an fp32 one.
+struct AutocastState {
+  bool cpu = false, gpu = false;
+  at::ScalarType cpu_dtype = at::kBFloat16, gpu_dtype = at::kHalf;
+
+  static AutocastState Now() {
+    return {at::autocast::is_cpu_enabled(), at::autocast::is_enabled(),
+            at::autocast::get_autocast_cpu_dtype(), at::autocast::get_autocast_gpu_dtype()};
+  }
+  void Save(AutogradContext* ctx) const {
+    ctx->saved_data["autocast_cpu"] = cpu;
+    ctx->saved_data["autocast_gpu"] = gpu;
+    ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(cpu_dtype);
+    ctx->saved_data["autocast_gpu_dtype"] = static_cast<int64_t>(gpu_dtype);
+  }
+  static AutocastState Saved(AutogradContext* ctx) {
+    return {ctx->saved_data["autocast_cpu"].toBool(), ctx->saved_data["autocast_gpu"].toBool(),
+            static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
+            static_cast<at::ScalarType>(ctx->saved_data["autocast_gpu_dtype"].toInt())};
+  }
+  void Apply() const {
+    at::autocast::set_cpu_enabled(cpu);
+    at::autocast::set_enabled(gpu);
+    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
+    at::autocast::set_autocast_gpu_dtype(gpu_dtype);
+  }
+};
+
+// Sets `state` for its scope, and what was there again after.
+class ReplayAutocast {
+ public:
+  explicit ReplayAutocast(const AutocastState& state) : before_(AutocastState::Now()) {
+    state.Apply();
+    at::autocast::increment_nesting();
+  }
+  ~ReplayAutocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    before_.Apply();
+  }
+  ReplayAutocast(const ReplayAutocast&) = delete;
+  ReplayAutocast& operator=(const ReplayAutocast&) = delete;
+
+ private:
+  AutocastState before_;
+};
+
 // The unit's autograd node: forward without history (the range freed after it), backward by
 // recomputing the block's forward with history on a gathered range.
 class UnitFunction : public torch::autograd::Function<UnitFunction> {
@@ -21,6 +70,7 @@ class UnitFunction : public torch::autograd::Function<UnitFunction> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor input, torch::Tensor shard,
                                ShardedUnitImpl* unit) {
     ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    AutocastState::Now().Save(ctx);
     ctx->save_for_backward({input});
     torch::Tensor full;
     Status gathered = unit->Materialize(full);
@@ -52,6 +102,7 @@ class UnitFunction : public torch::autograd::Function<UnitFunction> {
     variable_list grads;
     {
       torch::AutoGradMode enable(true);
+      ReplayAutocast autocast(AutocastState::Saved(ctx));
       torch::Tensor output = unit->block().forward(replay);
       grads = torch::autograd::grad({output}, inputs, {grad_outputs[0]},
                                     /*retain_graph=*/false, /*create_graph=*/false,
