@@ -165,7 +165,15 @@ Status Run(const Flags& flags) {
                       std::move(rendezvous),
                       ProcessGroupOptions{
                           .rank = flags.rank, .world_size = flags.world_size, .timeout = timeout}));
-  if (flags.zero_stage == 3) return RunStage3(flags, *group);
+  if (flags.zero_stage == 3) {
+    // A unit's gather or reduce that fails throws out of forward or backward (as a train
+    // loop's would, failing the attempt): reported as this rank's error.
+    try {
+      return RunStage3(flags, *group);
+    } catch (const std::exception& e) {
+      return Status::Unavailable(e.what());
+    }
+  }
 
   const testing::MlpRun run;
   const testing::Dataset data = testing::MakeDataset(run);

@@ -304,6 +304,21 @@ TEST_CASE("a rank whose peer dies mid-training fails instead of hanging", "[trai
         std::string::npos);
 }
 
+TEST_CASE("at ZeRO stage 3 a rank whose peer dies mid-training fails naming the unit's "
+          "collective instead of hanging",
+          "[train][zero]") {
+  TempDir dir;
+  auto rank0 = StartRank(dir, 0, {"--timeout-ms", "5000", "--zero-stage", "3"});
+  auto rank1 =
+      StartRank(dir, 1, {"--timeout-ms", "5000", "--zero-stage", "3", "--exit-at-step", "3"});
+  RequireExit(*rank1, kRunDeadline, 3);
+  RequireExit(*rank0, 5s + 30s, 2);
+  INFO(rank0->output());
+  CHECK(rank0->output().find("sharded unit") != std::string::npos);
+  CHECK((rank0->output().find("gathering a sharded unit's parameters") != std::string::npos ||
+         rank0->output().find("reducing a sharded unit's gradients") != std::string::npos));
+}
+
 TEST_CASE("DDP refuses parameters that are not where the group reduces", "[train][ddp]") {
   auto group = OneRankGroup();
   torch::nn::Module model;
