@@ -8,7 +8,8 @@
 //               parameter + FinishBackward), next to that backward alone
 //
 //   zero        ZeRO: a ~50M-parameter MLP (784, then 12 layers of 2048x2048, then 10) with Adam on
-//               2 ranks at stages 0, 1 and 2: samples/s and each rank's peak memory (the process's
+//               2 ranks (--zero-ranks) at stages 0, 1, 2 and 3 (every Linear a sharded unit,
+//               rayd/train/fsdp.h): samples/s and each rank's peak memory (the process's
 //               peak resident set less what it held before building the model), next to
 //               bench/peers/torch_zero.py (Python torch's Adam and ZeroRedundancyOptimizer), run
 //               after them. Peaks depend on the allocator: glibc keeps freed chunks of the sizes
@@ -16,13 +17,15 @@
 //               MALLOC_MMAP_THRESHOLD_=1048576 in the environment makes them repeat (and every
 //               large allocation an mmap: ~10% slower), for rayd and the peer alike.
 //
-//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--only zero] [--no-peer]
+//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2] [--only zero]
+//               [--no-peer]
 //
 // Prints figures only; asserts nothing.
 
 #include <rayd/train/ddp.h>
 #include <rayd/train/process_group.h>
 #include <rayd/train/sampler.h>
+#include <rayd/train/fsdp.h>
 #include <rayd/train/zero.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -59,6 +62,7 @@ struct Flags {
   int iters = 20;
   int64_t zero_steps = 8;
   int zero_stage = 0;
+  int zero_ranks = 2;
   std::string only;  // "zero": the ZeRO figures alone
   bool no_peer = false;
 };
@@ -181,11 +185,38 @@ Status RunZero(const Flags& flags) {
   model->push_back(torch::nn::Linear(kZeroWidth, 10));
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
-  RAYD_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *group));
+  // Stage 3: every Linear a sharded unit (rayd/train/fsdp.h), no replicated parameter left for
+  // DDP; the optimizer steps the units' shards.
+  std::vector<ShardedUnit> units;
+  if (flags.zero_stage == 3) {
+    torch::nn::Sequential sharded;
+    for (const torch::nn::AnyModule& layer : *model) {
+      if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
+        sharded->push_back(layer);
+        continue;
+      }
+      units.emplace_back(layer, *group);
+      sharded->push_back(units.back());
+    }
+    model = sharded;
+  }
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (units.empty()) {
+    RAYD_ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(*model, *group));
+  }
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-4));
-  RAYD_ASSIGN_OR_RETURN(auto zero,
-                        ShardedOptimizer::Create(adam, *group, {.zero_stage = flags.zero_stage},
-                                                 ddp.get()));
+  RAYD_ASSIGN_OR_RETURN(
+      auto zero, ShardedOptimizer::Create(adam, *group,
+                                          {.zero_stage = units.empty() ? flags.zero_stage : 0},
+                                          ddp.get()));
+  auto gradient_bytes = [&] {
+    if (ddp) return ddp->gradient_bytes();
+    int64_t bytes = 0;
+    for (const ShardedUnit& unit : units) {
+      if (unit->shard().grad().defined()) bytes += unit->shard().grad().numel() * 4;
+    }
+    return bytes;
+  };
   torch::manual_seed(1 + flags.rank);
   const torch::Tensor inputs = torch::randn({kZeroBatch, 784});
   const torch::Tensor labels = torch::randint(10, {kZeroBatch});
@@ -197,8 +228,12 @@ Status RunZero(const Flags& flags) {
       start = Clock::now();
     }
     zero->ZeroGrad();
-    torch::nn::functional::cross_entropy(model->forward(inputs), labels).backward();
-    RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
+    try {
+      torch::nn::functional::cross_entropy(model->forward(inputs), labels).backward();
+    } catch (const std::exception& e) {
+      return Status::Unavailable(e.what());  // a unit's gather or reduce failed
+    }
+    if (ddp) RAYD_RETURN_IF_ERROR(ddp->FinishBackward());
     RAYD_RETURN_IF_ERROR(zero->Step());
   }
   RAYD_RETURN_IF_ERROR(group->Barrier());
@@ -208,16 +243,18 @@ Status RunZero(const Flags& flags) {
   if (flags.rank != 0) {
     std::printf("  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
                 "%4.0f MB\n",
-                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, ddp->gradient_bytes() / 1e6);
+                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
     std::fflush(stdout);
   }
   RAYD_RETURN_IF_ERROR(group->Barrier());
   if (flags.rank == 0) {
     std::printf("  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
                 "%4.0f MB\n",
-                peak / 1e6, zero->state_bytes() / 1e6, ddp->gradient_bytes() / 1e6);
+                peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, Adam, batch %lld per rank)\n",
-                ("zero stage " + std::to_string(flags.zero_stage) + ", 2 ranks").c_str(),
+                ("zero stage " + std::to_string(flags.zero_stage) + ", " +
+                 std::to_string(flags.world_size) + " ranks")
+                    .c_str(),
                 static_cast<double>(flags.zero_steps * kZeroBatch * flags.world_size) / seconds,
                 parameters / 1e6, static_cast<long long>(kZeroBatch));
   }
@@ -332,6 +369,7 @@ int main(int argc, char** argv) {
   app.add_option("--iters", flags.iters, "measured all-reduces");
   app.add_option("--zero-steps", flags.zero_steps, "measured steps of each ZeRO run");
   app.add_option("--zero-stage", flags.zero_stage, "internal: the zero run's stage");
+  app.add_option("--zero-ranks", flags.zero_ranks, "ranks of the ZeRO runs");
   app.add_option("--only", flags.only, "zero: only the ZeRO figures");
   app.add_flag("--no-peer", flags.no_peer, "leave out the Python torch peer of the ZeRO figures");
   CLI11_PARSE(app, argc, argv);
@@ -353,8 +391,9 @@ int main(int argc, char** argv) {
     ok = RunRanks(self, flags, "plain", 1) && RunRanks(self, flags, "train", 1) &&
          RunRanks(self, flags, "train", 2) && RunRanks(self, flags, "allreduce", 2);
   }
-  ok = ok && RunRanks(self, flags, "zero", 2, 0) && RunRanks(self, flags, "zero", 2, 1) &&
-       RunRanks(self, flags, "zero", 2, 2);
+  for (int stage = 0; ok && stage <= 3; ++stage) {
+    ok = RunRanks(self, flags, "zero", flags.zero_ranks, stage);
+  }
   // The peer, in the same run: Python torch's Adam and ZeroRedundancyOptimizer on the same model.
   if (ok && !flags.no_peer) {
     const std::string peer = std::string("/usr/bin/python3 ") + RAYD_TORCH_ZERO_PEER +
