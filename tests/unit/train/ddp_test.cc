@@ -5,6 +5,7 @@
 // mid-run, fails with a clear error within the configured collective timeout.
 
 #include <rayd/train/ddp.h>
+#include <rayd/train/fsdp.h>
 #include <rayd/train/process_group.h>
 #include <torch/torch.h>
 
@@ -317,6 +318,23 @@ TEST_CASE("at ZeRO stage 3 a rank whose peer dies mid-training fails naming the 
   CHECK(rank0->output().find("sharded unit") != std::string::npos);
   CHECK((rank0->output().find("gathering a sharded unit's parameters") != std::string::npos ||
          rank0->output().find("reducing a sharded unit's gradients") != std::string::npos));
+}
+
+TEST_CASE("DDP leaves a sharded unit's shard alone and reduces the replicated parameters",
+          "[train][zero]") {
+  auto group = OneRankGroup();
+  torch::nn::Sequential model;
+  ShardedUnit unit(torch::nn::AnyModule(torch::nn::Linear(8, 8)), *group);
+  model->push_back(unit);
+  model->push_back(torch::nn::Linear(8, 2));
+  auto ddp = DistributedDataParallel::Create(*model, *group);
+  REQUIRE(ddp.ok());
+  model->forward(torch::randn({4, 8})).sum().backward();
+  REQUIRE((*ddp)->FinishBackward().ok());
+  // The head's gradients go through DDP's buckets; the unit's shard got its own from the unit.
+  CHECK((*ddp)->gradient_bytes() == (8 * 2 + 2) * 4);
+  REQUIRE(unit->shard().grad().defined());
+  CHECK(unit->shard().grad().numel() == 8 * 8 + 8);
 }
 
 TEST_CASE("DDP refuses parameters that are not where the group reduces", "[train][ddp]") {

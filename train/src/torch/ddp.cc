@@ -23,8 +23,11 @@ namespace {
 // (ZeRO stage 3, rayd/train/fsdp.h), which their units gather and reduce themselves.
 std::vector<torch::Tensor> ReplicatedParameters(torch::nn::Module& module) {
   std::unordered_set<const c10::TensorImpl*> shards;
-  for (const auto& child : module.modules()) {
-    if (const auto* unit = child->as<ShardedUnitImpl>()) {
+  // Not modules() with the module itself: that needs it held by a shared_ptr.
+  std::vector<const torch::nn::Module*> all = {&module};
+  for (const auto& child : module.modules(/*include_self=*/false)) all.push_back(child.get());
+  for (const torch::nn::Module* each : all) {
+    if (const auto* unit = each->as<ShardedUnitImpl>()) {
       shards.insert(unit->shard().unsafeGetTensorImpl());
     }
   }

@@ -180,20 +180,13 @@ Status ShardedUnitImpl::Materialize(torch::Tensor& full) {
   const int world = group_.world_size();
   full = torch::empty({shard_len_ * world}, shard_.options());
   full.narrow(0, shard_len_ * group_.rank(), shard_len_).copy_(shard_.detach());
-  // Each rank's part from its owner, all launched before any is waited for, in rank order.
-  const std::string doing = "gathering a sharded unit's parameters";
-  try {
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (int r = 0; r < world; ++r) {
-      std::vector<torch::Tensor> tensors = {full.narrow(0, shard_len_ * r, shard_len_)};
-      c10d::BroadcastOptions broadcast;
-      broadcast.rootRank = r;
-      works.push_back(group_.c10d().broadcast(tensors, broadcast));
-    }
-    for (auto& work : works) RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), doing));
-  } catch (...) {
-    return StatusFromC10dException(std::current_exception(), doing);
-  }
+  // Each rank's part from its owner, in place.
+  RAYD_RETURN_IF_ERROR(EachRank(group_, "gathering a sharded unit's parameters", [&](int r) {
+    std::vector<torch::Tensor> tensors = {full.narrow(0, shard_len_ * r, shard_len_)};
+    c10d::BroadcastOptions broadcast;
+    broadcast.rootRank = r;
+    return group_.c10d().broadcast(tensors, broadcast);
+  }));
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].set_data(full.narrow(0, offsets_[i], Numel(i)).view(shapes_[i]));
   }
@@ -211,19 +204,13 @@ void ShardedUnitImpl::Release() {
 Result<torch::Tensor> ShardedUnitImpl::ReduceToOwners(torch::Tensor flat_grad) {
   torch::NoGradGuard no_grad;
   const int world = group_.world_size();
-  const std::string doing = "reducing a sharded unit's gradients to their owners";
-  try {
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (int r = 0; r < world; ++r) {
-      std::vector<torch::Tensor> tensors = {flat_grad.narrow(0, shard_len_ * r, shard_len_)};
-      c10d::ReduceOptions reduce;
-      reduce.rootRank = r;
-      works.push_back(group_.c10d().reduce(tensors, reduce));
-    }
-    for (auto& work : works) RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), doing));
-  } catch (...) {
-    return StatusFromC10dException(std::current_exception(), doing);
-  }
+  RAYD_RETURN_IF_ERROR(
+      EachRank(group_, "reducing a sharded unit's gradients to their owners", [&](int r) {
+        std::vector<torch::Tensor> tensors = {flat_grad.narrow(0, shard_len_ * r, shard_len_)};
+        c10d::ReduceOptions reduce;
+        reduce.rootRank = r;
+        return group_.c10d().reduce(tensors, reduce);
+      }));
   return flat_grad.narrow(0, shard_len_ * group_.rank(), shard_len_).div(world);
 }
 

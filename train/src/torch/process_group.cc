@@ -116,4 +116,18 @@ Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string
   }
 }
 
+Status EachRank(ProcessGroup& group, std::string_view what,
+                const std::function<c10::intrusive_ptr<c10d::Work>(int rank)>& launch) {
+  try {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int r = 0; r < group.world_size(); ++r) {
+      if (auto work = launch(r)) works.push_back(std::move(work));
+    }
+    for (auto& work : works) RAYD_RETURN_IF_ERROR(WaitWork(*work, group.timeout(), what));
+  } catch (...) {
+    return StatusFromC10dException(std::current_exception(), what);
+  }
+  return Status::Ok();
+}
+
 }  // namespace rayd::train

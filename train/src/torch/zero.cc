@@ -201,23 +201,16 @@ Status ShardedOptimizer::Step() {
   if (!sharded()) return Status::Ok();
   torch::NoGradGuard no_grad;
   // Each rank's slice of the flat parameters from its owner into every rank's copy (an
-  // all-gather, in place), all launched before any is waited for, in rank order on every rank.
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  const std::string doing = "ZeRO's all-gather of the updated parameters";
-  try {
-    for (int r = 0; r < group_.world_size(); ++r) {
-      if (bounds_[r + 1] == bounds_[r]) continue;
-      std::vector<torch::Tensor> tensors = {
-          flat_params_.narrow(0, bounds_[r], bounds_[r + 1] - bounds_[r])};
-      c10d::BroadcastOptions broadcast;
-      broadcast.rootRank = r;
-      works.push_back(group_.c10d().broadcast(tensors, broadcast));
-    }
-    for (auto& work : works) RAYD_RETURN_IF_ERROR(WaitWork(*work, group_.timeout(), doing));
-  } catch (...) {
-    return StatusFromC10dException(std::current_exception(), doing);
-  }
-  return Status::Ok();
+  // all-gather, in place).
+  return EachRank(group_, "ZeRO's all-gather of the updated parameters",
+                  [&](int r) -> c10::intrusive_ptr<c10d::Work> {
+                    if (bounds_[r + 1] == bounds_[r]) return {};
+                    std::vector<torch::Tensor> tensors = {
+                        flat_params_.narrow(0, bounds_[r], bounds_[r + 1] - bounds_[r])};
+                    c10d::BroadcastOptions broadcast;
+                    broadcast.rootRank = r;
+                    return group_.c10d().broadcast(tensors, broadcast);
+                  });
 }
 
 void ShardedOptimizer::ZeroGrad() {

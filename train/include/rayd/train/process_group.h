@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -140,5 +141,11 @@ bool NcclBuilt();
 // ("<what>: <c10d's message>"): DeadlineExceeded when it timed out, Unavailable when a peer's
 // connection broke, Internal otherwise.
 Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string_view what);
+
+// One collective per rank r (`launch(r)`: a broadcast from r, a reduce to r, ...; null to skip
+// r), all launched in rank order before any is waited for, then waited for within the group's
+// timeout; c10d's exceptions become a Status naming `what`, as WaitWork's.
+Status EachRank(ProcessGroup& group, std::string_view what,
+                const std::function<c10::intrusive_ptr<c10d::Work>(int rank)>& launch);
 
 }  // namespace rayd::train
