@@ -23,9 +23,9 @@
 // Prints figures only; asserts nothing.
 
 #include <rayd/train/ddp.h>
+#include <rayd/train/fsdp.h>
 #include <rayd/train/process_group.h>
 #include <rayd/train/sampler.h>
-#include <rayd/train/fsdp.h>
 #include <rayd/train/zero.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -206,9 +206,9 @@ Status RunZero(const Flags& flags) {
   }
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-4));
   RAYD_ASSIGN_OR_RETURN(
-      auto zero, ShardedOptimizer::Create(adam, *group,
-                                          {.zero_stage = units.empty() ? flags.zero_stage : 0},
-                                          ddp.get()));
+      auto zero,
+      ShardedOptimizer::Create(adam, *group, {.zero_stage = units.empty() ? flags.zero_stage : 0},
+                               ddp.get()));
   auto gradient_bytes = [&] {
     if (ddp) return ddp->gradient_bytes();
     int64_t bytes = 0;
@@ -241,16 +241,18 @@ Status RunZero(const Flags& flags) {
   const int64_t peak = ResidentBytes().second - baseline;
   // One line per rank, rank 0's last, so the figures come out together.
   if (flags.rank != 0) {
-    std::printf("  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
-                "%4.0f MB\n",
-                flags.rank, peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
+    std::printf(
+        "  rank %d: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
+        "%4.0f MB\n",
+        flags.rank, peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
     std::fflush(stdout);
   }
   RAYD_RETURN_IF_ERROR(group->Barrier());
   if (flags.rank == 0) {
-    std::printf("  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
-                "%4.0f MB\n",
-                peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
+    std::printf(
+        "  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
+        "%4.0f MB\n",
+        peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, Adam, batch %lld per rank)\n",
                 ("zero stage " + std::to_string(flags.zero_stage) + ", " +
                  std::to_string(flags.world_size) + " ranks")

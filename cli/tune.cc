@@ -230,8 +230,8 @@ int RunTuneCommand(const TuneArgs& args) {
     return RunSimulation(args, file);
   }
   Result<std::vector<std::string>> libraries = LoadLibraries(
-      file.libraries, file.trainable.command ? std::nullopt
-                                             : std::optional(file.trainable.train_loop));
+      file.libraries,
+      file.trainable.command ? std::nullopt : std::optional(file.trainable.train_loop));
   if (!libraries.ok()) {
     std::cerr << "rayd tune: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;
@@ -338,8 +338,8 @@ int RunTrainCommand(const TrainArgs& args) {
       return 2;
     }
   }
-  Result<std::vector<std::string>> libraries = LoadLibraries(
-      file.libraries, file.command ? std::nullopt : std::optional(file.train_loop));
+  Result<std::vector<std::string>> libraries =
+      LoadLibraries(file.libraries, file.command ? std::nullopt : std::optional(file.train_loop));
   if (!libraries.ok()) {
     std::cerr << "rayd train: " << args.file << ": " << libraries.status().message() << "\n";
     return 2;

@@ -392,9 +392,10 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "config.precision: fp16 needs a GPU"));
 }
 
-TEST_CASE("the example MLP at ZeRO stage 3 matches stage 0 with half the parameters per rank, "
-          "and its checkpoints load at any stage and world size",
-          "[train][e2e]") {
+TEST_CASE(
+    "the example MLP at ZeRO stage 3 matches stage 0 with half the parameters per rank, "
+    "and its checkpoints load at any stage and world size",
+    "[train][e2e]") {
   Sandbox sandbox;
   auto train = [&](const std::string& name, int workers, int stage, int epochs,
                    const std::string& extra = "") {
@@ -402,8 +403,9 @@ TEST_CASE("the example MLP at ZeRO stage 3 matches stage 0 with half the paramet
 name: )" + name + R"(
 train_loop: mlp_classifier
 config: {lr: 0.05, hidden: 64, batch_size: 16, train_size: 1024, epochs: )" +
-                                                     std::to_string(epochs) + ", zero_stage: " +
-                                                     std::to_string(stage) + extra + R"(}
+                                                             std::to_string(epochs) +
+                                                             ", zero_stage: " +
+                                                             std::to_string(stage) + extra + R"(}
 scaling: {num_workers: )" + std::to_string(workers) + R"(, resources_per_worker: {CPU: 1}}
 run: {storage_path: STORAGE}
 )");

@@ -46,10 +46,9 @@ TEST_CASE("a loop that only reports runs on a rank without LibTorch", "[trainer]
   REQUIRE_FALSE(Mapped("libtorch_cpu.so"));  // the driver links rayd_train only
   EmbeddedRayd cluster;
   TempDir storage;
-  rt::TrainResult result =
-      rt::Trainer("WhatIsLoaded", {}, {.num_workers = 1},
-                  {.name = "alone", .storage_path = storage.path()})
-          .Fit();
+  rt::TrainResult result = rt::Trainer("WhatIsLoaded", {}, {.num_workers = 1},
+                                       {.name = "alone", .storage_path = storage.path()})
+                               .Fit();
   INFO(result.error);
   REQUIRE(result.ok());
   CHECK(result.metrics.at("pid") != ::getpid());  // a rank process of its own

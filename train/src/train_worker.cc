@@ -4,9 +4,8 @@
 
 #include "train_worker.h"
 
-#include <spdlog/spdlog.h>
-
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>

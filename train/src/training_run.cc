@@ -671,8 +671,7 @@ void TrainingRun::Impl::Advance() {
   // Rank 0's loop is over once its Run has returned: poll no more then, only wait for the
   // other ranks' Runs.
   const bool rank0_running =
-      running_.count(0) &&
-      !rayd::Wait(std::vector<ObjectRef<int>>{runs_[0]}, 1, 0).unready.empty();
+      running_.count(0) && !rayd::Wait(std::vector<ObjectRef<int>>{runs_[0]}, 1, 0).unready.empty();
   if (rank0_running && !rank0_finished_) PollRank0(kPollWaitMs, kPollWaitMs + kPollTimeoutMs);
 }
 

@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", flags.timeout_ms);
   app.add_option("--bucket-cap-bytes", flags.bucket_cap_bytes, "the cap of every bucket");
   app.add_option("--exit-at-step", flags.exit_at_step, "exit abruptly before this step");
-  app.add_option("--zero-stage", flags.zero_stage, "ZeRO stage of the optimizer (0, 1 or 2), or 3: every Linear a sharded unit");
+  app.add_option("--zero-stage", flags.zero_stage,
+                 "ZeRO stage of the optimizer (0, 1 or 2), or 3: every Linear a sharded unit");
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");

@@ -305,9 +305,10 @@ TEST_CASE("a rank whose peer dies mid-training fails instead of hanging", "[trai
         std::string::npos);
 }
 
-TEST_CASE("at ZeRO stage 3 a rank whose peer dies mid-training fails naming the unit's "
-          "collective instead of hanging",
-          "[train][zero]") {
+TEST_CASE(
+    "at ZeRO stage 3 a rank whose peer dies mid-training fails naming the unit's "
+    "collective instead of hanging",
+    "[train][zero]") {
   TempDir dir;
   auto rank0 = StartRank(dir, 0, {"--timeout-ms", "5000", "--zero-stage", "3"});
   auto rank1 =

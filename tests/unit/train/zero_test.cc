@@ -146,8 +146,8 @@ TEST_CASE("ZeRO stage 3 ends with stage 0's parameters, each rank holding 1/N of
 }
 
 TEST_CASE("ZeRO stage 3 with clipping and 4 micro-batches matches stage 0's", "[train][zero]") {
-  const std::vector<std::string> common = {"--optimizer", "adam", "--clip-norm", "0.5",
-                                           "--accumulation", "4"};
+  const std::vector<std::string> common = {"--optimizer", "adam",           "--clip-norm",
+                                           "0.5",         "--accumulation", "4"};
   std::vector<std::string> stage0 = common, stage3 = common;
   stage0.insert(stage0.end(), {"--zero-stage", "0"});
   stage3.insert(stage3.end(), {"--zero-stage", "3"});

@@ -1,9 +1,7 @@
 #include "rayd/train/ddp.h"
 
-#include <rayd/train/fsdp.h>
-
 #include <rayd/base/logging.h>
-
+#include <rayd/train/fsdp.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 
 #include <algorithm>

@@ -114,7 +114,8 @@ class UnitFunction : public torch::autograd::Function<UnitFunction> {
     int64_t offset = 0;
     for (size_t i = 0; i < params.size(); ++i) {
       const int64_t n = unit->Numel(i);
-      if (grads[first + i].defined()) flat_grad.narrow(0, offset, n).copy_(grads[first + i].reshape({n}));
+      if (grads[first + i].defined())
+        flat_grad.narrow(0, offset, n).copy_(grads[first + i].reshape({n}));
       offset += n;
     }
     torch::Tensor input_grad = first == 1 ? grads[0] : torch::Tensor();
@@ -162,8 +163,8 @@ ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group
   } catch (...) {
     throw RaydError(StatusFromC10dException(std::current_exception(), doing).message());
   }
-  shard_ = register_parameter(
-      "shard", full.narrow(0, shard_len_ * group_.rank(), shard_len_).clone());
+  shard_ =
+      register_parameter("shard", full.narrow(0, shard_len_ * group_.rank(), shard_len_).clone());
   Release();
 }
 

@@ -5,9 +5,9 @@
 #include <rayd/train/session.h>
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,12 +50,11 @@ std::unique_ptr<Rendezvous> MeetPeers(internal::GroupSpec& spec) {
   if (spec.world_size == 1) return Rendezvous::Alone();
   if (spec.hosted) return static_cast<HostedStore&>(*spec.hosted).Take();
   const size_t colon = spec.join_address.rfind(':');
-  if (colon == std::string::npos) throw RaydError("rank " + std::to_string(spec.rank) +
-                                                  " has no rendezvous address to join");
-  Result<std::unique_ptr<Rendezvous>> joined =
-      Rendezvous::Join(spec.join_address.substr(0, colon),
-                       static_cast<uint16_t>(std::stoi(spec.join_address.substr(colon + 1))),
-                       spec.timeout);
+  if (colon == std::string::npos)
+    throw RaydError("rank " + std::to_string(spec.rank) + " has no rendezvous address to join");
+  Result<std::unique_ptr<Rendezvous>> joined = Rendezvous::Join(
+      spec.join_address.substr(0, colon),
+      static_cast<uint16_t>(std::stoi(spec.join_address.substr(colon + 1))), spec.timeout);
   if (!joined.ok()) throw RaydError("joining the rendezvous: " + joined.status().message());
   return std::move(joined).value();
 }
@@ -70,8 +69,7 @@ ProcessGroup& Group(internal::RankSession& session) {
     options.world_size = spec.world_size;
     options.local_address = spec.local_address;
     options.timeout = spec.timeout;
-    Result<std::unique_ptr<ProcessGroup>> formed =
-        ProcessGroup::Connect(MeetPeers(spec), options);
+    Result<std::unique_ptr<ProcessGroup>> formed = ProcessGroup::Connect(MeetPeers(spec), options);
     if (!formed.ok()) {
       throw RaydError("forming the process group: " + formed.status().message());
     }
@@ -197,8 +195,9 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
       }
     }
     if (units.empty()) {
-      throw RaydError("PrepareOptimizer: zero_stage 3 needs the optimizer built over sharded "
-                      "units' parameters (ShardUnit)");
+      throw RaydError(
+          "PrepareOptimizer: zero_stage 3 needs the optimizer built over sharded "
+          "units' parameters (ShardUnit)");
     }
     // The model's flat space, in the optimizer's order: a unit's whole range for its shard (of
     // which this rank holds its part), a replicated parameter's own elements: the space stages
@@ -216,16 +215,16 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
         }
         const int64_t length = unit->second->shard_numel();
         const int64_t first = std::min(rank * length, unit->second->numel());
-        placements.push_back({.begin = elements + first,
-                              .count = std::min(length, unit->second->numel() - first)});
+        placements.push_back(
+            {.begin = elements + first, .count = std::min(length, unit->second->numel() - first)});
         elements += unit->second->numel();
       }
     }
     Result<std::unique_ptr<ShardedOptimizer>> plain =
         ShardedOptimizer::CreateStage3(optimizer, group, std::move(placements), elements);
     if (!plain.ok()) throw RaydError("PrepareOptimizer: " + plain.status().message());
-    run.optimizers.push_back(std::make_unique<PreparedOptimizer>(
-        std::move(plain).value(), group, session.writer, std::move(units)));
+    run.optimizers.push_back(std::make_unique<PreparedOptimizer>(std::move(plain).value(), group,
+                                                                 session.writer, std::move(units)));
     return *run.optimizers.back();
   }
   // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.

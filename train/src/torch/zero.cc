@@ -169,8 +169,8 @@ Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
 }
 
 Result<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::CreateStage3(
-    torch::optim::Optimizer& optimizer, ProcessGroup& group,
-    std::vector<FlatPlacement> placements, int64_t elements) {
+    torch::optim::Optimizer& optimizer, ProcessGroup& group, std::vector<FlatPlacement> placements,
+    int64_t elements) {
   RAYD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> zero,
                         Create(optimizer, group, {.zero_stage = 0}));
   if (placements.size() != zero->params_.size()) {
@@ -406,8 +406,7 @@ Status ShardedOptimizer::LoadState(const std::string& dir) {
   if (!placements_.empty()) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const FlatPlacement& at = placements_[i];
-      RAYD_RETURN_IF_ERROR(
-          assemble(at.begin, at.begin + at.count, params_[i].sizes(), params_[i]));
+      RAYD_RETURN_IF_ERROR(assemble(at.begin, at.begin + at.count, params_[i].sizes(), params_[i]));
     }
     return Status::Ok();
   }

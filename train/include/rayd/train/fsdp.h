@@ -3,8 +3,8 @@
 // split among the ranks, so that between steps each holds 1/N of every sharded unit's
 // parameters, gradients and optimizer state.
 //
-//   auto unit = rayd::train::ShardedUnit(torch::nn::AnyModule(torch::nn::Linear(784, 4096)), group);
-//   model->push_back(unit);                        // a torch::nn::Sequential of units, say
+//   auto unit = rayd::train::ShardedUnit(torch::nn::AnyModule(torch::nn::Linear(784, 4096)),
+//   group); model->push_back(unit);                        // a torch::nn::Sequential of units, say
 //   torch::optim::Adam adam(model->parameters());  // the units' shards: 1/N of the model
 //   ... loss.backward(); ClipShardedGradNorm(...); adam.step();
 //
@@ -78,8 +78,8 @@ class ShardedUnitImpl : public torch::nn::Module {
  private:
   torch::nn::AnyModule block_;  // not registered: its parameters live only while it runs
   ProcessGroup& group_;
-  std::vector<torch::Tensor> params_;  // the block's parameters (their handles)
-  std::vector<int64_t> offsets_;       // per parameter: its first flat element
+  std::vector<torch::Tensor> params_;         // the block's parameters (their handles)
+  std::vector<int64_t> offsets_;              // per parameter: its first flat element
   std::vector<std::vector<int64_t>> shapes_;  // per parameter
   int64_t total_ = 0;
   int64_t shard_len_ = 0;

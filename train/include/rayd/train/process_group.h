@@ -26,6 +26,7 @@
 // waited on from any thread.
 
 #include <rayd/base/status.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cstdint>
@@ -35,7 +36,6 @@
 #include <string_view>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/version.h>
 #include <utility>
 
 namespace rayd::train {
