@@ -424,7 +424,7 @@ run: {storage_path: STORAGE}
     for (const char* key : {"param_bytes", "grad_bytes", "optimizer_state_bytes"}) {
       INFO(key);
       CHECK(sharded[i][key].get<double>() > 0);
-      // Each of the 3 units pads its range to an even number of elements.
+      // 1/N of the model's, plus at most one element of padding per unit (3 units).
       CHECK(sharded[i][key].get<double>() <= whole[i][key].get<double>() / 2 + 3 * 4);
     }
   }
