@@ -69,6 +69,7 @@ struct Flags {
   std::string save_dir;  // where to save it at the end
   std::string optimizer = "sgd";  // or adam, adamw
   double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
+  bool skew_units = false;        // stage 3: rank 1 gathers a unit the others do not
 };
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Flags& flags,
@@ -111,6 +112,9 @@ Status RunStage3(const Flags& flags, ProcessGroup& group) {
   }
   std::cout << "model_bytes=" << model_bytes << std::endl;
   std::cout << "param_bytes=" << param_bytes << std::endl;
+  // Units used in another order on one rank: its collectives pair with other units' elsewhere.
+  if (flags.skew_units && flags.rank == 1)
+    RAYD_RETURN_IF_ERROR(units.back()->GatherFull().status());
   int64_t global_step = 0;
   for (int epoch = 0; flags.train && epoch < run.epochs; ++epoch) {
     for (int64_t step = 0; step < testing::StepsPerEpoch(run, flags.world_size); ++step) {
@@ -252,6 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");
+  app.add_option("--skew-units", flags.skew_units, "stage 3: rank 1 gathers its last unit first");
   app.add_option("--clip-norm", flags.clip_norm, "clip the gradients' norm to this before steps");
   app.add_option("--load-dir", flags.load_dir, "start from this sharded optimizer checkpoint");
   app.add_option("--save-dir", flags.save_dir, "save the optimizer's sharded state here at the end");

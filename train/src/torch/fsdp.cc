@@ -145,6 +145,9 @@ ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group
     offsets_.push_back(total_);
     shapes_.push_back(param.sizes().vec());
     total_ += param.numel();
+    for (int64_t dim : param.sizes()) {
+      signature_ = (signature_ * 1'000'003 + dim + 1) & 0x3fff'ffff'ffff'ffff;
+    }
   }
   const int world = group_.world_size();
   shard_len_ = (total_ + world - 1) / world;
@@ -176,8 +179,31 @@ int64_t ShardedUnitImpl::param_bytes() const {
   return bytes;
 }
 
+Status ShardedUnitImpl::CheckSameUnit() {
+  torch::Tensor ends =
+      torch::tensor({signature_, -signature_}, torch::TensorOptions().dtype(torch::kLong))
+          .to(shard_.device());
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  RAYD_RETURN_IF_ERROR(EachRank(group_, "checking that every rank is at the same sharded unit",
+                                [&](int r) -> c10::intrusive_ptr<c10d::Work> {
+                                  if (r != 0) return {};
+                                  std::vector<torch::Tensor> tensors = {ends};
+                                  return group_.c10d().allreduce(tensors, max);
+                                }));
+  ends = ends.cpu();
+  if (ends[0].item<int64_t>() != signature_ || -ends[1].item<int64_t>() != signature_) {
+    return Status::InvalidArgument(
+        "the ranks are at different sharded units (this rank's has " + std::to_string(total_) +
+        " elements in " + std::to_string(params_.size()) +
+        " parameters): every rank must run the same units in the same order");
+  }
+  return Status::Ok();
+}
+
 Status ShardedUnitImpl::Materialize(torch::Tensor& full) {
   torch::NoGradGuard no_grad;
+  RAYD_RETURN_IF_ERROR(CheckSameUnit());
   const int world = group_.world_size();
   full = torch::empty({shard_len_ * world}, shard_.options());
   full.narrow(0, shard_len_ * group_.rank(), shard_len_).copy_(shard_.detach());

@@ -30,7 +30,8 @@
 // deterministic (recomputation must repeat its forward: a block with dropout would need its RNG
 // state replayed, which is not done); every rank runs the same units in the same order, since
 // each gather and reduce is a collective (a unit skipped on one rank hangs the others until the
-// group's timeout, then fails with DeadlineExceeded, never silently). Parameters outside every
+// group's timeout, then fails with DeadlineExceeded, never silently; ranks at units of other
+// shapes are refused by name before the gather). Parameters outside every
 // unit are ordinary parameters: keep them replicated (DistributedDataParallel) or wrap them too.
 // One gather is in flight at a time; overlapping the next unit's gather with this one's compute
 // (FSDP's and DeepSpeed's prefetch) is not done.
@@ -76,6 +77,11 @@ class ShardedUnitImpl : public torch::nn::Module {
   void train(bool on = true) override;
 
  private:
+  // Every rank must be at this unit: one small all-reduce (the largest signature and the
+  // smallest) before each gather. InvalidArgument naming the mismatch otherwise; without it
+  // a gather of other sizes makes Gloo abort the process, and one of equal sizes mixes units.
+  Status CheckSameUnit();
+
   torch::nn::AnyModule block_;  // not registered: its parameters live only while it runs
   ProcessGroup& group_;
   std::vector<torch::Tensor> params_;         // the block's parameters (their handles)
@@ -83,6 +89,7 @@ class ShardedUnitImpl : public torch::nn::Module {
   std::vector<std::vector<int64_t>> shapes_;  // per parameter
   int64_t total_ = 0;
   int64_t shard_len_ = 0;
+  int64_t signature_ = 0;  // from the parameters' shapes
   torch::Tensor shard_;
 };
 TORCH_MODULE(ShardedUnit);
