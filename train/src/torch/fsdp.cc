@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <rayd/api/errors.h>
+#include <rayd/train/zero.h>
 
 #include <cmath>
 #include <string>
@@ -261,32 +262,14 @@ void ShardedUnitImpl::train(bool on) {
 Result<double> ClipShardedGradNorm(const std::vector<ShardedUnit>& units,
                                    const std::vector<torch::Tensor>& replicated, double max_norm,
                                    ProcessGroup& group) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> shards, whole;
   for (const ShardedUnit& unit : units) {
-    if (unit->shard().grad().defined()) grads.push_back(unit->shard().grad());
+    if (unit->shard().grad().defined()) shards.push_back(unit->shard().grad());
   }
-  torch::Tensor squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
-  for (const torch::Tensor& grad : grads) squares += grad.norm(2).to(torch::kDouble).pow(2).cpu();
-  const std::string doing = "summing the gradients' norm over the ranks";
-  try {
-    std::vector<torch::Tensor> tensors = {squares};
-    RAYD_RETURN_IF_ERROR(WaitWork(*group.c10d().allreduce(tensors), group.timeout(), doing));
-  } catch (...) {
-    return StatusFromC10dException(std::current_exception(), doing);
-  }
-  double total = squares.item<double>();
   for (const torch::Tensor& param : replicated) {
-    if (!param.grad().defined()) continue;
-    total += std::pow(param.grad().norm(2).item<double>(), 2);
-    grads.push_back(param.grad());
+    if (param.grad().defined()) whole.push_back(param.grad());
   }
-  const double norm = std::sqrt(total);
-  const double coefficient = max_norm / (norm + 1e-6);
-  if (coefficient < 1) {
-    for (torch::Tensor& grad : grads) grad.mul_(coefficient);
-  }
-  return norm;
+  return ClipByGlobalNorm(shards, whole, max_norm, &group);
 }
 
 }  // namespace rayd::train

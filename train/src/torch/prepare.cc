@@ -145,21 +145,7 @@ bool PreparedOptimizer::Unscale(LossScaler& scaler) {
 }
 
 double PreparedOptimizer::ClipGradNorm(double max_norm) {
-  Result<double> norm = 0.0;
-  if (units_.empty()) {
-    norm = zero_->ClipGradNorm(max_norm);
-  } else {
-    // The shards' gradients summed over the ranks, the replicated ones' once.
-    std::unordered_set<const c10::TensorImpl*> shards;
-    for (const ShardedUnit& unit : units_) shards.insert(unit->shard().unsafeGetTensorImpl());
-    std::vector<torch::Tensor> replicated;
-    for (const auto& param_group : zero_->optimizer().param_groups()) {
-      for (const torch::Tensor& param : param_group.params()) {
-        if (!shards.contains(param.unsafeGetTensorImpl())) replicated.push_back(param);
-      }
-    }
-    norm = ClipShardedGradNorm(units_, replicated, max_norm, group_);
-  }
+  Result<double> norm = zero_->ClipGradNorm(max_norm);
   if (!norm.ok()) throw RaydError("ClipGradNorm: " + norm.status().message());
   return *norm;
 }
@@ -186,15 +172,13 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
         stepped.insert(param.unsafeGetTensorImpl());
       }
     }
-    std::vector<ShardedUnit> units;
     std::unordered_map<const c10::TensorImpl*, const ShardedUnitImpl*> unit_of;
     for (const ShardedUnit& unit : run.units) {
       if (stepped.contains(unit->shard().unsafeGetTensorImpl())) {
-        units.push_back(unit);
         unit_of[unit->shard().unsafeGetTensorImpl()] = unit.get();
       }
     }
-    if (units.empty()) {
+    if (unit_of.empty()) {
       throw RaydError(
           "PrepareOptimizer: zero_stage 3 needs the optimizer built over sharded "
           "units' parameters (ShardUnit)");
@@ -223,8 +207,8 @@ PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOpti
     Result<std::unique_ptr<ShardedOptimizer>> plain =
         ShardedOptimizer::CreateStage3(optimizer, group, std::move(placements), elements);
     if (!plain.ok()) throw RaydError("PrepareOptimizer: " + plain.status().message());
-    run.optimizers.push_back(std::make_unique<PreparedOptimizer>(std::move(plain).value(), group,
-                                                                 session.writer, std::move(units)));
+    run.optimizers.push_back(
+        std::make_unique<PreparedOptimizer>(std::move(plain).value(), group, session.writer));
     return *run.optimizers.back();
   }
   // Stages 1 and 2 lay out the gradients of the prepared model that holds these parameters.

@@ -220,34 +220,54 @@ void ShardedOptimizer::ZeroGrad() {
   }
 }
 
-Result<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
+Result<double> ClipByGlobalNorm(const std::vector<torch::Tensor>& split,
+                                const std::vector<torch::Tensor>& whole, double max_norm,
+                                ProcessGroup* group) {
   torch::NoGradGuard no_grad;
-  // The gradients the optimizer steps: this rank's slices, or every parameter's at stage 0.
-  std::vector<torch::Tensor> grads;
-  for (auto& param_group : optimizer_.param_groups()) {
-    for (const torch::Tensor& param : param_group.params()) {
-      if (param.grad().defined()) grads.push_back(param.grad());
+  auto squares_of = [](const std::vector<torch::Tensor>& grads) {
+    torch::Tensor squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
+    for (const torch::Tensor& grad : grads) {
+      squares += grad.norm(2).to(torch::kDouble).pow(2).cpu();
     }
-  }
-  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
-  torch::Tensor squares =
-      torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
-  for (const torch::Tensor& grad : grads) squares += grad.norm(2).to(torch::kDouble).pow(2);
-  if (sharded()) {
+    return squares;
+  };
+  torch::Tensor squares = squares_of(split);
+  if (group != nullptr) {
     const std::string doing = "summing the gradients' norm over the ranks";
     try {
-      std::vector<torch::Tensor> tensors = {squares};
-      RAYD_RETURN_IF_ERROR(WaitWork(*group_.c10d().allreduce(tensors), group_.timeout(), doing));
+      const torch::Device device = split.empty() ? torch::Device(torch::kCPU) : split[0].device();
+      std::vector<torch::Tensor> tensors = {squares.to(device)};
+      RAYD_RETURN_IF_ERROR(WaitWork(*group->c10d().allreduce(tensors), group->timeout(), doing));
+      squares = tensors[0].cpu();
     } catch (...) {
       return StatusFromC10dException(std::current_exception(), doing);
     }
   }
-  const double norm = std::sqrt(squares.item<double>());
+  const double norm = std::sqrt(squares.item<double>() + squares_of(whole).item<double>());
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1) {
-    for (torch::Tensor& grad : grads) grad.mul_(coefficient);
+    for (const auto* grads : {&split, &whole}) {
+      for (const torch::Tensor& grad : *grads) grad.mul_(coefficient);
+    }
   }
   return norm;
+}
+
+Result<double> ShardedOptimizer::ClipGradNorm(double max_norm) {
+  // The gradients the optimizer steps: this rank's slices (summed over the ranks), every
+  // parameter's at stage 0 (whole here), and at stage 3 the shards (summed) beside the
+  // replicated parameters (whole on every rank: counted once).
+  std::vector<torch::Tensor> split, whole;
+  size_t i = 0;
+  for (auto& param_group : optimizer_.param_groups()) {
+    for (const torch::Tensor& param : param_group.params()) {
+      const bool replicated = placements_.empty() ? !sharded() : placements_[i].replicated;
+      ++i;
+      if (param.grad().defined()) (replicated ? whole : split).push_back(param.grad());
+    }
+  }
+  const bool summed = sharded() || !placements_.empty();
+  return ClipByGlobalNorm(split, whole, max_norm, summed ? &group_ : nullptr);
 }
 
 int64_t ShardedOptimizer::state_bytes() const {

@@ -49,11 +49,10 @@ class BackgroundWriter;
 
 class PreparedOptimizer {
  public:
-  // `group` and `writer` (the session's) outlive it. `units`: at stage 3, the sharded units
-  // whose shards the optimizer steps (the rest of its parameters are replicated).
+  // `group` and `writer` (the session's) outlive it.
   PreparedOptimizer(std::unique_ptr<ShardedOptimizer> zero, ProcessGroup& group,
-                    internal::BackgroundWriter& writer, std::vector<ShardedUnit> units = {})
-      : zero_(std::move(zero)), group_(group), writer_(writer), units_(std::move(units)) {}
+                    internal::BackgroundWriter& writer)
+      : zero_(std::move(zero)), group_(group), writer_(writer) {}
   // Steps (this rank's shard, then shares it). Throws rayd::RaydError when a peer died or timed
   // out, which ends the loop and the attempt.
   void Step();
@@ -73,7 +72,7 @@ class PreparedOptimizer {
   double ClipGradNorm(double max_norm);
   int64_t state_bytes() const { return zero_->state_bytes(); }
   ShardedOptimizer& sharded() { return *zero_; }
-  int stage() const { return units_.empty() ? zero_->stage() : 3; }
+  int stage() const { return zero_->stage(); }
 
   // Every rank saves its shard of the optimizer state into `dir` (on its own node; the
   // directory it reports next, from NewCheckpointDir), without waiting for the write: the state
@@ -92,7 +91,6 @@ class PreparedOptimizer {
   std::unique_ptr<ShardedOptimizer> zero_;
   ProcessGroup& group_;
   internal::BackgroundWriter& writer_;
-  std::vector<ShardedUnit> units_;  // stage 3
 };
 
 // ZeRO stage 3 (rayd/train/fsdp.h): `block`'s parameters, sharded among this run's ranks (rank

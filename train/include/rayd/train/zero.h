@@ -70,6 +70,15 @@ struct OptimizerSnapshot {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // "p<index>/<name>"
 };
 
+// Scales `split` (gradients each rank holds a different part of: their squares are summed over
+// `group`'s ranks; null: this rank's alone) and `whole` (gradients every rank holds alike:
+// counted once) so that their joint L2 norm is at most `max_norm`, by torch's clip_grad_norm_
+// rule (times max_norm / (norm + 1e-6) when that is below 1); returns the norm before. With a
+// group, every rank calls it.
+Result<double> ClipByGlobalNorm(const std::vector<torch::Tensor>& split,
+                                const std::vector<torch::Tensor>& whole, double max_norm,
+                                ProcessGroup* group);
+
 class ShardedOptimizer {
  public:
   // `optimizer` holds the trainable parameters of the model (as built from
