@@ -17,8 +17,8 @@
 //               MALLOC_MMAP_THRESHOLD_=1048576 in the environment makes them repeat (and every
 //               large allocation an mmap: ~10% slower), for rayd and the peer alike.
 //
-//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2] [--only zero]
-//               [--no-peer]
+//   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2]
+//               [--zero-stages 0,1,2,3] [--only zero] [--no-peer]
 //
 // Prints figures only; asserts nothing.
 
@@ -62,6 +62,7 @@ struct Flags {
   int iters = 20;
   int64_t zero_steps = 8;
   int zero_stage = 0;
+  std::vector<int> zero_stages = {0, 1, 2, 3};
   int zero_ranks = 2;
   std::string only;  // "zero": the ZeRO figures alone
   bool no_peer = false;
@@ -372,6 +373,9 @@ int main(int argc, char** argv) {
   app.add_option("--zero-steps", flags.zero_steps, "measured steps of each ZeRO run");
   app.add_option("--zero-stage", flags.zero_stage, "internal: the zero run's stage");
   app.add_option("--zero-ranks", flags.zero_ranks, "ranks of the ZeRO runs");
+  app.add_option("--zero-stages", flags.zero_stages, "the ZeRO runs' stages, in order")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3));
   app.add_option("--only", flags.only, "zero: only the ZeRO figures");
   app.add_flag("--no-peer", flags.no_peer, "leave out the Python torch peer of the ZeRO figures");
   CLI11_PARSE(app, argc, argv);
@@ -393,8 +397,8 @@ int main(int argc, char** argv) {
     ok = RunRanks(self, flags, "plain", 1) && RunRanks(self, flags, "train", 1) &&
          RunRanks(self, flags, "train", 2) && RunRanks(self, flags, "allreduce", 2);
   }
-  for (int stage = 0; ok && stage <= 3; ++stage) {
-    ok = RunRanks(self, flags, "zero", flags.zero_ranks, stage);
+  for (size_t i = 0; ok && i < flags.zero_stages.size(); ++i) {
+    ok = RunRanks(self, flags, "zero", flags.zero_ranks, flags.zero_stages[i]);
   }
   // The peer, in the same run: Python torch's Adam and ZeroRedundancyOptimizer on the same model.
   if (ok && !flags.no_peer) {

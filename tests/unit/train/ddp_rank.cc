@@ -70,6 +70,7 @@ struct Flags {
   std::string optimizer = "sgd";  // or adam, adamw
   double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
   bool skew_units = false;        // stage 3: rank 1 gathers a unit the others do not
+  bool recompute = false;         // stage 3: units recompute their forward in backward
 };
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Flags& flags,
@@ -99,7 +100,7 @@ Status RunStage3(const Flags& flags, ProcessGroup& group) {
       model->push_back(layer);
       continue;
     }
-    units.emplace_back(layer, group);
+    units.emplace_back(layer, group, ShardedUnitOptions{.recompute = flags.recompute});
     model->push_back(units.back());
   }
   std::unique_ptr<torch::optim::Optimizer> optimizer =
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");
+  app.add_option("--recompute", flags.recompute, "stage 3: recompute each unit's forward");
   app.add_option("--skew-units", flags.skew_units, "stage 3: rank 1 gathers its last unit first");
   app.add_option("--clip-norm", flags.clip_norm, "clip the gradients' norm to this before steps");
   app.add_option("--load-dir", flags.load_dir, "start from this sharded optimizer checkpoint");

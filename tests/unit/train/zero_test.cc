@@ -160,6 +160,18 @@ TEST_CASE("ZeRO stage 3 with clipping and 4 micro-batches matches stage 0's", "[
   CHECK(MaxDiff(sharded.params[1], whole.params[0]) < 1e-5f);
 }
 
+TEST_CASE("ZeRO stage 3 recomputing each unit's forward in backward matches stage 0's",
+          "[train][zero]") {
+  const std::vector<std::string> common = {"--optimizer", "adamw", "--accumulation", "2"};
+  std::vector<std::string> stage0 = common, stage3 = common;
+  stage0.insert(stage0.end(), {"--zero-stage", "0"});
+  stage3.insert(stage3.end(), {"--zero-stage", "3", "--recompute", "1"});
+  const RankRun whole = RunRanks(3, stage0);
+  const RankRun sharded = RunRanks(3, stage3);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK(MaxDiff(sharded.params[rank], whole.params[0]) < 1e-5f);
+}
+
 TEST_CASE("accumulating 4 micro-batches equals one batch 4x larger, at stages 0, 1 and 2",
           "[train][zero]") {
   const std::string stage = GENERATE(as<std::string>{}, "0", "1", "2");

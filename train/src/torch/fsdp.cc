@@ -1,10 +1,10 @@
 #include "rayd/train/fsdp.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/StorageImpl.h>
 #include <rayd/api/errors.h>
 #include <rayd/train/zero.h>
 
-#include <cmath>
 #include <string>
 #include <utility>
 
@@ -64,87 +64,104 @@ class ReplayAutocast {
   AutocastState before_;
 };
 
-// The unit's autograd node: forward without history (the range freed after it), backward by
-// recomputing the block's forward with history on a gathered range.
+// Throws what a failed gather or reduce says, as autograd passes exceptions on.
+void ThrowIfError(const Status& status, const char* during) {
+  if (!status.ok())
+    throw RaydError(std::string("sharded unit ") + during + ": " + status.message());
+}
+
+}  // namespace
+
+namespace detail {
+
+// The unit's autograd node. Forward gathers the range and runs the block, with history on an
+// inner graph of its own (the input detached) unless the unit recomputes or no gradient is
+// wanted, and frees the range; backward gathers it again, differentiates the inner graph (or a
+// recomputed one), reduces the parameters' gradients to their owners and frees the range.
 class UnitFunction : public torch::autograd::Function<UnitFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor input, torch::Tensor shard,
-                               ShardedUnitImpl* unit) {
-    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
-    AutocastState::Now().Save(ctx);
-    ctx->save_for_backward({input});
-    torch::Tensor full;
-    Status gathered = unit->Materialize(full);
-    if (!gathered.ok()) throw RaydError("sharded unit forward: " + gathered.message());
-    torch::Tensor output;
-    {
-      torch::NoGradGuard no_grad;
-      output = unit->block().forward(input);
-    }
-    unit->Release();
+                               ShardedUnitImpl* unit, bool record) {
     (void)shard;  // an input only so that autograd hands its gradient back
-    return output;
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    ThrowIfError(unit->Gather(), "forward");
+    if (!record || unit->options_.recompute) {
+      torch::Tensor output = unit->block_.forward(input);  // autograd is off in here
+      unit->Free();
+      AutocastState::Now().Save(ctx);
+      ctx->save_for_backward({input});
+      return output;
+    }
+    torch::AutoGradMode enable(true);
+    torch::Tensor inner = input.detach().requires_grad_(input.requires_grad());
+    torch::Tensor output = unit->block_.forward(inner);
+    // The inner graph keeps the block's parameters as they are (views of the range): freeing
+    // the range's bytes leaves them in place for backward to refill.
+    unit->Free();
+    ctx->saved_data["input"] = inner;
+    ctx->saved_data["output"] = output;
+    return output.detach();
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto* unit = reinterpret_cast<ShardedUnitImpl*>(ctx->saved_data["unit"].toInt());
-    torch::Tensor input = ctx->get_saved_variables()[0];
-    torch::Tensor full;
-    Status gathered = unit->Materialize(full);
-    if (!gathered.ok()) throw RaydError("sharded unit backward: " + gathered.message());
-    std::vector<torch::Tensor>& params = unit->block_parameters();
-    torch::Tensor replay = input.detach().requires_grad_(input.requires_grad());
-    variable_list inputs;
-    if (replay.requires_grad()) inputs.push_back(replay);
-    for (torch::Tensor& param : params) {
-      param.requires_grad_(true);
-      inputs.push_back(param);
-    }
+    ThrowIfError(unit->Gather(/*check=*/false), "backward");
+    torch::AutoGradMode enable(true);
+    torch::Tensor input;
     variable_list grads;
-    {
-      torch::AutoGradMode enable(true);
+    if (!ctx->saved_data.count("autocast_cpu")) {
+      if (!ctx->saved_data.count("output")) {
+        throw RaydError(
+            "sharded unit backward: its forward's graph was used already (a second backward "
+            "through a unit needs ShardedUnitOptions::recompute)");
+      }
+      input = ctx->saved_data["input"].toTensor();
+      torch::Tensor output = ctx->saved_data["output"].toTensor();
+      ctx->saved_data.erase("output");  // the inner graph goes with its backward
+      grads = Differentiate(output, input, unit->params_, grad_outputs[0]);
+    } else {
+      torch::Tensor saved = ctx->get_saved_variables()[0];
+      input = saved.detach().requires_grad_(saved.requires_grad());
       ReplayAutocast autocast(AutocastState::Saved(ctx));
-      torch::Tensor output = unit->block().forward(replay);
-      grads = torch::autograd::grad({output}, inputs, {grad_outputs[0]},
-                                    /*retain_graph=*/false, /*create_graph=*/false,
-                                    /*allow_unused=*/true);
+      grads = Differentiate(unit->block_.forward(input), input, unit->params_, grad_outputs[0]);
     }
-    // The parameters' gradients, flat in the range's layout (padding and unused ones zero).
-    torch::Tensor flat_grad = torch::zeros_like(full);
-    const size_t first = replay.requires_grad() ? 1 : 0;
-    int64_t offset = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int64_t n = unit->Numel(i);
-      if (grads[first + i].defined())
-        flat_grad.narrow(0, offset, n).copy_(grads[first + i].reshape({n}));
-      offset += n;
-    }
-    torch::Tensor input_grad = first == 1 ? grads[0] : torch::Tensor();
+    torch::Tensor input_grad = input.requires_grad() ? grads[0] : torch::Tensor();
+    // The parameters are done with: their gradients take the range's place, and go from
+    // there to their owners.
+    unit->LayOutGradients({grads.begin() + (input.requires_grad() ? 1 : 0), grads.end()});
     grads.clear();
-    unit->Release();
-    full = torch::Tensor();
-    Result<torch::Tensor> shard_grad = unit->ReduceToOwners(std::move(flat_grad));
-    if (!shard_grad.ok()) {
-      throw RaydError("sharded unit backward: " + shard_grad.status().message());
-    }
-    return {input_grad, *shard_grad, torch::Tensor()};
+    Result<torch::Tensor> shard_grad = unit->ReduceToOwners();
+    unit->Free();
+    ThrowIfError(shard_grad.status(), "backward");
+    return {input_grad, *shard_grad, torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  // The gradients of `input` (when it needs one) and `params` from `output`'s graph.
+  static variable_list Differentiate(const torch::Tensor& output, const torch::Tensor& input,
+                                     const std::vector<torch::Tensor>& params,
+                                     const torch::Tensor& grad_output) {
+    variable_list inputs;
+    if (input.requires_grad()) inputs.push_back(input);
+    inputs.insert(inputs.end(), params.begin(), params.end());
+    return torch::autograd::grad({output}, inputs, {grad_output}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
   }
 };
 
-}  // namespace
+}  // namespace detail
 
-ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group)
-    : block_(std::move(block)), group_(group) {
+ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group,
+                                 ShardedUnitOptions options)
+    : block_(std::move(block)), group_(group), options_(options) {
   torch::NoGradGuard no_grad;
   params_ = block_.ptr()->parameters();
   if (params_.empty()) throw RaydError("a sharded unit needs a block with parameters");
-  const torch::TensorOptions options = params_[0].options();
   for (const torch::Tensor& param : params_) {
     if (param.dtype() != params_[0].dtype() || param.device() != params_[0].device()) {
       throw RaydError("a sharded unit's parameters must share one dtype and device");
     }
     offsets_.push_back(total_);
-    shapes_.push_back(param.sizes().vec());
     total_ += param.numel();
     for (int64_t dim : param.sizes()) {
       signature_ = (signature_ * 1'000'003 + dim + 1) & 0x3fff'ffff'ffff'ffff;
@@ -152,14 +169,14 @@ ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group
   }
   const int world = group_.world_size();
   shard_len_ = (total_ + world - 1) / world;
-  torch::Tensor full = torch::zeros({shard_len_ * world}, options);
+  range_ = torch::zeros({shard_len_ * world}, params_[0].options());
   for (size_t i = 0; i < params_.size(); ++i) {
-    full.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].reshape({-1}));
+    range_.narrow(0, offsets_[i], Numel(i)).copy_(params_[i].reshape({-1}));
   }
   // Rank 0's parameters everywhere, as PrepareModel makes them.
   const std::string doing = "broadcasting a sharded unit's parameters from rank 0";
   try {
-    std::vector<torch::Tensor> tensors = {full};
+    std::vector<torch::Tensor> tensors = {range_};
     Status sent = WaitWork(*group_.c10d().broadcast(tensors), group_.timeout(), doing);
     if (!sent.ok()) throw RaydError(sent.message());
   } catch (const RaydError&) {
@@ -168,16 +185,22 @@ ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group
     throw RaydError(StatusFromC10dException(std::current_exception(), doing).message());
   }
   shard_ =
-      register_parameter("shard", full.narrow(0, shard_len_ * group_.rank(), shard_len_).clone());
-  Release();
+      register_parameter("shard", range_.narrow(0, shard_len_ * group_.rank(), shard_len_).clone());
+  PointParametersAtRange();
+  Free();
+}
+
+void ShardedUnitImpl::PointParametersAtRange() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].set_data(range_.narrow(0, offsets_[i], Numel(i)).view(params_[i].sizes()));
+    params_[i].requires_grad_(true);
+  }
 }
 
 int64_t ShardedUnitImpl::param_bytes() const {
-  int64_t bytes = shard_.numel() * static_cast<int64_t>(shard_.element_size());
-  for (const torch::Tensor& param : params_) {
-    bytes += param.numel() * static_cast<int64_t>(param.element_size());
-  }
-  return bytes;
+  return shard_.numel() * static_cast<int64_t>(shard_.element_size()) +
+         static_cast<int64_t>(range_.storage().nbytes());
 }
 
 Status ShardedUnitImpl::CheckSameUnit() {
@@ -202,56 +225,72 @@ Status ShardedUnitImpl::CheckSameUnit() {
   return Status::Ok();
 }
 
-Status ShardedUnitImpl::Materialize(torch::Tensor& full) {
+Status ShardedUnitImpl::Gather(bool check) {
   torch::NoGradGuard no_grad;
-  RAYD_RETURN_IF_ERROR(CheckSameUnit());
-  const int world = group_.world_size();
-  full = torch::empty({shard_len_ * world}, shard_.options());
-  full.narrow(0, shard_len_ * group_.rank(), shard_len_).copy_(shard_.detach());
+  if (check) RAYD_RETURN_IF_ERROR(CheckSameUnit());
+  if (range_.device() != shard_.device()) {  // the unit was moved since the range was made
+    range_ = torch::empty({shard_len_ * group_.world_size()}, shard_.options());
+    PointParametersAtRange();
+  }
+  c10::StorageImpl* storage = range_.storage().unsafeGetStorageImpl();
+  const size_t bytes = range_.numel() * range_.element_size();
+  if (storage->nbytes() != bytes) {
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+  }
+  range_.narrow(0, shard_len_ * group_.rank(), shard_len_).copy_(shard_.detach());
   // Each rank's part from its owner, in place.
-  RAYD_RETURN_IF_ERROR(EachRank(group_, "gathering a sharded unit's parameters", [&](int r) {
-    std::vector<torch::Tensor> tensors = {full.narrow(0, shard_len_ * r, shard_len_)};
+  return EachRank(group_, "gathering a sharded unit's parameters", [&](int r) {
+    std::vector<torch::Tensor> tensors = {range_.narrow(0, shard_len_ * r, shard_len_)};
     c10d::BroadcastOptions broadcast;
     broadcast.rootRank = r;
     return group_.c10d().broadcast(tensors, broadcast);
-  }));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].set_data(full.narrow(0, offsets_[i], Numel(i)).view(shapes_[i]));
-  }
-  return Status::Ok();
+  });
 }
 
-void ShardedUnitImpl::Release() {
+void ShardedUnitImpl::Free() {
+  // The range's bytes go; its tensor and the parameters' views of it stay, shapes and all,
+  // for Gather to refill (an inner graph of a forward keeps the views until its backward).
+  c10::StorageImpl* storage = range_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, range_.device()));
+  storage->set_nbytes(0);
+}
+
+void ShardedUnitImpl::LayOutGradients(const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
-  for (torch::Tensor& param : params_) {
-    param.set_data(torch::empty({0}, param.options()));  // its shape is kept in shapes_
-    param.mutable_grad() = torch::Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor part = range_.narrow(0, offsets_[i], Numel(i));
+    if (grads[i].defined()) {
+      part.copy_(grads[i].reshape({-1}));
+    } else {
+      part.zero_();  // a parameter the block did not use this time
+    }
   }
+  range_.narrow(0, total_, range_.numel() - total_).zero_();  // the padding
 }
 
-Result<torch::Tensor> ShardedUnitImpl::ReduceToOwners(torch::Tensor flat_grad) {
+Result<torch::Tensor> ShardedUnitImpl::ReduceToOwners() {
   torch::NoGradGuard no_grad;
   const int world = group_.world_size();
   RAYD_RETURN_IF_ERROR(
       EachRank(group_, "reducing a sharded unit's gradients to their owners", [&](int r) {
-        std::vector<torch::Tensor> tensors = {flat_grad.narrow(0, shard_len_ * r, shard_len_)};
+        std::vector<torch::Tensor> tensors = {range_.narrow(0, shard_len_ * r, shard_len_)};
         c10d::ReduceOptions reduce;
         reduce.rootRank = r;
         return group_.c10d().reduce(tensors, reduce);
       }));
-  return flat_grad.narrow(0, shard_len_ * group_.rank(), shard_len_).div(world);
+  return range_.narrow(0, shard_len_ * group_.rank(), shard_len_).div(world);
 }
 
 Result<torch::Tensor> ShardedUnitImpl::GatherFull() {
-  torch::Tensor full;
-  RAYD_RETURN_IF_ERROR(Materialize(full));
-  torch::Tensor out = full.narrow(0, 0, total_).clone();
-  Release();
+  RAYD_RETURN_IF_ERROR(Gather());
+  torch::Tensor out = range_.narrow(0, 0, total_).clone();
+  Free();
   return out;
 }
 
 torch::Tensor ShardedUnitImpl::forward(torch::Tensor input) {
-  return UnitFunction::apply(input, shard_, this);
+  return detail::UnitFunction::apply(input, shard_, this, torch::GradMode::is_enabled());
 }
 
 void ShardedUnitImpl::train(bool on) {
