@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "c10d_error.h"
+#include "host_collectives.h"
 
 namespace rayd::train {
 namespace {
@@ -204,25 +205,36 @@ int64_t ShardedUnitImpl::param_bytes() const {
 }
 
 Status ShardedUnitImpl::CheckSameUnit() {
-  torch::Tensor ends =
-      torch::tensor({signature_, -signature_}, torch::TensorOptions().dtype(torch::kLong))
-          .to(shard_.device());
-  c10d::AllreduceOptions max;
-  max.reduceOp = c10d::ReduceOp::MAX;
-  RAYD_RETURN_IF_ERROR(EachRank(group_, "checking that every rank is at the same sharded unit",
-                                [&](int r) -> c10::intrusive_ptr<c10d::Work> {
-                                  if (r != 0) return {};
-                                  std::vector<torch::Tensor> tensors = {ends};
-                                  return group_.c10d().allreduce(tensors, max);
-                                }));
-  ends = ends.cpu();
-  if (ends[0].item<int64_t>() != signature_ || -ends[1].item<int64_t>() != signature_) {
+  constexpr std::string_view kDoing = "checking that every rank is at the same sharded unit";
+  bool same = false;
+  if (HostCollectives* host = Host()) {
+    RAYD_ASSIGN_OR_RETURN(same, host->Same(static_cast<uint64_t>(signature_), kDoing));
+  } else {
+    // The largest signature and the smallest, in one all-reduce.
+    torch::Tensor ends =
+        torch::tensor({signature_, -signature_}, torch::TensorOptions().dtype(torch::kLong))
+            .to(shard_.device());
+    c10d::AllreduceOptions max;
+    max.reduceOp = c10d::ReduceOp::MAX;
+    RAYD_RETURN_IF_ERROR(EachRank(group_, kDoing, [&](int r) -> c10::intrusive_ptr<c10d::Work> {
+      if (r != 0) return {};
+      std::vector<torch::Tensor> tensors = {ends};
+      return group_.c10d().allreduce(tensors, max);
+    }));
+    ends = ends.cpu();
+    same = ends[0].item<int64_t>() == signature_ && -ends[1].item<int64_t>() == signature_;
+  }
+  if (!same) {
     return Status::InvalidArgument(
         "the ranks are at different sharded units (this rank's has " + std::to_string(total_) +
         " elements in " + std::to_string(params_.size()) +
         " parameters): every rank must run the same units in the same order");
   }
   return Status::Ok();
+}
+
+HostCollectives* ShardedUnitImpl::Host() const {
+  return shard_.is_cpu() ? group_.host_collectives() : nullptr;
 }
 
 Status ShardedUnitImpl::Gather(bool check) {
@@ -238,9 +250,11 @@ Status ShardedUnitImpl::Gather(bool check) {
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
   }
+  constexpr std::string_view kDoing = "gathering a sharded unit's parameters";
+  if (HostCollectives* host = Host()) return host->AllGather(shard_.detach(), range_, kDoing);
   range_.narrow(0, shard_len_ * group_.rank(), shard_len_).copy_(shard_.detach());
   // Each rank's part from its owner, in place.
-  return EachRank(group_, "gathering a sharded unit's parameters", [&](int r) {
+  return EachRank(group_, kDoing, [&](int r) {
     std::vector<torch::Tensor> tensors = {range_.narrow(0, shard_len_ * r, shard_len_)};
     c10d::BroadcastOptions broadcast;
     broadcast.rootRank = r;
@@ -271,14 +285,19 @@ void ShardedUnitImpl::LayOutGradients(const std::vector<torch::Tensor>& grads) {
 
 Result<torch::Tensor> ShardedUnitImpl::ReduceToOwners() {
   torch::NoGradGuard no_grad;
+  constexpr std::string_view kDoing = "reducing a sharded unit's gradients to their owners";
   const int world = group_.world_size();
-  RAYD_RETURN_IF_ERROR(
-      EachRank(group_, "reducing a sharded unit's gradients to their owners", [&](int r) {
-        std::vector<torch::Tensor> tensors = {range_.narrow(0, shard_len_ * r, shard_len_)};
-        c10d::ReduceOptions reduce;
-        reduce.rootRank = r;
-        return group_.c10d().reduce(tensors, reduce);
-      }));
+  if (HostCollectives* host = Host()) {
+    torch::Tensor mine = torch::empty({shard_len_}, range_.options());
+    RAYD_RETURN_IF_ERROR(host->ReduceScatter(range_, mine, kDoing));
+    return mine.div_(world);
+  }
+  RAYD_RETURN_IF_ERROR(EachRank(group_, kDoing, [&](int r) {
+    std::vector<torch::Tensor> tensors = {range_.narrow(0, shard_len_ * r, shard_len_)};
+    c10d::ReduceOptions reduce;
+    reduce.rootRank = r;
+    return group_.c10d().reduce(tensors, reduce);
+  }));
   return range_.narrow(0, shard_len_ * group_.rank(), shard_len_).div(world);
 }
 

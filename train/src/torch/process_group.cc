@@ -7,6 +7,7 @@
 
 #include "c10d_error.h"
 #include "cuda_support.h"
+#include "host_collectives.h"
 
 namespace rayd::train {
 
@@ -86,11 +87,20 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rend
       Status whole = formed->Barrier();
       if (!whole.ok()) return Status(whole.code(), where + ": " + whole.message());
     }
+    if (options.shared_memory) {
+      Result<std::unique_ptr<HostCollectives>> host = HostCollectives::Create(*formed);
+      if (!host.ok()) return Status(host.status().code(), where + ": " + host.status().message());
+      formed->host_ = std::move(host).value();
+    }
     return formed;
   } catch (...) {
     return StatusFromC10dException(std::current_exception(), where);
   }
 }
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Rendezvous> rendezvous,
+                           c10::intrusive_ptr<C10dBackend> group, ProcessGroupOptions options)
+    : rendezvous_(std::move(rendezvous)), group_(std::move(group)), options_(std::move(options)) {}
 
 ProcessGroup::~ProcessGroup() {
   if (group_ && options_.backend == CollectiveBackend::kNccl) cuda::ShutdownNcclGroup(*group_);

@@ -94,6 +94,9 @@ class ShardedUnitImpl : public torch::nn::Module {
   // smallest) before each gather. InvalidArgument naming the mismatch otherwise; without it
   // a gather of other sizes makes Gloo abort the process, and one of equal sizes mixes units.
   Status CheckSameUnit();
+  // The group's shared-memory collectives when its ranks share this host (and the unit's
+  // tensors are on the CPU), else null: Gloo's serve.
+  HostCollectives* Host() const;
   // Allocates the range's bytes and fills them from the owners, after checking that every
   // rank is at this unit when `check` (forward checks; backward runs the units in the reverse
   // of the order forward checked). Free releases the bytes.

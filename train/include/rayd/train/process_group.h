@@ -96,7 +96,13 @@ struct ProcessGroupOptions {
   std::string local_address = "127.0.0.1";
   // Bounds forming the group and every collective on it.
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  // When every rank of a Gloo group runs on one host, also map a segment of shared memory
+  // among them, through which sharded units (fsdp.h) gather and reduce instead of Gloo's
+  // loopback TCP (see host_collectives()).
+  bool shared_memory = true;
 };
+
+class HostCollectives;  // train/src/torch/host_collectives.h
 
 // One rank's membership in a Gloo or NCCL process group.
 class ProcessGroup {
@@ -120,17 +126,19 @@ class ProcessGroup {
   // Blocks until every rank has reached the barrier (or the timeout passes).
   Status Barrier();
 
+  // Collectives through shared memory among the ranks, when they all run on this host and
+  // the options asked for them; null otherwise.
+  HostCollectives* host_collectives() { return host_.get(); }
+
  private:
   ProcessGroup(std::unique_ptr<Rendezvous> rendezvous, c10::intrusive_ptr<C10dBackend> group,
-               ProcessGroupOptions options)
-      : rendezvous_(std::move(rendezvous)),
-        group_(std::move(group)),
-        options_(std::move(options)) {}
+               ProcessGroupOptions options);
 
   // Declared in dependency order: the group talks through the rendezvous's store.
   std::unique_ptr<Rendezvous> rendezvous_;
   c10::intrusive_ptr<C10dBackend> group_;
   ProcessGroupOptions options_;
+  std::unique_ptr<HostCollectives> host_;
 };
 
 // Whether this build can form NCCL groups: rayd built against a LibTorch with CUDA and NCCL
