@@ -71,6 +71,7 @@ struct Flags {
   double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
   bool skew_units = false;        // stage 3: rank 1 gathers a unit the others do not
   bool recompute = false;         // stage 3: units recompute their forward in backward
+  bool shared_memory = true;      // the group's shared-memory collectives (one host)
 };
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Flags& flags,
@@ -166,10 +167,11 @@ Status Run(const Flags& flags) {
     RAYD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::Join("127.0.0.1", port, timeout));
   }
   RAYD_ASSIGN_OR_RETURN(
-      auto group, ProcessGroup::Connect(
-                      std::move(rendezvous),
-                      ProcessGroupOptions{
-                          .rank = flags.rank, .world_size = flags.world_size, .timeout = timeout}));
+      auto group, ProcessGroup::Connect(std::move(rendezvous),
+                                        ProcessGroupOptions{.rank = flags.rank,
+                                                            .world_size = flags.world_size,
+                                                            .timeout = timeout,
+                                                            .shared_memory = flags.shared_memory}));
   if (flags.zero_stage == 3) {
     // A unit's gather or reduce that fails throws out of forward or backward (as a train
     // loop's would, failing the attempt): reported as this rank's error.
@@ -257,6 +259,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
   app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");
+  app.add_option("--shared-memory", flags.shared_memory, "0: Gloo's collectives only");
   app.add_option("--recompute", flags.recompute, "stage 3: recompute each unit's forward");
   app.add_option("--skew-units", flags.skew_units, "stage 3: rank 1 gathers its last unit first");
   app.add_option("--clip-norm", flags.clip_norm, "clip the gradients' norm to this before steps");

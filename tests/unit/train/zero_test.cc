@@ -160,6 +160,15 @@ TEST_CASE("ZeRO stage 3 with clipping and 4 micro-batches matches stage 0's", "[
   CHECK(MaxDiff(sharded.params[1], whole.params[0]) < 1e-5f);
 }
 
+TEST_CASE("ZeRO stage 3 over Gloo alone, without shared memory, matches stage 0's",
+          "[train][zero]") {
+  const RankRun whole = RunRanks(2, {"--optimizer", "adam", "--zero-stage", "0"});
+  const RankRun sharded =
+      RunRanks(2, {"--optimizer", "adam", "--zero-stage", "3", "--shared-memory", "0"});
+  CHECK(MaxDiff(sharded.params[0], whole.params[0]) < 1e-5f);
+  CHECK(MaxDiff(sharded.params[1], whole.params[0]) < 1e-5f);
+}
+
 TEST_CASE("ZeRO stage 3 recomputing each unit's forward in backward matches stage 0's",
           "[train][zero]") {
   const std::vector<std::string> common = {"--optimizer", "adamw", "--accumulation", "2"};

@@ -33,7 +33,7 @@ int64_t HostKey() {
     key += ":" + std::to_string(st.st_ino);
   }
   if (key.size() < 8) return 0;
-  return static_cast<int64_t>(std::hash<std::string>{}(key) & 0x7fff'ffff'ffff'ffff);
+  return static_cast<int64_t>(std::hash<std::string>{}(key)&0x7fff'ffff'ffff'ffff);
 }
 
 void CpuRelax() {
@@ -52,8 +52,8 @@ bool Exited(int pidfd) {
   return poll(&ready, 1, 0) > 0;
 }
 
-constexpr int kSpins = 256;                                // before sleeping on the futex
-constexpr std::chrono::milliseconds kSleepSlice{20};      // between looks at the peers' pids
+constexpr int kSpins = 256;                           // before sleeping on the futex
+constexpr std::chrono::milliseconds kSleepSlice{20};  // between looks at the peers' pids
 constexpr size_t kNameBytes = 64;
 
 }  // namespace
@@ -80,7 +80,8 @@ size_t SegmentBytes(int world) {
 
 Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& group) {
   const int world = group.world_size(), rank = group.rank();
-  if (world < 2 || group.backend() != CollectiveBackend::kGloo) return std::unique_ptr<HostCollectives>();
+  if (world < 2 || group.backend() != CollectiveBackend::kGloo)
+    return std::unique_ptr<HostCollectives>();
   static_assert(sizeof(RankState) == 64);
   // Who is where: each rank's host key and pid, from each rank.
   torch::Tensor table = torch::zeros({world, 2}, torch::kLong);
@@ -154,8 +155,8 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
   return made;
 }
 
-HostCollectives::HostCollectives(int rank, int world, std::chrono::milliseconds timeout,
-                                 void* base, size_t bytes, std::vector<int> peer_fds)
+HostCollectives::HostCollectives(int rank, int world, std::chrono::milliseconds timeout, void* base,
+                                 size_t bytes, std::vector<int> peer_fds)
     : rank_(rank),
       world_(world),
       timeout_(timeout),
@@ -210,8 +211,8 @@ Status HostCollectives::Barrier(uint64_t value, std::string_view what) {
     }
     if (std::chrono::steady_clock::now() > deadline) {
       return Status::DeadlineExceeded(std::string(what) + ": rank " + std::to_string(missing) +
-                                      " did not arrive within " +
-                                      std::to_string(timeout_.count()) + " ms");
+                                      " did not arrive within " + std::to_string(timeout_.count()) +
+                                      " ms");
     }
     const timespec slice{.tv_sec = 0, .tv_nsec = kSleepSlice.count() * 1'000'000};
     waiters.fetch_add(1);

@@ -1,0 +1,170 @@
+// HostCollectives (train/src/torch/host_collectives.h): the shared-memory collectives of a Gloo
+// group whose ranks share a host. The ranks here are threads of this process, each with its own
+// ProcessGroup over 127.0.0.1 and its own mapping of the segment; a rank whose process exits is
+// ddp_test's (a stage-3 rank whose peer dies).
+
+#include "torch/host_collectives.h"
+
+#include <dirent.h>
+#include <rayd/train/process_group.h>
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rayd::train {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `world` ranks' groups, formed concurrently (rank 0 hosts the rendezvous).
+std::vector<std::unique_ptr<ProcessGroup>> FormGroups(int world, bool shared_memory,
+                                                      std::chrono::milliseconds timeout = 10s) {
+  auto host = Rendezvous::Host("127.0.0.1", 0, timeout);
+  REQUIRE(host.ok());
+  const uint16_t port = (*host)->port();
+  std::vector<std::future<Result<std::unique_ptr<ProcessGroup>>>> forming;
+  for (int rank = 0; rank < world; ++rank) {
+    std::unique_ptr<Rendezvous> rendezvous;
+    if (rank == 0) rendezvous = std::move(host).value();
+    forming.push_back(std::async(std::launch::async, [=, rendezvous =
+                                                             std::move(rendezvous)]() mutable {
+      if (!rendezvous) {
+        auto joined = Rendezvous::Join("127.0.0.1", port, timeout);
+        if (!joined.ok()) return Result<std::unique_ptr<ProcessGroup>>(joined.status());
+        rendezvous = std::move(joined).value();
+      }
+      return ProcessGroup::Connect(
+          std::move(rendezvous),
+          {.rank = rank, .world_size = world, .timeout = timeout, .shared_memory = shared_memory});
+    }));
+  }
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  for (auto& group : forming) {
+    auto formed = group.get();
+    INFO(formed.status().ToString());
+    REQUIRE(formed.ok());
+    groups.push_back(std::move(formed).value());
+  }
+  return groups;
+}
+
+// Runs `body(rank, host)` on a thread per rank, and returns each one's Status.
+std::vector<Status> OnEachRank(std::vector<std::unique_ptr<ProcessGroup>>& groups,
+                               const std::function<Status(int, HostCollectives&)>& body) {
+  std::vector<std::future<Status>> running;
+  for (size_t rank = 0; rank < groups.size(); ++rank) {
+    HostCollectives* host = groups[rank]->host_collectives();
+    REQUIRE(host != nullptr);
+    running.push_back(std::async(
+        std::launch::async, [&body, rank, host] { return body(static_cast<int>(rank), *host); }));
+  }
+  std::vector<Status> done;
+  for (auto& each : running) done.push_back(each.get());
+  return done;
+}
+
+// rank r's n values: r * 1000 + i / 7 (exact in bf16 only when small; used for floats).
+torch::Tensor RankValues(int rank, int64_t n, torch::ScalarType type = torch::kFloat) {
+  return (torch::arange(n, torch::kDouble).div(7).floor() + rank * 1000).to(type);
+}
+
+TEST_CASE("ranks of one host all-gather through shared memory, in chunks, in any dtype",
+          "[train][zero]") {
+  auto groups = FormGroups(3, true);
+  // Over two chunks of a 1 MiB buffer per rank, and not a multiple of one.
+  const int64_t n = static_cast<int64_t>(HostCollectives::kBufferBytes / sizeof(float)) * 2 + 123;
+  const torch::ScalarType type = GENERATE(torch::kFloat, torch::kBFloat16, torch::kDouble);
+  std::vector<Status> statuses = OnEachRank(groups, [&](int rank, HostCollectives& host) {
+    torch::Tensor out = torch::full({3 * n}, -1, type);
+    RAYD_RETURN_IF_ERROR(host.AllGather(RankValues(rank, n, type), out, "the test's gather"));
+    for (int from = 0; from < 3; ++from) {
+      if (!out.narrow(0, from * n, n).equal(RankValues(from, n, type))) {
+        return Status::Internal("rank " + std::to_string(rank) + " got rank " +
+                                std::to_string(from) + "'s part wrong");
+      }
+    }
+    return Status::Ok();
+  });
+  for (const Status& status : statuses) CHECK(status.ToString() == Status::Ok().ToString());
+}
+
+TEST_CASE("ranks of one host reduce-scatter through shared memory: each gets its part's sum",
+          "[train][zero]") {
+  auto groups = FormGroups(3, true);
+  const int64_t n = static_cast<int64_t>(HostCollectives::kBufferBytes / sizeof(float)) + 5;
+  std::vector<Status> statuses = OnEachRank(groups, [&](int rank, HostCollectives& host) {
+    // Rank r contributes r + 1 times [part 0 | part 1 | part 2] of small integers: exact sums.
+    torch::Tensor in = torch::arange(3 * n, torch::kFloat).remainder(1000).mul(rank + 1);
+    torch::Tensor mine = torch::empty({n}, torch::kFloat);
+    RAYD_RETURN_IF_ERROR(host.ReduceScatter(in, mine, "the test's reduce"));
+    torch::Tensor expected =
+        torch::arange(3 * n, torch::kFloat).remainder(1000).narrow(0, rank * n, n).mul(1 + 2 + 3);
+    if (!mine.equal(expected)) return Status::Internal("rank " + std::to_string(rank) + "'s sum");
+    // A second, smaller one right after reuses the buffers.
+    torch::Tensor small = torch::full({6}, static_cast<float>(rank));
+    torch::Tensor two = torch::empty({2});
+    RAYD_RETURN_IF_ERROR(host.ReduceScatter(small, two, "the test's second reduce"));
+    if (!two.equal(torch::full({2}, 0.f + 1 + 2))) return Status::Internal("second sum");
+    return Status::Ok();
+  });
+  for (const Status& status : statuses) CHECK(status.ToString() == Status::Ok().ToString());
+}
+
+TEST_CASE("Same tells every rank whether all offered one value", "[train][zero]") {
+  auto groups = FormGroups(2, true);
+  std::vector<bool> same_all(2), same_one(2);
+  std::vector<Status> statuses = OnEachRank(groups, [&](int rank, HostCollectives& host) {
+    RAYD_ASSIGN_OR_RETURN(bool all, host.Same(42, "the test's check"));
+    RAYD_ASSIGN_OR_RETURN(bool one, host.Same(rank == 1 ? 7 : 42, "the test's check"));
+    same_all[rank] = all;
+    same_one[rank] = one;
+    return Status::Ok();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(statuses[rank].ok());
+    CHECK(same_all[rank]);
+    CHECK_FALSE(same_one[rank]);
+  }
+}
+
+TEST_CASE("a rank that never arrives fails the others after the group's timeout, naming it",
+          "[train][zero]") {
+  auto groups = FormGroups(2, true, 1s);
+  HostCollectives* host = groups[0]->host_collectives();
+  REQUIRE(host != nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  Result<bool> same = host->Same(1, "the test's lonely check");
+  REQUIRE_FALSE(same.ok());
+  CHECK(same.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(same.status().message(), Catch::Contains("the test's lonely check") &&
+                                          Catch::Contains("rank 1 did not arrive within 1000 ms"));
+  CHECK(std::chrono::steady_clock::now() - start >= 1s);
+}
+
+TEST_CASE("shared-memory collectives exist only when asked for and useful, and leave no file",
+          "[train][zero]") {
+  CHECK(FormGroups(2, false)[0]->host_collectives() == nullptr);
+  CHECK(FormGroups(1, true)[0]->host_collectives() == nullptr);
+  auto groups = FormGroups(2, true);
+  CHECK(groups[1]->host_collectives() != nullptr);
+  // The segment's name went once both ranks had mapped it.
+  const std::string prefix = "rayd-host-" + std::to_string(getpid()) + "-";
+  DIR* shm = opendir("/dev/shm");
+  REQUIRE(shm != nullptr);
+  int left = 0;
+  while (dirent* entry = readdir(shm)) {
+    if (std::string(entry->d_name).rfind(prefix, 0) == 0) ++left;
+  }
+  closedir(shm);
+  CHECK(left == 0);
+}
+
+}  // namespace
+}  // namespace rayd::train
