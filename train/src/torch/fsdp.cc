@@ -5,6 +5,7 @@
 #include <rayd/api/errors.h>
 #include <rayd/train/zero.h>
 
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -63,6 +64,51 @@ class ReplayAutocast {
 
  private:
   AutocastState before_;
+};
+
+// The bytes of the range freed last in this process, kept for the next gather: a caching
+// allocator of one block (CUDA's keeps a GPU's freed blocks; these are the CPU's), so that
+// gathering unit after unit reuses one block instead of mapping and faulting in fresh pages
+// for each (glibc serves blocks this large with mmap once its threshold is fixed). The largest
+// freed block is kept; it goes when the last unit does.
+class SpareRange {
+ public:
+  // A block of at least `bytes`; its size in `capacity`.
+  static at::DataPtr Take(size_t bytes, at::Allocator& allocator, size_t& capacity) {
+    std::lock_guard lock(mutex_);
+    if (spare_ && spare_capacity_ >= bytes) {
+      capacity = spare_capacity_;
+      spare_capacity_ = 0;
+      return std::move(spare_);
+    }
+    capacity = bytes;
+    return allocator.allocate(bytes);
+  }
+  static void Give(at::DataPtr block, size_t capacity) {
+    std::lock_guard lock(mutex_);
+    if (!spare_ || capacity >= spare_capacity_) {
+      spare_ = std::move(block);
+      spare_capacity_ = capacity;
+    }
+  }
+  static void UnitMade() {
+    std::lock_guard lock(mutex_);
+    ++units_;
+  }
+  static void UnitGone() {
+    at::DataPtr last;  // freed outside the lock
+    std::lock_guard lock(mutex_);
+    if (--units_ == 0) {
+      last = std::move(spare_);
+      spare_capacity_ = 0;
+    }
+  }
+
+ private:
+  static inline std::mutex mutex_;
+  static inline at::DataPtr spare_;
+  static inline size_t spare_capacity_ = 0;
+  static inline int64_t units_ = 0;
 };
 
 // Throws what a failed gather or reduce says, as autograd passes exceptions on.
@@ -185,11 +231,15 @@ ShardedUnitImpl::ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group
   } catch (...) {
     throw RaydError(StatusFromC10dException(std::current_exception(), doing).message());
   }
+  SpareRange::UnitMade();
+  capacity_ = range_.nbytes();
   shard_ =
       register_parameter("shard", range_.narrow(0, shard_len_ * group_.rank(), shard_len_).clone());
   PointParametersAtRange();
   Free();
 }
+
+ShardedUnitImpl::~ShardedUnitImpl() { SpareRange::UnitGone(); }
 
 void ShardedUnitImpl::PointParametersAtRange() {
   torch::NoGradGuard no_grad;
@@ -247,7 +297,11 @@ Status ShardedUnitImpl::Gather(bool check) {
   c10::StorageImpl* storage = range_.storage().unsafeGetStorageImpl();
   const size_t bytes = range_.numel() * range_.element_size();
   if (storage->nbytes() != bytes) {
-    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    if (range_.is_cpu()) {
+      storage->set_data_ptr_noswap(SpareRange::Take(bytes, *storage->allocator(), capacity_));
+    } else {
+      storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    }
     storage->set_nbytes(bytes);
   }
   constexpr std::string_view kDoing = "gathering a sharded unit's parameters";
@@ -266,8 +320,10 @@ void ShardedUnitImpl::Free() {
   // The range's bytes go; its tensor and the parameters' views of it stay, shapes and all,
   // for Gather to refill (an inner graph of a forward keeps the views until its backward).
   c10::StorageImpl* storage = range_.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, range_.device()));
+  if (storage->nbytes() == 0) return;
+  at::DataPtr bytes = storage->set_data_ptr(at::DataPtr(nullptr, range_.device()));
   storage->set_nbytes(0);
+  if (range_.is_cpu()) SpareRange::Give(std::move(bytes), capacity_);
 }
 
 void ShardedUnitImpl::LayOutGradients(const std::vector<torch::Tensor>& grads) {

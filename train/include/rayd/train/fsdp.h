@@ -67,6 +67,7 @@ class ShardedUnitImpl : public torch::nn::Module {
   // `block`'s parameters become rank 0's, sharded; `group` outlives the unit. Throws
   // RaydError when the broadcast fails or the block has no parameters.
   ShardedUnitImpl(torch::nn::AnyModule block, ProcessGroup& group, ShardedUnitOptions options = {});
+  ~ShardedUnitImpl() override;
 
   torch::Tensor forward(torch::Tensor input);
 
@@ -117,6 +118,7 @@ class ShardedUnitImpl : public torch::nn::Module {
   int64_t shard_len_ = 0;
   int64_t signature_ = 0;  // from the parameters' shapes
   torch::Tensor range_;    // the whole flat range, padded; its bytes exist only while gathered
+  size_t capacity_ = 0;    // of the block range_'s bytes are in (a spare may be larger)
   torch::Tensor shard_;
 };
 TORCH_MODULE(ShardedUnit);
