@@ -254,6 +254,16 @@ Status RunZero(const Flags& flags) {
         "  rank 0: peak %5.0f MB above baseline, optimizer state %4.0f MB, gradients "
         "%4.0f MB\n",
         peak / 1e6, zero->state_bytes() / 1e6, gradient_bytes() / 1e6);
+    // The ZeRO paper's model states per rank (its section 3, for fp32 Adam here: 4 bytes of
+    // parameters, 4 of gradients and 8 of optimizer state per parameter), stage by stage
+    // divided among the N ranks: the state from stage 1, the gradients from 2, the
+    // parameters at 3. The peak adds activations and the buffers in flight.
+    const double n = flags.world_size, psi = static_cast<double>(parameters);
+    const int stage = flags.zero_stage;
+    const double predicted =
+        psi * ((stage >= 3 ? 4 / n : 4) + (stage >= 2 ? 4 / n : 4) + (stage >= 1 ? 8 / n : 8));
+    std::printf("  the ZeRO paper's formula: %5.0f MB of model states per rank\n",
+                predicted / 1e6);
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, Adam, batch %lld per rank)\n",
                 ("zero stage " + std::to_string(flags.zero_stage) + ", " +
                  std::to_string(flags.world_size) + " ranks")
