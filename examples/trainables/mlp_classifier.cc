@@ -8,9 +8,10 @@
 // rank draws the same ones from `data_seed` and the epoch, and trains on its DistributedSampler
 // shard.
 //
-// Config keys (all optional): lr (0.02), momentum (0.9), hidden (128; layers 784-hidden-
-// hidden/2-10), batch_size per worker (64), epochs (10), train_size (8192 per epoch),
-// val_size (1024),
+// Config keys (all optional): lr (0.02), momentum (0.9), hidden (128), layers (2: hidden layers,
+// `hidden` wide but the last, hidden/2: 784-hidden-hidden/2-10), batch_size per worker (64),
+// epochs (10), train_size (8192 per epoch), val_size (1024), max_grad_norm (0: no clipping; else
+// the gradients are clipped to this norm of the whole model's before each step; not with fp16),
 // signal (0.08), data_seed (0), precision (fp32 | bf16 | fp16: the forward under autocast;
 // fp16 needs a GPU and scales the loss dynamically), accumulation_steps (1: each step's
 // gradients are summed over that many micro-batches of batch_size, communicating only on the
@@ -62,10 +63,18 @@ Dataset Generate(int64_t n, double signal, int64_t seed, int64_t offset, torch::
   return {x, y};
 }
 
-torch::nn::Sequential MakeModel(int64_t hidden) {
-  return torch::nn::Sequential(torch::nn::Linear(kInputs, hidden), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden, hidden / 2), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden / 2, kClasses));
+// 784, then `layers` hidden layers (`hidden` wide but the last, hidden/2), then 10.
+torch::nn::Sequential MakeModel(int64_t hidden, int layers) {
+  torch::nn::Sequential model;
+  int64_t width = kInputs;
+  for (int layer = 0; layer < layers; ++layer) {
+    const int64_t next = layer + 1 < layers ? hidden : hidden / 2;
+    model->push_back(torch::nn::Linear(width, next));
+    model->push_back(torch::nn::ReLU());
+    width = next;
+  }
+  model->push_back(torch::nn::Linear(width, kClasses));
+  return model;
 }
 
 void MlpClassifier(const nlohmann::json& config) {
@@ -73,6 +82,16 @@ void MlpClassifier(const nlohmann::json& config) {
   const double lr = config.value("lr", 0.02);
   const double momentum = config.value("momentum", 0.9);
   const int64_t hidden = std::max<int64_t>(config.value("hidden", 128), 2);
+  const int layers = config.value("layers", 2);
+  if (layers < 1) {
+    throw std::invalid_argument("config.layers: expected at least 1, got " +
+                                std::to_string(layers));
+  }
+  const double max_grad_norm = config.value("max_grad_norm", 0.0);
+  if (max_grad_norm < 0) {
+    throw std::invalid_argument("config.max_grad_norm: expected 0 (no clipping) or more, got " +
+                                std::to_string(max_grad_norm));
+  }
   const int64_t batch_size = std::max<int64_t>(config.value("batch_size", 64), 1);
   const int epochs = config.value("epochs", 10);
   const int64_t train_size = config.value("train_size", 8192);
@@ -102,12 +121,16 @@ void MlpClassifier(const nlohmann::json& config) {
     throw std::invalid_argument(
         "config.precision: fp16 needs a GPU (scaling.use_gpu: true); on CPUs use bf16");
   }
+  if (*precision == rt::Precision::kFp16 && max_grad_norm > 0) {
+    throw std::invalid_argument(
+        "config.max_grad_norm: clipping is not done with fp16's scaled gradients; use bf16");
+  }
   rt::LossScaler scaler({.enabled = *precision == rt::Precision::kFp16});
   Dataset val = Generate(val_size, signal, data_seed, 0, device);
 
   // Rank 0's initial parameters are broadcast anyway; the seed makes runs repeatable.
   torch::manual_seed(42);
-  torch::nn::Sequential model = MakeModel(hidden);
+  torch::nn::Sequential model = MakeModel(hidden, layers);
   int start_epoch = 0;
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
     torch::load(model, *checkpoint + "/model.pt", torch::Device(torch::kCPU));
@@ -176,6 +199,8 @@ void MlpClassifier(const nlohmann::json& config) {
         train_loss += loss.detach();
         ++steps;
       }
+      // By the whole model's norm, over every rank's shards at stages 2 and 3.
+      if (max_grad_norm > 0) optimizer.ClipGradNorm(max_grad_norm);
       optimizer.Step(scaler);
       scaler.Update();
     }
@@ -211,7 +236,7 @@ void MlpClassifier(const nlohmann::json& config) {
       // The whole model on rank 0, gathered one unit at a time (every rank takes part): rank 0
       // holds the model once, plus one unit's range while it is copied.
       const bool keeper = context.world_rank == 0;
-      torch::nn::Sequential whole = keeper ? MakeModel(hidden) : torch::nn::Sequential();
+      torch::nn::Sequential whole = keeper ? MakeModel(hidden, layers) : torch::nn::Sequential();
       std::vector<torch::Tensor> to = whole->parameters();
       size_t next = 0;
       for (rt::ShardedUnit& unit : units) {
@@ -231,7 +256,7 @@ void MlpClassifier(const nlohmann::json& config) {
       if (device.is_cpu()) {
         torch::save(model, checkpoint + "/model.pt");
       } else {
-        torch::nn::Sequential on_cpu = MakeModel(hidden);  // a copy any device can load
+        torch::nn::Sequential on_cpu = MakeModel(hidden, layers);  // a copy any device can load
         auto from = model->parameters();
         auto to = on_cpu->parameters();
         for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);

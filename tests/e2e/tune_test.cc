@@ -386,6 +386,10 @@ run: {storage_path: STORAGE}
 
   CHECK(train("bad_stage", "zero_stage: 5", &out) != 0);
   CHECK(Contains(out, "config.zero_stage: expected 0, 1, 2 or 3, got 5"));
+  CHECK(train("bad_layers", "layers: 0", &out) != 0);
+  CHECK(Contains(out, "config.layers: expected at least 1, got 0"));
+  CHECK(train("bad_clip", "max_grad_norm: -1", &out) != 0);
+  CHECK(Contains(out, "config.max_grad_norm: expected 0 (no clipping) or more"));
   CHECK(train("bad_precision", "precision: fp8", &out) != 0);
   CHECK(Contains(out, "config.precision: expected fp32, bf16 or fp16, got 'fp8'"));
   CHECK(train("fp16_cpu", "precision: fp16", &out) != 0);
@@ -419,7 +423,7 @@ run: {storage_path: STORAGE}
   std::vector<json> sharded = train("sharded", 2, 3, 2);
   REQUIRE(sharded.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
-    // The same steps from the same gradients, recomputed inside each unit's backward.
+    // The same steps from the same gradients.
     CHECK(std::abs(sharded[i]["loss"].get<double>() - whole[i]["loss"].get<double>()) < 1e-5);
     for (const char* key : {"param_bytes", "grad_bytes", "optimizer_state_bytes"}) {
       INFO(key);
@@ -428,12 +432,15 @@ run: {storage_path: STORAGE}
       CHECK(sharded[i][key].get<double>() <= whole[i][key].get<double>() / 2 + 3 * 4);
     }
   }
-  // In bf16 with accumulation too: each unit's recomputation replays its forward's autocast.
-  const std::string bf16 = ", precision: bf16, accumulation_steps: 2";
+  // In bf16 with accumulation and clipping too, on a deeper model (6 units).
+  const std::string bf16 =
+      ", precision: bf16, accumulation_steps: 2, layers: 5, max_grad_norm: 0.5";
   const std::vector<json> whole16 = train("whole16", 2, 0, 2, bf16);
   const std::vector<json> sharded16 = train("sharded16", 2, 3, 2, bf16);
   for (size_t i = 0; i < 2; ++i) {
     CHECK(std::abs(sharded16[i]["loss"].get<double>() - whole16[i]["loss"].get<double>()) < 1e-4);
+    CHECK(sharded16[i]["param_bytes"].get<double>() <=
+          whole16[i]["param_bytes"].get<double>() / 2 + 6 * 4);
   }
   CHECK(std::abs(sharded16[1]["loss"].get<double>() - sharded[1]["loss"].get<double>()) > 1e-6);
   // Checkpoints (the gathered model.pt and the optimizer's shards, in the model's flat space)
