@@ -77,6 +77,10 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, st
     }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
+    // Only stdin, stdout and stderr, as a shell starts a program: descriptors inherited from
+    // the test (and ctest) shift the numbers the program's own descriptors get, which hid a
+    // bug that only showed when rayd ran from a shell (a command's lost stderr).
+    close_range(3, ~0U, 0);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -191,7 +191,10 @@ void EndGroup(pid_t leader, double grace_s, int* leader_status, bool* leader_don
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (::getppid() != actor) ::_exit(0);  // the actor is gone already: start nothing
 
-  const pid_t child = ::fork();
+  // _Fork, not fork: no atfork handler runs. libuv's (in the actor's process) closes the
+  // pipe it made in the supervisor's own fork, whose numbers our dup3s above may have taken
+  // (the command's stderr went into libuv's pipe so), and opens a new one.
+  const pid_t child = ::_Fork();
   if (child == 0) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -406,7 +409,9 @@ Status RankProcess::Start(const LaunchEnv& launch) {
   RAYD_ASSIGN_OR_RETURN(auto status, Pipe());
   const pid_t actor = ::getpid();
   const double grace_s = command.stop_grace_s;
-  const pid_t supervisor = ::fork();
+  // Without atfork handlers (the supervisor calls only async-signal-safe functions): libuv's
+  // would open a pipe here at the lowest free descriptors.
+  const pid_t supervisor = ::_Fork();
   if (supervisor < 0) return Status::Internal(Errno("fork"));
   if (supervisor == 0) {
     Supervise(actor, program->c_str(), argv.data(), envp.data(), command.working_dir.c_str(),
