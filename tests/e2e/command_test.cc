@@ -354,6 +354,31 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "failed: rank 0"));  // the console names each failure
   CHECK(sandbox.CommandProcesses().empty());
 
+  // A trainable's own PYTHONPATH adds to the client's path: it imports both.
+  fs::create_directories(sandbox.root() + "/mine");
+  std::ofstream(sandbox.root() + "/mine/mymod.py") << "VALUE = 7\n";
+  std::ofstream(sandbox.root() + "/uses_mine.py") << R"(import mymod
+import rayd.train as rt
+rt.report({"score": mymod.VALUE})
+)";
+  std::string own_path = sandbox.WriteYaml("own_path.yaml", R"(
+name: own_path
+trainable:
+  command: [/usr/bin/python3, uses_mine.py]
+  launcher: none
+  env: {PYTHONPATH: )" + sandbox.root() + R"(/mine}
+tune: {metric: score, mode: max}
+run: {storage_path: STORAGE}
+)");
+  std::string own_out;
+  CHECK(sandbox.Run({"tune", own_path}, &own_out) == 0);
+  INFO(own_out);
+  const std::vector<json> own = Trials(sandbox.results() + "/own_path");
+  REQUIRE(own.size() == 1);
+  CHECK(own[0]["status"] == "TERMINATED");
+  CHECK(ReadJsonLines(TrialDir(sandbox.results() + "/own_path", own[0]) + "/result.json")
+            .at(0)["score"] == 7);
+
   // A program that is not there (each rank looks it up on the driver's PATH); a launcher that
   // does not exist, with its line, before anything starts.
   std::string missing;

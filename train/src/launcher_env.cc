@@ -133,13 +133,15 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
   }
   env["CUDA_VISIBLE_DEVICES"] = r.gpus;
   env["OMP_NUM_THREADS"] = std::to_string(std::max(1, static_cast<int>(std::floor(r.cpus + 1e-9))));
+  for (const auto& [key, value] : command_env) env[key] = value;
+  // The client first, before the trainable's own PYTHONPATH (or, without one, the inherited
+  // one): a trainable adding its packages still imports rayd.train.
   if (!r.python_dir.empty()) {
     auto path = env.find("PYTHONPATH");
     env["PYTHONPATH"] = path == env.end() || path->second.empty()
                             ? r.python_dir
                             : r.python_dir + ":" + path->second;
   }
-  for (const auto& [key, value] : command_env) env[key] = value;
   return out;
 }
 

@@ -45,7 +45,8 @@ struct LaunchEnv {
 };
 
 // `inherited` (the rank actor's own environment, rayd's worker-internal variables removed)
-// plus the launcher's variables, rayd's, and last `command_env` (the user's, which wins).
+// plus the launcher's variables, rayd's, and last `command_env` (the user's, which wins, but
+// for PYTHONPATH: rayd's Python client goes first on the user's).
 // Fails for an unknown launcher or an endpoint that is not host:port.
 Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& rank, const Environment& inherited,
                                    const Environment& command_env);

@@ -93,6 +93,14 @@ TEST_CASE("the torch profile sets what torchrun sets", "[train][command]") {
   CHECK(env == expected);
 }
 
+TEST_CASE("a trainable's own PYTHONPATH comes after rayd's client, not instead of it",
+          "[train][command]") {
+  Environment env = Compose(Rank2("none"), {{"PYTHONPATH", "/inherited"}},
+                            {{"PYTHONPATH", "/my/packages"}, {"OTHER", "x"}});
+  CHECK(env["PYTHONPATH"] == "/opt/rayd/python:/my/packages");
+  CHECK(env["OTHER"] == "x");
+}
+
 TEST_CASE("deepspeed, tensorflow, jax and none profiles", "[train][command]") {
   Result<LaunchEnv> deepspeed = ComposeLaunchEnv(Rank2("deepspeed"), {}, {});
   REQUIRE(deepspeed.ok());
