@@ -190,16 +190,9 @@ Status RunZero(const Flags& flags) {
   // DDP; the optimizer steps the units' shards.
   std::vector<ShardedUnit> units;
   if (flags.zero_stage == 3) {
-    torch::nn::Sequential sharded;
-    for (const torch::nn::AnyModule& layer : *model) {
-      if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
-        sharded->push_back(layer);
-        continue;
-      }
-      units.emplace_back(layer, *group);
-      sharded->push_back(units.back());
-    }
-    model = sharded;
+    model = ShardLinearLayers(
+        model, [&](torch::nn::AnyModule layer) { return ShardedUnit(std::move(layer), *group); },
+        units);
   }
   std::unique_ptr<DistributedDataParallel> ddp;
   if (units.empty()) {

@@ -140,18 +140,7 @@ void MlpClassifier(const nlohmann::json& config) {
   // Stage 3: every Linear a sharded unit (each rank keeps 1/N of it between steps); the other
   // stages replicate the model, whose gradients PrepareModel all-reduces.
   std::vector<rt::ShardedUnit> units;
-  if (zero_stage == 3) {
-    torch::nn::Sequential sharded;
-    for (const torch::nn::AnyModule& layer : *model) {
-      if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
-        sharded->push_back(layer);
-        continue;
-      }
-      units.push_back(rt::ShardUnit(layer));
-      sharded->push_back(units.back());
-    }
-    model = sharded;
-  }
+  if (zero_stage == 3) model = rt::ShardLinearLayers(model, rt::ShardUnit, units);
   rt::PreparedModel* ddp = units.empty() ? &rt::PrepareModel(*model) : nullptr;  // to `device`
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
   rt::PreparedOptimizer& optimizer = rt::PrepareOptimizer(sgd, {.zero_stage = zero_stage});

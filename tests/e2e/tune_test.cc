@@ -455,6 +455,13 @@ run: {storage_path: STORAGE}
     INFO("epoch " << i);
     CHECK(std::abs(hop[i]["loss"].get<double>() - straight[i]["loss"].get<double>()) < 1e-5);
   }
+  // Across world sizes at stage 3: a 4-rank checkpoint resumes on 2, the curve going on.
+  train("wide", 4, 3, 2);
+  const std::vector<json> wide = train("wide", 2, 3, 4);
+  REQUIRE(wide.size() == 4);
+  CHECK(wide[2]["loss"].get<double>() < wide[1]["loss"].get<double>() * 1.02);
+  CHECK(wide[3]["loss"].get<double>() < wide[0]["loss"].get<double>());
+  CHECK(wide[3]["param_bytes"].get<double>() <= whole[0]["param_bytes"].get<double>() / 2 + 3 * 4);
   // And on another world size: a 2-rank stage-3 checkpoint on 1 rank at stage 0.
   train("narrow", 2, 3, 2);
   const std::vector<json> narrow = train("narrow", 1, 0, 3);

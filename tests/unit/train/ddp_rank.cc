@@ -65,8 +65,8 @@ struct Flags {
   int zero_stage = 0;
   int accumulation = 1;  // micro-batches per step: all but the last under NoSync
   bool train = true;
-  std::string load_dir;  // the optimizer's sharded state to start from
-  std::string save_dir;  // where to save it at the end
+  std::string load_dir;           // the optimizer's sharded state to start from
+  std::string save_dir;           // where to save it at the end
   std::string optimizer = "sgd";  // or adam, adamw
   double clip_norm = 0;           // > 0: clip the gradients' norm to it before each step
   bool skew_units = false;        // stage 3: rank 1 gathers a unit the others do not
@@ -94,16 +94,14 @@ Status RunStage3(const Flags& flags, ProcessGroup& group) {
   const testing::MlpRun run;
   const testing::Dataset data = testing::MakeDataset(run);
   torch::nn::Sequential plain = testing::MakeMlp(run.widths, run.model_seed + flags.rank);
-  torch::nn::Sequential model;
   std::vector<ShardedUnit> units;
-  for (const torch::nn::AnyModule& layer : *plain) {
-    if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
-      model->push_back(layer);
-      continue;
-    }
-    units.emplace_back(layer, group, ShardedUnitOptions{.recompute = flags.recompute});
-    model->push_back(units.back());
-  }
+  torch::nn::Sequential model = ShardLinearLayers(
+      plain,
+      [&](torch::nn::AnyModule layer) {
+        return ShardedUnit(std::move(layer), group,
+                           ShardedUnitOptions{.recompute = flags.recompute});
+      },
+      units);
   std::unique_ptr<torch::optim::Optimizer> optimizer =
       MakeOptimizer(flags, model->parameters(), run);
   RAYD_ASSIGN_OR_RETURN(auto zero, ShardedOptimizer::Create(*optimizer, group, {.zero_stage = 0}));
@@ -194,17 +192,17 @@ Status Run(const Flags& flags) {
   std::cout << "buckets=" << ddp->bucket_count() << std::endl;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (flags.optimizer == "adam") {
-    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
-                                                     torch::optim::AdamOptions(0.01));
+    optimizer =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.01));
   } else if (flags.optimizer == "adamw") {
     optimizer = std::make_unique<torch::optim::AdamW>(
         model->parameters(), torch::optim::AdamWOptions(0.01).weight_decay(0.1));
   } else {
     optimizer = std::make_unique<torch::optim::SGD>(testing::MakeOptimizer(model, run));
   }
-  RAYD_ASSIGN_OR_RETURN(auto zero,
-                        ShardedOptimizer::Create(*optimizer, *group, {.zero_stage = flags.zero_stage},
-                                                 ddp.get()));
+  RAYD_ASSIGN_OR_RETURN(
+      auto zero,
+      ShardedOptimizer::Create(*optimizer, *group, {.zero_stage = flags.zero_stage}, ddp.get()));
 
   if (!flags.load_dir.empty()) RAYD_RETURN_IF_ERROR(zero->LoadState(flags.load_dir));
 
@@ -257,14 +255,16 @@ int main(int argc, char** argv) {
   app.add_option("--zero-stage", flags.zero_stage,
                  "ZeRO stage of the optimizer (0, 1 or 2), or 3: every Linear a sharded unit");
   app.add_option("--optimizer", flags.optimizer, "sgd (the fixture's), adam or adamw");
-  app.add_option("--accumulation", flags.accumulation, "micro-batches per step (divides the batch)");
+  app.add_option("--accumulation", flags.accumulation,
+                 "micro-batches per step (divides the batch)");
   app.add_option("--train", flags.train, "train (1) or only load and save (0)");
   app.add_option("--shared-memory", flags.shared_memory, "0: Gloo's collectives only");
   app.add_option("--recompute", flags.recompute, "stage 3: recompute each unit's forward");
   app.add_option("--skew-units", flags.skew_units, "stage 3: rank 1 gathers its last unit first");
   app.add_option("--clip-norm", flags.clip_norm, "clip the gradients' norm to this before steps");
   app.add_option("--load-dir", flags.load_dir, "start from this sharded optimizer checkpoint");
-  app.add_option("--save-dir", flags.save_dir, "save the optimizer's sharded state here at the end");
+  app.add_option("--save-dir", flags.save_dir,
+                 "save the optimizer's sharded state here at the end");
   CLI11_PARSE(app, argc, argv);
 
   const rayd::Status status = Run(flags);

@@ -373,6 +373,21 @@ void ShardedUnitImpl::train(bool on) {
   block_.ptr()->train(on);
 }
 
+torch::nn::Sequential ShardLinearLayers(
+    const torch::nn::Sequential& model,
+    const std::function<ShardedUnit(torch::nn::AnyModule)>& make, std::vector<ShardedUnit>& units) {
+  torch::nn::Sequential sharded;
+  for (const torch::nn::AnyModule& layer : *model) {
+    if (layer.ptr()->as<torch::nn::Linear>() == nullptr) {
+      sharded->push_back(layer);
+      continue;
+    }
+    units.push_back(make(layer));
+    sharded->push_back(units.back());
+  }
+  return sharded;
+}
+
 Result<double> ClipShardedGradNorm(const std::vector<ShardedUnit>& units,
                                    const std::vector<torch::Tensor>& replicated, double max_norm,
                                    ProcessGroup& group) {

@@ -51,6 +51,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace rayd::train {
@@ -127,6 +128,13 @@ class ShardedUnitImpl : public torch::nn::Module {
   torch::Tensor shard_;
 };
 TORCH_MODULE(ShardedUnit);
+
+// `model` with each of its Linear layers a sharded unit made by `make` (ShardUnit in a train
+// loop, or a ShardedUnit on a group of one's own), the other layers as they are; the units are
+// appended to `units` in the model's order.
+torch::nn::Sequential ShardLinearLayers(
+    const torch::nn::Sequential& model,
+    const std::function<ShardedUnit(torch::nn::AnyModule)>& make, std::vector<ShardedUnit>& units);
 
 // Clips the gradients of `units`' shards (and `replicated`, gradients every rank holds whole)
 // to `max_norm` of the whole model's L2 norm, summed over every rank's shards (one all-reduce);
