@@ -18,56 +18,22 @@
 #include <thread>
 #include <vector>
 
+#include "thread_groups.h"
+
 namespace rayd::train {
 namespace {
 
 using namespace std::chrono_literals;
 
-// `world` ranks' groups, formed concurrently (rank 0 hosts the rendezvous).
-std::vector<std::unique_ptr<ProcessGroup>> FormGroups(int world, bool shared_memory,
-                                                      std::chrono::milliseconds timeout = 10s) {
-  auto host = Rendezvous::Host("127.0.0.1", 0, timeout);
-  REQUIRE(host.ok());
-  const uint16_t port = (*host)->port();
-  std::vector<std::future<Result<std::unique_ptr<ProcessGroup>>>> forming;
-  for (int rank = 0; rank < world; ++rank) {
-    std::unique_ptr<Rendezvous> rendezvous;
-    if (rank == 0) rendezvous = std::move(host).value();
-    forming.push_back(std::async(std::launch::async, [=, rendezvous =
-                                                             std::move(rendezvous)]() mutable {
-      if (!rendezvous) {
-        auto joined = Rendezvous::Join("127.0.0.1", port, timeout);
-        if (!joined.ok()) return Result<std::unique_ptr<ProcessGroup>>(joined.status());
-        rendezvous = std::move(joined).value();
-      }
-      return ProcessGroup::Connect(
-          std::move(rendezvous),
-          {.rank = rank, .world_size = world, .timeout = timeout, .shared_memory = shared_memory});
-    }));
-  }
-  std::vector<std::unique_ptr<ProcessGroup>> groups;
-  for (auto& group : forming) {
-    auto formed = group.get();
-    INFO(formed.status().ToString());
-    REQUIRE(formed.ok());
-    groups.push_back(std::move(formed).value());
-  }
-  return groups;
-}
+using testing::FormThreadGroups;
 
 // Runs `body(rank, host)` on a thread per rank, and returns each one's Status.
 std::vector<Status> OnEachRank(std::vector<std::unique_ptr<ProcessGroup>>& groups,
                                const std::function<Status(int, HostCollectives&)>& body) {
-  std::vector<std::future<Status>> running;
-  for (size_t rank = 0; rank < groups.size(); ++rank) {
-    HostCollectives* host = groups[rank]->host_collectives();
-    REQUIRE(host != nullptr);
-    running.push_back(std::async(
-        std::launch::async, [&body, rank, host] { return body(static_cast<int>(rank), *host); }));
-  }
-  std::vector<Status> done;
-  for (auto& each : running) done.push_back(each.get());
-  return done;
+  for (const auto& group : groups) REQUIRE(group->host_collectives() != nullptr);
+  return testing::OnEachThreadRank(static_cast<int>(groups.size()), [&](int rank) {
+    return body(rank, *groups[rank]->host_collectives());
+  });
 }
 
 // rank r's n values: r * 1000 + i / 7 (exact in bf16 only when small; used for floats).
@@ -77,7 +43,7 @@ torch::Tensor RankValues(int rank, int64_t n, torch::ScalarType type = torch::kF
 
 TEST_CASE("ranks of one host all-gather through shared memory, in chunks, in any dtype",
           "[train][zero]") {
-  auto groups = FormGroups(3, true);
+  auto groups = FormThreadGroups(3, true);
   // Over two chunks of a 1 MiB buffer per rank, and not a multiple of one.
   const int64_t n = static_cast<int64_t>(HostCollectives::kBufferBytes / sizeof(float)) * 2 + 123;
   const torch::ScalarType type = GENERATE(torch::kFloat, torch::kBFloat16, torch::kDouble);
@@ -97,7 +63,7 @@ TEST_CASE("ranks of one host all-gather through shared memory, in chunks, in any
 
 TEST_CASE("ranks of one host reduce-scatter through shared memory: each gets its part's sum",
           "[train][zero]") {
-  auto groups = FormGroups(3, true);
+  auto groups = FormThreadGroups(3, true);
   const int64_t n = static_cast<int64_t>(HostCollectives::kBufferBytes / sizeof(float)) + 5;
   std::vector<Status> statuses = OnEachRank(groups, [&](int rank, HostCollectives& host) {
     // Rank r contributes r + 1 times [part 0 | part 1 | part 2] of small integers: exact sums.
@@ -118,7 +84,7 @@ TEST_CASE("ranks of one host reduce-scatter through shared memory: each gets its
 }
 
 TEST_CASE("Same tells every rank whether all offered one value", "[train][zero]") {
-  auto groups = FormGroups(2, true);
+  auto groups = FormThreadGroups(2, true);
   std::vector<bool> same_all(2), same_one(2);
   std::vector<Status> statuses = OnEachRank(groups, [&](int rank, HostCollectives& host) {
     RAYD_ASSIGN_OR_RETURN(bool all, host.Same(42, "the test's check"));
@@ -136,7 +102,7 @@ TEST_CASE("Same tells every rank whether all offered one value", "[train][zero]"
 
 TEST_CASE("a rank that never arrives fails the others after the group's timeout, naming it",
           "[train][zero]") {
-  auto groups = FormGroups(2, true, 1s);
+  auto groups = FormThreadGroups(2, true, 1s);
   HostCollectives* host = groups[0]->host_collectives();
   REQUIRE(host != nullptr);
   const auto start = std::chrono::steady_clock::now();
@@ -150,9 +116,9 @@ TEST_CASE("a rank that never arrives fails the others after the group's timeout,
 
 TEST_CASE("shared-memory collectives exist only when asked for and useful, and leave no file",
           "[train][zero]") {
-  CHECK(FormGroups(2, false)[0]->host_collectives() == nullptr);
-  CHECK(FormGroups(1, true)[0]->host_collectives() == nullptr);
-  auto groups = FormGroups(2, true);
+  CHECK(FormThreadGroups(2, false)[0]->host_collectives() == nullptr);
+  CHECK(FormThreadGroups(1, true)[0]->host_collectives() == nullptr);
+  auto groups = FormThreadGroups(2, true);
   CHECK(groups[1]->host_collectives() != nullptr);
   // The segment's name went once both ranks had mapped it.
   const std::string prefix = "rayd-host-" + std::to_string(getpid()) + "-";
