@@ -410,7 +410,7 @@ config: {lr: 0.05, hidden: 64, batch_size: 16, train_size: 1024, epochs: )" +
                                                              std::to_string(epochs) +
                                                              ", zero_stage: " +
                                                              std::to_string(stage) + extra + R"(}
-scaling: {num_workers: )" + std::to_string(workers) + R"(, resources_per_worker: {CPU: 1}}
+scaling: {num_workers: )" + std::to_string(workers) + R"(, resources_per_worker: {CPU: 0.5}}
 run: {storage_path: STORAGE}
 )");
     std::string out;

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <rayd/train/process_group.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "thread_groups.h"
 
 namespace rayd::train {
@@ -114,22 +116,41 @@ TEST_CASE("a rank that never arrives fails the others after the group's timeout,
   CHECK(std::chrono::steady_clock::now() - start >= 1s);
 }
 
-TEST_CASE("shared-memory collectives exist only when asked for and useful, and leave no file",
+TEST_CASE("shared-memory collectives exist only when asked for and useful, and hold no file",
           "[train][zero]") {
   CHECK(FormThreadGroups(2, false)[0]->host_collectives() == nullptr);
   CHECK(FormThreadGroups(1, true)[0]->host_collectives() == nullptr);
   auto groups = FormThreadGroups(2, true);
   CHECK(groups[1]->host_collectives() != nullptr);
-  // The segment's name went once both ranks had mapped it.
-  const std::string prefix = "rayd-host-" + std::to_string(getpid()) + "-";
+  // The segment is mapped, and no rank keeps a descriptor of it (it goes with the mappings).
+  auto descriptors_of_segment = [] {
+    int found = 0;
+    const std::string dir = "/proc/self/fd";
+    DIR* each = opendir(dir.c_str());
+    REQUIRE(each != nullptr);
+    while (dirent* entry = readdir(each)) {
+      char target[256] = {};
+      const std::string path = dir + "/" + entry->d_name;
+      if (readlink(path.c_str(), target, sizeof(target) - 1) > 0 &&
+          std::string(target).find("rayd-host-collectives") != std::string::npos) {
+        ++found;
+      }
+    }
+    closedir(each);
+    return found;
+  };
+  CHECK(descriptors_of_segment() == 0);
+  CHECK(rayd::testing::ReadFile("/proc/self/maps").find("rayd-host-collectives") !=
+        std::string::npos);
+  // Nothing named in /dev/shm either.
   DIR* shm = opendir("/dev/shm");
   REQUIRE(shm != nullptr);
-  int left = 0;
+  int named = 0;
   while (dirent* entry = readdir(shm)) {
-    if (std::string(entry->d_name).rfind(prefix, 0) == 0) ++left;
+    if (std::string(entry->d_name).find("rayd") != std::string::npos) ++named;
   }
   closedir(shm);
-  CHECK(left == 0);
+  CHECK(named == 0);
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include "rayd/train/process_group.h"
@@ -22,7 +21,8 @@ namespace rayd::train {
 namespace {
 
 // What makes two processes able to share a segment and see each other's pids: the same boot of
-// the same kernel, the same pid namespace, the same mount namespace (/dev/shm).
+// the same kernel, the same pid namespace (peers open rank 0's segment as /proc/<pid>/fd/<fd>),
+// the same mount namespace.
 int64_t HostKey() {
   std::string key;
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
@@ -97,23 +97,25 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
   for (int r = 0; r < world; ++r) {
     if (rows[2 * r] == 0 || rows[2 * r] != rows[0]) return std::unique_ptr<HostCollectives>();
   }
-  // Rank 0 makes the segment and tells the others its name (empty when it could not).
+  // Rank 0 makes the segment, a memfd: no size limit of /dev/shm's to fault on (a full tmpfs
+  // would be SIGBUS at the first touch), and nothing named to leak. It tells the others where
+  // to open it, /proc/<pid>/fd/<fd> (empty when it could not make it).
   const size_t bytes = SegmentBytes(world);
   torch::Tensor name = torch::zeros({static_cast<int64_t>(kNameBytes)}, torch::kUInt8);
   void* base = MAP_FAILED;
+  int made_fd = -1;
   if (rank == 0) {
-    std::random_device random;
-    const std::string made = "/rayd-host-" + std::to_string(getpid()) + "-" +
-                             std::to_string(random()) + std::to_string(random());
-    const int fd = shm_open(made.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0) {
-      if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
-        base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      }
-      close(fd);
-      if (base == MAP_FAILED) shm_unlink(made.c_str());
+    made_fd = memfd_create("rayd-host-collectives", MFD_CLOEXEC);
+    // Born 0777 and reachable through /proc: its owner's only.
+    if (made_fd >= 0 && fchmod(made_fd, 0600) == 0 &&
+        ftruncate(made_fd, static_cast<off_t>(bytes)) == 0) {
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made_fd, 0);
     }
-    if (base != MAP_FAILED) std::memcpy(name.data_ptr(), made.data(), made.size());
+    if (base != MAP_FAILED) {
+      const std::string where =
+          "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(made_fd);
+      std::memcpy(name.data_ptr(), where.data(), where.size());
+    }
   }
   RAYD_RETURN_IF_ERROR(EachRank(group, "naming this host's shared segment", [&](int r) {
     std::vector<torch::Tensor> tensors = {name};
@@ -121,9 +123,12 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
   }));
   const std::string segment(static_cast<const char*>(name.data_ptr()),
                             strnlen(static_cast<const char*>(name.data_ptr()), kNameBytes));
-  if (segment.empty()) return std::unique_ptr<HostCollectives>();
+  if (segment.empty()) {
+    if (made_fd >= 0) close(made_fd);
+    return std::unique_ptr<HostCollectives>();
+  }
   if (rank != 0) {
-    const int fd = shm_open(segment.c_str(), O_RDWR, 0);
+    const int fd = open(segment.c_str(), O_RDWR | O_CLOEXEC);
     if (fd >= 0) {
       base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       close(fd);
@@ -133,7 +138,7 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
   for (int r = 0; r < world; ++r) {
     if (r != rank) peer_fds[r] = PidfdOpen(static_cast<pid_t>(rows[2 * r + 1]));
   }
-  // Whether every rank mapped it; then the name can go.
+  // Whether every rank mapped it; then rank 0's descriptor can go (the mappings keep it).
   torch::Tensor mapped = torch::tensor({base == MAP_FAILED ? 0 : 1}, torch::kInt);
   c10d::AllreduceOptions min;
   min.reduceOp = c10d::ReduceOp::MIN;
@@ -141,7 +146,7 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
     std::vector<torch::Tensor> tensors = {mapped};
     return r == 0 ? group.c10d().allreduce(tensors, min) : c10::intrusive_ptr<c10d::Work>();
   });
-  if (rank == 0) shm_unlink(segment.c_str());
+  if (made_fd >= 0) close(made_fd);
   std::unique_ptr<HostCollectives> made;
   if (base != MAP_FAILED) {
     made.reset(new HostCollectives(rank, world, group.timeout(), base, bytes, std::move(peer_fds)));

@@ -16,8 +16,10 @@
 // Failure: a wait gives up with DeadlineExceeded after the group's timeout, or at once with
 // Unavailable when a peer process has exited (a pidfd per peer, polled while waiting), naming
 // the operation. Every rank must call the same operations in the same order, as with any
-// collective. The segment's name is unlinked once every rank has mapped it: nothing is left in
-// /dev/shm, even when a rank is killed.
+// collective. The segment is a memfd of rank 0's, which the others open through /proc and
+// rank 0 closes once every rank has mapped it: it goes with the last mapping, even when a rank
+// is killed, and nothing is ever named in /dev/shm (whose size limit would make a full tmpfs a
+// SIGBUS at the first touch).
 //
 // Threading: one thread at a time, as the ProcessGroup that made it.
 
@@ -40,7 +42,7 @@ class HostCollectives {
 
   // Every rank of `group` calls it at the same point (it runs collectives on the group). Null
   // when there is nothing to do here: one rank, or ranks on more than one host (or in other pid
-  // or mount namespaces), or a segment that cannot be made (say, no /dev/shm); the group's own
+  // or mount namespaces), or a segment that cannot be made or opened; the group's own
   // collectives serve then. An error only when the group's collectives fail.
   static Result<std::unique_ptr<HostCollectives>> Create(ProcessGroup& group);
   ~HostCollectives();
