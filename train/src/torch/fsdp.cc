@@ -135,6 +135,7 @@ class UnitFunction : public torch::autograd::Function<UnitFunction> {
     if (!record || unit->options_.recompute) {
       torch::Tensor output = unit->block_.forward(input);  // autograd is off in here
       unit->Free();
+      ctx->saved_data["recompute"] = true;  // backward runs the block again, as it ran here
       AutocastState::Now().Save(ctx);
       ctx->save_for_backward({input});
       return output;
@@ -156,7 +157,7 @@ class UnitFunction : public torch::autograd::Function<UnitFunction> {
     torch::AutoGradMode enable(true);
     torch::Tensor input;
     variable_list grads;
-    if (!ctx->saved_data.count("autocast_cpu")) {
+    if (!ctx->saved_data.count("recompute")) {
       if (!ctx->saved_data.count("output")) {
         throw RaydError(
             "sharded unit backward: its forward's graph was used already (a second backward "
@@ -264,13 +265,7 @@ Status ShardedUnitImpl::CheckSameUnit() {
     torch::Tensor ends =
         torch::tensor({signature_, -signature_}, torch::TensorOptions().dtype(torch::kLong))
             .to(shard_.device());
-    c10d::AllreduceOptions max;
-    max.reduceOp = c10d::ReduceOp::MAX;
-    RAYD_RETURN_IF_ERROR(EachRank(group_, kDoing, [&](int r) -> c10::intrusive_ptr<c10d::Work> {
-      if (r != 0) return {};
-      std::vector<torch::Tensor> tensors = {ends};
-      return group_.c10d().allreduce(tensors, max);
-    }));
+    RAYD_RETURN_IF_ERROR(AllReduce(group_, ends, kDoing, c10d::ReduceOp::MAX));
     ends = ends.cpu();
     same = ends[0].item<int64_t>() == signature_ && -ends[1].item<int64_t>() == signature_;
   }

@@ -140,12 +140,8 @@ Result<std::unique_ptr<HostCollectives>> HostCollectives::Create(ProcessGroup& g
   }
   // Whether every rank mapped it; then rank 0's descriptor can go (the mappings keep it).
   torch::Tensor mapped = torch::tensor({base == MAP_FAILED ? 0 : 1}, torch::kInt);
-  c10d::AllreduceOptions min;
-  min.reduceOp = c10d::ReduceOp::MIN;
-  Status agreed = EachRank(group, "mapping this host's shared segment", [&](int r) {
-    std::vector<torch::Tensor> tensors = {mapped};
-    return r == 0 ? group.c10d().allreduce(tensors, min) : c10::intrusive_ptr<c10d::Work>();
-  });
+  Status agreed =
+      AllReduce(group, mapped, "mapping this host's shared segment", c10d::ReduceOp::MIN);
   if (made_fd >= 0) close(made_fd);
   std::unique_ptr<HostCollectives> made;
   if (base != MAP_FAILED) {

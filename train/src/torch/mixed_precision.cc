@@ -96,18 +96,16 @@ bool LossScaler::Unscale(torch::optim::Optimizer& optimizer, ProcessGroup* group
   float flag = found.defined() && found.item<bool>() ? 1.0f : 0.0f;
   if (group != nullptr && group->world_size() > 1) {
     // A rank holding only a shard of the gradients learns whether another rank's had an inf.
-    std::vector<torch::Tensor> tensors = {torch::full(
+    torch::Tensor any = torch::full(
         {1}, flag,
         torch::TensorOptions()
             .dtype(torch::kFloat)
             .device(group->backend() == CollectiveBackend::kNccl ? torch::Device(torch::kCUDA)
-                                                                 : torch::Device(torch::kCPU)))};
-    auto work = group->c10d().allreduce(tensors);
-    if (Status waited = WaitWork(*work, group->timeout(), "the loss scaler's inf check");
-        !waited.ok()) {
+                                                                 : torch::Device(torch::kCPU)));
+    if (Status waited = AllReduce(*group, any, "the loss scaler's inf check"); !waited.ok()) {
       throw std::runtime_error(waited.message());
     }
-    flag = tensors[0].item<float>();
+    flag = any.item<float>();
   }
   found_inf_ = flag > 0;
   return !found_inf_;

@@ -140,4 +140,16 @@ Status EachRank(ProcessGroup& group, std::string_view what,
   return Status::Ok();
 }
 
+Status AllReduce(ProcessGroup& group, at::Tensor& tensor, std::string_view what,
+                 c10d::ReduceOp op) {
+  try {
+    std::vector<torch::Tensor> tensors = {tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    return WaitWork(*group.c10d().allreduce(tensors, options), group.timeout(), what);
+  } catch (...) {
+    return StatusFromC10dException(std::current_exception(), what);
+  }
+}
+
 }  // namespace rayd::train

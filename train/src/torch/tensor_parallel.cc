@@ -5,8 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "c10d_error.h"
-
 namespace rayd::train {
 namespace {
 
@@ -23,14 +21,11 @@ void SaveGroup(AutogradContext* ctx, ProcessGroup& group) {
 
 // The sum over the group, as a new tensor; throws RaydError naming `what` when it fails.
 torch::Tensor AllReduced(const torch::Tensor& tensor, ProcessGroup& group, const char* what) {
-  torch::Tensor sum = tensor.contiguous().clone();
-  if (group.world_size() == 1) return sum;
-  Status done = EachRank(group, what, [&](int r) -> c10::intrusive_ptr<c10d::Work> {
-    if (r != 0) return {};
-    std::vector<torch::Tensor> tensors = {sum};
-    return group.c10d().allreduce(tensors);
-  });
-  if (!done.ok()) throw RaydError("tensor parallel: " + done.message());
+  if (group.world_size() == 1) return tensor;
+  torch::Tensor sum = tensor.contiguous().clone();  // the input is autograd's, not ours
+  if (Status done = AllReduce(group, sum, what); !done.ok()) {
+    throw RaydError("tensor parallel: " + done.message());
+  }
   return sum;
 }
 

@@ -233,15 +233,10 @@ Result<double> ClipByGlobalNorm(const std::vector<torch::Tensor>& split,
   };
   torch::Tensor squares = squares_of(split);
   if (group != nullptr) {
-    const std::string doing = "summing the gradients' norm over the ranks";
-    try {
-      const torch::Device device = split.empty() ? torch::Device(torch::kCPU) : split[0].device();
-      std::vector<torch::Tensor> tensors = {squares.to(device)};
-      RAYD_RETURN_IF_ERROR(WaitWork(*group->c10d().allreduce(tensors), group->timeout(), doing));
-      squares = tensors[0].cpu();
-    } catch (...) {
-      return StatusFromC10dException(std::current_exception(), doing);
-    }
+    const torch::Device device = split.empty() ? torch::Device(torch::kCPU) : split[0].device();
+    torch::Tensor summed = squares.to(device);
+    RAYD_RETURN_IF_ERROR(AllReduce(*group, summed, "summing the gradients' norm over the ranks"));
+    squares = summed.cpu();
   }
   const double norm = std::sqrt(squares.item<double>() + squares_of(whole).item<double>());
   const double coefficient = max_norm / (norm + 1e-6);

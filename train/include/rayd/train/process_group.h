@@ -156,4 +156,9 @@ Status WaitWork(c10d::Work& work, std::chrono::milliseconds timeout, std::string
 Status EachRank(ProcessGroup& group, std::string_view what,
                 const std::function<c10::intrusive_ptr<c10d::Work>(int rank)>& launch);
 
+// One all-reduce of `tensor` in place over the group, waited for within its timeout; c10d's
+// exceptions become a Status naming `what`, as WaitWork's.
+Status AllReduce(ProcessGroup& group, at::Tensor& tensor, std::string_view what,
+                 c10d::ReduceOp op = c10d::ReduceOp::SUM);
+
 }  // namespace rayd::train
