@@ -717,6 +717,41 @@ bool FoundUnder(const std::string& dir, const std::string& text) {
   return false;
 }
 
+// Ray's LocalRefrenceTest and DependencyRefrenceTest, in rayd's words: handles count as local
+// references, a submitted task holds its ref arguments until its result exists, and an object
+// nobody holds leaves the table.
+TEST_CASE("api: the reference table counts handles and the tasks that hold an argument",
+          "[integration]") {
+  using Counts = std::unordered_map<rayd::ObjectID, std::pair<size_t, size_t>>;
+  Embedded cluster;
+  auto table = [] { return rayd::internal::NativeObjectStore().GetAllReferenceCounts(); };
+  auto id_of = [](const auto& ref) { return rayd::ObjectID::FromBinary(ref.ID()); };
+  CHECK(table().empty());
+  {
+    auto r1 = std::make_unique<rayd::ObjectRef<int>>(rayd::Task(Square).Remote(3));
+    const rayd::ObjectID id = id_of(*r1);
+    CHECK(table() == Counts{{id, {1, 0}}});
+    auto r2 = std::make_unique<rayd::ObjectRef<int>>(*r1);
+    CHECK(table() == Counts{{id, {2, 0}}});
+    r1.reset();
+    CHECK(table() == Counts{{id, {1, 0}}});
+    r2.reset();
+    CHECK(table().empty());
+  }
+  {
+    rayd::ObjectRef<int> five = rayd::Put(5);
+    auto r1 = rayd::Task(Square).Remote(five);
+    auto r2 = rayd::Task(Square).Remote(r1);
+    const Counts pending = rayd::GetAllReferenceCounts();
+    CHECK(pending.at(id_of(r2)) == std::pair<size_t, size_t>{1, 0});
+    CHECK(pending.at(id_of(r1)).first == 1);  // and 1 for r2's task while it waits
+    CHECK(*r2.Get(kGetTimeoutMs) == 625);
+    // Released before the result could be read: no window where the tasks still count.
+    CHECK(table() == Counts{{id_of(five), {1, 0}}, {id_of(r1), {1, 0}}, {id_of(r2), {1, 0}}});
+  }
+  CHECK(table().empty());
+}
+
 TEST_CASE("api: RAYDLOG lines reach the worker's and the driver's logs", "[integration]") {
   TempDir dir;
   Embedded cluster([&](rayd::RaydConfig& c) { c.temp_dir = dir.path(); });

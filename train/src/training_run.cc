@@ -2,6 +2,7 @@
 // actors), restarted from the latest checkpoint within max_failures. A state machine on the
 // owner's event loop; see training_run.h for the protocol and trainer.h for what Fit promises.
 
+#include <rayd/api/task_options.h>
 #include <rayd/base/logging.h>
 #include <rayd/train/mlflow.h>
 #include <rayd/train/run_directory.h>
@@ -322,6 +323,11 @@ void TrainingRun::Impl::Open() {
     }
   } else if (std::string unknown = UnknownTrainLoop(loop_name_); !unknown.empty()) {
     throw RaydError(unknown);
+  }
+  try {
+    rayd::internal::CheckTaskOptions(WorkerBundle(scaling_));
+  } catch (const RaydError& e) {
+    throw RaydError(std::string("ScalingConfig.resources_per_worker: ") + e.what());
   }
   if (std::string why = CheckGpuSharing(scaling_); !why.empty()) {
     throw RaydError("ScalingConfig.resources_per_worker.GPU: " + why);

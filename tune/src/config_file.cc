@@ -5,6 +5,7 @@
 // the node's line and the dotted key path. Scalars are typed by the YAML 1.2 core schema
 // (quoted scalars are always strings, so `num_samples: "8"` is not an integer).
 
+#include <rayd/api/task_options.h>
 #include <rayd/tune/config_file.h>
 #include <yaml-cpp/yaml.h>
 
@@ -513,6 +514,12 @@ rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
     MapFields resources = ReadMap(*x, std::nullopt);
     for (const auto& [name, amount] : resources.entries()) {
       out.resources_per_worker[name] = NonNegative(amount);
+      try {
+        rayd::internal::CheckTaskOptions(
+            std::map<std::string, double>{{name, out.resources_per_worker[name]}});
+      } catch (const rayd::RaydError& e) {
+        Fail(amount, e.what());
+      }
     }
     if (const Field* gpu = resources.Find("GPU")) {
       if (std::string why = rayd::train::CheckGpuSharing(out); !why.empty()) Fail(*gpu, why);

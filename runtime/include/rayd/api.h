@@ -51,15 +51,17 @@
 #include "rayd/api/errors.h"
 #include "rayd/api/kv.h"
 #include "rayd/api/logging.h"
-#include "rayd/api/object_ref.h"
 #include "rayd/api/metric.h"
 #include "rayd/api/network.h"
+#include "rayd/api/object_ref.h"
 #include "rayd/api/objects.h"
 #include "rayd/api/overload.h"
 #include "rayd/api/placement_group.h"
+#include "rayd/api/reference_counts.h"
 #include "rayd/api/remote.h"
 #include "rayd/api/runtime_env.h"
 #include "rayd/api/task_caller.h"
+#include "rayd/api/task_options.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {

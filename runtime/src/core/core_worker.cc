@@ -175,9 +175,11 @@ void CoreWorker::ConnectStore(const NodeInfo& node) {
 }
 
 void CoreWorker::InstallStoreHooks() {
+  // A task's argument pins go before its result can wake a Get: whoever got the result sees
+  // the references the task held released (Ray's reference table says so at once too).
+  store_.SetArrivalHook([this](const ObjectId& id) { refs_.ReleaseArgs(id); });
   store_.SetHooks(
       [this](const ObjectId& id, const MemoryStore::PutEvent& event) {
-        refs_.ReleaseArgs(id);
         if (!event.in_store) refs_.ForgetLineage(id);  // only stored results can be lost
         // A result we own with refs inside: its worker registered us as their borrower.
         if (!event.nested.empty() && objects_->OwnerOf(id) == address_) {

@@ -83,6 +83,9 @@ class CoreWorker : public internal::Runtime {
   Status KillActor(const ActorId& actor, bool no_restart) override;
   void AddLocalRef(const ObjectId& id) override;
   void RemoveLocalRef(const ObjectId& id) override;
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> ReferenceCounts() override {
+    return refs_.AllReferenceCounts();
+  }
   std::string OwnerAddress(const ObjectId& id) override;
   void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) override;
   Result<std::string> CreatePlacementGroup(const internal::PlacementGroupOptions& options) override;

@@ -106,18 +106,34 @@ void LocalModeRuntime::EraseLocked(std::unordered_map<ObjectId, Object>::iterato
   for (const auto& ref : nested) UnpinLocked(ref.id);
 }
 
+void LocalModeRuntime::CountLocked(const ObjectId& id, size_t Object::*count, int delta) {
+  if (auto it = objects_.find(id); it != objects_.end()) it->second.*count += delta;
+}
+
 void LocalModeRuntime::PinArgsLocked(const std::vector<internal::TaskArg>& args) {
   for (const auto& a : args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) PinLocked(a.ref);
-    for (const auto& ref : a.nested) PinLocked(ref.id);
+    if (a.kind != internal::TaskArg::Kind::kValue) {
+      PinLocked(a.ref);
+      CountLocked(a.ref, &Object::for_tasks, 1);
+    }
+    for (const auto& ref : a.nested) {
+      PinLocked(ref.id);
+      CountLocked(ref.id, &Object::for_tasks, 1);
+    }
   }
 }
 
 void LocalModeRuntime::UnpinArgs(const std::vector<internal::TaskArg>& args) {
   std::lock_guard lock(mu_);
   for (const auto& a : args) {
-    if (a.kind != internal::TaskArg::Kind::kValue) UnpinLocked(a.ref);
-    for (const auto& ref : a.nested) UnpinLocked(ref.id);
+    if (a.kind != internal::TaskArg::Kind::kValue) {
+      CountLocked(a.ref, &Object::for_tasks, -1);
+      UnpinLocked(a.ref);
+    }
+    for (const auto& ref : a.nested) {
+      CountLocked(ref.id, &Object::for_tasks, -1);
+      UnpinLocked(ref.id);
+    }
   }
 }
 
@@ -197,11 +213,24 @@ void LocalModeRuntime::WhenReady(const ObjectId& id, std::function<void()> ready
 void LocalModeRuntime::AddLocalRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
   PinLocked(id);
+  CountLocked(id, &Object::handles, 1);
 }
 
 void LocalModeRuntime::RemoveLocalRef(const ObjectId& id) {
   std::lock_guard lock(mu_);
+  CountLocked(id, &Object::handles, -1);
   UnpinLocked(id);
+}
+
+std::unordered_map<ObjectId, std::pair<size_t, size_t>> LocalModeRuntime::ReferenceCounts() {
+  std::lock_guard lock(mu_);
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> counts;
+  for (const auto& [id, object] : objects_) {
+    if (object.handles + object.for_tasks > 0) {
+      counts.emplace(id, std::make_pair(object.handles, object.for_tasks));
+    }
+  }
+  return counts;
 }
 
 std::string LocalModeRuntime::OwnerAddress(const ObjectId& id) {

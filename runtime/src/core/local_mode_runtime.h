@@ -80,6 +80,7 @@ class LocalModeRuntime : public internal::Runtime {
   Status KillActor(const ActorId& actor, bool no_restart) override;
   void AddLocalRef(const ObjectId& id) override;
   void RemoveLocalRef(const ObjectId& id) override;
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> ReferenceCounts() override;
   std::string OwnerAddress(const ObjectId& id) override;
   void RegisterBorrowedRef(const ObjectId& id, const std::string& owner_address) override;
 
@@ -109,6 +110,9 @@ class LocalModeRuntime : public internal::Runtime {
     bool ready = false;
     int refs = 0;
     bool counted = false;  // refs has been positive: dropping to zero frees it
+    // Of refs: held by ObjectRef handles, and for tasks and actors that take it as an argument.
+    size_t handles = 0;
+    size_t for_tasks = 0;
     std::vector<std::function<void()>> when_ready;  // until ready
   };
   // One entry of an actor's queue.
@@ -151,6 +155,8 @@ class LocalModeRuntime : public internal::Runtime {
   // Queued work counts the objects its arguments name (ref arguments, refs inside values)
   // from its submission until it has run.
   void PinArgsLocked(const std::vector<internal::TaskArg>& args);
+  // Adds `delta` to one of the reference table's counts of `id` (if it is known).
+  void CountLocked(const ObjectId& id, size_t Object::*count, int delta);
   void UnpinArgs(const std::vector<internal::TaskArg>& args);
   // Why work with these scheduling options cannot run now (its group is removed or unknown,
   // or lacks the bundle); Ok otherwise. Needs mu_.

@@ -3,6 +3,7 @@
 namespace rayd::core {
 
 void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
+  if (on_arrive_) on_arrive_(id);
   PutEvent event;
   event.in_store = value.in_store;
   event.nested = value.nested;
@@ -22,6 +23,15 @@ int MemoryStore::RefCount(const ObjectId& id) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   return it == entries_.end() ? 0 : it->second.refs;
+}
+
+std::vector<std::pair<ObjectId, int>> MemoryStore::RefCounts() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<ObjectId, int>> counts;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.refs > 0) counts.emplace_back(id, entry.refs);
+  }
+  return counts;
 }
 
 void MemoryStore::Reset(const ObjectId& id) {

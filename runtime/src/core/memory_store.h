@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "rayd/base/event_loop.h"
@@ -44,6 +45,8 @@ class MemoryStore {
   void AddRef(const ObjectId& id);
   void RemoveRef(const ObjectId& id);
   size_t size() const;
+  // Every id whose count is above zero, with its count.
+  std::vector<std::pair<ObjectId, int>> RefCounts() const;
 
   // Records another node holding a copy of a stored value; false if there is no such marker.
   bool AddLocation(const ObjectId& id, const internal::ObjectLocation& location);
@@ -64,6 +67,11 @@ class MemoryStore {
   // value is dropped because no reference to it remains here; `on_unreferenced` runs on the
   // thread that dropped the last reference (outside the lock) whenever the count of an id
   // reaches zero.
+  // Set once, before use: `on_arrive(id)` runs on the calling thread before a value for `id`
+  // is stored (so what it releases is released before anyone waiting for the value wakes).
+  void SetArrivalHook(std::function<void(const ObjectId&)> on_arrive) {
+    on_arrive_ = std::move(on_arrive);
+  }
   void SetHooks(std::function<void(const ObjectId&, const PutEvent&)> on_put,
                 std::function<void(const ObjectId&, const ObjectValue&)> on_free,
                 std::function<void(const ObjectId&)> on_unreferenced) {
@@ -93,6 +101,7 @@ class MemoryStore {
   bool RemoveRefLocked(const ObjectId& id);
 
   EventLoop& loop_;
+  std::function<void(const ObjectId&)> on_arrive_;
   std::function<void(const ObjectId&, const PutEvent&)> on_put_;
   std::function<void(const ObjectId&, const ObjectValue&)> on_free_;
   std::function<void(const ObjectId&)> on_unreferenced_;

@@ -1,5 +1,6 @@
 #include "core/reference_counter.h"
 
+#include <algorithm>
 #include <climits>
 
 namespace rayd::core {
@@ -55,6 +56,35 @@ void ReferenceCounter::ReleaseNested(const ObjectId& outer) { ReleasePins(nested
 void ReferenceCounter::AdoptBorrow(const ObjectId& id, const std::string& owner) {
   std::lock_guard lock(mu_);
   registered_borrows_.emplace(id, owner);
+}
+
+std::unordered_map<ObjectId, std::pair<size_t, size_t>> ReferenceCounter::AllReferenceCounts()
+    const {
+  // The store counts every reference; the pins and borrowers here account for all but the
+  // handles'. Two snapshots, not one: a figure may be a moment stale, never negative.
+  std::unordered_map<ObjectId, size_t> submitted, other;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [task, ids] : arg_pins_) {
+      for (const auto& id : ids) ++submitted[id];
+    }
+    for (const auto& [outer, ids] : nested_pins_) {
+      for (const auto& id : ids) ++other[id];
+    }
+    for (const auto& [actor, ids] : actor_arg_pins_) {
+      for (const auto& id : ids) ++other[id];
+    }
+    for (const auto& [id, borrowers] : borrowers_) other[id] += borrowers.size();
+  }
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> counts;
+  for (const auto& [id, refs] : store_.RefCounts()) {
+    const size_t total = static_cast<size_t>(refs);
+    const size_t held_for_tasks = std::min(total, submitted[id]);
+    const size_t held_otherwise = std::min(total - held_for_tasks, other[id]);
+    const size_t handles = total - held_for_tasks - held_otherwise;
+    if (handles + held_for_tasks > 0) counts.emplace(id, std::make_pair(handles, held_for_tasks));
+  }
+  return counts;
 }
 
 size_t ReferenceCounter::num_pinned_tasks() const {

@@ -42,6 +42,13 @@ class ReferenceCounter {
   void ReleaseArgs(const ObjectId& return_id);
   size_t num_pinned_tasks() const;
 
+  // Ray's reference table: for each object referenced here, {references held by this
+  // process's ObjectRef handles, references held for submitted tasks that take it as an
+  // argument and have not finished}. References of other kinds (inside other objects, for
+  // borrowers, for an actor's creation arguments) are in neither figure; an object held only
+  // by them is not listed.
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> AllReferenceCounts() const;
+
   // An actor's creation arguments (refs, and refs inside by-value ones), pinned while it may
   // need them to start or restart: until ReleaseActorArgs (the actor killed for good from here)
   // or the end of this process.

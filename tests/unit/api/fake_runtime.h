@@ -149,6 +149,15 @@ class FakeRuntime : public internal::Runtime {
     if (count == 0) released_.insert(id);
     ++removes;
   }
+  // The fake's handles only: it pins nothing for tasks.
+  std::unordered_map<ObjectId, std::pair<size_t, size_t>> ReferenceCounts() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unordered_map<ObjectId, std::pair<size_t, size_t>> counts;
+    for (const auto& [id, count] : ref_counts_) {
+      if (count > 0) counts.emplace(id, std::make_pair(static_cast<size_t>(count), size_t{0}));
+    }
+    return counts;
+  }
   std::string OwnerAddress(const ObjectId& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     return objects_.count(id) != 0 || pending_.count(id) != 0 ? kOwner : "";

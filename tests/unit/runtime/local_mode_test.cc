@@ -12,6 +12,8 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/growing_thread_pool.h"
@@ -268,6 +270,23 @@ TEST_CASE("local mode: a pending object outlives its dropped refs until its task
   rayd::ObjectRef<int> kept = rayd::Task(Plus).Remote(1, 2);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
   CHECK(*kept.Get(kGetTimeoutMs) == 3);
+}
+
+TEST_CASE("local mode: the reference table counts handles and tasks holding arguments", "[unit]") {
+  using Counts = std::unordered_map<rayd::ObjectID, std::pair<size_t, size_t>>;
+  LocalMode local_mode;
+  CloseGate closed;
+  auto id_of = [](const auto& ref) { return rayd::ObjectID::FromBinary(ref.ID()); };
+  {
+    rayd::ObjectRef<int> first = rayd::Task(Gated).Remote(3);
+    rayd::ObjectRef<int> copy = first;
+    rayd::ObjectRef<int> second = rayd::Task(Plus).Remote(first, 1);
+    CHECK(rayd::GetAllReferenceCounts() == Counts{{id_of(first), {2, 1}}, {id_of(second), {1, 0}}});
+    g_gate.Open();
+    CHECK(*second.Get(kGetTimeoutMs) == 4);
+    CHECK(rayd::GetAllReferenceCounts() == Counts{{id_of(first), {2, 0}}, {id_of(second), {1, 0}}});
+  }
+  CHECK(rayd::GetAllReferenceCounts().empty());
 }
 
 TEST_CASE("local mode: an actor's calls run one at a time in submission order", "[unit]") {

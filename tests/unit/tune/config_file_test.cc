@@ -415,9 +415,15 @@ TEST_CASE("ranks of one group never share a GPU, single-worker trials may", "[tu
                             "  resources_per_worker: {CPU: 1, GPU: 0.5}\n")),
              Contains("tune.yaml:6: scaling.resources_per_worker.GPU: 0.5 would put ranks of "
                       "one group on the same GPU, which NCCL refuses"));
+  // Above 1, whole amounts only (Ray's rule, rayd/api/task_options.h), for every resource.
   CHECK_THAT(TuneError(Tune("scaling: {num_workers: -1, use_gpu: true, "
                             "resources_per_worker: {GPU: 1.5}}\n")),
-             Contains("scaling.resources_per_worker.GPU: 1.5 would put"));
+             Contains("scaling.resources_per_worker.GPU: resource \"GPU\" = 1.5: an "
+                      "amount above 1 must be a whole number"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 2, resources_per_worker: {CPU: 2.5}}\n")),
+             Contains("scaling.resources_per_worker.CPU") && Contains("whole number"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 2, resources_per_worker: {slot: 0}}\n")),
+             Contains("scaling.resources_per_worker.slot") && Contains("asks for nothing"));
   // Four trials of one rank each on one GPU; whole GPUs for a gang; no GPU training at all.
   CHECK(TuneError(Tune("scaling: {num_workers: 1, use_gpu: true, "
                        "resources_per_worker: {GPU: 0.25}}\n")).empty());

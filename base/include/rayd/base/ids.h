@@ -31,6 +31,9 @@ class UniqueId {
   UniqueId() { bytes_.fill(0); }
   static UniqueId FromRandom();
   static Result<UniqueId> FromHex(std::string_view hex);
+  // Ray's spelling, for ported programs: the id in `id`, given as its kSize bytes or as the
+  // 2 * kSize hex digits rayd's ObjectRef::ID() gives (Ray's gives bytes); Nil for anything else.
+  static UniqueId FromBinary(std::string_view id);
   static UniqueId Nil() { return UniqueId(); }
 
   bool IsNil() const {
@@ -75,6 +78,17 @@ Result<UniqueId<Tag>> UniqueId<Tag>::FromHex(std::string_view hex) {
   if (!internal::FromHex(hex, id.bytes_.data(), kSize))
     return Status::InvalidArgument("not a valid id: '" + std::string(hex) + "'");
   return id;
+}
+
+template <typename Tag>
+UniqueId<Tag> UniqueId<Tag>::FromBinary(std::string_view id) {
+  UniqueId out;
+  if (id.size() == kSize) {
+    std::memcpy(out.bytes_.data(), id.data(), kSize);
+  } else if (!internal::FromHex(id, out.bytes_.data(), kSize)) {
+    out.bytes_.fill(0);
+  }
+  return out;
 }
 
 template <typename Tag>

@@ -25,6 +25,7 @@
 #include "rayd/api/placement_group.h"
 #include "rayd/api/runtime_env.h"
 #include "rayd/api/serializer.h"
+#include "rayd/api/task_options.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {
@@ -47,15 +48,16 @@ class ActorTaskCaller {
     call_name_ = std::move(name);
     return *this;
   }
+  // They are checked as a task's are (rayd/api/task_options.h): RaydError here.
   ActorTaskCaller& SetResource(const std::string& name, double amount) {
-    (void)name, (void)amount;
+    internal::CheckTaskOptions(std::map<std::string, double>{{name, amount}});
     return *this;
   }
   template <typename Map = std::map<std::string, double>>
     requires internal::ResourceMap<Map>
   ActorTaskCaller& SetResources(const Map& resources) {
-    (void)resources;
-    return *this;
+      internal::CheckTaskOptions(resources);
+      return *this;
   }
 
   // Submits the call; throws RaydError when rayd is not initialised or the handle is nil.
@@ -197,10 +199,11 @@ class ActorCreator {
   }
 
   // Submits the creation and returns the handle at once (calls queue until the actor is up).
-  // Throws InfeasibleError when no node could ever host it, RaydError for a taken name and
-  // other refusals.
+  // Throws InfeasibleError when no node could ever host it, RaydError for a taken name, bad
+  // resources (rayd/api/task_options.h) and other refusals.
   template <typename... Args>
   ActorHandle<ActorType> Remote(Args&&... args) {
+    internal::CheckTaskOptions(options_.resources);
     internal::Runtime& runtime = internal::RequireRuntime();
     if (!runtime_env_.Empty()) options_.env = internal::EnvVarsOf(runtime_env_);
     std::vector<internal::TaskArg> packed = internal::PackArgs<F>(std::forward<Args>(args)...);

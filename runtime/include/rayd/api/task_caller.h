@@ -5,9 +5,9 @@
 //
 // The builder is a plain value: options may be set on a temporary, as above, or on a named
 // TaskCaller that is then used for many Remote() calls. Task(f) throws RaydError when `f` was
-// not registered with RAYD_REMOTE, Remote() when rayd is not initialised or the runtime env is
-// bad (RuntimeEnvError); errors of the call itself arrive through the returned ref (Get
-// rethrows them).
+// not registered with RAYD_REMOTE, Remote() when rayd is not initialised, the resources break
+// rayd/api/task_options.h's rule, or the runtime env is bad (RuntimeEnvError); errors of the
+// call itself arrive through the returned ref (Get rethrows them).
 
 #include <map>
 #include <string>
@@ -18,6 +18,7 @@
 #include "rayd/api/object_ref.h"
 #include "rayd/api/placement_group.h"
 #include "rayd/api/runtime_env.h"
+#include "rayd/api/task_options.h"
 #include "rayd/internal/runtime.h"
 
 namespace rayd {
@@ -89,6 +90,7 @@ class TaskCaller {
   // Submits the call and returns a ref to its result (ObjectRef<void> for void functions).
   template <typename... Args>
   ObjectRef<ReturnType> Remote(Args&&... args) {
+    internal::CheckTaskOptions(options_.resources);
     internal::Runtime& runtime = internal::RequireRuntime();
     if (!runtime_env_.Empty()) options_.env = internal::EnvVarsOf(runtime_env_);
     std::vector<internal::TaskArg> packed = internal::PackArgs<F>(std::forward<Args>(args)...);

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "rayd/base/ids.h"
@@ -249,6 +251,9 @@ class Runtime {
   // counted in (refs that outlive Shutdown release nothing).
   virtual void AddLocalRef(const ObjectId& id) = 0;
   virtual void RemoveLocalRef(const ObjectId& id) = 0;
+  // Ray's reference table: {handles, held for unfinished tasks} of each object referenced
+  // here (rayd::GetAllReferenceCounts).
+  virtual std::unordered_map<ObjectId, std::pair<size_t, size_t>> ReferenceCounts() = 0;
   // The RPC address of the owner of `id` (to serialize a ref), "" if unknown. The API asks only
   // for refs this process created (received refs carry their owner's address).
   virtual std::string OwnerAddress(const ObjectId& id) = 0;
