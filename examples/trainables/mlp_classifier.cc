@@ -16,20 +16,35 @@
 // fp16 needs a GPU and scales the loss dynamically), accumulation_steps (1: each step's
 // gradients are summed over that many micro-batches of batch_size, communicating only on the
 // last), zero_stage (0 | 1 | 2 | 3: ZeRO stage 1 splits the optimizer state among the ranks,
-// stage 2 the gradients too, stage 3 the parameters too: each Linear a sharded unit). One epoch
+// stage 2 the gradients too, stage 3 the parameters too: each Linear a sharded unit),
+// micro_batches (1) and schedule (1f1b | gpipe) for a pipeline mesh (below). One epoch
 // is one training_iteration: rank 0 reports the validation loss and accuracy and the mean
 // training loss, the parameter, gradient and optimizer-state bytes it holds between steps
 // (param_bytes, grad_bytes, optimizer_state_bytes), with a checkpoint (model.pt, at stage 3
 // gathered unit by unit; the epoch; every rank's shard of the optimizer state), and a resumed
 // run continues after its checkpoint's epoch, on any number of ranks, at any stage.
 //
+// Under a mesh (scaling.mesh: {data, pipeline, tensor}), the model is cut into `pipeline`
+// stages by parameter count (rayd::train::SplitEvenly), each stage's Linear layers split among
+// its tensor group in Megatron's pairs (TensorParallelSequential), batches flow through the
+// stages as `micro_batches` micro-batches under `schedule` (rayd::train::PipelineStage), and
+// each stage is data-parallel over its data group (batch_size per data replica, the sampler's
+// shards by data rank). With the same seed and global batch the losses equal the one-rank run's
+// up to summation order. The last stage's loss and metrics are shared over the pipeline group,
+// so the mesh's rank 0 (first stage) reports them. A checkpoint holds each part's model and
+// optimizer state (model_p<P>_t<T>.pt, optimizer_p<P>_t<T>/) and the mesh; it resumes on the
+// same pipeline and tensor sizes, on any data size. Not with a mesh: zero_stage 3, fp16,
+// max_grad_norm, accumulation_steps with a pipeline (micro_batches accumulate instead).
+//
 // With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
 // its samples differ from a CPU run's: each device has its own generator), the loss is summed
 // there and read once per epoch. Checkpoints hold CPU tensors, so a run may resume on either.
 
 #include <rayd/train/mixed_precision.h>
+#include <rayd/train/pipeline.h>
 #include <rayd/train/sampler.h>
 #include <rayd/train/session.h>
+#include <rayd/train/tensor_parallel.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -75,6 +90,155 @@ torch::nn::Sequential MakeModel(int64_t hidden, int layers) {
   }
   model->push_back(torch::nn::Linear(width, kClasses));
   return model;
+}
+
+// What a run under a mesh needs of the config (MlpClassifier reads and checks it).
+struct MeshRun {
+  double lr, momentum;
+  int64_t hidden;
+  int layers;
+  int64_t batch_size;
+  int epochs;
+  int64_t train_size;
+  double signal;
+  int64_t data_seed;
+  int zero_stage;
+  rt::Precision precision;
+  int micro_batches;
+  rt::PipelineSchedule schedule;
+};
+
+std::string PartName(const rt::MeshCoordinates& mesh) {
+  return "p" + std::to_string(mesh.pipeline_rank) + "_t" + std::to_string(mesh.tensor_rank);
+}
+
+// Sums `value` over `group` (each of its ranks gives its own; the others give zeros).
+double SumOver(rt::ProcessGroup& group, double value, const char* what) {
+  torch::Tensor t = torch::tensor({value}, torch::kFloat64);
+  if (rayd::Status s = rt::AllReduce(group, t, what); !s.ok()) {
+    throw std::runtime_error(std::string(what) + ": " + s.message());
+  }
+  return t.item<double>();
+}
+
+// Training on a mesh: this rank's pipeline stage, its Linear layers split over the tensor
+// group, data-parallel over the data group (see the file's comment).
+void TrainOnMesh(const MeshRun& run, const Dataset& val, torch::Device device) {
+  const rt::TrainContext& context = rt::GetContext();
+  const rt::MeshCoordinates& mesh = context.mesh;
+  if (run.zero_stage == 3) {
+    throw std::invalid_argument(
+        "config.zero_stage: 3 does not run under a pipeline or tensor mesh yet; use 0 to 2");
+  }
+  for (int64_t width : {run.hidden, run.layers > 1 ? run.hidden / 2 : run.hidden}) {
+    if (width % mesh.tensor != 0) {
+      throw std::invalid_argument("config.hidden: " + std::to_string(run.hidden) +
+                                  " does not split into " + std::to_string(mesh.tensor) +
+                                  " tensor-parallel parts (each hidden width, " +
+                                  std::to_string(width) + ", must divide by it)");
+    }
+  }
+  if (run.layers * 2 + 1 < mesh.pipeline) {
+    throw std::invalid_argument("config.layers: " + std::to_string(run.layers) +
+                                " hidden layers are too few for " + std::to_string(mesh.pipeline) +
+                                " pipeline stages");
+  }
+  rt::ProcessGroup& pipeline_group = rt::GetGroup(rt::MeshAxis::kPipeline);
+  rt::ProcessGroup& tensor_group = rt::GetGroup(rt::MeshAxis::kTensor);
+
+  // Every rank builds the whole model alike, then keeps its part of it.
+  torch::manual_seed(42);
+  torch::nn::Sequential whole = MakeModel(run.hidden, run.layers);
+  torch::nn::Sequential stage = rt::TensorParallelSequential(
+      rt::SplitEvenly(whole, mesh.pipeline)[mesh.pipeline_rank], tensor_group);
+  int start_epoch = 0;
+  const std::optional<std::string> checkpoint = rt::GetCheckpoint();
+  if (checkpoint) {
+    int pipeline = 0, tensor = 0;
+    std::ifstream(*checkpoint + "/mesh") >> pipeline >> tensor;
+    if (pipeline != mesh.pipeline || tensor != mesh.tensor) {
+      throw std::invalid_argument("scaling.mesh: the checkpoint was taken with pipeline " +
+                                  std::to_string(pipeline) + " and tensor " +
+                                  std::to_string(tensor) +
+                                  " (0: without a mesh); it resumes only on "
+                                  "the same pipeline and tensor sizes (the data size may differ)");
+    }
+    torch::load(stage, *checkpoint + "/model_" + PartName(mesh) + ".pt",
+                torch::Device(torch::kCPU));
+    std::ifstream(*checkpoint + "/epoch") >> start_epoch;
+    ++start_epoch;
+  }
+  rt::PreparedModel& ddp = rt::PrepareModel(*stage);  // over the data group, to `device`
+  torch::optim::SGD sgd(stage->parameters(),
+                        torch::optim::SGDOptions(run.lr).momentum(run.momentum));
+  rt::PreparedOptimizer& optimizer = rt::PrepareOptimizer(sgd, {.zero_stage = run.zero_stage});
+  if (checkpoint) optimizer.LoadState(*checkpoint + "/optimizer_" + PartName(mesh));
+  rt::PipelineStage pipeline(
+      stage, pipeline_group,
+      {.micro_batches = run.micro_batches, .schedule = run.schedule, .data_parallel = &ddp.ddp()});
+  rt::DistributedSampler sampler(run.train_size, mesh.data, mesh.data_rank);
+  auto loss_fn = [](const torch::Tensor& output, const torch::Tensor& target) {
+    return torch::nn::functional::cross_entropy(output.to(torch::kFloat), target);
+  };
+
+  for (int epoch = start_epoch; epoch < run.epochs; ++epoch) {
+    Dataset train = Generate(run.train_size, run.signal, run.data_seed, epoch + 1, device);
+    sampler.SetEpoch(epoch);
+    std::vector<int64_t> indices = sampler.Indices();
+    torch::Tensor order = torch::tensor(indices, torch::kInt64).to(device);
+    double train_loss = 0;
+    int64_t steps = 0;
+    stage->train();
+    const auto shard = static_cast<int64_t>(indices.size());
+    for (int64_t begin = 0; begin < shard; begin += run.batch_size) {
+      torch::Tensor batch = order.slice(0, begin, begin + run.batch_size);
+      optimizer.ZeroGrad();
+      {
+        rt::AutocastGuard autocast(run.precision, device);
+        train_loss +=
+            pipeline.Step(train.x.index_select(0, batch), train.y.index_select(0, batch), loss_fn);
+      }
+      optimizer.Step();
+      ++steps;
+    }
+    stage->eval();
+    double val_loss = 0, accuracy = 0;
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor logits = pipeline.Forward(val.x);
+      if (pipeline.is_last()) {
+        val_loss = torch::nn::functional::cross_entropy(logits, val.y).item<double>();
+        accuracy = logits.argmax(1).eq(val.y).to(torch::kFloat64).mean().item<double>();
+      }
+    }
+    val_loss = SumOver(pipeline_group, val_loss, "sharing the validation loss");
+    accuracy = SumOver(pipeline_group, accuracy, "sharing the accuracy");
+    int64_t param_bytes = 0;
+    for (const torch::Tensor& param : stage->parameters()) {
+      param_bytes += param.numel() * static_cast<int64_t>(param.element_size());
+    }
+    std::map<std::string, double> metrics = {
+        {"loss", val_loss},
+        {"accuracy", accuracy},
+        {"train_loss", train_loss / std::max<int64_t>(steps, 1)},
+        {"epoch", epoch},
+        {"param_bytes", static_cast<double>(param_bytes)},
+        {"optimizer_state_bytes", static_cast<double>(optimizer.state_bytes())},
+        {"grad_bytes", static_cast<double>(ddp.ddp().gradient_bytes())}};
+    // Each part's first data replica saves the part's model; every rank its optimizer shard,
+    // in the part's folder; the mesh's rank 0 the epoch and the mesh.
+    const std::string dir = rt::NewCheckpointDir();
+    if (mesh.data_rank == 0) {
+      torch::save(stage, dir + "/model_" + PartName(mesh) + ".pt");
+    }
+    if (context.world_rank == 0) {
+      std::ofstream(dir + "/epoch") << epoch;
+      std::ofstream(dir + "/mesh") << mesh.pipeline << " " << mesh.tensor;
+    }
+    fs::create_directories(dir + "/optimizer_" + PartName(mesh));
+    optimizer.SaveState(dir + "/optimizer_" + PartName(mesh));
+    rt::Report(metrics, dir);
+  }
 }
 
 void MlpClassifier(const nlohmann::json& config) {
@@ -127,6 +291,44 @@ void MlpClassifier(const nlohmann::json& config) {
   }
   rt::LossScaler scaler({.enabled = *precision == rt::Precision::kFp16});
   Dataset val = Generate(val_size, signal, data_seed, 0, device);
+  const int micro_batches = config.value("micro_batches", 1);
+  if (micro_batches < 1) {
+    throw std::invalid_argument("config.micro_batches: expected at least 1, got " +
+                                std::to_string(micro_batches));
+  }
+  const std::string schedule_name = config.value("schedule", "1f1b");
+  if (schedule_name != "1f1b" && schedule_name != "gpipe") {
+    throw std::invalid_argument("config.schedule: expected 1f1b or gpipe, got '" + schedule_name +
+                                "'");
+  }
+  if (context.mesh.pipeline > 1 || context.mesh.tensor > 1) {
+    if (*precision == rt::Precision::kFp16 || max_grad_norm > 0) {
+      throw std::invalid_argument(std::string("config.") +
+                                  (max_grad_norm > 0 ? "max_grad_norm" : "precision") +
+                                  ": not yet under a pipeline or tensor mesh");
+    }
+    if (accumulation > 1 && context.mesh.pipeline > 1) {
+      throw std::invalid_argument(
+          "config.accumulation_steps: under a pipeline, micro_batches accumulate instead");
+    }
+    TrainOnMesh({.lr = lr,
+                 .momentum = momentum,
+                 .hidden = hidden,
+                 .layers = layers,
+                 .batch_size = batch_size * accumulation,
+                 .epochs = epochs,
+                 .train_size = train_size,
+                 .signal = signal,
+                 .data_seed = data_seed,
+                 .zero_stage = zero_stage,
+                 .precision = *precision,
+                 // Accumulation without a pipeline: as many more micro-batches, of a batch
+                 // that many times larger (the same mean loss per step).
+                 .micro_batches = micro_batches * static_cast<int>(accumulation),
+                 .schedule = rt::ParsePipelineSchedule(schedule_name)},
+                val, device);
+    return;
+  }
 
   // Rank 0's initial parameters are broadcast anyway; the seed makes runs repeatable.
   torch::manual_seed(42);

@@ -470,6 +470,79 @@ run: {storage_path: STORAGE}
   CHECK(narrow[2]["loss"].get<double>() < narrow[0]["loss"].get<double>());
 }
 
+TEST_CASE(
+    "the example MLP under pipeline, tensor and 3D meshes has the one-rank run's losses, "
+    "checkpoints per part, and refuses bad meshes naming the key",
+    "[train][e2e]") {
+  Sandbox sandbox;
+  auto run = [&](const std::string& name, int workers, const std::string& mesh,
+                 const std::string& extra, int epochs, std::string* out) {
+    std::string file = sandbox.WriteYaml(
+        name + ".yaml", R"(
+name: )" + name + R"(
+train_loop: mlp_classifier
+config: {lr: 0.05, layers: 3, batch_size: 32, train_size: 512, val_size: 256, epochs: )" +
+                            std::to_string(epochs) +
+                            (Contains(extra, "hidden") ? "" : ", hidden: 32") + extra + R"(}
+scaling: {num_workers: )" + std::to_string(workers) +
+                            R"(, resources_per_worker: {CPU: 0.5})" + mesh + R"(}
+run: {storage_path: STORAGE}
+)");
+    return sandbox.Run({"train", file}, out);
+  };
+  auto train = [&](const std::string& name, int workers, const std::string& mesh,
+                   const std::string& extra = "", int epochs = 2) {
+    std::string out;
+    const int rc = run(name, workers, mesh, extra, epochs, &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    return ReadLines(sandbox.results() + "/" + name + "/result.json");
+  };
+  auto same_curve = [](const std::vector<json>& a, const std::vector<json>& b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("epoch " << i);
+      for (const char* key : {"loss", "train_loss"}) {
+        INFO(key << ": " << a[i][key] << " vs " << b[i][key]);
+        CHECK(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) <=
+              1e-4 * std::abs(b[i][key].get<double>()));
+      }
+    }
+  };
+  const std::vector<json> one = train("one", 1, "");
+  REQUIRE(one.size() == 2);
+  CHECK(one[1]["loss"].get<double>() < one[0]["loss"].get<double>());
+  // Same seed, same global batch (one data replica): the same losses, summation order aside.
+  same_curve(train("pipe", 2, ", mesh: {pipeline: 2}", ", micro_batches: 4"), one);
+  same_curve(train("gpipe", 2, ", mesh: {pipeline: 2}", ", micro_batches: 4, schedule: gpipe"),
+             one);
+  same_curve(train("tensor", 2, ", mesh: {tensor: 2}"), one);
+  same_curve(train("both", 4, ", mesh: {data: 1, pipeline: 2, tensor: 2}", ", micro_batches: 2"),
+             one);
+
+  // Each part's model and optimizer state, and the mesh; resumed on the same mesh, the curve
+  // is the one of a run that never stopped.
+  const std::string dir = sandbox.results() + "/both/checkpoint_000001";
+  for (const char* part : {"p0_t0", "p0_t1", "p1_t0", "p1_t1"}) {
+    INFO(part);
+    CHECK(fs::exists(dir + "/model_" + std::string(part) + ".pt"));
+    CHECK(fs::exists(dir + "/optimizer_" + std::string(part) + "/optimizer.complete"));
+  }
+  train("resumed", 2, ", mesh: {pipeline: 2}", ", micro_batches: 4", 1);
+  same_curve(train("resumed", 2, ", mesh: {pipeline: 2}", ", micro_batches: 4", 2), one);
+
+  std::string out;
+  fs::copy(sandbox.results() + "/both", sandbox.results() + "/moved", fs::copy_options::recursive);
+  CHECK(run("moved", 2, ", mesh: {pipeline: 2}", "", 3, &out) != 0);
+  CHECK(Contains(out, "the checkpoint was taken with pipeline 2 and tensor 2"));
+  CHECK(run("bad_mesh", 4, ", mesh: {data: 2, pipeline: 3}", "", 1, &out) == 2);
+  CHECK(Contains(out, "scaling.mesh: data x pipeline x tensor must equal num_workers (4)"));
+  CHECK(run("bad_split", 2, ", mesh: {tensor: 2}", ", hidden: 33", 1, &out) != 0);
+  CHECK(Contains(out, "config.hidden: 33 does not split into 2 tensor-parallel parts"));
+  CHECK(run("bad_schedule", 2, ", mesh: {pipeline: 2}", ", schedule: zigzag", 1, &out) != 0);
+  CHECK(Contains(out, "config.schedule: expected 1f1b or gpipe, got 'zigzag'"));
+}
+
 TEST_CASE("a sweep tunes the ZeRO stage and precision of 2-worker trials", "[tune][e2e]") {
   Sandbox sandbox;
   std::string file = sandbox.WriteYaml("zero.yaml", R"(

@@ -54,6 +54,9 @@ struct GroupSpec {
   std::chrono::milliseconds timeout{60'000};
   std::unique_ptr<HostedRendezvous> hosted;  // rank 0 of several ranks
   std::string join_address;                  // ranks 1..n-1: rank 0's "host:port"
+  // With pipeline or tensor above 1, the data, pipeline and tensor groups are formed too,
+  // through the world's store.
+  MeshShape mesh;
 };
 
 struct RankSession {

@@ -327,6 +327,10 @@ int TrainWorker::Run(RunSpec spec) {
   group.world_size = spec.world_size;
   group.local_address = NodeAddress();
   group.timeout = std::chrono::seconds(spec.collective_timeout_s);
+  group.mesh = {.data = spec.mesh_data, .pipeline = spec.mesh_pipeline, .tensor = spec.mesh_tensor};
+  if (group.mesh.data * group.mesh.pipeline * group.mesh.tensor != spec.world_size) {
+    group.mesh = {.data = spec.world_size};  // a driver from before meshes: data parallel
+  }
   if (spec.world_size > 1 && spec.world_rank == 0) {
     if (!hosted_) throw RaydError("rank 0 was not asked to host the rendezvous");
     group.hosted = std::move(hosted_);
@@ -365,7 +369,8 @@ int TrainWorker::Run(RunSpec spec) {
                      .local_world_size = spec.local_world_size,
                      .node_rank = spec.node_rank,
                      .run_name = spec.run_name,
-                     .device = on_gpu ? "cuda:0" : "cpu"};
+                     .device = on_gpu ? "cuda:0" : "cpu",
+                     .mesh = MeshCoordinatesOf(session.group.mesh, spec.world_rank)};
   session.worker = this;
   // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.
   ScopedDir unpacked(UnpackDir(spec.world_rank));

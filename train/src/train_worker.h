@@ -101,10 +101,15 @@ struct RunSpec {
   // Names the attempt: a Poll for it answers only about this Run, never about the rank's
   // previous one (a reused rank may get the Poll before the Run).
   uint64_t attempt_token = 0;
+  // The run's mesh (ScalingConfig::mesh, resolved): 1 x 1 x world_size without one.
+  int mesh_data = 1;
+  int mesh_pipeline = 1;
+  int mesh_tensor = 1;
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
                  has_checkpoint, checkpoint, has_command, command, num_nodes, endpoints, trial_id,
-                 trial_dir, restart_count, max_restarts, cpus, gpus, attempt_token);
+                 trial_dir, restart_count, max_restarts, cpus, gpus, attempt_token, mesh_data,
+                 mesh_pipeline, mesh_tensor);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.

@@ -262,6 +262,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::optional<Command> command_;  // a command trainable, in place of the loop
   const nlohmann::json config_;
   ScalingConfig scaling_;
+  MeshShape mesh_;  // scaling_.mesh resolved, at Start
   const RunConfig run_;
   const FitOptions options_;
   const Callbacks callbacks_;
@@ -333,6 +334,7 @@ void TrainingRun::Impl::Open() {
     throw RaydError("ScalingConfig.resources_per_worker.GPU: " + why);
   }
   scaling_.num_workers = ResolveNumWorkers(scaling_);
+  mesh_ = ResolveMesh(scaling_);
   shape_ = ShapeOf(scaling_);
   what_ = "placement group of " + std::to_string(scaling_.num_workers) + " bundles " +
           Describe(WorkerBundle(scaling_)) + (scaling_.local_mode ? " on the driver's node" : "");
@@ -555,6 +557,9 @@ void TrainingRun::Impl::Launch() {
   common.rendezvous_key = gang_->rendezvous_key();
   common.run_name = run_.name;
   common.collective_timeout_s = scaling_.collective_timeout_s;
+  common.mesh_data = mesh_.data;
+  common.mesh_pipeline = mesh_.pipeline;
+  common.mesh_tensor = mesh_.tensor;
   common.use_gpu = scaling_.use_gpu;
   // Unique among the attempts a reused gang serves (its Polls must not see another's end).
   attempt_token_ = AttemptToken();

@@ -42,9 +42,10 @@ const Keys kTrainFileKeys = {"name",   "train_loop", "trainable", "libraries",
                              "config", "scaling",    "run"};
 const Keys kCommandKeys = {"command", "launcher",         "working_dir",
                            "env",     "report_timeout_s", "stop_grace_s"};
-const Keys kScalingKeys = {"num_workers",          "num_processes",       "use_gpu",
-                           "resources_per_worker", "placement_strategy",  "local_mode",
-                           "placement_timeout_s",  "collective_timeout_s"};
+const Keys kScalingKeys = {"num_workers",          "num_processes",        "use_gpu",
+                           "resources_per_worker", "placement_strategy",   "local_mode",
+                           "placement_timeout_s",  "collective_timeout_s", "mesh"};
+const Keys kMeshKeys = {"data", "pipeline", "tensor"};
 const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures"};
@@ -535,6 +536,14 @@ rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
   if (const Field* x = map.Find("local_mode")) out.local_mode = Bool(*x);
   if (const Field* x = map.Find("placement_timeout_s")) out.placement_timeout_s = Int(*x, 1);
   if (const Field* x = map.Find("collective_timeout_s")) out.collective_timeout_s = Int(*x, 1);
+  if (const Field* x = map.Find("mesh")) {
+    MapFields mesh = ReadMap(*x, kMeshKeys);
+    if (const Field* d = mesh.Find("data")) out.mesh.data = Int(*d, 1);
+    if (const Field* p = mesh.Find("pipeline")) out.mesh.pipeline = Int(*p, 1);
+    if (const Field* t = mesh.Find("tensor")) out.mesh.tensor = Int(*t, 1);
+    if (out.num_workers == -1) Fail(*x, "a mesh needs num_workers given, not -1");
+    if (std::string why = rayd::train::CheckMesh(out); !why.empty()) Fail(*x, why);
+  }
   return out;
 }
 

@@ -117,5 +117,47 @@ TEST_CASE("a tensor split that does not divide the features is refused naming th
   for (const Status& status : statuses) CHECK(status.ToString() == Status::Ok().ToString());
 }
 
+TEST_CASE("TensorParallelSequential splits a model's Linear layers in Megatron's pairs",
+          "[train][tensor]") {
+  const int world = GENERATE(2, 4);
+  INFO(world << " ranks");
+  torch::manual_seed(5);
+  torch::nn::Sequential whole(torch::nn::Linear(12, 8), torch::nn::ReLU(), torch::nn::Linear(8, 8),
+                              torch::nn::ReLU(), torch::nn::Linear(8, 6));
+  const torch::Tensor x = torch::randn({5, 12});
+  torch::Tensor input = x.clone().requires_grad_(true);
+  const torch::Tensor output = whole->forward(input);
+  output.pow(2).sum().backward();
+  auto groups = testing::FormThreadGroups(world);
+  std::vector<Status> statuses = testing::OnEachThreadRank(world, [&](int rank) -> Status {
+    torch::nn::Sequential split = TensorParallelSequential(whole, *groups[rank]);
+    // Column, ReLU, Row, ReLU, then the odd one out: a row layer over its slice of the input.
+    if (!split[0]->as<ColumnParallelLinearImpl>() || !split[2]->as<RowParallelLinearImpl>() ||
+        !split[4]->as<RowParallelLinearImpl>()) {
+      return Status::Internal("rank " + std::to_string(rank) + ": unexpected layers");
+    }
+    torch::Tensor in = x.clone().requires_grad_(true);
+    torch::Tensor out = split->forward(in);
+    out.pow(2).sum().backward();
+    if (!Close(out, output)) return Status::Internal("rank " + std::to_string(rank) + ": output");
+    if (!Close(in.grad(), input.grad())) {
+      return Status::Internal("rank " + std::to_string(rank) + ": input gradient");
+    }
+    return Status::Ok();
+  });
+  for (const Status& status : statuses) CHECK(status.ToString() == Status::Ok().ToString());
+  torch::nn::Sequential odd(torch::nn::Linear(12, 7), torch::nn::ReLU(), torch::nn::Linear(7, 4));
+  auto pair = testing::FormThreadGroups(2);
+  std::vector<Status> refused = testing::OnEachThreadRank(2, [&](int rank) -> Status {
+    try {
+      TensorParallelSequential(odd, *pair[rank]);
+    } catch (const RaydError& e) {
+      return Status::InvalidArgument(e.what());
+    }
+    return Status::Ok();
+  });
+  CHECK_THAT(refused[0].message(), Catch::Matchers::Contains("layer 0 (Linear 12 -> 7)"));
+}
+
 }  // namespace
 }  // namespace rayd::train

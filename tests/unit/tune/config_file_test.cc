@@ -286,6 +286,30 @@ tune: {progress_interval_s: 2.5, mode: max}
   CHECK(f.tune.mode == "max");
 }
 
+TEST_CASE("scaling.mesh parses, fills in data, and refuses a mesh that is not the gang", "[tune]") {
+  auto mesh_of = [](const std::string& scaling) {
+    return ParseTuneFile(Tune(scaling), "tune.yaml").trainable.scaling.mesh;
+  };
+  const rayd::train::MeshShape full =
+      mesh_of("scaling: {num_workers: 8, mesh: {data: 2, pipeline: 2, tensor: 2}}\n");
+  CHECK(full == rayd::train::MeshShape{.data = 2, .pipeline = 2, .tensor = 2});
+  CHECK(mesh_of("scaling: {num_workers: 4, mesh: {tensor: 2}}\n") ==
+        rayd::train::MeshShape{.data = 0, .pipeline = 1, .tensor = 2});
+  CHECK_FALSE(mesh_of("scaling: {num_workers: 4}\n").IsSet());
+  CHECK_THAT(TuneError(Tune("scaling:\n  num_workers: 8\n  mesh: {data: 2, pipeline: 2}\n")),
+             Equals("tune.yaml:5: scaling.mesh: data x pipeline x tensor must equal num_workers "
+                    "(8), but 2 x 2 x 1 = 4"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 6, mesh: {pipeline: 4}}\n")),
+             Contains("scaling.mesh: data x pipeline x tensor must equal num_workers (6), but "
+                      "pipeline x tensor = 4 does not divide it"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 2, mesh: {tensor: 0}}\n")),
+             Contains("scaling.mesh.tensor: expected an integer >= 1"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: 2, mesh: {model: 2}}\n")),
+             Contains("scaling.mesh") && Contains("model"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: -1, use_gpu: true, mesh: {tensor: 2}}\n")),
+             Contains("a mesh needs num_workers given, not -1"));
+}
+
 TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {
   std::string text = kArchitectureExample;
   text.replace(text.find("type: asha"), 10, "type: ashaa");

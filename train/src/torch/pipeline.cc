@@ -190,6 +190,25 @@ void PipelineStage::ForwardOne(int i, const std::vector<torch::Tensor>& inputs, 
   }
 }
 
+void PipelineStage::Differentiate(const std::function<void()>& backward, int micro_batch) {
+  DistributedDataParallel* ddp = options_.data_parallel;
+  if (ddp == nullptr) return backward();
+  Status finished;
+  if (++backwards_ < options_.micro_batches) {
+    auto no_sync = ddp->NoSync();
+    backward();
+    finished = ddp->FinishBackward();
+  } else {
+    backward();
+    finished = ddp->FinishBackward();  // averages the whole batch's gradients
+  }
+  if (!finished.ok()) {
+    throw RaydError("pipeline stage " + std::to_string(rank_) + ", micro-batch " +
+                    std::to_string(micro_batch) +
+                    ": averaging gradients over the data group: " + finished.message());
+  }
+}
+
 void PipelineStage::BackwardOne(int i, const std::vector<torch::Tensor>& targets,
                                 const PipelineLoss& loss_fn, std::vector<MicroBatch>& batches,
                                 double& loss_sum) {
@@ -201,11 +220,11 @@ void PipelineStage::BackwardOne(int i, const std::vector<torch::Tensor>& targets
     const double weight = static_cast<double>(targets[i].size(0)) / static_cast<double>(total_rows);
     torch::Tensor loss = loss_fn(mb.output, targets[i]);
     loss_sum += loss.item<double>() * weight;
-    (loss * weight).backward();
+    Differentiate([&] { (loss * weight).backward(); }, i);
   } else {
     torch::Tensor grad = Receive(mb.output.sizes().vec(), mb.output.scalar_type(), rank_ + 1,
                                  BackwardTag(i), "gradient", i);
-    mb.output.backward(grad);
+    Differentiate([&] { mb.output.backward(grad); }, i);
   }
   if (!is_first()) Send(mb.input.grad(), rank_ - 1, BackwardTag(i), "gradient", i);
   mb = MicroBatch{};  // its activations go now
@@ -236,6 +255,7 @@ double PipelineStage::Step(const torch::Tensor& input, const torch::Tensor& targ
   std::vector<MicroBatch> batches(m);
   Shapes shapes;
   double loss_sum = 0;
+  backwards_ = 0;
   int in_flight = 0;
   max_in_flight_ = 0;
   auto forward = [&](int i) {
@@ -260,7 +280,15 @@ double PipelineStage::Step(const torch::Tensor& input, const torch::Tensor& targ
     while (next_backward < m) backward(next_backward++);
   }
   WaitSends();
-  return is_last() ? loss_sum : 0.0;
+  if (stages_ == 1) return loss_sum;
+  // Every stage learns the loss (the mesh's rank 0, which reports, is on the first).
+  torch::Tensor shared = torch::tensor({is_last() ? loss_sum : 0.0}, torch::kFloat64);
+  if (Status status = AllReduce(group_, shared,
+                                "pipeline stage " + std::to_string(rank_) + ": sharing the loss");
+      !status.ok()) {
+    throw RaydError(status.message());
+  }
+  return shared.item<double>();
 }
 
 torch::Tensor PipelineStage::Forward(const torch::Tensor& input) {

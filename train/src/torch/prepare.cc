@@ -21,6 +21,9 @@ namespace {
 // before the group they talk through.
 struct TorchRun : internal::TorchRunState {
   std::unique_ptr<ProcessGroup> group;
+  // With a mesh: this rank's groups along each axis (formed after `group`, through its store).
+  std::unique_ptr<ProcessGroup> data, pipeline, tensor;
+  std::unique_ptr<ProcessGroup> alone;  // the pipeline or tensor group without a mesh
   std::vector<ShardedUnit> units;  // ShardUnit's, in the order they were made
   std::vector<std::unique_ptr<PreparedModel>> models;
   std::vector<std::unique_ptr<PreparedOptimizer>> optimizers;
@@ -59,6 +62,28 @@ std::unique_ptr<Rendezvous> MeetPeers(internal::GroupSpec& spec) {
   return std::move(joined).value();
 }
 
+// The data, pipeline and tensor groups of a mesh with pipeline or tensor above 1, each formed
+// through the world's store. Every rank forms them in this order, and each axis' groups split
+// the world, so every group's members are all forming it at once.
+void FormMeshGroups(TorchRun& run, const internal::GroupSpec& spec) {
+  const MeshShape& mesh = spec.mesh;
+  if (mesh.pipeline * mesh.tensor <= 1) return;
+  auto form = [&](MeshAxis axis, const char* name) {
+    std::vector<int> ranks = MeshGroupRanks(mesh, spec.rank, axis);
+    std::string key = name;
+    for (int r : ranks) key += "-" + std::to_string(r);
+    Result<std::unique_ptr<ProcessGroup>> formed = run.group->Subgroup(ranks, key);
+    if (!formed.ok()) {
+      throw RaydError(std::string("forming the mesh's ") + name +
+                      " group: " + formed.status().message());
+    }
+    return std::move(formed).value();
+  };
+  run.data = form(MeshAxis::kData, "data");
+  run.pipeline = form(MeshAxis::kPipeline, "pipeline");
+  run.tensor = form(MeshAxis::kTensor, "tensor");
+}
+
 ProcessGroup& Group(internal::RankSession& session) {
   TorchRun& run = State(session);
   if (!run.group) {
@@ -74,8 +99,16 @@ ProcessGroup& Group(internal::RankSession& session) {
       throw RaydError("forming the process group: " + formed.status().message());
     }
     run.group = std::move(formed).value();
+    FormMeshGroups(run, spec);
   }
   return *run.group;
+}
+
+// The data group: the world without a mesh.
+ProcessGroup& DataGroup(internal::RankSession& session) {
+  TorchRun& run = State(session);
+  ProcessGroup& world = Group(session);
+  return run.data ? *run.data : world;
 }
 
 std::unique_ptr<internal::HostedRendezvous> Host(const std::string& address,
@@ -97,6 +130,28 @@ std::unique_ptr<internal::HostedRendezvous> Host(const std::string& address,
 
 }  // namespace
 
+ProcessGroup& GetWorldGroup() { return Group(internal::RequireSession("GetWorldGroup")); }
+
+ProcessGroup& GetGroup(MeshAxis axis) {
+  internal::RankSession& session = internal::RequireSession("GetGroup");
+  TorchRun& run = State(session);
+  ProcessGroup& world = Group(session);
+  std::unique_ptr<ProcessGroup>* group = axis == MeshAxis::kData       ? &run.data
+                                         : axis == MeshAxis::kPipeline ? &run.pipeline
+                                                                       : &run.tensor;
+  if (*group) return **group;
+  if (axis == MeshAxis::kData) return world;
+  // No mesh: this rank is the whole pipeline and the whole tensor group.
+  if (!run.alone) {
+    Result<std::unique_ptr<ProcessGroup>> alone = ProcessGroup::Connect(
+        Rendezvous::Alone(),
+        {.local_address = session.group.local_address, .timeout = session.group.timeout});
+    if (!alone.ok()) throw RaydError("GetGroup: " + alone.status().message());
+    run.alone = std::move(alone).value();
+  }
+  return *run.alone;
+}
+
 void PreparedModel::FinishBackward() {
   Status status = ddp_->FinishBackward();
   if (!status.ok()) throw RaydError("FinishBackward: " + status.message());
@@ -106,7 +161,7 @@ PreparedModel& PrepareModel(torch::nn::Module& module) {
   internal::RankSession& session = internal::RequireSession("PrepareModel");
   if (session.context.device != "cpu") module.to(torch::Device(session.context.device));
   Result<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Create(module, Group(session));
+      DistributedDataParallel::Create(module, DataGroup(session));
   if (!ddp.ok()) throw RaydError("PrepareModel: " + ddp.status().message());
   TorchRun& run = State(session);
   run.models.push_back(std::make_unique<PreparedModel>(std::move(ddp).value()));
@@ -115,7 +170,7 @@ PreparedModel& PrepareModel(torch::nn::Module& module) {
 
 ShardedUnit ShardUnit(torch::nn::AnyModule block) {
   internal::RankSession& session = internal::RequireSession("ShardUnit");
-  ProcessGroup& group = Group(session);
+  ProcessGroup& group = DataGroup(session);
   if (session.context.device != "cpu") block.ptr()->to(torch::Device(session.context.device));
   ShardedUnit unit(std::move(block), group);
   State(session).units.push_back(unit);
@@ -161,7 +216,7 @@ bool PreparedOptimizer::Step(LossScaler& scaler) {
 
 PreparedOptimizer& PrepareOptimizer(torch::optim::Optimizer& optimizer, ZeroOptions options) {
   internal::RankSession& session = internal::RequireSession("PrepareOptimizer");
-  ProcessGroup& group = Group(session);
+  ProcessGroup& group = DataGroup(session);
   TorchRun& run = State(session);
   if (options.zero_stage == 3) {
     // The units whose shards this optimizer steps; it steps them as a plain optimizer does

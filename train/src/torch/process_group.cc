@@ -1,7 +1,9 @@
 #include "rayd/train/process_group.h"
 
+#include <algorithm>
 #include <string>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -48,6 +50,36 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::Join(const std::string& host, ui
 std::unique_ptr<Rendezvous> Rendezvous::Alone() {
   return std::unique_ptr<Rendezvous>(
       new Rendezvous("localhost", 0, c10::make_intrusive<c10d::HashStore>()));
+}
+
+std::unique_ptr<Rendezvous> Rendezvous::Prefixed(const Rendezvous& base,
+                                                 const std::string& prefix) {
+  return std::unique_ptr<Rendezvous>(new Rendezvous(
+      base.host(), base.port(), c10::make_intrusive<c10d::PrefixStore>(prefix, base.store())));
+}
+
+Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Subgroup(const std::vector<int>& ranks,
+                                                             const std::string& name) {
+  auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) {
+    return Status::InvalidArgument("subgroup " + name + ": rank " + std::to_string(rank()) +
+                                   " is not among its ranks");
+  }
+  for (int r : ranks) {
+    if (r < 0 || r >= world_size()) {
+      return Status::InvalidArgument("subgroup " + name + ": rank " + std::to_string(r) +
+                                     " is outside a world of " + std::to_string(world_size()));
+    }
+  }
+  ProcessGroupOptions options = options_;
+  options.rank = static_cast<int>(me - ranks.begin());
+  options.world_size = static_cast<int>(ranks.size());
+  Result<std::unique_ptr<ProcessGroup>> formed =
+      Connect(Rendezvous::Prefixed(*rendezvous_, "subgroup/" + name + "/"), options);
+  if (!formed.ok()) {
+    return Status(formed.status().code(), "subgroup " + name + ": " + formed.status().message());
+  }
+  return formed;
 }
 
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(std::unique_ptr<Rendezvous> rendezvous,

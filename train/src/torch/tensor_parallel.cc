@@ -157,4 +157,45 @@ torch::Tensor RowParallelLinearImpl::forward(torch::Tensor input) {
   return bias.defined() ? output + bias : output;
 }
 
+torch::nn::Sequential TensorParallelSequential(const torch::nn::Sequential& whole,
+                                               ProcessGroup& group) {
+  std::vector<torch::nn::AnyModule> layers(whole->begin(), whole->end());
+  auto linear = [&](size_t i) { return layers[i].ptr()->as<torch::nn::LinearImpl>(); };
+  auto has_parameters = [&](size_t i) { return !layers[i].ptr()->parameters().empty(); };
+  torch::nn::Sequential split;
+  bool column_open = false;  // a ColumnParallelLinear's split output awaits its row layer
+  for (size_t i = 0; i < layers.size(); ++i) {
+    torch::nn::LinearImpl* layer = linear(i);
+    if (layer == nullptr) {
+      split->push_back(layers[i]);
+      continue;
+    }
+    const torch::nn::Linear whole_layer(
+        std::dynamic_pointer_cast<torch::nn::LinearImpl>(layers[i].ptr()));
+    const std::string which = "layer " + std::to_string(i) + " (Linear " +
+                              std::to_string(layer->options.in_features()) + " -> " +
+                              std::to_string(layer->options.out_features()) + ")";
+    try {
+      if (column_open) {
+        split->push_back(RowParallelLinear(whole_layer, group));
+        column_open = false;
+        continue;
+      }
+      size_t next = i + 1;
+      while (next < layers.size() && linear(next) == nullptr && !has_parameters(next)) ++next;
+      if (next < layers.size() && linear(next) != nullptr) {
+        split->push_back(ColumnParallelLinear(whole_layer, group));
+        column_open = true;
+      } else {
+        RowParallelLinearOptions options;
+        options.input_is_parallel = false;
+        split->push_back(RowParallelLinear(whole_layer, group, options));
+      }
+    } catch (const RaydError& e) {
+      throw RaydError("tensor-parallel split of " + which + ": " + e.what());
+    }
+  }
+  return split;
+}
+
 }  // namespace rayd::train

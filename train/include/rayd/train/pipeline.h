@@ -10,7 +10,7 @@
 //       rayd::train::SplitEvenly(model, group.world_size())[group.rank()], group,
 //       {.micro_batches = 4, .schedule = rayd::train::PipelineSchedule::k1F1B});
 //   double loss = stage.Step(x, y, [](auto& out, auto& y) {
-//     return torch::nll_loss(out, y); });  // the mean over the batch, on the last stage
+//     return torch::nll_loss(out, y); });  // the batch's mean, on every stage
 //   optimizer.step();                       // each rank steps its own stage's parameters
 //
 // How a step runs (Step):
@@ -36,6 +36,7 @@
 // The group is the pipeline group (a mesh's, or a whole world of S ranks): every rank of it
 // calls Step with the same micro_batches and schedule, at the same points.
 
+#include <rayd/train/ddp.h>
 #include <rayd/train/process_group.h>
 #include <torch/torch.h>
 
@@ -55,6 +56,11 @@ PipelineSchedule ParsePipelineSchedule(const std::string& name);
 struct PipelineOptions {
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  // The stage's data parallelism across mesh replicas (PrepareModel(stage).ddp()), if any:
+  // every micro-batch's backward but the last accumulates without communicating (no_sync), and
+  // the last one's averages the whole batch's gradients over the data group, as gradient
+  // accumulation does. Step then needs no FinishBackward after it.
+  DistributedDataParallel* data_parallel = nullptr;
 };
 
 // The loss of one micro-batch, from the last stage's output and the matching slice of target.
@@ -73,8 +79,9 @@ class PipelineStage {
   PipelineStage(torch::nn::Sequential stage, ProcessGroup& group, PipelineOptions options = {});
 
   // One training step over a batch (see above): gradients accumulate into this stage's
-  // parameters (zero them before, step the optimizer after). Returns the batch's mean loss on
-  // the last stage, 0 on the others. The first stage needs `input`, the last `target`.
+  // parameters (zero them before, step the optimizer after). Returns the batch's mean loss,
+  // on every stage (the last stage's, shared by an all-reduce over the group). The first stage
+  // needs `input`, the last `target`.
   double Step(const torch::Tensor& input, const torch::Tensor& target, const PipelineLoss& loss_fn);
 
   // Forward only, without autograd (evaluation): the last stage returns the whole batch's
@@ -101,6 +108,9 @@ class PipelineStage {
   // input's gradient sent back.
   void BackwardOne(int i, const std::vector<torch::Tensor>& targets, const PipelineLoss& loss_fn,
                    std::vector<MicroBatch>& batches, double& loss_sum);
+  // Runs one micro-batch's backward, under the data group's no_sync for all but the step's
+  // last (with options_.data_parallel).
+  void Differentiate(const std::function<void()>& backward, int micro_batch);
   void Send(const torch::Tensor& tensor, int peer, int tag, const char* what, int micro_batch);
   torch::Tensor Receive(const std::vector<int64_t>& shape, c10::ScalarType dtype, int peer, int tag,
                         const char* what, int micro_batch);
@@ -114,6 +124,7 @@ class PipelineStage {
   int rank_;
   int stages_;
   int max_in_flight_ = 0;
+  int backwards_ = 0;  // micro-batches differentiated in this Step
   // Sends posted and not yet waited for, with the tensors they read.
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
 };

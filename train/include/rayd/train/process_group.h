@@ -67,6 +67,9 @@ class Rendezvous {
   // A group of one rank: the store lives in this process (no server, no port, nothing to
   // publish), so a single-rank run pays for no rendezvous.
   static std::unique_ptr<Rendezvous> Alone();
+  // The same store seen under `prefix` (c10d's PrefixStore): another group formed through it
+  // (ProcessGroup::Subgroup) keys its handshake apart from the base's. Keeps the store alive.
+  static std::unique_ptr<Rendezvous> Prefixed(const Rendezvous& base, const std::string& prefix);
 
   const std::string& host() const { return host_; }
   // The port the store listens on (the bound one when Host was given 0).
@@ -125,6 +128,14 @@ class ProcessGroup {
 
   // Blocks until every rank has reached the barrier (or the timeout passes).
   Status Barrier();
+
+  // A group of the ranks `ranks` of this one (this rank among them, in the order given: its
+  // rank there is its index), formed through this group's store under `name`, with this
+  // group's backend, address, timeout and shared-memory choice (torch.distributed's
+  // new_group). Every member calls it with the same ranks and name, a name no other group of
+  // this one uses; it blocks until all have connected, as Connect does.
+  Result<std::unique_ptr<ProcessGroup>> Subgroup(const std::vector<int>& ranks,
+                                                 const std::string& name);
 
   // Collectives through shared memory among the ranks, when they all run on this host and
   // the options asked for them; null otherwise.

@@ -34,9 +34,19 @@ class PreparedModel {
   std::unique_ptr<DistributedDataParallel> ddp_;
 };
 
-// Broadcasts rank 0's parameters of `module` and installs the gradient all-reduce. `module`
-// must stay alive while the loop uses the returned model. Call once per module. Throws RaydError
-// when the broadcast fails.
+// This run's process groups: the world (every rank), and with a mesh (ScalingConfig::mesh)
+// this rank's data, pipeline and tensor groups, formed once per attempt before the loop starts
+// (without a mesh the data group is the world, the others this rank alone). A group's rank is
+// the rank's coordinate along its axis (GetContext().mesh). PrepareModel, ShardUnit and
+// PrepareOptimizer work on the data group; a loop hands the tensor group to tensor-parallel
+// layers (rayd/train/tensor_parallel.h) and the pipeline group to a PipelineStage
+// (rayd/train/pipeline.h). Throws RaydError when a group cannot be formed.
+ProcessGroup& GetWorldGroup();
+ProcessGroup& GetGroup(MeshAxis axis);
+
+// Broadcasts the data group's rank 0's parameters of `module` and installs the gradient
+// all-reduce over the data group. `module` must stay alive while the loop uses the returned model.
+// Call once per module. Throws RaydError when the broadcast fails.
 PreparedModel& PrepareModel(torch::nn::Module& module);
 
 // An optimizer prepared for data-parallel training: ZeRO stage 0 (every rank steps every

@@ -90,4 +90,16 @@ class RowParallelLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RowParallelLinear);
 
+// Megatron's split of a Sequential of Linear layers and layers without parameters
+// (activations), whose input and output stay whole, so it can take the place of the whole one
+// (a model, or a pipeline stage of one): a Linear followed, past layers without parameters, by
+// another Linear becomes a ColumnParallelLinear (its output left split, through the
+// activations between) and that next one a RowParallelLinear; a Linear left over (the last one
+// of an odd count) becomes a RowParallelLinear taking its slice of the whole input. Other
+// layers with parameters are kept whole (replicated on every rank). Every rank gets the same
+// values as `whole` has. Throws RaydError when the group's size does not divide a split
+// layer's features (naming the layer's index and size).
+torch::nn::Sequential TensorParallelSequential(const torch::nn::Sequential& whole,
+                                               ProcessGroup& group);
+
 }  // namespace rayd::train

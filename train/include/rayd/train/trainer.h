@@ -53,6 +53,25 @@
 
 namespace rayd::train {
 
+// A trial's gang as a device mesh (3D parallelism): data x pipeline x tensor ranks. Ranks are
+// numbered tensor fastest, then data, then pipeline (Megatron-LM's order): the ranks of a
+// tensor-parallel group are consecutive, so a gang packed in rank order keeps each one on a
+// node whenever one node can hold it; pipeline stages are the outermost, and may span nodes.
+struct MeshShape {
+  int data = 0;  // 0: num_workers / (pipeline x tensor)
+  int pipeline = 1;
+  int tensor = 1;
+  bool IsSet() const { return data > 0 || pipeline > 1 || tensor > 1; }
+  bool operator==(const MeshShape&) const = default;
+};
+
+// Where one rank sits in a mesh, and the mesh's sizes (all 1 without a mesh but data, which
+// is then the world).
+struct MeshCoordinates {
+  int data = 1, pipeline = 1, tensor = 1;
+  int data_rank = 0, pipeline_rank = 0, tensor_rank = 0;
+};
+
 struct ScalingConfig {
   // Ranks of the job. -1 (TorchDistributor's num_processes=-1): one per GPU in the cluster,
   // counted when Fit starts (needs use_gpu).
@@ -74,6 +93,11 @@ struct ScalingConfig {
   int placement_timeout_s = 60;
   // Bounds forming the process group and each collective, so a hung peer fails fast.
   int collective_timeout_s = 60;
+  // A device mesh: data x pipeline x tensor must equal num_workers (data may be left 0, then
+  // it is num_workers / (pipeline x tensor)). Unset: every rank is a data-parallel replica.
+  // GetContext().mesh tells a rank its coordinates; GetGroup (rayd/train/session.h) its data,
+  // pipeline and tensor groups.
+  MeshShape mesh;
 };
 
 struct FailureConfig {
@@ -201,6 +225,9 @@ struct TrainContext {
   // the only ones it sees), else "cpu". PrepareModel moves the model there; make the data
   // there too (torch::Device(GetContext().device)).
   std::string device = "cpu";
+  // Coordinates in the run's mesh (ScalingConfig::mesh); without one, data = world_size and
+  // data_rank = world_rank.
+  MeshCoordinates mesh;
 };
 
 // Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw
@@ -246,6 +273,17 @@ std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling);
 // resources_per_worker.GPU does not. NCCL refuses two ranks of one communicator on one GPU, so
 // with use_gpu and more than one worker each worker's GPUs must be whole.
 std::string CheckGpuSharing(const ScalingConfig& scaling);
+
+// The mesh `scaling` asks for, its data size filled in; RaydError naming ScalingConfig.mesh
+// when its sizes are below 1 or their product is not num_workers (num_workers resolved).
+MeshShape ResolveMesh(const ScalingConfig& scaling);
+// Empty when ResolveMesh would accept `scaling`, else why not.
+std::string CheckMesh(const ScalingConfig& scaling);
+// Rank `rank`'s place in `mesh` (data resolved), and the world ranks of its group along each
+// axis, in the order of that axis' coordinate.
+MeshCoordinates MeshCoordinatesOf(const MeshShape& mesh, int rank);
+enum class MeshAxis { kData, kPipeline, kTensor };
+std::vector<int> MeshGroupRanks(const MeshShape& mesh, int rank, MeshAxis axis);
 
 }  // namespace rayd::train
 
