@@ -123,6 +123,10 @@ void WhereLoop(const json& config) {
   std::ofstream(config.at("out_dir").get<std::string>() + "/device." +
                 std::to_string(context.world_rank))
       << context.device;
+  std::ofstream(config.at("out_dir").get<std::string>() + "/mesh." +
+                std::to_string(context.world_rank))
+      << context.mesh.data_rank << " " << context.mesh.pipeline_rank << " "
+      << context.mesh.tensor_rank;
   rt::Report({{"world_size", context.world_size}});
 }
 RAYD_TRAIN_LOOP(WhereLoop);
@@ -418,6 +422,39 @@ std::vector<std::string> RankNodes(const TempDir& out, int world_size) {
     nodes.push_back(rayd::testing::ReadFile(out.path() + "/node_rank" + std::to_string(rank)));
   }
   return nodes;
+}
+
+TEST_CASE("a mesh keeps each tensor-parallel group on one node, even under SPREAD", "[trainer]") {
+  rayd_runtime_test::CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "2"});
+  cluster.Start({"--address", cluster.address(), "--num-cpus", "2"});
+  cluster.InitDriver();
+  TempDir storage, out;
+  // Per-worker bundles under SPREAD would alternate the nodes: 0 and 1 apart.
+  rt::ScalingConfig scaling{.num_workers = 4,
+                            .placement_strategy = rayd::PlacementStrategy::SPREAD,
+                            .mesh = {.pipeline = 2, .tensor = 2}};
+  rt::TrainResult result = rt::Trainer("WhereLoop", {{"out_dir", out.path()}}, scaling,
+                                       {.name = "mesh", .storage_path = storage.path()})
+                               .Fit();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  const std::vector<std::string> nodes = RankNodes(out, 4);
+  CHECK(nodes[0] == nodes[1]);
+  CHECK(nodes[2] == nodes[3]);
+  CHECK(nodes[0] != nodes[2]);
+  // Tensor fastest, then data, then pipeline.
+  for (const auto& [rank, coordinates] : std::vector<std::pair<int, std::string>>{
+           {0, "0 0 0"}, {1, "0 0 1"}, {2, "0 1 0"}, {3, "0 1 1"}}) {
+    CHECK(rayd::testing::ReadFile(out.path() + "/mesh." + std::to_string(rank)) == coordinates);
+  }
+  // A mesh that is not the gang is refused before anything is reserved.
+  scaling.mesh = {.data = 3, .tensor = 2};
+  CHECK_THROWS_WITH(rt::Trainer("WhereLoop", {{"out_dir", out.path()}}, scaling,
+                                {.name = "bad", .storage_path = storage.path()})
+                        .Fit(),
+                    Catch::Contains("ScalingConfig.mesh: data x pipeline x tensor must equal "
+                                    "num_workers (4), but 3 x 1 x 2 = 6"));
 }
 
 TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 uses every GPU",

@@ -108,6 +108,7 @@ using internal::Gang;
 std::string ShapeOf(const ScalingConfig& scaling) {
   nlohmann::json shape = {{"workers", scaling.num_workers},
                           {"bundle", WorkerBundle(scaling)},
+                          {"tensor", std::max(scaling.mesh.tensor, 1)},
                           {"strategy", static_cast<int>(scaling.placement_strategy)},
                           {"local", scaling.local_mode}};
   return shape.dump();
@@ -336,8 +337,11 @@ void TrainingRun::Impl::Open() {
   scaling_.num_workers = ResolveNumWorkers(scaling_);
   mesh_ = ResolveMesh(scaling_);
   shape_ = ShapeOf(scaling_);
-  what_ = "placement group of " + std::to_string(scaling_.num_workers) + " bundles " +
-          Describe(WorkerBundle(scaling_)) + (scaling_.local_mode ? " on the driver's node" : "");
+  what_ =
+      "placement group of " + std::to_string(scaling_.num_workers / mesh_.tensor) + " bundles " +
+      Describe(WorkerBundle(scaling_)) +
+      (mesh_.tensor > 1 ? " x " + std::to_string(mesh_.tensor) + " (a tensor group each)" : "") +
+      (scaling_.local_mode ? " on the driver's node" : "");
   std::string run_dir = (std::filesystem::path(run_.storage_path) / run_.name).string();
   Result<CheckpointStore> store = CheckpointStore::Open(run_dir, run_.checkpoint);
   if (!store.ok()) throw RaydError(store.status().message());
@@ -407,9 +411,12 @@ void TrainingRun::Impl::BeginAttempt() {
 }
 
 void TrainingRun::Impl::Reserve() {
+  // One bundle per tensor-parallel group (mesh_.tensor workers' resources): a bundle sits on
+  // one node, so each group's per-layer all-reduces stay on it.
   std::map<std::string, double> bundle = WorkerBundle(scaling_);
+  for (auto& [name, amount] : bundle) amount *= mesh_.tensor;
   rayd::PlacementGroupCreationOptions group{
-      .bundles = std::vector(static_cast<size_t>(scaling_.num_workers),
+      .bundles = std::vector(static_cast<size_t>(scaling_.num_workers / mesh_.tensor),
                              std::unordered_map<std::string, double>(bundle.begin(), bundle.end())),
       .strategy = scaling_.placement_strategy};
   if (scaling_.local_mode) {
@@ -470,7 +477,7 @@ void TrainingRun::Impl::StartRanks() {
     for (int rank = 0; rank < scaling_.num_workers; ++rank) {
       actors.push_back(rayd::Actor(TrainWorker::FactoryCreate)
                            .SetResources(bundle)
-                           .SetPlacementGroup(gang_->group(), rank)
+                           .SetPlacementGroup(gang_->group(), rank / mesh_.tensor)
                            .SetMaxConcurrency(2)
                            .Remote(rank));
     }
