@@ -34,7 +34,8 @@
 // so the mesh's rank 0 (first stage) reports them. A checkpoint holds each part's model and
 // optimizer state (model_p<P>_t<T>.pt, optimizer_p<P>_t<T>/) and the mesh; it resumes on the
 // same pipeline and tensor sizes, on any data size. Not with a mesh: zero_stage 3, fp16,
-// max_grad_norm, accumulation_steps with a pipeline (micro_batches accumulate instead).
+// max_grad_norm above zero_stage 0, accumulation_steps with a pipeline (micro_batches
+// accumulate instead).
 //
 // With use_gpu the rank trains on its GPU (GetContext().device): the data is drawn there (so
 // its samples differ from a CPU run's: each device has its own generator), the loss is summed
@@ -106,6 +107,7 @@ struct MeshRun {
   rt::Precision precision;
   int micro_batches;
   rt::PipelineSchedule schedule;
+  double max_grad_norm;
 };
 
 std::string PartName(const rt::MeshCoordinates& mesh) {
@@ -198,6 +200,8 @@ void TrainOnMesh(const MeshRun& run, const Dataset& val, torch::Device device) {
         train_loss +=
             pipeline.Step(train.x.index_select(0, batch), train.y.index_select(0, batch), loss_fn);
       }
+      // By the whole model's norm, over every stage and tensor shard.
+      if (run.max_grad_norm > 0) rt::ClipGradNormOverMesh(*stage, run.max_grad_norm);
       optimizer.Step();
       ++steps;
     }
@@ -220,7 +224,10 @@ void TrainOnMesh(const MeshRun& run, const Dataset& val, torch::Device device) {
     std::map<std::string, double> metrics = {
         {"loss", val_loss},
         {"accuracy", accuracy},
-        {"train_loss", train_loss / std::max<int64_t>(steps, 1)},
+        // The mean over every data replica's part of each global batch.
+        {"train_loss",
+         SumOver(rt::GetGroup(rt::MeshAxis::kData), train_loss, "averaging the training loss") /
+             mesh.data / std::max<int64_t>(steps, 1)},
         {"epoch", epoch},
         {"param_bytes", static_cast<double>(param_bytes)},
         {"optimizer_state_bytes", static_cast<double>(optimizer.state_bytes())},
@@ -302,10 +309,12 @@ void MlpClassifier(const nlohmann::json& config) {
                                 "'");
   }
   if (context.mesh.pipeline > 1 || context.mesh.tensor > 1) {
-    if (*precision == rt::Precision::kFp16 || max_grad_norm > 0) {
-      throw std::invalid_argument(std::string("config.") +
-                                  (max_grad_norm > 0 ? "max_grad_norm" : "precision") +
-                                  ": not yet under a pipeline or tensor mesh");
+    if (*precision == rt::Precision::kFp16) {
+      throw std::invalid_argument("config.precision: fp16 not yet under a pipeline or tensor mesh");
+    }
+    if (max_grad_norm > 0 && zero_stage > 0) {
+      throw std::invalid_argument(
+          "config.max_grad_norm: under a pipeline or tensor mesh, clipping needs zero_stage 0");
     }
     if (accumulation > 1 && context.mesh.pipeline > 1) {
       throw std::invalid_argument(
@@ -325,7 +334,8 @@ void MlpClassifier(const nlohmann::json& config) {
                  // Accumulation without a pipeline: as many more micro-batches, of a batch
                  // that many times larger (the same mean loss per step).
                  .micro_batches = micro_batches * static_cast<int>(accumulation),
-                 .schedule = rt::ParsePipelineSchedule(schedule_name)},
+                 .schedule = rt::ParsePipelineSchedule(schedule_name),
+                 .max_grad_norm = max_grad_norm},
                 val, device);
     return;
   }

@@ -481,9 +481,11 @@ TEST_CASE(
         name + ".yaml", R"(
 name: )" + name + R"(
 train_loop: mlp_classifier
-config: {lr: 0.05, layers: 3, batch_size: 32, train_size: 512, val_size: 256, epochs: )" +
+config: {lr: 0.05, layers: 3, train_size: 512, val_size: 256, epochs: )" +
                             std::to_string(epochs) +
-                            (Contains(extra, "hidden") ? "" : ", hidden: 32") + extra + R"(}
+                            (Contains(extra, "hidden") ? "" : ", hidden: 32") +
+                            (Contains(extra, "batch_size") ? "" : ", batch_size: 32") + extra +
+                            R"(}
 scaling: {num_workers: )" + std::to_string(workers) +
                             R"(, resources_per_worker: {CPU: 0.5})" + mesh + R"(}
 run: {storage_path: STORAGE}
@@ -519,6 +521,13 @@ run: {storage_path: STORAGE}
   same_curve(train("tensor", 2, ", mesh: {tensor: 2}"), one);
   same_curve(train("both", 4, ", mesh: {data: 1, pipeline: 2, tensor: 2}", ", micro_batches: 2"),
              one);
+  // Two data replicas of half the batch each: the same global batch, the gradients averaged
+  // over the data group; and clipping by the whole model's norm across stages and tensor shards.
+  same_curve(train("replicas", 4, ", mesh: {data: 2, tensor: 2}", ", batch_size: 16"), one);
+  const std::string clip = ", max_grad_norm: 0.05";
+  const std::vector<json> one_clipped = train("one_clipped", 1, "", clip);
+  same_curve(train("clipped", 4, ", mesh: {pipeline: 2, tensor: 2}", clip), one_clipped);
+  CHECK(std::abs(one_clipped[1]["loss"].get<double>() - one[1]["loss"].get<double>()) > 1e-6);
 
   // Each part's model and optimizer state, and the mesh; resumed on the same mesh, the curve
   // is the one of a run that never stopped.

@@ -3,7 +3,9 @@
 // as this library is loaded.
 
 #include <rayd/train/session.h>
+#include <rayd/train/tensor_parallel.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -150,6 +152,48 @@ ProcessGroup& GetGroup(MeshAxis axis) {
     run.alone = std::move(alone).value();
   }
   return *run.alone;
+}
+
+double ClipGradNormOverMesh(torch::nn::Module& stage, double max_norm, int zero_stage) {
+  if (zero_stage != 0) {
+    throw RaydError("ClipGradNormOverMesh: at zero_stage " + std::to_string(zero_stage) +
+                    " the gradients are sharded over the data group too; use stage 0");
+  }
+  ProcessGroup& tensor = GetGroup(MeshAxis::kTensor);
+  ProcessGroup& pipeline = GetGroup(MeshAxis::kPipeline);
+  // This rank's share of the squared norm: its tensor shards, and the whole parameters on
+  // tensor rank 0 only.
+  std::vector<torch::Tensor> grads;
+  double local = 0;
+  auto add = [&](const torch::Tensor& param, bool shard) {
+    const torch::Tensor& grad = param.grad();
+    if (!grad.defined()) return;
+    grads.push_back(grad);
+    if (shard || tensor.rank() == 0) local += grad.to(torch::kFloat64).pow(2).sum().item<double>();
+  };
+  for (const auto& module : stage.modules(/*include_self=*/true)) {
+    if (auto* column = module->as<ColumnParallelLinearImpl>()) {
+      add(column->weight, true);
+      if (column->bias.defined()) add(column->bias, true);
+    } else if (auto* row = module->as<RowParallelLinearImpl>()) {
+      add(row->weight, true);
+      if (row->bias.defined()) add(row->bias, false);
+    } else {
+      for (const auto& param : module->parameters(/*recurse=*/false)) add(param, false);
+    }
+  }
+  torch::Tensor total = torch::tensor({local}, torch::kFloat64);
+  for (ProcessGroup* group : {&tensor, &pipeline}) {
+    if (Status status = AllReduce(*group, total, "ClipGradNormOverMesh"); !status.ok()) {
+      throw RaydError(status.message());
+    }
+  }
+  const double norm = std::sqrt(total.item<double>());
+  const double coefficient = max_norm / (norm + 1e-6);  // torch's clip_grad_norm_
+  if (coefficient < 1) {
+    for (torch::Tensor& grad : grads) grad.mul_(coefficient);
+  }
+  return norm;
 }
 
 void PreparedModel::FinishBackward() {

@@ -44,6 +44,15 @@ class PreparedModel {
 ProcessGroup& GetWorldGroup();
 ProcessGroup& GetGroup(MeshAxis axis);
 
+// Clips the gradients of `stage` (this rank's part of a model on a mesh: its pipeline stage,
+// its layers split over the tensor group) to `max_norm` of the whole model's L2 norm, summed
+// over the tensor group and the pipeline group; a parameter every tensor rank holds whole
+// (a RowParallelLinear's bias, layers left whole) counts once. Every rank calls it, after the
+// step's backward (its data group's gradients averaged) and before the optimizer steps, at
+// zero_stage 0 (RaydError otherwise: the gradients would be sharded over the data group too).
+// Returns the norm before clipping.
+double ClipGradNormOverMesh(torch::nn::Module& stage, double max_norm, int zero_stage = 0);
+
 // Broadcasts the data group's rank 0's parameters of `module` and installs the gradient
 // all-reduce over the data group. `module` must stay alive while the loop uses the returned model.
 // Call once per module. Throws RaydError when the broadcast fails.
