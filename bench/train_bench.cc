@@ -22,13 +22,21 @@
 //               64, on 1 rank (the layers whole) and on 2 (each rank half of every matrix, the
 //               same batch): samples/s. Python torch 1.13 has no tensor parallelism to compare.
 //
+//   pipeline    pipeline parallelism (--only pipeline): an MLP of 8 Linear 1024 x 1024 layers
+//               (8.4M parameters), SGD, batch 64, whole on 1 rank, then in 2 stages under GPipe
+//               and 1F1B with 1, 2, 4 and 8 micro-batches: samples/s, the most micro-batches'
+//               activations a stage held at once (rank 0's), and the schedule's ideal bubble,
+//               (stages - 1) / (micro_batches + stages - 1) of each step idle per stage. Python
+//               torch 1.13 has no pipeline schedule to compare.
+//
 //   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2]
-//               [--zero-stages 0,1,2,3] [--only zero] [--no-peer]
+//               [--zero-stages 0,1,2,3] [--only zero|tensor|pipeline] [--no-peer]
 //
 // Prints figures only; asserts nothing.
 
 #include <rayd/train/ddp.h>
 #include <rayd/train/fsdp.h>
+#include <rayd/train/pipeline.h>
 #include <rayd/train/process_group.h>
 #include <rayd/train/sampler.h>
 #include <rayd/train/tensor_parallel.h>
@@ -70,6 +78,7 @@ struct Flags {
   int zero_stage = 0;
   std::vector<int> zero_stages = {0, 1, 2, 3};
   int zero_ranks = 2;
+  int micro_batches = 1;  // a pipeline run's (its schedule in zero_stage: 0 gpipe, 1 1f1b)
   std::string only;  // "zero": the ZeRO figures alone; "tensor": tensor parallelism's
   bool no_peer = false;
 };
@@ -322,6 +331,68 @@ Status RunTensor(const Flags& flags) {
   return Status::Ok();
 }
 
+constexpr int64_t kPipelineBatch = 64;
+constexpr int64_t kPipelineWidth = 1024;
+constexpr int kPipelineLayers = 8;
+
+// Pipeline parallelism on flags.world_size stages (1: the model whole), schedule
+// flags.zero_stage (0 GPipe, 1 1F1B), flags.micro_batches; rank 0 prints samples/s.
+Status RunPipeline(const Flags& flags) {
+  RAYD_ASSIGN_OR_RETURN(auto group, FormGroup(flags));
+  torch::manual_seed(0);
+  torch::nn::Sequential model;
+  for (int layer = 0; layer < kPipelineLayers; ++layer) {
+    model->push_back(torch::nn::Linear(kPipelineWidth, kPipelineWidth));
+    model->push_back(torch::nn::ReLU());
+  }
+  const int64_t parameters = kPipelineLayers * (kPipelineWidth + 1) * kPipelineWidth;
+  torch::nn::Sequential stage = SplitEvenly(model, flags.world_size)[flags.rank];
+  torch::optim::SGD optimizer(stage->parameters(), torch::optim::SGDOptions(0.001));
+  const PipelineSchedule schedule =
+      flags.zero_stage == 0 ? PipelineSchedule::kGPipe : PipelineSchedule::k1F1B;
+  PipelineStage pipeline(stage, *group,
+                         {.micro_batches = flags.micro_batches, .schedule = schedule});
+  torch::manual_seed(1);
+  const torch::Tensor inputs = torch::randn({kPipelineBatch, kPipelineWidth});
+  const torch::Tensor targets = torch::randn({kPipelineBatch, kPipelineWidth});
+  auto loss = [](const torch::Tensor& out, const torch::Tensor& target) {
+    return (out - target).pow(2).mean();
+  };
+  const int64_t warmup = 3;
+  Clock::time_point start;
+  try {
+    for (int64_t step = 0; step < warmup + flags.zero_steps; ++step) {
+      if (step == warmup) {
+        RAYD_RETURN_IF_ERROR(group->Barrier());
+        start = Clock::now();
+      }
+      optimizer.zero_grad();
+      pipeline.Step(inputs, targets, loss);
+      optimizer.step();
+    }
+  } catch (const std::exception& e) {
+    return Status::Unavailable(e.what());  // a stage's send or receive failed
+  }
+  RAYD_RETURN_IF_ERROR(group->Barrier());
+  const double seconds = Seconds(Clock::now() - start);
+  if (flags.rank == 0) {
+    const int stages = flags.world_size;
+    const double bubble =
+        static_cast<double>(stages - 1) / static_cast<double>(flags.micro_batches + stages - 1);
+    const std::string what =
+        stages == 1 ? std::string("pipeline, 1 rank (whole)")
+                    : std::string(schedule == PipelineSchedule::kGPipe ? "gpipe" : "1f1b") + ", " +
+                          std::to_string(stages) + " stages, " +
+                          std::to_string(flags.micro_batches) + " micro";
+    std::printf(
+        "%-34s %9.1f samples/s  (%.1fM parameters; stage 0 held %d micro-batches; "
+        "ideal bubble %.0f%%)\n",
+        what.c_str(), static_cast<double>(flags.zero_steps * kPipelineBatch) / seconds,
+        parameters / 1e6, pipeline.max_in_flight(), 100 * bubble);
+  }
+  return Status::Ok();
+}
+
 // A module with one 25 MiB parameter: its gradient fills exactly one default bucket.
 struct Blob : torch::nn::Module {
   Blob() { weight = register_parameter("weight", torch::randn({kAllReduceFloats})); }
@@ -399,7 +470,9 @@ bool RunRanks(const std::string& self, const Flags& flags, const std::string& mo
                                      "--zero-steps",
                                      std::to_string(flags.zero_steps),
                                      "--zero-stage",
-                                     std::to_string(zero_stage)};
+                                     std::to_string(zero_stage),
+                                     "--micro-batches",
+                                     std::to_string(flags.micro_batches)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -434,17 +507,20 @@ int main(int argc, char** argv) {
   app.add_option("--zero-stages", flags.zero_stages, "the ZeRO runs' stages, in order")
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
+  app.add_option("--micro-batches", flags.micro_batches, "internal: a pipeline run's");
   app.add_option("--only", flags.only,
-                 "zero: only the ZeRO figures; tensor: only tensor parallelism's")
-      ->check(CLI::IsMember({"", "zero", "tensor"}));
+                 "zero: only the ZeRO figures; tensor: only tensor parallelism's; pipeline: only "
+                 "pipeline parallelism's")
+      ->check(CLI::IsMember({"", "zero", "tensor", "pipeline"}));
   app.add_flag("--no-peer", flags.no_peer, "leave out the Python torch peer of the ZeRO figures");
   CLI11_PARSE(app, argc, argv);
 
   if (!flags.mode.empty()) {
-    Status status = flags.mode == "allreduce" ? RunAllReduce(flags)
-                    : flags.mode == "zero"    ? RunZero(flags)
-                    : flags.mode == "tensor"  ? RunTensor(flags)
-                                              : RunTrain(flags, flags.mode == "plain");
+    Status status = flags.mode == "allreduce"  ? RunAllReduce(flags)
+                    : flags.mode == "zero"     ? RunZero(flags)
+                    : flags.mode == "tensor"   ? RunTensor(flags)
+                    : flags.mode == "pipeline" ? RunPipeline(flags)
+                                               : RunTrain(flags, flags.mode == "plain");
     if (!status.ok()) {
       std::fprintf(stderr, "train_bench rank %d: %s\n", flags.rank, status.ToString().c_str());
       return 1;
@@ -455,6 +531,14 @@ int main(int argc, char** argv) {
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
   if (flags.only == "tensor") {
     return RunRanks(self, flags, "tensor", 1) && RunRanks(self, flags, "tensor", 2) ? 0 : 1;
+  }
+  if (flags.only == "pipeline") {
+    bool ok = RunRanks(self, flags, "pipeline", 1);
+    for (int micro : {1, 2, 4, 8}) {
+      flags.micro_batches = micro;
+      for (int schedule : {0, 1}) ok = ok && RunRanks(self, flags, "pipeline", 2, schedule);
+    }
+    return ok ? 0 : 1;
   }
   bool ok = true;
   if (flags.only != "zero") {
