@@ -51,6 +51,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -281,6 +282,27 @@ Status RunZero(const Flags& flags) {
   return Status::Ok();
 }
 
+// Runs `step` 3 times to warm up, then flags.zero_steps times between two barriers of `group`;
+// returns the seconds those took. A collective failing inside `step` (an exception) is
+// Unavailable.
+Result<double> TimedSteps(ProcessGroup& group, int64_t steps, const std::function<void()>& step) {
+  const int64_t warmup = 3;
+  Clock::time_point start;
+  try {
+    for (int64_t i = 0; i < warmup + steps; ++i) {
+      if (i == warmup) {
+        RAYD_RETURN_IF_ERROR(group.Barrier());
+        start = Clock::now();
+      }
+      step();
+    }
+  } catch (const std::exception& e) {
+    return Status::Unavailable(e.what());
+  }
+  RAYD_RETURN_IF_ERROR(group.Barrier());
+  return Seconds(Clock::now() - start);
+}
+
 constexpr int64_t kTensorBatch = 64;
 constexpr int64_t kTensorWidth = 1024;
 constexpr int kTensorBlocks = 4;
@@ -303,23 +325,11 @@ Status RunTensor(const Flags& flags) {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.001));
   torch::manual_seed(1);
   const torch::Tensor inputs = torch::randn({kTensorBatch, kTensorWidth});
-  const int64_t warmup = 3;
-  Clock::time_point start;
-  try {
-    for (int64_t step = 0; step < warmup + flags.zero_steps; ++step) {
-      if (step == warmup) {
-        RAYD_RETURN_IF_ERROR(group->Barrier());
-        start = Clock::now();
-      }
-      optimizer.zero_grad();
-      model->forward(inputs).pow(2).mean().backward();
-      optimizer.step();
-    }
-  } catch (const std::exception& e) {
-    return Status::Unavailable(e.what());  // a layer's collective failed
-  }
-  RAYD_RETURN_IF_ERROR(group->Barrier());
-  const double seconds = Seconds(Clock::now() - start);
+  RAYD_ASSIGN_OR_RETURN(const double seconds, TimedSteps(*group, flags.zero_steps, [&] {
+                          optimizer.zero_grad();
+                          model->forward(inputs).pow(2).mean().backward();
+                          optimizer.step();
+                        }));
   if (flags.rank == 0) {
     std::printf("%-34s %9.1f samples/s  (%.1fM parameters, %.1fM per rank, batch %lld)\n",
                 ("tensor parallel, " + std::to_string(flags.world_size) + " rank" +
@@ -358,23 +368,11 @@ Status RunPipeline(const Flags& flags) {
   auto loss = [](const torch::Tensor& out, const torch::Tensor& target) {
     return (out - target).pow(2).mean();
   };
-  const int64_t warmup = 3;
-  Clock::time_point start;
-  try {
-    for (int64_t step = 0; step < warmup + flags.zero_steps; ++step) {
-      if (step == warmup) {
-        RAYD_RETURN_IF_ERROR(group->Barrier());
-        start = Clock::now();
-      }
-      optimizer.zero_grad();
-      pipeline.Step(inputs, targets, loss);
-      optimizer.step();
-    }
-  } catch (const std::exception& e) {
-    return Status::Unavailable(e.what());  // a stage's send or receive failed
-  }
-  RAYD_RETURN_IF_ERROR(group->Barrier());
-  const double seconds = Seconds(Clock::now() - start);
+  RAYD_ASSIGN_OR_RETURN(const double seconds, TimedSteps(*group, flags.zero_steps, [&] {
+                          optimizer.zero_grad();
+                          pipeline.Step(inputs, targets, loss);
+                          optimizer.step();
+                        }));
   if (flags.rank == 0) {
     const int stages = flags.world_size;
     const double bubble =
