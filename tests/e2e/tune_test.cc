@@ -34,6 +34,19 @@ namespace fs = std::filesystem;
 class Sandbox : public rayd::testing::TuneSandbox {
  public:
   Sandbox() : TuneSandbox(RAYD_BINARY) {}
+
+  // Runs `rayd tune file`, which must succeed, and returns the experiment_state.json of the
+  // experiment `name`, which must hold `trials` trials.
+  nlohmann::json Sweep(const std::string& file, const std::string& name, size_t trials) {
+    std::string out;
+    const int rc = Run({"tune", file}, &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    nlohmann::json state =
+        rayd::testing::ReadJson(results() + "/" + name + "/experiment_state.json");
+    REQUIRE(state["trials"].size() == trials);
+    return state;
+  }
 };
 
 using rayd::testing::Contains;
@@ -204,12 +217,7 @@ tune:
   scheduler: {type: asha, max_t: 9, grace_period: 1, reduction_factor: 3, promotion: true}
 run: {storage_path: STORAGE}
 )");
-  std::string out;
-  int rc = sandbox.Run({"tune", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  json state = ReadJson(sandbox.results() + "/promotion/experiment_state.json");
-  REQUIRE(state["trials"].size() == 9);
+  json state = sandbox.Sweep(file, "promotion", 9);
   std::multiset<int> reached;
   for (const json& t : state["trials"]) {
     CHECK(t["status"] == "TERMINATED");
@@ -571,13 +579,8 @@ param_space:
 tune: {metric: loss, mode: min}
 run: {storage_path: STORAGE}
 )");
-  std::string out;
-  int rc = sandbox.Run({"tune", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
+  json state = sandbox.Sweep(file, "meshes", 2);
   const std::string experiment = sandbox.results() + "/meshes";
-  json state = ReadJson(experiment + "/experiment_state.json");
-  REQUIRE(state["trials"].size() == 2);
   std::vector<double> last_losses;
   for (const json& trial : state["trials"]) {
     CHECK(trial["status"] == "TERMINATED");
@@ -606,13 +609,8 @@ param_space:
 tune: {metric: loss, mode: min}
 run: {storage_path: STORAGE}
 )");
-  std::string out;
-  int rc = sandbox.Run({"tune", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
+  json state = sandbox.Sweep(file, "zero", 6);
   const std::string experiment = sandbox.results() + "/zero";
-  json state = ReadJson(experiment + "/experiment_state.json");
-  REQUIRE(state["trials"].size() == 6);
   std::map<int, double> state_bytes, grad_bytes;  // by stage
   for (const json& trial : state["trials"]) {
     CHECK(trial["status"] == "TERMINATED");
@@ -735,13 +733,8 @@ tune:
 run: {storage_path: STORAGE}
 )";
   std::string file = sandbox.WriteYaml("tpe.yaml", yaml);
-  std::string out;
-  int rc = sandbox.Run({"tune", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
+  json state = sandbox.Sweep(file, "tpe", 24);
   const std::string experiment = sandbox.results() + "/tpe";
-  json state = ReadJson(experiment + "/experiment_state.json");
-  REQUIRE(state["trials"].size() == 24);
   CHECK(state["searcher"]["type"] == "tpe");
   CHECK(state["searcher"]["state"]["observed"].size() == 24);
   // The last 8 proposals (model-based) against the 8 random ones, by their distance to the
@@ -764,7 +757,10 @@ run: {storage_path: STORAGE}
   std::string more = yaml;
   more.replace(more.find("num_samples: 24"), 15, "num_samples: 26");
   sandbox.WriteYaml("tpe.yaml", more);
-  REQUIRE(sandbox.Run({"tune", file, "--resume"}, &out) == 0);
+  std::string out;
+  const int rc = sandbox.Run({"tune", file, "--resume"}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
   json resumed = ReadJson(experiment + "/experiment_state.json");
   CHECK(resumed["trials"].size() == 26);
   CHECK(resumed["searcher"]["state"]["observed"].size() == 26);
@@ -789,12 +785,7 @@ tune:
   scheduler: {type: asha, max_t: 4, grace_period: 1, reduction_factor: 2}
 run: {storage_path: STORAGE}
 )");
-  std::string out;
-  int rc = sandbox.Run({"tune", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  json state = ReadJson(sandbox.results() + "/bohb/experiment_state.json");
-  REQUIRE(state["trials"].size() == 16);
+  json state = sandbox.Sweep(file, "bohb", 16);
   int stopped_early = 0;
   for (const json& trial : state["trials"]) {
     CHECK(trial["status"] == "TERMINATED");
