@@ -2,6 +2,7 @@
 // checkpoints and num_to_keep, a rank killed mid-run and the restart from the latest
 // checkpoint, a second Fit resuming a run, and a gang that cannot fit.
 
+#include <rayd/train/pipeline.h>
 #include <rayd/train/session.h>
 #include <rayd/train/training_run.h>
 #include <signal.h>
@@ -113,6 +114,52 @@ void MlpLoop(const json& config) {
                            rt::testing::FlatParameters(*model));
 }
 RAYD_TRAIN_LOOP(MlpLoop);
+
+// A 3-layer MLP in `mesh.pipeline` stages, 3 epochs of 4 steps, a checkpoint (the epoch) each
+// epoch. With kill_dir: the middle stage of the first attempt SIGKILLs itself in epoch 1 (once
+// epoch 0's checkpoint is in run_dir, so the restart resumes from it).
+void PipelineLoop(const json& config) {
+  const rt::TrainContext& context = rt::GetContext();
+  int start = 0;
+  if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
+    std::ifstream(*checkpoint + "/epoch") >> start;
+    ++start;
+  }
+  torch::manual_seed(3);
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                              torch::nn::Linear(16, 16), torch::nn::ReLU(),
+                              torch::nn::Linear(16, 4));
+  rt::PipelineStage stage(rt::SplitEvenly(model, context.mesh.pipeline)[context.mesh.pipeline_rank],
+                          rt::GetGroup(rt::MeshAxis::kPipeline), {.micro_batches = 2});
+  torch::optim::SGD sgd(stage.module()->parameters(), torch::optim::SGDOptions(0.01));
+  const std::string kill_dir = config.value("kill_dir", "");
+  for (int epoch = start; epoch < 3; ++epoch) {
+    double loss = 0;
+    for (int step = 0; step < 4; ++step) {
+      if (!kill_dir.empty() && epoch == 1 && step == 2 && context.mesh.pipeline_rank == 1 &&
+          !fs::exists(kill_dir + "/killed")) {
+        rayd::testing::WaitFor(
+            [&] {
+              return fs::exists(config.at("run_dir").get<std::string>() + "/checkpoint_000000");
+            },
+            std::chrono::seconds(30));
+        std::ofstream(kill_dir + "/killed") << getpid();
+        ::raise(SIGKILL);
+      }
+      torch::manual_seed(100 * epoch + step);
+      sgd.zero_grad();
+      loss = stage.Step(torch::randn({8, 8}), torch::randint(0, 4, {8}, torch::kLong),
+                        [](const torch::Tensor& out, const torch::Tensor& y) {
+                          return torch::nn::functional::cross_entropy(out, y);
+                        });
+      sgd.step();
+    }
+    const std::string dir = rt::NewCheckpointDir();
+    if (context.world_rank == 0) std::ofstream(dir + "/epoch") << epoch;
+    rt::Report({{"loss", loss}, {"epoch", epoch}}, dir);
+  }
+}
+RAYD_TRAIN_LOOP(PipelineLoop);
 
 // Records where each rank ran (out_dir/node_rank<N>) and reports the world size.
 void WhereLoop(const json& config) {
@@ -455,6 +502,47 @@ TEST_CASE("a mesh keeps each tensor-parallel group on one node, even under SPREA
                         .Fit(),
                     Catch::Contains("ScalingConfig.mesh: data x pipeline x tensor must equal "
                                     "num_workers (4), but 3 x 1 x 2 = 6"));
+}
+
+TEST_CASE(
+    "a dead middle stage fails the attempt naming it, and the run resumes from its checkpoint",
+    "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir storage, marks;
+  const rt::ScalingConfig scaling{.num_workers = 3,
+                                  .resources_per_worker = {{"CPU", 0.5}},
+                                  .collective_timeout_s = 30,
+                                  .mesh = {.pipeline = 3}};
+  auto fit = [&](const std::string& name, int max_failures) {
+    return rt::Trainer(
+               "PipelineLoop",
+               {{"kill_dir", marks.path() + "/" + name}, {"run_dir", storage.path() + "/" + name}},
+               scaling,
+               {.name = name,
+                .storage_path = storage.path(),
+                .failure = {.max_failures = max_failures}})
+        .Fit();
+  };
+  fs::create_directories(marks.path() + "/fails");
+  fs::create_directories(marks.path() + "/resumes");
+  const auto began = std::chrono::steady_clock::now();
+  rt::TrainResult failed = fit("fails", 0);
+  const auto took = std::chrono::steady_clock::now() - began;
+  CHECK(fs::exists(marks.path() + "/fails/killed"));
+  REQUIRE_FALSE(failed.ok());
+  INFO(failed.error);
+  CHECK_THAT(failed.error, Catch::Contains("rank 1 (pipeline stage 1, tensor 0, data 0): "));
+  // Well before the 30 s collective timeout: the peers' connections to it broke.
+  CHECK(took < std::chrono::seconds(25));
+
+  rt::TrainResult resumed = fit("resumes", 1);
+  INFO(resumed.error);
+  REQUIRE(resumed.ok());
+  CHECK(resumed.restarts == 1);
+  CHECK(fs::exists(marks.path() + "/resumes/killed"));
+  std::vector<json> lines = ResultLines(storage.path() + "/resumes");
+  REQUIRE(lines.size() == 3);  // every epoch once: 0 before the kill, 1 and 2 after
+  for (int i = 0; i < 3; ++i) CHECK(lines[i]["epoch"] == i);
 }
 
 TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 uses every GPU",

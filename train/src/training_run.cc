@@ -655,10 +655,17 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
     // A RaydError the rank threw itself (a command's exit, a failed rendezvous) needs no type
     // name; what a train loop threw keeps its own ("std::runtime_error: ...").
     const auto* remote = dynamic_cast<const RemoteError*>(&e);
-    failed_ = "rank " + std::to_string(rank) + ": " +
-              (remote != nullptr && remote->remote_type() == "rayd::RaydError"
-                   ? remote->remote_message()
-                   : std::string(e.what()));
+    // On a mesh, where the rank sat: its pipeline stage, tensor and data coordinates.
+    std::string where;
+    if (mesh_.pipeline * mesh_.tensor > 1) {
+      const MeshCoordinates at = MeshCoordinatesOf(mesh_, static_cast<int>(rank));
+      where = " (pipeline stage " + std::to_string(at.pipeline_rank) + ", tensor " +
+              std::to_string(at.tensor_rank) + ", data " + std::to_string(at.data_rank) + ")";
+    }
+    failed_ =
+        "rank " + std::to_string(rank) + where + ": " +
+        (remote != nullptr && remote->remote_type() == "rayd::RaydError" ? remote->remote_message()
+                                                                         : std::string(e.what()));
     // Keep what rank 0 reported before the failure (it may still answer), for a while.
     if (!poll_) PollRank0(0, kDrainTimeoutMs);
     FailAfter(kDrainTimeoutMs, *failed_);
