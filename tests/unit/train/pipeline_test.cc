@@ -66,6 +66,7 @@ TEST_CASE("pipeline stages under GPipe and 1F1B equal the whole model", "[train]
   auto groups = testing::FormThreadGroups(stages);
   std::vector<double> losses(stages);
   std::vector<int> in_flight(stages);
+  std::vector<double> idle(stages, -1);
   std::vector<torch::Tensor> outputs(stages);
   std::vector<Status> statuses = testing::OnEachThreadRank(stages, [&](int rank) {
     try {
@@ -75,6 +76,7 @@ TEST_CASE("pipeline stages under GPipe and 1F1B equal the whole model", "[train]
       losses[rank] = stage.Step(stage.is_first() ? x : torch::Tensor(),
                                 stage.is_last() ? y : torch::Tensor(), Loss);
       in_flight[rank] = stage.max_in_flight();
+      idle[rank] = stage.idle_fraction();
       outputs[rank] = stage.Forward(stage.is_first() ? x : torch::Tensor());
     } catch (const std::exception& e) {
       return Status::Internal("rank " + std::to_string(rank) + ": " + e.what());
@@ -90,6 +92,9 @@ TEST_CASE("pipeline stages under GPipe and 1F1B equal the whole model", "[train]
   for (int r = 0; r + 1 < stages; ++r) CHECK_FALSE(outputs[r].defined());
   for (int r = 0; r < stages; ++r) {
     INFO("stage " << r);
+    // Every stage waits for some micro-batch at some point (its bubble).
+    CHECK(idle[r] > 0);
+    CHECK(idle[r] < 1);
     CHECK(in_flight[r] == (schedule == PipelineSchedule::kGPipe
                                ? micro_batches
                                : std::min(stages - r, micro_batches)));

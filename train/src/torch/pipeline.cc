@@ -5,6 +5,7 @@
 #include <rayd/train/pipeline.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -120,11 +121,13 @@ torch::Tensor PipelineStage::Receive(const std::vector<int64_t>& shape, c10::Sca
                            std::to_string(micro_batch) + "'s " + what + " from stage " +
                            std::to_string(peer);
   Status status;
+  const auto began = std::chrono::steady_clock::now();
   try {
     status = WaitWork(*group_.c10d().recv(buffer, peer, tag), group_.timeout(), step);
   } catch (const std::exception& e) {
     status = Status::Internal(step + ": " + e.what());
   }
+  idle_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (!status.ok()) throw RaydError(status.message());
   return buffer[0];
 }
@@ -256,6 +259,8 @@ double PipelineStage::Step(const torch::Tensor& input, const torch::Tensor& targ
   Shapes shapes;
   double loss_sum = 0;
   backwards_ = 0;
+  idle_seconds_ = 0;
+  const auto began = std::chrono::steady_clock::now();
   int in_flight = 0;
   max_in_flight_ = 0;
   auto forward = [&](int i) {
@@ -280,6 +285,9 @@ double PipelineStage::Step(const torch::Tensor& input, const torch::Tensor& targ
     while (next_backward < m) backward(next_backward++);
   }
   WaitSends();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  idle_fraction_ = seconds > 0 ? idle_seconds_ / seconds : 0;
   if (stages_ == 1) return loss_sum;
   // Every stage learns the loss (the mesh's rank 0, which reports, is on the first).
   torch::Tensor shared = torch::tensor({is_last() ? loss_sum : 0.0}, torch::kFloat64);

@@ -95,6 +95,10 @@ class PipelineStage {
   torch::nn::Sequential& module() { return stage_; }
   // The most micro-batches whose activations this stage held at once in the last Step.
   int max_in_flight() const { return max_in_flight_; }
+  // The share of the last Step's time this stage spent waiting to receive an activation or a
+  // gradient: its pipeline bubble (ideally (stages - 1) / (micro_batches + stages - 1) when
+  // every stage takes the same time), plus any wait for a slower neighbour.
+  double idle_fraction() const { return idle_fraction_; }
 
  private:
   struct MicroBatch;
@@ -125,6 +129,8 @@ class PipelineStage {
   int stages_;
   int max_in_flight_ = 0;
   int backwards_ = 0;  // micro-batches differentiated in this Step
+  double idle_seconds_ = 0;  // spent in Receive during this Step
+  double idle_fraction_ = 0;
   // Sends posted and not yet waited for, with the tensors they read.
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
 };
