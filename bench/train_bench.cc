@@ -32,8 +32,17 @@
 //               neighbour's part counts that as idle. Python torch 1.13 has no pipeline
 //               schedule to compare.
 //
+//   mesh        memory per rank on a mesh (--only mesh): 6 Linear 2048 x 2048 layers (25.2M
+//               parameters, 101 MB), SGD with momentum, batch 64, one step, on meshes
+//               {pipeline, tensor} = {1,1}, {2,1}, {1,2}, {2,2} (each rank its stage's Linear
+//               layers split over its tensor group): each rank's parameter, gradient and
+//               momentum bytes and its resident set above its baseline after the step, next to
+//               the whole model's / (pipeline x tensor). Every rank builds the whole model
+//               before keeping its part (the API's way), so the resident set keeps some of
+//               that: glibc does not hand every freed page back.
+//
 //   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2]
-//               [--zero-stages 0,1,2,3] [--only zero|tensor|pipeline] [--no-peer]
+//               [--zero-stages 0,1,2,3] [--only zero|tensor|pipeline|mesh] [--no-peer]
 //
 // Prints figures only; asserts nothing.
 
@@ -43,6 +52,7 @@
 #include <rayd/train/process_group.h>
 #include <rayd/train/sampler.h>
 #include <rayd/train/tensor_parallel.h>
+#include <rayd/train/trainer.h>
 #include <rayd/train/zero.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -83,6 +93,7 @@ struct Flags {
   std::vector<int> zero_stages = {0, 1, 2, 3};
   int zero_ranks = 2;
   int micro_batches = 1;  // a pipeline run's (its schedule in zero_stage: 0 gpipe, 1 1f1b)
+  int pipeline = 1;       // a mesh run's pipeline size (its tensor size: world / pipeline)
   std::string only;  // "zero": the ZeRO figures alone; "tensor": tensor parallelism's
   bool no_peer = false;
 };
@@ -402,6 +413,73 @@ Status RunPipeline(const Flags& flags) {
   return Status::Ok();
 }
 
+// One rank of a {pipeline: flags.pipeline, tensor: world / pipeline} mesh: its part of 6
+// Linear 2048 x 2048 layers, one SGD step; prints its bytes.
+Status RunMesh(const Flags& flags) {
+  constexpr int64_t kWidth = 2048, kLayers = 6, kBatch = 64;
+  const int64_t baseline = ResidentBytes().first;
+  RAYD_ASSIGN_OR_RETURN(auto world, FormGroup(flags));
+  const MeshShape mesh{
+      .data = 1, .pipeline = flags.pipeline, .tensor = flags.world_size / flags.pipeline};
+  std::unique_ptr<ProcessGroup> groups[2];
+  for (MeshAxis axis : {MeshAxis::kPipeline, MeshAxis::kTensor}) {
+    std::string name = axis == MeshAxis::kPipeline ? "pipeline" : "tensor";
+    const std::vector<int> ranks = MeshGroupRanks(mesh, flags.rank, axis);
+    for (int r : ranks) name += "-" + std::to_string(r);
+    RAYD_ASSIGN_OR_RETURN(groups[axis == MeshAxis::kTensor], world->Subgroup(ranks, name));
+  }
+  ProcessGroup& pipeline_group = *groups[0];
+  ProcessGroup& tensor_group = *groups[1];
+  const MeshCoordinates at = MeshCoordinatesOf(mesh, flags.rank);
+  torch::nn::Sequential stage;
+  {
+    torch::manual_seed(0);
+    torch::nn::Sequential whole;
+    for (int64_t layer = 0; layer < kLayers; ++layer) {
+      whole->push_back(torch::nn::Linear(kWidth, kWidth));
+      if (layer + 1 < kLayers) whole->push_back(torch::nn::ReLU());
+    }
+    stage =
+        TensorParallelSequential(SplitEvenly(whole, mesh.pipeline)[at.pipeline_rank], tensor_group);
+  }
+  torch::optim::SGD sgd(stage->parameters(), torch::optim::SGDOptions(0.001).momentum(0.9));
+  PipelineStage pipeline(stage, pipeline_group, {.micro_batches = 2});
+  torch::manual_seed(1);
+  const torch::Tensor inputs = torch::randn({kBatch, kWidth});
+  try {
+    sgd.zero_grad();
+    pipeline.Step(inputs, inputs, [](const torch::Tensor& out, const torch::Tensor& target) {
+      return (out - target).pow(2).mean();
+    });
+    sgd.step();
+  } catch (const std::exception& e) {
+    return Status::Unavailable(e.what());
+  }
+  int64_t params = 0, grads = 0, momentum = 0;
+  for (const torch::Tensor& p : stage->parameters()) {
+    params += p.numel() * 4;
+    if (p.grad().defined()) grads += p.grad().numel() * 4;
+  }
+  momentum = params;  // SGD's momentum buffer: one per parameter, after the first step
+  const int64_t resident = ResidentBytes().first - baseline;
+  const double whole_mb = kLayers * (kWidth + 1) * kWidth * 4 / 1e6;
+  RAYD_RETURN_IF_ERROR(world->Barrier());
+  for (int rank = 0; rank < flags.world_size; ++rank) {
+    if (rank == flags.rank) {
+      std::printf(
+          "mesh {pipeline %d, tensor %d} rank %d (stage %d, tensor %d): parameters %5.1f "
+          "MB, gradients %5.1f, momentum %5.1f; resident +%5.0f MB  (whole model %.1f "
+          "MB, / %d = %.1f)\n",
+          mesh.pipeline, mesh.tensor, flags.rank, at.pipeline_rank, at.tensor_rank, params / 1e6,
+          grads / 1e6, momentum / 1e6, resident / 1e6, whole_mb, mesh.pipeline * mesh.tensor,
+          whole_mb / (mesh.pipeline * mesh.tensor));
+      std::fflush(stdout);
+    }
+    RAYD_RETURN_IF_ERROR(world->Barrier());
+  }
+  return Status::Ok();
+}
+
 // A module with one 25 MiB parameter: its gradient fills exactly one default bucket.
 struct Blob : torch::nn::Module {
   Blob() { weight = register_parameter("weight", torch::randn({kAllReduceFloats})); }
@@ -481,7 +559,9 @@ bool RunRanks(const std::string& self, const Flags& flags, const std::string& mo
                                      "--zero-stage",
                                      std::to_string(zero_stage),
                                      "--micro-batches",
-                                     std::to_string(flags.micro_batches)};
+                                     std::to_string(flags.micro_batches),
+                                     "--pipeline",
+                                     std::to_string(flags.pipeline)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -517,10 +597,11 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
   app.add_option("--micro-batches", flags.micro_batches, "internal: a pipeline run's");
+  app.add_option("--pipeline", flags.pipeline, "internal: a mesh run's pipeline size");
   app.add_option("--only", flags.only,
                  "zero: only the ZeRO figures; tensor: only tensor parallelism's; pipeline: only "
-                 "pipeline parallelism's")
-      ->check(CLI::IsMember({"", "zero", "tensor", "pipeline"}));
+                 "pipeline parallelism's; mesh: memory per rank on meshes")
+      ->check(CLI::IsMember({"", "zero", "tensor", "pipeline", "mesh"}));
   app.add_flag("--no-peer", flags.no_peer, "leave out the Python torch peer of the ZeRO figures");
   CLI11_PARSE(app, argc, argv);
 
@@ -529,6 +610,7 @@ int main(int argc, char** argv) {
                     : flags.mode == "zero"     ? RunZero(flags)
                     : flags.mode == "tensor"   ? RunTensor(flags)
                     : flags.mode == "pipeline" ? RunPipeline(flags)
+                    : flags.mode == "mesh"     ? RunMesh(flags)
                                                : RunTrain(flags, flags.mode == "plain");
     if (!status.ok()) {
       std::fprintf(stderr, "train_bench rank %d: %s\n", flags.rank, status.ToString().c_str());
@@ -540,6 +622,15 @@ int main(int argc, char** argv) {
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
   if (flags.only == "tensor") {
     return RunRanks(self, flags, "tensor", 1) && RunRanks(self, flags, "tensor", 2) ? 0 : 1;
+  }
+  if (flags.only == "mesh") {
+    bool ok = true;
+    for (auto [pipeline, tensor] :
+         std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+      flags.pipeline = pipeline;
+      ok = ok && RunRanks(self, flags, "mesh", pipeline * tensor);
+    }
+    return ok ? 0 : 1;
   }
   if (flags.only == "pipeline") {
     bool ok = RunRanks(self, flags, "pipeline", 1);
