@@ -87,6 +87,16 @@ std::vector<torch::nn::Sequential> SplitEvenly(const torch::nn::Sequential& mode
   return parts;
 }
 
+std::vector<torch::Tensor> PipelineStage::MicroBatches(const torch::Tensor& whole,
+                                                       const char* what) const {
+  const int m = options_.micro_batches;
+  if (!whole.defined() || whole.size(0) < m) {
+    throw RaydError(std::string("pipeline: the ") + what + " needs at least micro_batches (" +
+                    std::to_string(m) + ") rows");
+  }
+  return whole.tensor_split(m, 0);  // exactly m parts, their rows differing by at most one
+}
+
 PipelineStage::PipelineStage(torch::nn::Sequential stage, ProcessGroup& group,
                              PipelineOptions options)
     : stage_(std::move(stage)),
@@ -117,18 +127,19 @@ void PipelineStage::Send(const torch::Tensor& tensor, int peer, int tag, const c
 torch::Tensor PipelineStage::Receive(const std::vector<int64_t>& shape, c10::ScalarType dtype,
                                      int peer, int tag, const char* what, int micro_batch) {
   std::vector<torch::Tensor> buffer{torch::empty(shape, torch::TensorOptions().dtype(dtype))};
-  const std::string step = "pipeline stage " + std::to_string(rank_) + ": receiving micro-batch " +
-                           std::to_string(micro_batch) + "'s " + what + " from stage " +
-                           std::to_string(peer);
   Status status;
   const auto began = std::chrono::steady_clock::now();
   try {
-    status = WaitWork(*group_.c10d().recv(buffer, peer, tag), group_.timeout(), step);
+    status = WaitWork(*group_.c10d().recv(buffer, peer, tag), group_.timeout(), "receiving");
   } catch (const std::exception& e) {
-    status = Status::Internal(step + ": " + e.what());
+    status = Status::Internal(e.what());
   }
   idle_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  if (!status.ok()) throw RaydError(status.message());
+  if (!status.ok()) {  // the message is made only for a failure: receives are per micro-batch
+    throw RaydError("pipeline stage " + std::to_string(rank_) + ": receiving micro-batch " +
+                    std::to_string(micro_batch) + "'s " + what + " from stage " +
+                    std::to_string(peer) + ": " + status.message());
+  }
   return buffer[0];
 }
 
@@ -217,10 +228,9 @@ void PipelineStage::BackwardOne(int i, const std::vector<torch::Tensor>& targets
                                 double& loss_sum) {
   MicroBatch& mb = batches[i];
   if (is_last()) {
-    int64_t total_rows = 0;
-    for (const auto& t : targets) total_rows += t.size(0);
     // A mean loss per micro-batch, weighted by its share of the batch: the batch's mean.
-    const double weight = static_cast<double>(targets[i].size(0)) / static_cast<double>(total_rows);
+    const double weight =
+        static_cast<double>(targets[i].size(0)) / static_cast<double>(batch_rows_);
     torch::Tensor loss = loss_fn(mb.output, targets[i]);
     loss_sum += loss.item<double>() * weight;
     Differentiate([&] { (loss * weight).backward(); }, i);
@@ -237,23 +247,10 @@ double PipelineStage::Step(const torch::Tensor& input, const torch::Tensor& targ
                            const PipelineLoss& loss_fn) {
   const int m = options_.micro_batches;
   std::vector<torch::Tensor> inputs, targets;
-  if (is_first()) {
-    if (!input.defined() || input.size(0) < m) {
-      throw RaydError("pipeline: the first stage needs a batch of at least micro_batches (" +
-                      std::to_string(m) + ") rows");
-    }
-    inputs = input.chunk(m, 0);
-  }
+  if (is_first()) inputs = MicroBatches(input, "first stage's batch");
   if (is_last()) {
-    if (!target.defined() || target.size(0) < m) {
-      throw RaydError("pipeline: the last stage needs a target of at least micro_batches (" +
-                      std::to_string(m) + ") rows");
-    }
-    targets = target.chunk(m, 0);
-  }
-  if (static_cast<int>(inputs.size()) != m && is_first()) {
-    throw RaydError("pipeline: a batch of " + std::to_string(input.size(0)) +
-                    " rows does not split into " + std::to_string(m) + " micro-batches");
+    targets = MicroBatches(target, "last stage's target");
+    batch_rows_ = target.size(0);
   }
   std::vector<MicroBatch> batches(m);
   Shapes shapes;
@@ -303,11 +300,7 @@ torch::Tensor PipelineStage::Forward(const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
   const int m = options_.micro_batches;
   std::vector<torch::Tensor> inputs;
-  if (is_first()) inputs = input.chunk(m, 0);
-  if (is_first() && static_cast<int>(inputs.size()) != m) {
-    throw RaydError("pipeline: a batch of " + std::to_string(input.size(0)) +
-                    " rows does not split into " + std::to_string(m) + " micro-batches");
-  }
+  if (is_first()) inputs = MicroBatches(input, "first stage's batch");
   std::vector<MicroBatch> batches(m);
   Shapes shapes;
   std::vector<torch::Tensor> outputs;

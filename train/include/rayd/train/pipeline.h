@@ -14,8 +14,9 @@
 //   optimizer.step();                       // each rank steps its own stage's parameters
 //
 // How a step runs (Step):
-// - The first stage splits `input` along dim 0 into `micro_batches` parts (torch::chunk: the
-//   last may be smaller); the last stage splits `target` alike. Other stages ignore them.
+// - The first stage splits `input` along dim 0 into `micro_batches` parts (torch's
+//   tensor_split: their rows differ by at most one); the last stage splits `target` alike.
+//   Other stages ignore them.
 // - Stage r > 0 receives each micro-batch's activation from r - 1; stage r < S - 1 sends its
 //   output to r + 1. Backward runs the other way: the last stage differentiates
 //   loss_fn(output, target) / micro_batches, each stage sends its input's gradient to r - 1.
@@ -115,6 +116,9 @@ class PipelineStage {
   // Runs one micro-batch's backward, under the data group's no_sync for all but the step's
   // last (with options_.data_parallel).
   void Differentiate(const std::function<void()>& backward, int micro_batch);
+  // `whole` split into micro_batches parts along dim 0; RaydError naming `what` when it has
+  // fewer rows than that.
+  std::vector<torch::Tensor> MicroBatches(const torch::Tensor& whole, const char* what) const;
   void Send(const torch::Tensor& tensor, int peer, int tag, const char* what, int micro_batch);
   torch::Tensor Receive(const std::vector<int64_t>& shape, c10::ScalarType dtype, int peer, int tag,
                         const char* what, int micro_batch);
@@ -128,7 +132,8 @@ class PipelineStage {
   int rank_;
   int stages_;
   int max_in_flight_ = 0;
-  int backwards_ = 0;  // micro-batches differentiated in this Step
+  int backwards_ = 0;        // micro-batches differentiated in this Step
+  int64_t batch_rows_ = 0;   // the last stage's: this Step's target rows
   double idle_seconds_ = 0;  // spent in Receive during this Step
   double idle_fraction_ = 0;
   // Sends posted and not yet waited for, with the tensors they read.
