@@ -84,7 +84,7 @@ Response Response::Json(int status, std::string body) {
   return r;
 }
 
-Result<Request> ParseRequestHead(std::string_view head) {
+Result<Request> ParseRequestHead(std::string_view head, bool writes) {
   const size_t line_end = head.find("\r\n");
   if (line_end == std::string_view::npos) return Status::InvalidArgument("no request line");
   const std::string_view line = head.substr(0, line_end);
@@ -95,7 +95,8 @@ Result<Request> ParseRequestHead(std::string_view head) {
   }
   Request request;
   request.method = std::string(line.substr(0, sp1));
-  if (request.method != "GET" && request.method != "HEAD") {
+  const bool read = request.method == "GET" || request.method == "HEAD";
+  if (!read && !(writes && (request.method == "PUT" || request.method == "DELETE"))) {
     return Status::Unimplemented("method " + request.method + " is not served here");
   }
   std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);

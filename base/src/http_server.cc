@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <charconv>
+#include <optional>
+
 #include "rayd/base/auth.h"
 #include "rayd/base/http.h"
 #include "rpc_internal.h"
@@ -15,9 +18,15 @@ const char* Reason(int status) {
     case 302: return "Found";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -55,7 +64,7 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   void Start() {
     tcp_->data = this;
     peer_ = rpc::PeerName(Stream());
-    timer_.Start(server_.request_timeout_, Millis(0), [this] {
+    timer_.Start(server_.options_.request_timeout, Millis(0), [this] {
       auto keep = shared_from_this();  // a failed write drops the connection (and this timer)
       Finish(Response::Text(408, "too slow\n"));
     });
@@ -89,22 +98,45 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   void OnData(std::string_view data) {
     if (answered_) return;
     buffer_.append(data);
-    const size_t end = buffer_.find("\r\n\r\n");
-    if (end == std::string::npos) {
-      if (buffer_.size() > kMaxRequestHead) Finish(Response::Text(431, "request too large\n"));
-      return;
+    if (!request_) {
+      const size_t end = buffer_.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (buffer_.size() > kMaxRequestHead) Finish(Response::Text(431, "request too large\n"));
+        return;
+      }
+      if (end + 4 > kMaxRequestHead) return Finish(Response::Text(431, "request too large\n"));
+      auto request = ParseRequestHead(std::string_view(buffer_).substr(0, end + 4),
+                                      /*writes=*/server_.options_.max_body > 0);
+      if (!request.ok()) {
+        const int status = request.status().code() == StatusCode::kUnimplemented ? 405 : 400;
+        return Finish(Response::Text(status, request.status().message() + "\n"));
+      }
+      if (!request->Header("transfer-encoding").empty()) {
+        return Finish(Response::Text(411, "send the body with a Content-Length\n"));
+      }
+      const std::string length = request->Header("content-length");
+      body_size_ = 0;
+      if (!length.empty()) {
+        const auto [end_of_number, error] =
+            std::from_chars(length.data(), length.data() + length.size(), body_size_);
+        if (error != std::errc() || end_of_number != length.data() + length.size()) {
+          return Finish(Response::Text(400, "malformed Content-Length\n"));
+        }
+      }
+      if (body_size_ > server_.options_.max_body) {
+        return Finish(Response::Text(
+            413, "body larger than " + std::to_string(server_.options_.max_body) + " bytes\n"));
+      }
+      request->peer = peer_;
+      request_ = std::move(request).value();
+      buffer_.erase(0, end + 4);
     }
-    if (end + 4 > kMaxRequestHead) return Finish(Response::Text(431, "request too large\n"));
-    auto request = ParseRequestHead(std::string_view(buffer_).substr(0, end + 4));
-    if (!request.ok()) {
-      const int status = request.status().code() == StatusCode::kUnimplemented ? 405 : 400;
-      return Finish(Response::Text(status, request.status().message() + "\n"));
-    }
-    request->peer = peer_;
-    head_only_ = request->method == "HEAD";
+    if (buffer_.size() < body_size_) return;  // more of the body to come
+    request_->body = buffer_.substr(0, body_size_);
+    head_only_ = request_->method == "HEAD";
     answered_ = true;
     std::weak_ptr<Connection> weak = shared_from_this();
-    server_.handler_(*request, [weak](Response response) {
+    server_.handler_(*request_, [weak](Response response) {
       if (auto self = weak.lock()) self->Write(std::move(response));
     });
   }
@@ -142,6 +174,8 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
   Timer timer_;
   std::string peer_;
   std::string buffer_;
+  std::optional<Request> request_;  // once its head has come
+  size_t body_size_ = 0;            // its Content-Length
   std::string out_;
   uv_write_t write_{};
   std::shared_ptr<Connection> in_write_;  // set while write_ is in flight
@@ -151,7 +185,10 @@ class HttpServer::Connection : public std::enable_shared_from_this<Connection> {
 };
 
 HttpServer::HttpServer(EventLoop& loop, Handler handler, Millis request_timeout)
-    : loop_(loop), handler_(std::move(handler)), request_timeout_(request_timeout) {}
+    : HttpServer(loop, std::move(handler), Options{.request_timeout = request_timeout}) {}
+
+HttpServer::HttpServer(EventLoop& loop, Handler handler, Options options)
+    : loop_(loop), handler_(std::move(handler)), options_(options) {}
 
 HttpServer::~HttpServer() { Close(); }
 

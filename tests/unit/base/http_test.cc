@@ -26,9 +26,11 @@ using rayd::testing::ConnectLoopback;
 // An HttpServer on its own loop thread; the handler echoes what it parsed.
 class EchoServer {
  public:
-  explicit EchoServer(Millis timeout = HttpServer::kRequestTimeout) {
+  explicit EchoServer(Millis timeout = HttpServer::kRequestTimeout)
+      : EchoServer(HttpServer::Options{.request_timeout = timeout}) {}
+  explicit EchoServer(HttpServer::Options options) {
     std::promise<int> port;
-    thread_ = std::thread([&, timeout] {
+    thread_ = std::thread([&, options] {
       EventLoop loop;
       loop_ = &loop;
       HttpServer server(
@@ -37,9 +39,10 @@ class EchoServer {
             std::string body = r.method + " " + r.path;
             for (const auto& [k, v] : r.query) body += " " + k + "=" + v;
             body += " cookie=" + r.Cookie("c");
+            if (!r.body.empty()) body += " body=" + r.body;
             respond(Response::Text(200, body));
           },
-          timeout);
+          options);
       REQUIRE(server.Listen("127.0.0.1", 0).ok());
       port.set_value(server.port());
       loop.Run();
@@ -126,4 +129,38 @@ TEST_CASE("the server answers, and survives garbage, floods, slow and vanishing 
   }
   CHECK(Exchange(server.port(), "GET /still HTTP/1.1\r\n\r\n").find("GET /still") !=
         std::string::npos);
+}
+
+TEST_CASE("a server that takes writes reads PUT and DELETE bodies, bounded", "[http]") {
+  EchoServer server(HttpServer::Options{.request_timeout = 300ms, .max_body = 16});
+  auto body = [](const std::string& reply) { return reply.substr(reply.find("\r\n\r\n") + 4); };
+  CHECK(body(Exchange(server.port(),
+                      "PUT /global/rank_0 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhost1")) ==
+        "PUT /global/rank_0 cookie= body=host1");
+  CHECK(body(Exchange(server.port(), "DELETE /global/0 HTTP/1.1\r\n\r\n")) ==
+        "DELETE /global/0 cookie=");
+  // The body may come in pieces, after the head.
+  int fd = ConnectLoopback(server.port());
+  REQUIRE(fd >= 0);
+  const std::string head = "PUT /s/k HTTP/1.1\r\nContent-Length: 6\r\n\r\nab";
+  REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) > 0);
+  std::this_thread::yield();
+  REQUIRE(::send(fd, "cdef", 4, MSG_NOSIGNAL) == 4);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  CHECK(body(out) == "PUT /s/k cookie= body=abcdef");
+
+  CHECK(Exchange(server.port(), "PUT /s/k HTTP/1.1\r\nContent-Length: 17\r\n\r\n")
+            .rfind("HTTP/1.1 413", 0) == 0);
+  CHECK(Exchange(server.port(), "PUT /s/k HTTP/1.1\r\nContent-Length: 3x\r\n\r\n")
+            .rfind("HTTP/1.1 400", 0) == 0);
+  CHECK(Exchange(server.port(), "PUT /s/k HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .rfind("HTTP/1.1 411", 0) == 0);
+  // A body that never comes whole is cut off at the timeout.
+  CHECK(Exchange(server.port(), "PUT /s/k HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc")
+            .rfind("HTTP/1.1 408", 0) == 0);
+  CHECK(Exchange(server.port(), "POST /s/k HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
 }

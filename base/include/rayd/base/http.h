@@ -1,8 +1,10 @@
 #pragma once
-// A small HTTP/1.1 server on the event loop, for what browsers and Prometheus read: the head's
-// dashboard and every daemon's /metrics. GET and HEAD only, one request per connection
-// (`Connection: close`), bounded request size and time: enough for a page that polls once a
-// second and a scraper, and nothing a peer can use to hold memory or connections.
+// A small HTTP/1.1 server on the event loop, for what browsers and Prometheus read (the head's
+// dashboard and every daemon's /metrics: GET and HEAD only) and for small key-value stores that
+// clients write (Horovod's rendezvous: PUT and DELETE too, with a bounded body). One request
+// per connection (`Connection: close`), bounded request size and time: enough for a page that
+// polls once a second, a scraper or a rank's rendezvous, and nothing a peer can use to hold
+// memory or connections.
 //
 // Threading: the loop's thread only.
 
@@ -20,11 +22,12 @@
 namespace rayd::http {
 
 struct Request {
-  std::string method;  // GET or HEAD
+  std::string method;  // GET or HEAD; PUT or DELETE on a server that takes writes
   std::string path;    // percent-decoded, without the query
   std::map<std::string, std::string> query;    // percent-decoded
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string peer;                            // host:port of the client
+  std::string body;                            // as many bytes as Content-Length said
 
   // The value of cookie `name` in the Cookie header, or "".
   std::string Cookie(std::string_view name) const;
@@ -51,8 +54,9 @@ using Handler = std::function<void(const Request&, Respond)>;
 bool CarriesToken(const Request& request, std::string_view cookie, std::string_view token);
 
 // Parses the head of a request (request line and headers, up to and including the blank line).
-// InvalidArgument names what is wrong; Unimplemented for methods other than GET and HEAD.
-Result<Request> ParseRequestHead(std::string_view head);
+// InvalidArgument names what is wrong; Unimplemented for methods other than GET and HEAD (and,
+// with `writes`, PUT and DELETE).
+Result<Request> ParseRequestHead(std::string_view head, bool writes = false);
 // "%41b+c" -> "Ab c" (in queries '+' is a space). Malformed escapes are kept as they are.
 std::string PercentDecode(std::string_view s, bool plus_is_space);
 
@@ -61,9 +65,17 @@ class HttpServer {
   static constexpr size_t kMaxRequestHead = 16 * 1024;
   static constexpr Millis kRequestTimeout{10000};
 
-  // `loop` must outlive the server. A connection that has not sent its whole request head
-  // within `request_timeout` gets 408 and is closed.
+  struct Options {
+    // A connection that has not sent its whole request within this gets 408 and is closed.
+    Millis request_timeout = kRequestTimeout;
+    // Non-zero: PUT and DELETE are served too, with a body (Content-Length; chunked bodies
+    // are refused) of at most this many bytes; a larger one gets 413.
+    size_t max_body = 0;
+  };
+
+  // `loop` must outlive the server.
   HttpServer(EventLoop& loop, Handler handler, Millis request_timeout = kRequestTimeout);
+  HttpServer(EventLoop& loop, Handler handler, Options options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -80,7 +92,7 @@ class HttpServer {
 
   EventLoop& loop_;
   Handler handler_;
-  Millis request_timeout_;
+  Options options_;
   uv_tcp_t* listener_ = nullptr;
   int port_ = 0;
   uint64_t next_id_ = 0;

@@ -15,10 +15,14 @@ void InitLogging(const std::string& name, const std::string& path, bool also_std
 
 }  // namespace rayd
 
+// rayd/api/logging.h (the public, Ray-compatible one) defines RAYD_CHECK too, streaming a
+// message; a file that includes both gets that one, which aborts as this one does.
+#ifndef RAYD_CHECK
 #define RAYD_CHECK(cond)                                                   \
   do {                                                                     \
     if (!(cond)) ::rayd::CheckFailed(#cond, __FILE__, __LINE__, {});       \
   } while (0)
+#endif
 #define RAYD_CHECK_MSG(cond, msg)                                          \
   do {                                                                     \
     if (!(cond)) ::rayd::CheckFailed(#cond, __FILE__, __LINE__, (msg));    \

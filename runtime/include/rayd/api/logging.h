@@ -78,6 +78,7 @@ class LogLine {
 }  // namespace internal
 }  // namespace rayd
 
+#undef RAYD_CHECK  // rayd/base/logging.h's, in a file that includes both: this one streams
 #define RAYD_CHECK(condition)                                                        \
   if (condition) {                                                                   \
   } else                                                                             \
