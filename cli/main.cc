@@ -126,14 +126,17 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
   train->add_option("file", a.file, "The run's YAML file");
   train->add_option("--address", a.address,
                     "HOST:PORT of a running head (default: RAYD_ADDRESS, else an embedded cluster)");
-  train->add_option("--num-workers,--nproc", a.num_workers, "Ranks of a command job")
-      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--num-workers,--nproc,--np", a.num_workers,
+                   "Ranks of a command job; -1: one per GPU of the cluster with --use-gpu, else "
+                   "one per --cpus-per-worker CPUs of it (HorovodRunner's np=-1)")
+      ->check(CLI::PositiveNumber | CLI::IsMember(std::vector<int>{-1}));
   train->add_flag("--use-gpu", a.use_gpu, "Each rank of a command job gets a GPU of its own");
   train->add_flag("--local-mode", a.local_mode, "Every rank of a command job on this node");
   train->add_option("--cpus-per-worker", a.cpus_per_worker, "CPUs of each rank's bundle")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--launcher", a.launcher, "Whose environment the ranks get")
-      ->check(CLI::IsMember({"torch", "deepspeed", "tensorflow", "jax", "none"}));
+      ->check(CLI::IsMember({"torch", "deepspeed", "tensorflow", "jax", "horovod", "none"}));
   train->add_option("--name", a.name, "The run's directory under --storage-path");
   train->add_option("--storage-path", a.storage_path, "Where the run's results go");
   train->add_option("--max-failures", a.max_failures, "Restarts after a failed attempt")

@@ -32,6 +32,9 @@ test_packages=(
   # Python command trainables: the example DDP script and its tests (tests/e2e/command_test.cc)
   # run on Debian's /usr/bin/python3 with PyTorch.
   python3-torch
+  # The Horovod tests' runtime (tests/e2e/horovod_test.cc): a build of Horovod from ../shared/horovod
+  # imports these (psutil too: `import horovod.torch` loads its elastic runner).
+  python3-cloudpickle python3-packaging python3-psutil
   # promtool checks that the head's and the nodes' /metrics are what Prometheus expects
   # (tests/e2e/metrics_test.cc).
   prometheus

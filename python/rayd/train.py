@@ -86,14 +86,17 @@ def get_context() -> TrainContext:
     From rayd's ``RAYD_WORLD_RANK``, ``RAYD_WORLD_SIZE``, ``RAYD_LOCAL_RANK``,
     ``RAYD_LOCAL_WORLD_SIZE`` and ``RAYD_NODE_RANK``; run by hand, from
     torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``
-    and ``GROUP_RANK``; else a single process (0, 1, 0, 1, 0).
+    and ``GROUP_RANK``, or horovodrun's ``HOROVOD_RANK``, ``HOROVOD_SIZE``,
+    ``HOROVOD_LOCAL_RANK``, ``HOROVOD_LOCAL_SIZE`` and ``HOROVOD_CROSS_RANK``;
+    else a single process (0, 1, 0, 1, 0).
     """
     return TrainContext(
-        world_rank=_env_int(("RAYD_WORLD_RANK", "RANK"), 0),
-        world_size=_env_int(("RAYD_WORLD_SIZE", "WORLD_SIZE"), 1),
-        local_rank=_env_int(("RAYD_LOCAL_RANK", "LOCAL_RANK"), 0),
-        local_world_size=_env_int(("RAYD_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"), 1),
-        node_rank=_env_int(("RAYD_NODE_RANK", "GROUP_RANK"), 0),
+        world_rank=_env_int(("RAYD_WORLD_RANK", "RANK", "HOROVOD_RANK"), 0),
+        world_size=_env_int(("RAYD_WORLD_SIZE", "WORLD_SIZE", "HOROVOD_SIZE"), 1),
+        local_rank=_env_int(("RAYD_LOCAL_RANK", "LOCAL_RANK", "HOROVOD_LOCAL_RANK"), 0),
+        local_world_size=_env_int(
+            ("RAYD_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE"), 1),
+        node_rank=_env_int(("RAYD_NODE_RANK", "GROUP_RANK", "HOROVOD_CROSS_RANK"), 0),
         trial_id=_env_str("RAYD_TRIAL_ID"),
         trial_dir=_env_str("RAYD_TRIAL_DIR"),
     )

@@ -388,7 +388,7 @@ run: {storage_path: STORAGE}
   std::string bad = sandbox.WriteYaml("launcher.yaml", R"(name: launcher
 trainable:
   command: [./modes.sh]
-  launcher: horovod
+  launcher: mpirun
 run: {storage_path: STORAGE}
 )");
   std::string refused;
@@ -397,3 +397,31 @@ run: {storage_path: STORAGE}
 }
 
 }  // namespace
+
+TEST_CASE("rayd train with np -1 runs a rank per CPU slot of the cluster, as HorovodRunner does",
+          "[command][e2e]") {
+  Sandbox sandbox;
+  std::string out;
+  const int rc = sandbox.Run(
+      {"train", "--np", "-1", "--launcher", "none", "--name", "every", "--storage-path",
+       sandbox.results(), "--", "/bin/sh", "-c", "echo rank $RAYD_WORLD_RANK of $RAYD_WORLD_SIZE"},
+      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const size_t at = out.find("--num-workers -1: ");
+  REQUIRE(at != std::string::npos);
+  const int ranks = std::stoi(out.substr(at + std::string("--num-workers -1: ").size()));
+  CHECK(ranks >= 1);
+  for (int rank = 0; rank < ranks; ++rank) {
+    CHECK(Contains(ReadFile(sandbox.results() + "/every/rank_" + std::to_string(rank) + ".log"),
+                   "rank " + std::to_string(rank) + " of " + std::to_string(ranks)));
+  }
+  // --use-gpu on a cluster without GPUs: refused, saying so.
+  std::string no_gpu;
+  CHECK(sandbox.Run({"train", "--np", "-1", "--use-gpu", "--storage-path", sandbox.results(), "--",
+                     "/bin/true"},
+                    &no_gpu) == 1);
+  CHECK(Contains(no_gpu, "num_workers = -1: the cluster has no GPU"));
+  std::string bad;
+  CHECK(sandbox.Run({"train", "--np", "-2", "--", "/bin/true"}, &bad) != 0);
+}

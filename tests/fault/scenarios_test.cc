@@ -529,3 +529,69 @@ TEST_CASE("a full object store spills until its spill disk is full, then Put fai
               "then all intact\n",
               held, error.c_str(), unreadable);
 }
+
+// ---- Horovod across hosts ----------------------------------------------------------------------
+
+TEST_CASE(
+    "a Horovod job on 2 hosts: each rank's local and cross places are where the gang put "
+    "it, and the ranks meet through rank 0's rendezvous",
+    "[fault][horovod]") {
+  REQUIRE_TESTBED();
+  const std::string horovod = RAYD_HOROVOD_DIR;
+  if (!std::filesystem::exists(horovod + "/horovod") ||
+      std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    std::printf("skipped: no Horovod build at %s, or no python3-torch\n", horovod.c_str());
+    std::exit(77);
+  }
+  MultiHostCluster cluster(3);
+  StartTrainingCluster(cluster, 2);  // hosts 1 and 2, 2 CPUs each; the head holds none
+  TempDir work;
+  const std::string yaml = work.path() + "/hvd.yaml";
+  std::ofstream(yaml) << "name: hvd-hosts\n"
+                         "trainable:\n"
+                         "  command: [/usr/bin/python3, " RAYD_SOURCE_DIR
+                         "/tests/e2e/horovod/job.py]\n"
+                         "  launcher: horovod\n"
+                         "  env: {PYTHONPATH: " +
+                             horovod +
+                             "}\n"
+                             "scaling: {num_workers: 4, resources_per_worker: {CPU: 1}}\n"
+                             "run: {storage_path: " +
+                             work.path() + "/results}\n";
+  ChildProcess driver(
+      cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
+      cluster.Env(0));
+  REQUIRE(driver.WaitExit(kSweepTimeout));
+  INFO(driver.output());
+  std::string logs;
+  for (int rank = 0; rank < 4; ++rank) {
+    logs += "rank_" + std::to_string(rank) + ".log:\n" +
+            rayd::testing::ReadFile(work.path() + "/results/hvd-hosts/rank_" +
+                                    std::to_string(rank) + ".log");
+  }
+  INFO(logs);
+  REQUIRE(driver.exit_code() == 0);
+  CHECK(driver.output().find("size=4 sum=10") != std::string::npos);
+  // Two ranks per host: local ranks 0 and 1 of 2 on each, cross rank = the host's index among
+  // the two, the host named by its own address.
+  std::map<std::string, std::set<std::string>> places_by_host;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string log = rayd::testing::ReadFile(work.path() + "/results/hvd-hosts/rank_" +
+                                                    std::to_string(rank) + ".log");
+    CHECK(log.find("resolves to a loopback address") == std::string::npos);  // hosts' /etc/hosts
+    const size_t at = log.find("PLACE ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    const std::string host =
+        line.substr(line.find("host=") + 5, line.find(" init=") - line.find("host=") - 5);
+    places_by_host[host].insert(
+        line.substr(line.find("local="), line.find(" host=") - line.find("local=")));
+  }
+  REQUIRE(places_by_host.size() == 2);
+  CHECK(places_by_host.count(cluster.bed().ip(1)) == 1);
+  CHECK(places_by_host.count(cluster.bed().ip(2)) == 1);
+  std::set<std::string> all;
+  for (const auto& [host, places] : places_by_host) all.insert(places.begin(), places.end());
+  CHECK(all == std::set<std::string>{"local=0/2 cross=0/2", "local=1/2 cross=0/2",
+                                     "local=0/2 cross=1/2", "local=1/2 cross=1/2"});
+}

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,6 +15,7 @@ namespace {
 
 constexpr char kPrefix[] = "rayd-fault-";  // every namespace this test bed makes
 constexpr char kNetnsDir[] = "/var/run/netns";
+constexpr char kEtcNetns[] = "/etc/netns";  // per-namespace /etc files (`ip netns exec`)
 
 // iproute2's `ip` (RunCommand does not search PATH).
 const std::string& IpBinary() {
@@ -58,6 +60,21 @@ void Destroy(const std::string& ns) {
       },
       std::chrono::seconds(10));
   RunCommand({IpBinary(), "netns", "delete", ns}, nullptr, {}, std::chrono::seconds(20));
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(kEtcNetns) / ns, ec);
+}
+
+// What `ip netns exec NS` shows its processes as /etc/hosts (it bind-mounts
+// /etc/netns/NS/hosts there): this host's name resolves to its own address, as on a real
+// machine, not to the loopback address this machine's /etc/hosts gives every namespace.
+// Software that binds "the address of my hostname" (Horovod's process-set Gloo contexts, for
+// one) then binds the host's address.
+void WriteHosts(const std::string& ns, const std::string& ip) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  std::filesystem::create_directories(std::filesystem::path(kEtcNetns) / ns);
+  std::ofstream(std::filesystem::path(kEtcNetns) / ns / "hosts") << "127.0.0.1 localhost\n"
+                                                                 << ip << " " << name << "\n";
 }
 
 // Namespaces left by a test bed whose process is gone (a crashed test run).
@@ -106,6 +123,7 @@ Testbed::Testbed(int hosts) {
       Ip({"netns", "add", host.ns});
       hosts_.push_back(std::move(host));
       const Host& h = hosts_.back();
+      WriteHosts(h.ns, h.ip);
       Ip({"link", "add", "eth0", "netns", h.ns, "type", "veth", "peer", "name", port, "netns",
           hub_});
       Ip({"-n", hub_, "link", "set", port, "master", "br0"});

@@ -3,7 +3,9 @@
 // address (10.77.0.<i+1>/24 on an eth0), linked by a veth pair to a bridge in a hub namespace
 // the test bed also owns. Nothing is added to the machine's own namespace: addresses, links and
 // the bridge exist only inside namespaces this object made, and its destructor SIGKILLs every
-// process left in them and deletes them. Each host also gets its own temp root (its
+// process left in them and deletes them. Each host's /etc/hosts (/etc/netns/<ns>/hosts, which
+// `ip netns exec` mounts over it) maps the machine's hostname to the host's own address, as a
+// real machine's does; it goes with its namespace. Each host also gets its own temp root (its
 // "/tmp/rayd"), so hosts share nothing but the filesystem the test chooses to share.
 //
 // Needs root (CAP_NET_ADMIN) and iproute2; Unsupported() says why not when they are missing.

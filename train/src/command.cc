@@ -9,8 +9,8 @@
 namespace rayd::train {
 
 const std::vector<std::string>& Launchers() {
-  static const std::vector<std::string> launchers = {"torch", "deepspeed", "tensorflow", "jax",
-                                                     "none"};
+  static const std::vector<std::string> launchers = {"torch", "deepspeed", "tensorflow",
+                                                     "jax",   "horovod",   "none"};
   return launchers;
 }
 
@@ -19,7 +19,7 @@ std::string CheckCommand(const Command& command) {
   const auto& known = Launchers();
   if (std::find(known.begin(), known.end(), command.launcher) == known.end()) {
     return "launcher: unknown launcher '" + command.launcher +
-           "' (torch, deepspeed, tensorflow, jax or none)";
+           "' (torch, deepspeed, tensorflow, jax, horovod or none)";
   }
   if (!command.working_dir.empty()) {
     std::error_code ec;

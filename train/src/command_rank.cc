@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -535,6 +537,10 @@ Result<bool> RankProcess::Run() {
   launch.report_address = "127.0.0.1:" + std::to_string(port_);
   launch.report_token = token_;
   launch.python_dir = PythonClientDir();
+  if (launch.gloo_iface.empty() && launch.world_rank < static_cast<int>(launch.endpoints.size())) {
+    const std::string& mine = launch.endpoints[launch.world_rank];
+    launch.gloo_iface = InterfaceOf(mine.substr(0, mine.rfind(':')));
+  }
   if (!rank_.log_path.empty()) {
     std::error_code ec;
     fs::create_directories(fs::path(rank_.log_path).parent_path(), ec);
@@ -545,6 +551,10 @@ Result<bool> RankProcess::Run() {
                                  std::to_string(launch.world_size) + ": " + CommandLine(command) +
                                  "\n";
       (void)!::write(log_.get(), header.data(), header.size());
+      if (launch.launcher == "horovod" && launch.num_nodes > 1) {
+        const std::string warning = LoopbackHostnameWarning();
+        (void)!::write(log_.get(), warning.data(), warning.size());
+      }
     }
   }
   RAYD_ASSIGN_OR_RETURN(LaunchEnv env,
@@ -636,6 +646,43 @@ Result<bool> RunCommandRank(const CommandRank& rank, const ReportFn& report, int
                             const std::function<bool()>& stopped) {
   RankProcess process(rank, report, stop_fd, stopped);
   return process.Run();
+}
+
+std::string InterfaceOf(const std::string& ipv4) {
+  in_addr wanted{};
+  if (::inet_pton(AF_INET, ipv4.c_str(), &wanted) != 1) return "";
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string name;
+  for (ifaddrs* at = all; at != nullptr && name.empty(); at = at->ifa_next) {
+    if (at->ifa_addr == nullptr || at->ifa_addr->sa_family != AF_INET) continue;
+    if (reinterpret_cast<const sockaddr_in*>(at->ifa_addr)->sin_addr.s_addr == wanted.s_addr) {
+      name = at->ifa_name;
+    }
+  }
+  ::freeifaddrs(all);
+  return name;
+}
+
+std::string LoopbackHostnameWarning() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0 || found == nullptr) return "";
+  bool loopback = true;
+  for (const addrinfo* at = found; at != nullptr; at = at->ai_next) {
+    const uint32_t ip = ntohl(reinterpret_cast<const sockaddr_in*>(at->ai_addr)->sin_addr.s_addr);
+    loopback = loopback && (ip >> 24) == 127;
+  }
+  ::freeaddrinfo(found);
+  if (!loopback) return "";
+  return std::string("--- rayd: warning: this machine's hostname '") + name +
+         "' resolves to a loopback address. Horovod 0.28's process-set Gloo contexts ignore "
+         "HOROVOD_GLOO_IFACE and bind that address, so ranks on other nodes cannot connect "
+         "(\"connect [127.x.x.x]: Connection refused\"); map the hostname to this node's "
+         "address in /etc/hosts.\n";
 }
 
 Result<std::string> ReservePort(const std::string& host) {

@@ -50,6 +50,15 @@ Result<bool> RunCommandRank(const CommandRank& rank, const ReportFn& report, int
 // command binds it, as torchrun's free-port choice does).
 Result<std::string> ReservePort(const std::string& host);
 
+// The name of the network interface holding IPv4 address `ipv4` ("lo" for 127.0.0.1), or ""
+// (Horovod's Gloo binds the interface it is given, not an address).
+std::string InterfaceOf(const std::string& ipv4);
+
+// A line for a multi-node Horovod rank's log when this machine's hostname resolves only to
+// loopback (Debian's 127.0.1.1, a container's 127.0.0.1), which breaks Horovod's Gloo across
+// nodes; "" otherwise.
+std::string LoopbackHostnameWarning();
+
 // Where the rayd Python client lives: $RAYD_PYTHON_DIR, else the source tree's python/,
 // else the installed copy; empty when none exists.
 std::string PythonClientDir();

@@ -7,6 +7,9 @@
 // - tensorflow: TF_CONFIG for MultiWorkerMirroredStrategy, every rank a "worker".
 // - jax: the coordinator (rank 0's endpoint) and this process's place, for
 //   jax.distributed.initialize.
+// - horovod: horovodrun's Gloo mode: HOROVOD_RANK/SIZE and the LOCAL_ and CROSS_ pairs
+//   (horovod_rendezvous.h), HOROVOD_HOSTNAME, the interface Gloo binds, and the HTTP rendezvous
+//   rank 0's actor serves on rank 0's endpoint for the attempt.
 
 #include "launcher_env.h"
 
@@ -15,6 +18,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
+
+#include "horovod_rendezvous.h"
 
 extern char** environ;
 
@@ -111,9 +116,28 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
     env["JAX_NUM_PROCESSES"] = std::to_string(r.world_size);
     env["JAX_PROCESS_ID"] = std::to_string(r.world_rank);
     env["JAX_LOCAL_DEVICE_IDS"] = r.gpus;
+  } else if (r.launcher == "horovod") {
+    if (r.rank_nodes.size() != r.endpoints.size()) {
+      return Status::InvalidArgument(
+          "horovod: need each rank's node: " + std::to_string(r.rank_nodes.size()) + " for " +
+          std::to_string(r.world_size) + " ranks");
+    }
+    const HorovodPlace place = HorovodLayout(r.rank_nodes, r.endpoints)[r.world_rank];
+    env["HOROVOD_RANK"] = std::to_string(r.world_rank);
+    env["HOROVOD_SIZE"] = std::to_string(r.world_size);
+    env["HOROVOD_LOCAL_RANK"] = std::to_string(place.local_rank);
+    env["HOROVOD_LOCAL_SIZE"] = std::to_string(place.local_size);
+    env["HOROVOD_CROSS_RANK"] = std::to_string(place.cross_rank);
+    env["HOROVOD_CROSS_SIZE"] = std::to_string(place.cross_size);
+    env["HOROVOD_HOSTNAME"] = place.hostname;
+    env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = master_host;
+    env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = master_port;
+    env["HOROVOD_CONTROLLER"] = "gloo";
+    env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+    if (!r.gloo_iface.empty()) env["HOROVOD_GLOO_IFACE"] = r.gloo_iface;
   } else if (r.launcher != "none") {
     return Status::InvalidArgument("unknown launcher '" + r.launcher +
-                                   "' (torch, deepspeed, tensorflow, jax or none)");
+                                   "' (torch, deepspeed, tensorflow, jax, horovod or none)");
   }
 
   env["RAYD_TRIAL_ID"] = r.trial_id;

@@ -23,8 +23,11 @@ struct RankLaunch {
   int node_rank = 0;
   int num_nodes = 1;
   // A port reserved on each rank's node, "host:port", by rank: rank 0's is the rendezvous
-  // (MASTER_ADDR/PORT, JAX's coordinator); TF_CONFIG lists them all.
+  // (MASTER_ADDR/PORT, JAX's coordinator, Horovod's HTTP rendezvous); TF_CONFIG lists them all.
   std::vector<std::string> endpoints;
+  // Each rank's node (0.., by first appearance), by rank: Horovod's local and cross places.
+  std::vector<int> rank_nodes;
+  std::string gloo_iface;  // the interface holding this rank's node address (HOROVOD_GLOO_IFACE)
   std::string trial_id;   // TORCHELASTIC_RUN_ID, RAYD_TRIAL_ID
   std::string trial_dir;  // RAYD_TRIAL_DIR
   int restart_count = 0;  // attempts before this one that failed

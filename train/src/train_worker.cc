@@ -18,6 +18,7 @@
 
 #include "background_writer.h"
 #include "command_rank.h"
+#include "horovod_rendezvous.h"
 #include "rank_session.h"
 
 namespace rayd::train {
@@ -214,6 +215,28 @@ std::string TrainWorker::ReservePort() {
   return *endpoint;
 }
 
+std::string TrainWorker::HostHorovod(std::vector<int> rank_nodes,
+                                     std::vector<std::string> endpoints) {
+  horovod_.reset();  // an earlier attempt's: its port closes before this one's opens
+  if (endpoints.empty() || rank_nodes.size() != endpoints.size()) {
+    throw RaydError("horovod rendezvous: " + std::to_string(rank_nodes.size()) + " nodes for " +
+                    std::to_string(endpoints.size()) + " ranks");
+  }
+  const std::string& mine = endpoints[0];
+  const size_t colon = mine.rfind(':');
+  std::set<std::string> peers;
+  for (const std::string& endpoint : endpoints)
+    peers.insert(endpoint.substr(0, endpoint.rfind(':')));
+  Result<std::unique_ptr<HorovodRendezvous>> started = HorovodRendezvous::Start(
+      mine.substr(0, colon), std::atoi(mine.c_str() + colon + 1),
+      HorovodScopes(HorovodLayout(rank_nodes, endpoints)), std::move(peers));
+  if (!started.ok()) {
+    throw RaydError("rank 0: serving Horovod's rendezvous: " + started.status().message());
+  }
+  horovod_ = std::move(started).value();
+  return horovod_->address();
+}
+
 void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_dir) {
   CommandRank rank;
   rank.command = {.argv = spec.command.argv,
@@ -232,6 +255,7 @@ void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_
                  .node_rank = spec.node_rank,
                  .num_nodes = spec.num_nodes,
                  .endpoints = spec.endpoints,
+                 .rank_nodes = spec.rank_nodes,
                  .trial_id = spec.trial_id,
                  .trial_dir = spec.trial_dir,
                  .restart_count = spec.restart_count,
@@ -261,7 +285,16 @@ void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_
   };
   Result<bool> ran =
       RunCommandRank(rank, report, stop_pipe_[0], [this] { return stop_requested(); });
-  if (!ran.ok()) throw RaydError(ran.status().message());
+  // The attempt's Horovod rendezvous (rank 0's) ends with it; a rank that never came to it is
+  // the likeliest reason the command failed, so the failure says who.
+  std::unique_ptr<HorovodRendezvous> horovod = std::move(horovod_);
+  if (!ran.ok()) {
+    std::string why = ran.status().message();
+    if (const std::string waiting = horovod ? horovod->Waiting() : ""; !waiting.empty()) {
+      why += "\n" + waiting;
+    }
+    throw RaydError(why);
+  }
 }
 
 std::string TrainWorker::Host(int collective_timeout_s, std::string rendezvous_key) {
@@ -454,8 +487,8 @@ void TrainWorker::Enqueue(ReportMessage report) {
 }
 
 RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host,
-            &TrainWorker::ReservePort, &TrainWorker::Run, &TrainWorker::Poll,
-            &TrainWorker::Part, &TrainWorker::RequestStop);
+            &TrainWorker::ReservePort, &TrainWorker::HostHorovod, &TrainWorker::Run,
+            &TrainWorker::Poll, &TrainWorker::Part, &TrainWorker::RequestStop);
 
 }  // namespace internal
 }  // namespace rayd::train

@@ -22,6 +22,7 @@
 namespace rayd::train::internal {
 
 class HostedRendezvous;
+class HorovodRendezvous;
 
 // The key-value namespace of rendezvous addresses (keys "<placement group id>/rendezvous").
 inline constexpr char kRendezvousNamespace[] = "rayd.train";
@@ -105,11 +106,12 @@ struct RunSpec {
   int mesh_data = 1;
   int mesh_pipeline = 1;
   int mesh_tensor = 1;
+  std::vector<int> rank_nodes;  // each rank's node (0.., by first appearance), by rank
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
                  has_checkpoint, checkpoint, has_command, command, num_nodes, endpoints, trial_id,
                  trial_dir, restart_count, max_restarts, cpus, gpus, attempt_token, mesh_data,
-                 mesh_pipeline, mesh_tensor);
+                 mesh_pipeline, mesh_tensor, rank_nodes);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.
@@ -128,6 +130,10 @@ class TrainWorker {
   std::string Host(int collective_timeout_s, std::string rendezvous_key);
   // A port free on this node, "host:port": a command's rendezvous (MASTER_PORT, TF_CONFIG).
   std::string ReservePort();
+  // Rank 0 of a Horovod command: serves the attempt's HTTP rendezvous on `endpoints[0]` (this
+  // rank's reserved port) for the gang placed as `rank_nodes` says, until this rank's next Run
+  // returns; replaces an earlier attempt's. Returns its "host:port".
+  std::string HostHorovod(std::vector<int> rank_nodes, std::vector<std::string> endpoints);
   // Forms the group, runs the loop (or the command) until it returns, or leaves it at a Report
   // after RequestStop. Returns how many reports rank 0 enqueued this attempt (0 on the other
   // ranks), all of them enqueued by then: a driver that has polled that many needs no last
@@ -160,6 +166,7 @@ class TrainWorker {
   // Readable once RequestStop was called: wakes a command rank waiting on its command.
   int stop_pipe_[2] = {-1, -1};
   std::unique_ptr<HostedRendezvous> hosted_;  // rank 0, between Host and Run
+  std::unique_ptr<HorovodRendezvous> horovod_;  // rank 0 of a Horovod command, for one attempt
   std::atomic<bool> stop_requested_{false};
 
   std::mutex mu_;

@@ -149,6 +149,16 @@ std::string Describe(const std::map<std::string, double>& resources) {
 
 // Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
 // within a node.
+// Each rank's node, numbered 0.. in order of first appearance (the ranks' node_rank).
+std::vector<int> RankNodes(const std::vector<std::string>& nodes) {
+  std::map<std::string, int> number;
+  std::vector<int> out;
+  for (const auto& node : nodes) {
+    out.push_back(number.emplace(node, static_cast<int>(number.size())).first->second);
+  }
+  return out;
+}
+
 std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
                                         const std::vector<std::string>& nodes) {
   std::map<std::string, int> node_rank;
@@ -158,6 +168,7 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
     ++on_node[node];
   }
   std::map<std::string, int> seen;
+  const std::vector<int> rank_nodes = RankNodes(nodes);
   std::vector<internal::RunSpec> specs;
   for (size_t rank = 0; rank < nodes.size(); ++rank) {
     internal::RunSpec spec = common;
@@ -167,6 +178,7 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
     spec.local_world_size = on_node[nodes[rank]];
     spec.node_rank = node_rank[nodes[rank]];
     spec.num_nodes = static_cast<int>(node_rank.size());
+    spec.rank_nodes = rank_nodes;
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -239,6 +251,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void StartRanks();
   void Host();
   void ReservePorts();
+  void HostHorovod();
   void Launch();
   void PollRank0(int wait_ms, int deadline_ms);
   void OnPolled();
@@ -290,6 +303,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<ObjectRef<std::string>> ports_;  // a command's: each rank's reserved endpoint
   size_t reserved_ = 0;  // of ports_, those answered
   std::vector<std::string> endpoints_;
+  std::optional<ObjectRef<std::string>> horovod_;  // rank 0's HostHorovod, while it starts
   std::vector<ObjectRef<int>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
   std::optional<Reports> poll_;        // the Poll of rank 0 in flight
@@ -393,6 +407,7 @@ void TrainingRun::Impl::BeginAttempt() {
   ports_.clear();
   reserved_ = 0;
   endpoints_.clear();
+  horovod_.reset();
   runs_.clear();
   running_.clear();
   poll_.reset();
@@ -551,9 +566,33 @@ void TrainingRun::Impl::ReservePorts() {
         return self.EndAttempt(
             {Attempt::End::kFailed, std::string("reserving ports: ") + e.what()});
       }
+      if (self.command_->launcher == "horovod") return self.HostHorovod();
       self.Launch();
     });
   }
+}
+
+// A Horovod command meets through an HTTP rendezvous that must listen before any rank starts:
+// rank 0's actor serves it on rank 0's reserved port, for this attempt only.
+void TrainingRun::Impl::HostHorovod() {
+  try {
+    horovod_ = gang_->actors()[0]
+                   .Task(&TrainWorker::HostHorovod)
+                   .Remote(RankNodes(gang_->nodes()), endpoints_);
+  } catch (const RaydError& e) {
+    return EndAttempt({Attempt::End::kFailed, std::string("horovod rendezvous: ") + e.what()});
+  }
+  FailAfter(kStartTimeoutMs, "horovod rendezvous: rank 0 did not start it within " +
+                                 std::to_string(kStartTimeoutMs / 1000) + " s");
+  OnReady(horovod_->id(), [](Impl& self) {
+    self.deadline_.Stop();
+    try {
+      spdlog::debug("{}: horovod rendezvous at {}", self.run_.name, *rayd::Get(*self.horovod_, 0));
+    } catch (const RaydError& e) {
+      return self.EndAttempt({Attempt::End::kFailed, e.what()});
+    }
+    self.Launch();
+  });
 }
 
 // Starts the loop on every rank, from the latest checkpoint, and the first Poll of rank 0.

@@ -126,9 +126,9 @@ TEST_CASE("deepspeed, tensorflow, jax and none profiles", "[train][command]") {
   CHECK(none.count("RANK") == 0);
   CHECK(none.at("RAYD_WORLD_RANK") == "2");
 
-  Result<LaunchEnv> unknown = ComposeLaunchEnv(Rank2("horovod"), {}, {});
+  Result<LaunchEnv> unknown = ComposeLaunchEnv(Rank2("mpirun"), {}, {});
   REQUIRE_FALSE(unknown.ok());
-  CHECK_THAT(unknown.status().message(), Contains("unknown launcher 'horovod'"));
+  CHECK_THAT(unknown.status().message(), Contains("unknown launcher 'mpirun'"));
 }
 
 TEST_CASE(

@@ -574,9 +574,9 @@ TEST_CASE("command trainable errors name the key and line", "[tune]") {
              Contains("tune.yaml:2: trainable.command: required"));
   CHECK_THAT(TuneError("name: t\ntrainable:\n  command: []\n"),
              Contains("tune.yaml:3: trainable.command: expected the program and its arguments"));
-  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  launcher: horovod\n"),
+  CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  launcher: mpirun\n"),
              Contains("tune.yaml:4: trainable.launcher: expected one of torch, deepspeed, "
-                      "tensorflow, jax, none, got 'horovod'"));
+                      "tensorflow, jax, horovod, none, got 'mpirun'"));
   CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  working_dir: /no/such/dir\n"),
              Contains("tune.yaml:4: trainable.working_dir: no directory /no/such/dir"));
   CHECK_THAT(TuneError("name: t\ntrainable:\n  command: [x]\n  env: {A: [1]}\n"),

@@ -1,6 +1,6 @@
 #pragma once
 // A training job that is a command rather than a train loop compiled into rayd: each rank of
-// the gang runs it as a process (a PyTorch DDP script, DeepSpeed, TensorFlow, JAX, a shell
+// the gang runs it as a process (a PyTorch DDP script, DeepSpeed, TensorFlow, JAX, Horovod, a shell
 // script), started by that rank's actor with the environment its framework's launcher would
 // give it. docs/command-trainables.md has the environment of each launcher and the report
 // wire.
@@ -20,7 +20,8 @@ struct Command {
   // relative to working_dir, as is every relative path the command itself opens.
   std::vector<std::string> argv;
   // Which launcher's environment each rank gets: "torch" (torchrun's), "deepspeed",
-  // "tensorflow" (TF_CONFIG), "jax", or "none" (only rayd's own variables).
+  // "tensorflow" (TF_CONFIG), "jax", "horovod" (horovodrun's Gloo mode, with a rendezvous
+  // server per attempt), or "none" (only rayd's own variables).
   std::string launcher = "torch";
   std::string working_dir;                 // absolute; empty: the driver's working directory
   std::map<std::string, std::string> env;  // added to (and overriding) every rank's environment
