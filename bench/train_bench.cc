@@ -23,9 +23,9 @@
 //               same batch): samples/s. Python torch 1.13 has no tensor parallelism to compare.
 //
 //   pipeline    pipeline parallelism (--only pipeline): an MLP of 8 Linear 1024 x 1024 layers
-//               (8.4M parameters), SGD, batch 64, whole on 1 rank, then in 2 and 4 stages under
-//               GPipe and 1F1B with 4, 8 and 16 micro-batches: samples/s, the most
-//               micro-batches' activations stage 0 held at once, and the bubble: the stages'
+//               (8.4M parameters), SGD, batch --pipeline-batch (256), whole on 1 rank, then in 2
+//               and 4 stages under GPipe and 1F1B with 4, 8 and 16 micro-batches: samples/s, the
+//               most micro-batches' activations stage 0 held at once, and the bubble: the stages'
 //               mean share of a step spent waiting to receive (PipelineStage::idle_fraction),
 //               next to the formula (stages - 1) / (micro_batches + stages - 1). 4 stages on a
 //               2-core machine share cores, and a stage waiting for a core to compute its
@@ -43,6 +43,7 @@
 //
 //   train_bench [--steps 400] [--iters 20] [--zero-steps 8] [--zero-ranks 2]
 //               [--zero-stages 0,1,2,3] [--only zero|tensor|pipeline|mesh] [--no-peer]
+//               [--pipeline-batch 256]
 //
 // Prints figures only; asserts nothing.
 
@@ -94,6 +95,7 @@ struct Flags {
   int zero_ranks = 2;
   int micro_batches = 1;  // a pipeline run's (its schedule in zero_stage: 0 gpipe, 1 1f1b)
   int pipeline = 1;       // a mesh run's pipeline size (its tensor size: world / pipeline)
+  int64_t pipeline_batch = 256;  // a pipeline run's batch, split into its micro-batches
   std::string only;  // "zero": the ZeRO figures alone; "tensor": tensor parallelism's
   bool no_peer = false;
 };
@@ -355,7 +357,6 @@ Status RunTensor(const Flags& flags) {
   return Status::Ok();
 }
 
-constexpr int64_t kPipelineBatch = 64;
 constexpr int64_t kPipelineWidth = 1024;
 constexpr int kPipelineLayers = 8;
 
@@ -377,8 +378,8 @@ Status RunPipeline(const Flags& flags) {
   PipelineStage pipeline(stage, *group,
                          {.micro_batches = flags.micro_batches, .schedule = schedule});
   torch::manual_seed(1);
-  const torch::Tensor inputs = torch::randn({kPipelineBatch, kPipelineWidth});
-  const torch::Tensor targets = torch::randn({kPipelineBatch, kPipelineWidth});
+  const torch::Tensor inputs = torch::randn({flags.pipeline_batch, kPipelineWidth});
+  const torch::Tensor targets = torch::randn({flags.pipeline_batch, kPipelineWidth});
   auto loss = [](const torch::Tensor& out, const torch::Tensor& target) {
     return (out - target).pow(2).mean();
   };
@@ -407,7 +408,7 @@ Status RunPipeline(const Flags& flags) {
     std::printf(
         "%-34s %9.1f samples/s  (%.1fM parameters; stage 0 held %d micro-batches; bubble "
         "measured %.0f%%, formula %.0f%%)\n",
-        what.c_str(), static_cast<double>(flags.zero_steps * kPipelineBatch) / seconds,
+        what.c_str(), static_cast<double>(flags.zero_steps * flags.pipeline_batch) / seconds,
         parameters / 1e6, pipeline.max_in_flight(), 100 * measured, 100 * bubble);
   }
   return Status::Ok();
@@ -561,7 +562,9 @@ bool RunRanks(const std::string& self, const Flags& flags, const std::string& mo
                                      "--micro-batches",
                                      std::to_string(flags.micro_batches),
                                      "--pipeline",
-                                     std::to_string(flags.pipeline)};
+                                     std::to_string(flags.pipeline),
+                                     "--pipeline-batch",
+                                     std::to_string(flags.pipeline_batch)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -598,6 +601,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 3));
   app.add_option("--micro-batches", flags.micro_batches, "internal: a pipeline run's");
   app.add_option("--pipeline", flags.pipeline, "internal: a mesh run's pipeline size");
+  app.add_option("--pipeline-batch", flags.pipeline_batch,
+                 "pipeline: the batch (rows) each step splits into micro-batches")
+      ->check(CLI::PositiveNumber);
   app.add_option("--only", flags.only,
                  "zero: only the ZeRO figures; tensor: only tensor parallelism's; pipeline: only "
                  "pipeline parallelism's; mesh: memory per rank on meshes")
