@@ -245,3 +245,60 @@ run: {storage_path: STORAGE}
   CHECK(Contains(bad_iface, "nosuch0"));
   CHECK(sandbox.CommandProcesses().empty());
 }
+
+TEST_CASE(
+    "PBT clones a Horovod trial's checkpoint and its ranks resume from it in a fresh "
+    "rendezvous",
+    "[horovod][e2e]") {
+  RequireHorovod();
+  Sandbox sandbox;
+  const std::string file = sandbox.WriteYaml("pbt.yaml", R"(
+name: hvd-pbt
+trainable:
+  command: [/usr/bin/python3, )" + kExamples + R"(/python/mlp_horovod.py]
+  launcher: horovod
+  env: {PYTHONPATH: )" + kHorovod + R"(}
+scaling: {num_workers: 2, resources_per_worker: {CPU: 0.5}}
+param_space:
+  lr: {grid_search: [0.0001, 0.05]}
+  epochs: 4
+  train_size: 512
+  val_size: 256
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 2
+  seed: 3
+  scheduler:
+    type: pbt
+    time_attr: training_iteration
+    perturbation_interval: 2
+    quantile_fraction: 0.5
+    resample_probability: 0
+    hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/hvd-pbt";
+  const json state = ReadJson(experiment + "/experiment_state.json");
+  int resumed = 0;
+  for (const json& trial : state.at("trials")) {
+    CHECK(trial["status"] == "TERMINATED");
+    const std::string dir = TrialDir(experiment, trial);
+    const std::string log = ReadFile(dir + "/rank_0.log");
+    if (Contains(log, "resumed from epoch")) {
+      ++resumed;
+      CHECK(Contains(log, "--- rayd: attempt"));
+      // Both ranks of the resumed attempt met again (rank 1's log shows a second start).
+      CHECK(Contains(ReadFile(dir + "/rank_1.log"), "horovod rank 1/2"));
+    }
+    for (const json& result : ReadJsonLines(dir + "/result.json")) {
+      CHECK(result["param_divergence"].get<double>() == 0.0);
+    }
+  }
+  CHECK(resumed >= 1);
+  CHECK(sandbox.CommandProcesses().empty());
+}
