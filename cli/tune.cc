@@ -399,8 +399,9 @@ int RunTrainCommand(const TrainArgs& args) {
       Shutdown();
       return 1;
     }
-    std::cout << "Finished " << file.run.name << " (" << result.restarts << " restarts): "
-              << FormatMetrics(result.metrics) << "\n"
+    std::cout << "Finished " << file.run.name << " (" << result.restarts << " restarts"
+              << (result.resizes > 0 ? ", " + std::to_string(result.resizes) + " resizes" : "")
+              << "): " << FormatMetrics(result.metrics) << "\n"
               << "  results: " << run_dir.string() << "\n"
               << "  checkpoint: " << result.checkpoint.value_or("(none)") << "\n";
     Shutdown();

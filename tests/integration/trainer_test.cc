@@ -61,6 +61,8 @@ void MlpLoop(const json& config) {
   rt::PreparedModel& ddp = rt::PrepareModel(*model);
   const int64_t steps = rt::testing::StepsPerEpoch(run, context.world_size);
   for (int epoch = start_epoch; epoch < run.epochs; ++epoch) {
+    // A slower epoch, for tests that change the cluster while the run trains.
+    std::this_thread::sleep_for(std::chrono::milliseconds(config.value("epoch_sleep_ms", 0)));
     const bool crashes = context.world_rank == 1 && epoch == config.value("crash_epoch", -1) &&
                          !fs::exists(config.at("crash_marker").get<std::string>());
     const bool crash_before_report = config.value("crash_before_report", false);
@@ -79,8 +81,10 @@ void MlpLoop(const json& config) {
       optimizer.step();
       total += loss.item<double>();
     }
-    std::map<std::string, double> metrics = {
-        {"epoch", epoch}, {"loss", total / steps}, {"start_epoch", start_epoch}};
+    std::map<std::string, double> metrics = {{"epoch", epoch},
+                                             {"loss", total / steps},
+                                             {"start_epoch", start_epoch},
+                                             {"ranks", context.world_size}};
     if (crashes && crash_before_report) {
       std::ofstream(config.at("crash_marker").get<std::string>()) << "crashed";
       ::raise(SIGKILL);  // rank 0 reports this epoch; rank 1's part of it never comes
@@ -627,5 +631,74 @@ TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 u
                     {.name = "x", .storage_path = storage.path()})
             .Fit(),
         Catch::Contains("unknown train loop 'NoSuchLoop'") && Catch::Contains("WhereLoop"));
+  }
+}
+
+TEST_CASE(
+    "an elastic run starts with what fits, grows at a checkpoint when a node joins and "
+    "goes on without it when it dies, every epoch once",
+    "[trainer][elastic]") {
+  rayd_runtime_test::CliCluster cluster;
+  // Heartbeats of 250 ms, 8 missed = dead: a killed node is noticed in about 2 s.
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+                 "--heartbeat-period-ms", "250", "--missed-heartbeats", "8"});
+  cluster.InitDriver();
+  TempDir storage, out;
+  json config = LoopConfig(out, 16);
+  config["epoch_sleep_ms"] = 400;
+  rt::ScalingConfig scaling{
+      .num_workers = 2, .min_workers = 1, .resize_interval_s = 1, .collective_timeout_s = 10};
+  rt::RunConfig run{.name = "elastic", .storage_path = storage.path()};
+  run.failure.max_failures = 2;
+  rt::TrainResult result;
+  std::thread fit([&] { result = rt::Trainer("MlpLoop", config, scaling, run).Fit(); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{fit};
+  const std::string run_dir = storage.path() + "/elastic";
+  // The lines written so far (one may be half-written: skipped).
+  auto rows = [&] {
+    std::vector<json> lines;
+    std::ifstream in(run_dir + "/result.json");
+    for (std::string line; std::getline(in, line);) {
+      json row = json::parse(line, nullptr, false);
+      if (!row.is_discarded()) lines.push_back(row);
+    }
+    return lines;
+  };
+  auto some_row = [&](int world_size, size_t after) {
+    std::vector<json> lines = rows();
+    for (size_t i = after; i < lines.size(); ++i) {
+      if (lines[i].value("world_size", 0) == world_size) return true;
+    }
+    return false;
+  };
+  // One CPU: it starts with 1 worker, not waiting for 2.
+  REQUIRE(rayd::testing::WaitFor([&] { return rows().size() >= 2; }, std::chrono::seconds(90)));
+  CHECK(rows()[0].at("world_size") == 1);
+  // A second node: at a checkpoint at least 1 s after the start, the run restarts at 2.
+  cluster.Start({"--address", cluster.address(), "--num-cpus", "1"});
+  REQUIRE(rayd::testing::WaitFor([&] { return some_row(2, 0); }, std::chrono::seconds(90)));
+  // That node dies (its daemon and its workers): the run goes on at 1, not waiting for it.
+  const size_t before = rows().size();
+  std::vector<std::string> nodes = cluster.Sessions("_node");
+  REQUIRE(nodes.size() == 1);
+  const pid_t node = std::atoi(rayd::testing::ReadFile(nodes[0] + "/node.pid").c_str());
+  REQUIRE(node > 0);
+  ::kill(node, SIGKILL);
+  REQUIRE(rayd::testing::WaitFor([&] { return some_row(1, before); }, std::chrono::seconds(120)));
+  fit.join();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  CHECK(result.resizes >= 1);
+  CHECK(result.restarts == 1);  // the lost node: a failure (a drain would not be)
+  const std::vector<json> lines = rows();
+  REQUIRE(lines.size() == 16);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    CHECK(lines[i].at("epoch") == static_cast<int>(i));        // every epoch once, in order
+    CHECK(lines[i].at("world_size") == lines[i].at("ranks"));  // what the loop saw
   }
 }

@@ -29,6 +29,32 @@ std::string CheckGpuSharing(const ScalingConfig& scaling) {
          "whole GPUs, or share a GPU between single-worker trials (num_workers: 1)";
 }
 
+std::string CheckElastic(const ScalingConfig& scaling) {
+  if (scaling.min_workers == 0) return "";
+  if (scaling.min_workers < 1 || scaling.min_workers > scaling.num_workers) {
+    return "an elastic run's bounds must satisfy 1 <= min <= max, got [" +
+           std::to_string(scaling.min_workers) + ", " + std::to_string(scaling.num_workers) + "]";
+  }
+  if (!(scaling.mesh == MeshShape{})) return "an elastic run cannot have a mesh (yet)";
+  if (!(scaling.resize_interval_s > 0)) return "resize_interval_s must be above 0";
+  return "";
+}
+
+int ElasticWorkers(const ScalingConfig& scaling, const std::map<std::string, double>& available,
+                   int own) {
+  // Summed free resources stand for what could be placed: a bundle must fit on one node, so
+  // this may count a bundle split across two; the reservation then stays pending and the
+  // caller tries one fewer (training_run.cc).
+  int fit = scaling.num_workers;
+  for (const auto& [name, amount] : WorkerBundle(scaling)) {
+    if (amount <= 0) continue;
+    auto it = available.find(name);
+    const double free = it == available.end() ? 0.0 : it->second;
+    fit = std::min(fit, static_cast<int>(std::floor(free / amount + 1e-9)));
+  }
+  return std::clamp(fit + own, scaling.min_workers, scaling.num_workers);
+}
+
 }  // namespace rayd::train
 
 namespace rayd::train {

@@ -17,8 +17,8 @@
 #include <utility>
 
 #include "background_writer.h"
-#include "command_rank.h"
-#include "horovod_rendezvous.h"
+#include "launch/command_rank.h"
+#include "launch/horovod_rendezvous.h"
 #include "rank_session.h"
 
 namespace rayd::train {

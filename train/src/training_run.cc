@@ -40,6 +40,9 @@ constexpr int kDrainTimeoutMs = 5'000;  // rank 0 hands over its last reports af
 constexpr int kStopTimeoutMs = 5'000;   // a stopped single-rank loop reaches its next Report
 // A stopped command rank ends its process group: its grace period, and this beside it.
 constexpr int kCommandStopSlackMs = 5'000;
+// An elastic attempt waits this long for a group of more than min_workers before asking for
+// fewer (what the cluster's free resources hold, or one fewer).
+constexpr int kElasticWaitMs = 5'000;
 
 // How an attempt ended.
 struct Attempt {
@@ -245,7 +248,12 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   // (deadline_.Stop()), or another deadline replaces this one.
   void FailAfter(int ms, std::string error);
 
+  bool elastic() const { return scaling_.min_workers > 0; }
   void Reserve();
+  void ReserveGroup();
+  // An elastic run after a checkpointed report: restart at a larger size when the cluster has
+  // room and the last resize is resize_interval_s old.
+  void MaybeGrow();
   void WaitForGroup();
   void OnReserved(const Result<bool>& ready);
   void StartRanks();
@@ -304,6 +312,10 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   size_t reserved_ = 0;  // of ports_, those answered
   std::vector<std::string> endpoints_;
   std::optional<ObjectRef<std::string>> horovod_;  // rank 0's HostHorovod, while it starts
+  int world_ = 0;          // this attempt's workers: num_workers, or an elastic run's size
+  int resize_to_ = 0;      // the size an elastic run's next attempt asks for first; 0: the most
+  bool resizing_ = false;  // stopping the attempt to restart it at resize_to_
+  std::chrono::steady_clock::time_point sized_at_;  // when the current size's attempt began
   std::vector<ObjectRef<int>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
   std::optional<Reports> poll_;        // the Poll of rank 0 in flight
@@ -349,10 +361,15 @@ void TrainingRun::Impl::Open() {
     throw RaydError("ScalingConfig.resources_per_worker.GPU: " + why);
   }
   scaling_.num_workers = ResolveNumWorkers(scaling_);
+  if (std::string why = CheckElastic(scaling_); !why.empty()) {
+    throw RaydError("ScalingConfig.min_workers: " + why);
+  }
   mesh_ = ResolveMesh(scaling_);
   shape_ = ShapeOf(scaling_);
   what_ =
-      "placement group of " + std::to_string(scaling_.num_workers / mesh_.tensor) + " bundles " +
+      "placement group of " +
+      (elastic() ? std::to_string(scaling_.min_workers) + " to " : std::string()) +
+      std::to_string(scaling_.num_workers / mesh_.tensor) + " bundles " +
       Describe(WorkerBundle(scaling_)) +
       (mesh_.tensor > 1 ? " x " + std::to_string(mesh_.tensor) + " (a tensor group each)" : "") +
       (scaling_.local_mode ? " on the driver's node" : "");
@@ -400,7 +417,9 @@ void TrainingRun::Impl::FailAfter(int ms, std::string error) {
 // One attempt: take the owner's idle gang of the same shape, or reserve a new one.
 void TrainingRun::Impl::BeginAttempt() {
   ++attempt_;
-  gang_ = options_.reuse ? options_.reuse->Take(shape_) : nullptr;
+  gang_ = options_.reuse && !elastic() ? options_.reuse->Take(shape_) : nullptr;
+  world_ = scaling_.num_workers;
+  resizing_ = false;
   starting_.clear();
   started_ = 0;
   hosting_.reset();
@@ -426,12 +445,21 @@ void TrainingRun::Impl::BeginAttempt() {
 }
 
 void TrainingRun::Impl::Reserve() {
+  if (elastic()) {
+    world_ = resize_to_ > 0 ? resize_to_ : scaling_.num_workers;
+    resize_to_ = 0;
+  }
+  ReserveGroup();
+}
+
+// A group of world_ workers' bundles.
+void TrainingRun::Impl::ReserveGroup() {
   // One bundle per tensor-parallel group (mesh_.tensor workers' resources): a bundle sits on
   // one node, so each group's per-layer all-reduces stay on it.
   std::map<std::string, double> bundle = WorkerBundle(scaling_);
   for (auto& [name, amount] : bundle) amount *= mesh_.tensor;
   rayd::PlacementGroupCreationOptions group{
-      .bundles = std::vector(static_cast<size_t>(scaling_.num_workers / mesh_.tensor),
+      .bundles = std::vector(static_cast<size_t>(world_ / mesh_.tensor),
                              std::unordered_map<std::string, double>(bundle.begin(), bundle.end())),
       .strategy = scaling_.placement_strategy};
   if (scaling_.local_mode) {
@@ -443,8 +471,11 @@ void TrainingRun::Impl::Reserve() {
   } catch (const RaydError& e) {
     return EndAttempt({Attempt::End::kNoGroup, what_ + ": " + e.what()});
   }
-  reserve_deadline_ =
-      std::chrono::steady_clock::now() + std::chrono::seconds(scaling_.placement_timeout_s);
+  const auto timeout = std::chrono::milliseconds(scaling_.placement_timeout_s * 1000);
+  reserve_deadline_ = std::chrono::steady_clock::now() +
+                      (elastic() && world_ > scaling_.min_workers
+                           ? std::min(timeout, std::chrono::milliseconds(kElasticWaitMs))
+                           : timeout);
   WaitForGroup();
 }
 
@@ -472,6 +503,20 @@ void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
     spdlog::info("{}: {}; waiting for it again", what_, ready.status().message());
     return WaitForGroup();
   }
+  if ((!ready.ok() || !*ready) && elastic() && world_ > scaling_.min_workers) {
+    // Fewer workers then: as many as the cluster's free resources hold, or one fewer.
+    gang_.reset();
+    std::map<std::string, double> available;
+    try {
+      available = rayd::AvailableResources();
+    } catch (const RaydError& e) {
+      spdlog::warn("{}: {}", run_.name, e.what());
+    }
+    const int before = world_;
+    world_ = std::min(ElasticWorkers(scaling_, available), world_ - 1);
+    spdlog::info("{}: {} workers do not fit now; asking for {}", run_.name, before, world_);
+    return ReserveGroup();
+  }
   if (!ready.ok()) {
     return EndAttempt(
         {Attempt::End::kNoGroup, what_ + " is infeasible: " + ready.status().message()});
@@ -481,6 +526,7 @@ void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
                                                    std::to_string(scaling_.placement_timeout_s) +
                                                    " s (the cluster lacks the resources)"});
   }
+  sized_at_ = std::chrono::steady_clock::now();
   StartRanks();
 }
 
@@ -489,7 +535,7 @@ void TrainingRun::Impl::StartRanks() {
   auto& actors = gang_->actors();
   const std::map<std::string, double> bundle = WorkerBundle(scaling_);
   try {
-    for (int rank = 0; rank < scaling_.num_workers; ++rank) {
+    for (int rank = 0; rank < world_; ++rank) {
       actors.push_back(rayd::Actor(TrainWorker::FactoryCreate)
                            .SetResources(bundle)
                            .SetPlacementGroup(gang_->group(), rank / mesh_.tensor)
@@ -603,7 +649,7 @@ void TrainingRun::Impl::Launch() {
   common.rendezvous_key = gang_->rendezvous_key();
   common.run_name = run_.name;
   common.collective_timeout_s = scaling_.collective_timeout_s;
-  common.mesh_data = mesh_.data;
+  common.mesh_data = elastic() ? world_ : mesh_.data;
   common.mesh_pipeline = mesh_.pipeline;
   common.mesh_tensor = mesh_.tensor;
   common.use_gpu = scaling_.use_gpu;
@@ -625,7 +671,7 @@ void TrainingRun::Impl::Launch() {
                                                  run_.name)
                            .lexically_normal()
                            .string();
-    common.restart_count = result_.restarts;
+    common.restart_count = result_.restarts + result_.resizes;  // torchrun counts both
     common.max_restarts = run_.failure.max_failures;
     const std::map<std::string, double> bundle = WorkerBundle(scaling_);
     common.cpus = bundle.count("CPU") ? bundle.at("CPU") : 0;
@@ -718,7 +764,7 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
 // that came, poll again while rank 0's loop runs, end when every Run has returned.
 void TrainingRun::Impl::Advance() {
   if (awaiting_answer_ || delivering_) return;
-  if (stop_asked_) return StopRanks();
+  if (stop_asked_ || resizing_) return StopRanks();
   if (!reports_.empty()) return Deliver();
   if (poll_) return;  // its answer comes back here
   if (failed_) return EndAttempt({Attempt::End::kFailed, *failed_});
@@ -742,11 +788,12 @@ void TrainingRun::Impl::Advance() {
 // Persists the reports that came, handing each to the owner; the next waits for its answer.
 void TrainingRun::Impl::Deliver() {
   delivering_ = true;
-  while (!reports_.empty() && !awaiting_answer_ && !stop_asked_) {
+  while (!reports_.empty() && !awaiting_answer_ && !stop_asked_ && !resizing_) {
     if (NeedsParts(reports_.front())) {
       delivering_ = false;
       return CollectParts();  // Advance comes back here once they are in
     }
+    if (elastic()) reports_.front().metrics["world_size"] = world_;
     Result<ReportedResult> persisted = store_->Persist(reports_.front(), options_.result_fields);
     reports_.pop_front();
     parts_collected_ = false;
@@ -763,6 +810,7 @@ void TrainingRun::Impl::Deliver() {
       Status logged = LogMlflowResult(*tracking_, persisted->metrics);
       if (!logged.ok()) spdlog::warn("MLflow tracking: {}", logged.message());
     }
+    if (persisted->checkpoint) MaybeGrow();
     awaiting_answer_ = true;
     if (callbacks_.on_result) {
       callbacks_.on_result(*persisted);  // may Answer at once
@@ -772,6 +820,26 @@ void TrainingRun::Impl::Deliver() {
   }
   delivering_ = false;
   Advance();
+}
+
+void TrainingRun::Impl::MaybeGrow() {
+  if (!elastic() || !options_.grow || world_ >= scaling_.num_workers) return;
+  const auto since = std::chrono::steady_clock::now() - sized_at_;
+  if (since < std::chrono::duration<double>(scaling_.resize_interval_s)) return;
+  std::map<std::string, double> available;
+  try {
+    available = rayd::AvailableResources();
+  } catch (const RaydError& e) {
+    return spdlog::warn("{}: not growing: {}", run_.name, e.what());
+  }
+  const int want = ElasticWorkers(scaling_, available, world_);
+  if (want <= world_) return;
+  spdlog::info(
+      "{}: the cluster has room for {} workers (now {}): restarting from this "
+      "checkpoint at {}",
+      run_.name, want, world_, want);
+  resize_to_ = want;
+  resizing_ = true;
 }
 
 bool TrainingRun::Impl::NeedsParts(const ReportMessage& report) const {
@@ -868,7 +936,8 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   poll_.reset();
   stop_calls_.clear();
   // Only a gang whose loops all returned is idle; a stopped one may still be running its loop.
-  if ((attempt.end == Attempt::End::kFinished || attempt.idle) && options_.reuse && gang_) {
+  if ((attempt.end == Attempt::End::kFinished || attempt.idle) && options_.reuse && gang_ &&
+      !elastic()) {
     options_.reuse->Put(shape_, std::move(gang_));
   }
   gang_.reset();
@@ -877,6 +946,11 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   part_calls_.clear();
   parts_owed_ = 0;
   parts_collected_ = false;
+  if (std::exchange(resizing_, false) && attempt.end == Attempt::End::kStopped && !stop_asked_) {
+    ++result_.resizes;  // stopped to grow: not a failure, not the owner's stop
+    return BeginAttempt();
+  }
+  resize_to_ = 0;
   result_.error = attempt.error;
   result_.stopped = attempt.end == Attempt::End::kStopped || stop_asked_;
   const int max_failures = run_.failure.max_failures;

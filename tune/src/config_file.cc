@@ -44,7 +44,8 @@ const Keys kCommandKeys = {"command", "launcher",         "working_dir",
                            "env",     "report_timeout_s", "stop_grace_s"};
 const Keys kScalingKeys = {"num_workers",          "num_processes",        "use_gpu",
                            "resources_per_worker", "placement_strategy",   "local_mode",
-                           "placement_timeout_s",  "collective_timeout_s", "mesh"};
+                           "placement_timeout_s",  "collective_timeout_s", "mesh",
+                           "resize_interval_s"};
 const Keys kMeshKeys = {"data", "pipeline", "tensor"};
 const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
@@ -504,7 +505,19 @@ rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
     workers = alias;
   }
   if (const Field* x = map.Find("use_gpu")) out.use_gpu = Bool(*x);
-  if (workers != nullptr) {
+  if (workers != nullptr && workers->value.IsSequence()) {
+    // [min, max]: an elastic run.
+    std::vector<Field> bounds = List(*workers);
+    if (bounds.size() != 2) {
+      Fail(*workers, "expected [min, max] (an elastic run) or a number of workers");
+    }
+    out.min_workers = Int(bounds[0], 1);
+    out.num_workers = Int(bounds[1], 1);
+    if (out.min_workers > out.num_workers) {
+      Fail(*workers, "[min, max]: min " + std::to_string(out.min_workers) + " is above max " +
+                         std::to_string(out.num_workers));
+    }
+  } else if (workers != nullptr) {
     out.num_workers = Int(*workers, -1);
     if (out.num_workers == 0) Fail(*workers, "expected at least 1 worker (or -1: one per GPU)");
     if (out.num_workers == -1 && !out.use_gpu) {
@@ -536,12 +549,18 @@ rayd::train::ScalingConfig Parser::Scaling(const Field& f) const {
   if (const Field* x = map.Find("local_mode")) out.local_mode = Bool(*x);
   if (const Field* x = map.Find("placement_timeout_s")) out.placement_timeout_s = Int(*x, 1);
   if (const Field* x = map.Find("collective_timeout_s")) out.collective_timeout_s = Int(*x, 1);
+  if (const Field* x = map.Find("resize_interval_s")) {
+    out.resize_interval_s = Number(*x);
+    if (!(out.resize_interval_s > 0)) Fail(*x, "expected a number of seconds above 0");
+  }
   if (const Field* x = map.Find("mesh")) {
     MapFields mesh = ReadMap(*x, kMeshKeys);
     if (const Field* d = mesh.Find("data")) out.mesh.data = Int(*d, 1);
     if (const Field* p = mesh.Find("pipeline")) out.mesh.pipeline = Int(*p, 1);
     if (const Field* t = mesh.Find("tensor")) out.mesh.tensor = Int(*t, 1);
     if (out.num_workers == -1) Fail(*x, "a mesh needs num_workers given, not -1");
+    if (out.min_workers > 0)
+      Fail(*x, "an elastic run (num_workers: [min, max]) cannot have a mesh");
     if (std::string why = rayd::train::CheckMesh(out); !why.empty()) Fail(*x, why);
   }
   return out;

@@ -25,6 +25,9 @@ void TrainerRunner::Start(const RunRequest& request) {
   run.pool = std::move(free_pools_.back());
   free_pools_.pop_back();
   options.reuse = run.pool;
+  // Elastic trials shrink after a lost node, but do not grow by themselves: which trial gets
+  // freed workers is the scheduler's call, which the Tuner does not make yet.
+  options.grow = false;
   options.result_fields = {{"trial_id", request.trial_id}, {"config", request.config}};
   const size_t trial = request.trial;
   try {

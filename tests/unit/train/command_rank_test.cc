@@ -3,7 +3,7 @@
 // real processes: a report through the wire, a failure's reason with the last lines of
 // stderr, and a stop that ends the command's whole process group, grandchildren included.
 
-#include "command_rank.h"
+#include "launch/command_rank.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "launcher_env.h"
+#include "launch/launcher_env.h"
 #include "test_util.h"
 
 namespace rayd::train::internal {

@@ -9,9 +9,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "command_rank.h"
-#include "horovod_rendezvous.h"
-#include "launcher_env.h"
+#include "launch/command_rank.h"
+#include "launch/horovod_rendezvous.h"
+#include "launch/launcher_env.h"
 #include "test_util.h"
 
 namespace rayd::train::internal {

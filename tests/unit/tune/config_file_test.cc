@@ -310,6 +310,28 @@ TEST_CASE("scaling.mesh parses, fills in data, and refuses a mesh that is not th
              Contains("a mesh needs num_workers given, not -1"));
 }
 
+TEST_CASE("scaling.num_workers [min, max] makes an elastic run, bounds checked", "[tune]") {
+  auto scaling_of = [](const std::string& scaling) {
+    return ParseTuneFile(Tune(scaling), "tune.yaml").trainable.scaling;
+  };
+  const rayd::train::ScalingConfig elastic =
+      scaling_of("scaling: {num_workers: [2, 8], resize_interval_s: 5}\n");
+  CHECK(elastic.min_workers == 2);
+  CHECK(elastic.num_workers == 8);
+  CHECK(elastic.resize_interval_s == 5);
+  CHECK(scaling_of("scaling: {num_workers: 4}\n").min_workers == 0);
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: [8, 2]}\n")),
+             Contains("scaling.num_workers: [min, max]: min 8 is above max 2"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: [2]}\n")),
+             Contains("scaling.num_workers: expected [min, max]"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: [0, 2]}\n")),
+             Contains("scaling.num_workers[0]: expected an integer >= 1"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: [2, 4], mesh: {tensor: 2}}\n")),
+             Contains("cannot have a mesh"));
+  CHECK_THAT(TuneError(Tune("scaling: {num_workers: [1, 2], resize_interval_s: 0}\n")),
+             Contains("scaling.resize_interval_s: expected a number of seconds above 0"));
+}
+
 TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {
   std::string text = kArchitectureExample;
   text.replace(text.find("type: asha"), 10, "type: ashaa");

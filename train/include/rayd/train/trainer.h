@@ -74,8 +74,17 @@ struct MeshCoordinates {
 
 struct ScalingConfig {
   // Ranks of the job. -1 (TorchDistributor's num_processes=-1): one per GPU in the cluster,
-  // counted when Fit starts (needs use_gpu).
+  // counted when Fit starts (needs use_gpu). With min_workers, the most ranks.
   int num_workers = 1;
+  // Above 0, an elastic run (torchrun's --nnodes=MIN:MAX, Ray Train's (min, max),
+  // `num_workers: [min, max]` in YAML) of min_workers to num_workers ranks: each attempt starts
+  // with as many as fit (ElasticWorkers), so a run restarting after a node died goes on with
+  // the workers left instead of waiting for the lost node; and a run (not a Tuner's trial)
+  // grows toward num_workers at a checkpoint once the cluster has room, at most once per
+  // resize_interval_s. Every resize restarts the ranks from the newest checkpoint, as a
+  // failure does, without counting as one; each result row records world_size.
+  int min_workers = 0;
+  double resize_interval_s = 30;
   // Asks each bundle for a GPU too (resources_per_worker's "GPU", 1 when unset), and trains on
   // it over NCCL: each rank's model and gradients live on its device (TrainContext::device).
   // Ranks of one group never share a GPU (NCCL refuses it), so with more than one worker the
@@ -176,6 +185,9 @@ struct FitOptions {
   std::optional<nlohmann::json> params;
   // Reuse a finished run's gang from here, and leave this run's there when it finishes.
   std::shared_ptr<GangPool> reuse;
+  // An elastic run (ScalingConfig::min_workers) grows toward num_workers by itself when the
+  // cluster has room. A Tuner turns this off: it decides which of its trials grow.
+  bool grow = true;
 };
 
 // What Fit ended with.
@@ -184,6 +196,7 @@ struct TrainResult {
   std::optional<std::string> checkpoint;  // the latest persisted checkpoint directory
   std::string error;                      // empty when the run finished
   int restarts = 0;                       // attempts started after a failure
+  int resizes = 0;                        // an elastic run's attempts started to grow
   bool stopped = false;                   // FitOptions::on_report asked to stop
   bool ok() const { return error.empty(); }
 };
@@ -273,6 +286,15 @@ std::map<std::string, double> WorkerBundle(const ScalingConfig& scaling);
 // resources_per_worker.GPU does not. NCCL refuses two ranks of one communicator on one GPU, so
 // with use_gpu and more than one worker each worker's GPUs must be whole.
 std::string CheckGpuSharing(const ScalingConfig& scaling);
+
+// Empty when `scaling`'s elastic bounds hold (min_workers 0, or 1 <= min_workers <=
+// num_workers, no mesh, a positive resize_interval_s); else why not.
+std::string CheckElastic(const ScalingConfig& scaling);
+// How many workers an elastic attempt asks for: as many of `scaling`'s bundles as `available`
+// (the cluster's free resources, summed) holds, plus `own` (workers whose bundles this run
+// holds and gives back), clamped to [min_workers, num_workers].
+int ElasticWorkers(const ScalingConfig& scaling, const std::map<std::string, double>& available,
+                   int own = 0);
 
 // The mesh `scaling` asks for, its data size filled in; RaydError naming ScalingConfig.mesh
 // when its sizes are below 1 or their product is not num_workers (num_workers resolved).

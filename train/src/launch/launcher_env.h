@@ -2,7 +2,8 @@
 // The environment a command rank is started with: what its framework's launcher would set
 // (torchrun's variables, DeepSpeed's, TF_CONFIG, JAX's coordinator) and rayd's own. A pure
 // function of where the rank sits, so unit tests check every profile
-// (tests/unit/train/launcher_env_test.cc); command_rank.cc starts the process with it.
+// (tests/unit/train/command_rank_test.cc, horovod_test.cc); command_rank.cc starts the process
+// with it.
 
 #include <rayd/base/status.h>
 
