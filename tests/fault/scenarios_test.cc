@@ -595,3 +595,73 @@ TEST_CASE(
   CHECK(all == std::set<std::string>{"local=0/2 cross=0/2", "local=1/2 cross=0/2",
                                      "local=0/2 cross=1/2", "local=1/2 cross=1/2"});
 }
+
+// ---- Elastic runs across hosts -----------------------------------------------------------------
+
+TEST_CASE(
+    "an elastic rayd train run of [2, 4] workers goes on at 2 when a host dies and grows "
+    "back to 4 when its node returns, every epoch once",
+    "[fault][elastic]") {
+  REQUIRE_TESTBED();
+  MultiHostCluster cluster(3);
+  StartTrainingCluster(cluster, 2);  // hosts 1 and 2, 2 CPUs each; the head holds none
+  TempDir work;
+  constexpr int kEpochs = 24;
+  const std::string yaml = work.path() + "/elastic.yaml";
+  std::ofstream(yaml) << "name: elastic-hosts\n"
+                         "train_loop: mlp_classifier\n"
+                         "config: {epochs: "
+                      << kEpochs
+                      << ", hidden: 64, batch_size: 32, lr: 0.05}\n"
+                         "scaling: {num_workers: [2, 4], resources_per_worker: {CPU: 1},\n"
+                         "          resize_interval_s: 1, collective_timeout_s: 10}\n"
+                         "run: {storage_path: "
+                      << work.path() << "/results, failure: {max_failures: 3}}\n";
+  const std::string results = work.path() + "/results/elastic-hosts/result.json";
+  auto rows = [&] {
+    std::vector<json> out;
+    std::istringstream lines(rayd::testing::ReadFile(results));
+    for (std::string line; std::getline(lines, line);) {
+      json row = json::parse(line, nullptr, false);
+      if (!row.is_discarded()) out.push_back(row);
+    }
+    return out;
+  };
+  auto row_at = [&](int world_size, size_t after) {
+    std::vector<json> all = rows();
+    for (size_t i = after; i < all.size(); ++i) {
+      if (all[i].value("world_size", 0) == world_size) return true;
+    }
+    return false;
+  };
+  ChildProcess driver(
+      cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
+      cluster.Env(0));
+  INFO(driver.output());
+  REQUIRE(WaitFor([&] { return row_at(4, 0); }, kSettle));  // 4 CPUs: it starts at 4
+
+  // Host 2 loses power: the run goes on with host 1's 2 workers, not waiting for host 2.
+  size_t before = rows().size();
+  const double killed_at = WallSeconds();
+  cluster.bed().KillHost(2);
+  REQUIRE(WaitFor([&] { return row_at(2, before); }, kSettle));
+  const double shrunk_at = WallSeconds();
+
+  // Its node comes back: at a checkpoint after it, the run grows to 4 again.
+  before = rows().size();
+  cluster.StartNode(2, {"--num-cpus", "2"});
+  const double joined_at = WallSeconds();
+  REQUIRE(WaitFor([&] { return row_at(4, before); }, kSettle));
+  const double grown_at = WallSeconds();
+
+  REQUIRE(driver.WaitExit(kSweepTimeout));
+  REQUIRE(driver.exit_code() == 0);
+  const std::vector<json> all = rows();
+  REQUIRE(all.size() == static_cast<size_t>(kEpochs));
+  for (int i = 0; i < kEpochs; ++i) CHECK(all[i].at("epoch") == i);  // every epoch once
+  CHECK(all.back().at("loss").get<double>() < all.front().at("loss").get<double>());
+  std::printf(
+      "FAULT elastic: training at 2 workers %.2f s after the host's death; at 4 again "
+      "%.2f s after its node joined\n",
+      shrunk_at - killed_at, grown_at - joined_at);
+}
