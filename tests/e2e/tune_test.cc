@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -127,6 +128,48 @@ run:
   CHECK(finished >= 1);
   // The config it found trains well: better than every trial's first epoch.
   CHECK(best < *std::min_element(first_rung.begin(), first_rung.end()));
+}
+
+TEST_CASE(
+    "an ASHA sweep of elastic trials starts each at its least and ends with the top "
+    "trial at its most",
+    "[tune][e2e][elastic]") {
+  Sandbox sandbox;
+  // Two 1-to-2-worker trials on 2 CPUs: both start at 1. The 2-epoch one ends before ASHA's
+  // first rung; its freed worker goes to the other, which restarts at 2 from a checkpoint and
+  // finishes there (every epoch once). Epochs of 16384 samples take long enough (0.3 s or
+  // more here) that the growth comes well before the last.
+  std::string file = sandbox.WriteYaml("elastic.yaml", R"(
+name: elastic-asha
+trainable: mlp_classifier
+scaling: {num_workers: [1, 2], resources_per_worker: {CPU: 1}, resize_interval_s: 0.5}
+param_space:
+  epochs: {grid_search: [2, 12]}
+  hidden: 32
+  lr: 0.05
+  train_size: 16384
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 2
+  scheduler: {type: asha, max_t: 12, grace_period: 4, reduction_factor: 2}
+run: {storage_path: STORAGE}
+)");
+  const std::string experiment = sandbox.results() + "/elastic-asha";
+  json state = sandbox.Sweep(file, "elastic-asha", 2);
+  std::optional<std::vector<json>> longer;
+  for (const json& trial : state["trials"]) {
+    CHECK(trial["status"] == "TERMINATED");
+    std::vector<json> rows = ReadLines(TrialDir(experiment, trial) + "/result.json");
+    REQUIRE(!rows.empty());
+    CHECK(rows.front()["world_size"] == 1);  // a trial starts at its least
+    if (trial["config"]["epochs"] == 12) longer = rows;
+  }
+  REQUIRE(longer);
+  REQUIRE(longer->size() == 12);
+  for (size_t i = 0; i < longer->size(); ++i) CHECK((*longer)[i]["epoch"] == static_cast<int>(i));
+  CHECK(longer->back()["world_size"] == 2);  // the top trial ends at its most
+  CHECK(longer->back()["loss"].get<double>() < longer->front()["loss"].get<double>());
 }
 
 constexpr int kPbtIterations = 12;  // the sweep's `iterations`

@@ -231,6 +231,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void Open();
   void BeginAttempt();
   void Answer(bool go_on);
+  void GrowTo(int workers) { grow_to_ = std::min(workers, scaling_.num_workers); }
   // The owner lets go of a run that is not over: tear its gang down, call nothing back.
   void Abandon() {
     ++attempt_;
@@ -315,6 +316,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   int world_ = 0;          // this attempt's workers: num_workers, or an elastic run's size
   int resize_to_ = 0;      // the size an elastic run's next attempt asks for first; 0: the most
   bool resizing_ = false;  // stopping the attempt to restart it at resize_to_
+  int grow_to_ = 0;        // GrowTo's: the size to restart at, at the next checkpoint
   std::chrono::steady_clock::time_point sized_at_;  // when the current size's attempt began
   std::vector<ObjectRef<int>> runs_;
   std::set<size_t> running_;           // ranks whose Run has not returned
@@ -446,7 +448,11 @@ void TrainingRun::Impl::BeginAttempt() {
 
 void TrainingRun::Impl::Reserve() {
   if (elastic()) {
-    world_ = resize_to_ > 0 ? resize_to_ : scaling_.num_workers;
+    // A run of its own asks for the most and takes what fits; a Tuner's trial (no growing by
+    // itself) starts at its least and is grown by the Tuner, which decides who gets workers.
+    world_ = resize_to_ > 0  ? resize_to_
+             : options_.grow ? scaling_.num_workers
+                             : scaling_.min_workers;
     resize_to_ = 0;
   }
   ReserveGroup();
@@ -823,7 +829,15 @@ void TrainingRun::Impl::Deliver() {
 }
 
 void TrainingRun::Impl::MaybeGrow() {
-  if (!elastic() || !options_.grow || world_ >= scaling_.num_workers) return;
+  if (!elastic() || world_ >= scaling_.num_workers) return;
+  if (grow_to_ > world_) {  // the owner decided
+    spdlog::info("{}: growing from {} to {} workers from this checkpoint", run_.name, world_,
+                 grow_to_);
+    resize_to_ = std::exchange(grow_to_, 0);
+    resizing_ = true;
+    return;
+  }
+  if (!options_.grow) return;
   const auto since = std::chrono::steady_clock::now() - sized_at_;
   if (since < std::chrono::duration<double>(scaling_.resize_interval_s)) return;
   std::map<std::string, double> available;
@@ -994,6 +1008,8 @@ TrainingRun::~TrainingRun() {
 }
 
 void TrainingRun::Answer(bool go_on) { impl_->Answer(go_on); }
+
+void TrainingRun::GrowTo(int workers) { impl_->GrowTo(workers); }
 
 class GangPool::Idle {
  public:

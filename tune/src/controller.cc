@@ -3,8 +3,10 @@
 #include <rayd/api.h>
 #include <rayd/base/logging.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 namespace rayd::tune::internal {
 namespace {
@@ -100,6 +102,7 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
 void Controller::Step() {
   while (!done_) {
     if (!stop_.raised()) LaunchWhatFits();
+    GrowElastic();
     // Gangs no new trial took: give their resources back, so trials still waiting for their
     // placement group (more slots than the cluster holds) get them.
     runner_.ReleaseIdle();
@@ -140,6 +143,57 @@ void Controller::LaunchWhatFits() {
     if (!next) next = MakeNext();
     if (!next) return;
     Start(*next);
+  }
+}
+
+// Elastic trials (ScalingConfig::min_workers): once every slot is taken or no trial waits for
+// one, and every running trial has its gang (it has reported), the workers the cluster has
+// free go to the running trials the scheduler ranks best first (TrialScheduler::
+// RankForGrowth), each up to its max, each at most once per resize_interval_s; a trial restarts
+// at its new size at its next checkpoint (TrainingRun::GrowTo). This one place decides, from
+// one count of free workers, so trials do not race for them; none is shrunk to grow another,
+// so sizes do not oscillate.
+void Controller::GrowElastic() {
+  const train::ScalingConfig& scaling = trainable_.scaling;
+  if (scaling.min_workers == 0 || stop_.raised() || running_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto interval = std::chrono::duration<double>(scaling.resize_interval_s);
+  std::vector<std::pair<double, std::string>> candidates;  // (latest metric, best first), id
+  for (const auto& [index, r] : running_) {
+    if (r.workers == 0) return;  // a trial still waiting for its gang comes first
+    if (r.pending != Pending::kNone || r.growing_to > 0 || r.workers >= scaling.num_workers ||
+        now - r.sized_at < interval) {
+      continue;
+    }
+    const Trial& t = trials_[index];
+    auto value = t.last_result.find(tune_.metric);
+    const double score = value == t.last_result.end()
+                             ? -std::numeric_limits<double>::infinity()
+                             : (tune_.mode == "max" ? value->second : -value->second);
+    candidates.emplace_back(score, t.id);
+  }
+  if (candidates.empty()) return;
+  const int waiting = static_cast<int>(running_.size()) < max_concurrent_ ? 0 : 1;
+  if (waiting && ((searcher_ && searcher_->HasNext(trials_.size())) ||
+                  std::any_of(trials_.begin(), trials_.end(),
+                              [](const Trial& t) { return t.status == TrialStatus::kPending; }))) {
+    return;  // a new trial waits for a slot: it gets the workers that free up
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> ids;
+  for (const auto& [score, id] : candidates) ids.push_back(id);
+  int free = runner_.FreeWorkers();
+  for (const std::string& id : scheduler_->RankForGrowth(std::move(ids))) {
+    if (free <= 0) break;
+    const std::optional<size_t> index = IndexOf(id);
+    if (!index || !running_.count(*index)) continue;
+    Running& r = running_.at(*index);
+    const int to = std::min(scaling.num_workers, r.workers + free);
+    if (to <= r.workers) continue;
+    free -= to - r.workers;
+    r.growing_to = to;
+    runner_.GrowTo(*index, to);
   }
 }
 
@@ -243,6 +297,7 @@ void Controller::Drain() {
 void Controller::Handle(RunEvent event) {
   if (event.kind == RunEvent::Kind::kResult) {
     runner_.Answer(event.trial, OnResult(event.trial, std::move(event.result)));
+    GrowElastic();  // a trial's size or standing may have changed
   } else {
     runner_.Finished(event.trial);
     OnDone(event.trial, event.ended);
@@ -257,6 +312,14 @@ bool Controller::OnResult(size_t index, train::ReportedResult result) {
   t.history.push_back(std::move(result.metrics));
   const Metrics& metrics = t.history.back();
   t.last_result = metrics;
+  if (auto world = metrics.find("world_size"); world != metrics.end()) {
+    const int workers = static_cast<int>(world->second);
+    if (workers != r.workers) {
+      r.workers = workers;
+      r.sized_at = std::chrono::steady_clock::now();
+    }
+    if (workers >= r.growing_to) r.growing_to = 0;
+  }
   if (result.checkpoint) t.checkpoint = result_checkpoint_[index] = *result.checkpoint;
   auto total = metrics.find("time_total_s");
   if (total != metrics.end()) t.time_total_s = total->second;

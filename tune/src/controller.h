@@ -67,9 +67,17 @@ class Controller {
     Pending pending = Pending::kNone;
     std::string cloned;         // kExploit: the donor's checkpoint, copied into this trial
     nlohmann::json new_config;  // kExploit
+    // Elastic trials: the workers of its latest result (0: none yet), the size it was told to
+    // grow to (0: none pending), and since when it has had its size.
+    int workers = 0;
+    int growing_to = 0;
+    std::chrono::steady_clock::time_point sized_at;
   };
 
   void LaunchWhatFits();
+  // Elastic trials: the cluster's free workers to the running trials the scheduler ranks best
+  // first (see controller.cc).
+  void GrowElastic();
   // A new trial from the searcher, if it has one; its index.
   std::optional<size_t> MakeNext();
   // The trial ended for good (TERMINATED or ERROR): the searcher learns how.

@@ -117,6 +117,25 @@ class AshaScheduler final : public TrialScheduler {
     trial.paused_at.reset();
   }
 
+  // The highest rung each trial reached, then its score there, best first; trials at no rung
+  // yet keep their order after those.
+  std::vector<std::string> RankForGrowth(std::vector<std::string> running) const override {
+    auto standing = [this](const std::string& id) -> std::pair<double, double> {
+      auto trial = trials_.find(id);
+      if (trial == trials_.end()) return {-1, 0};
+      const std::vector<Rung>& rungs = brackets_[trial->second.bracket];
+      for (size_t k = rungs.size(); k-- > 0;) {
+        auto score = rungs[k].recorded.find(id);
+        if (score != rungs[k].recorded.end()) return {static_cast<double>(k), score->second};
+      }
+      return {-1, 0};
+    };
+    std::stable_sort(
+        running.begin(), running.end(),
+        [&](const std::string& a, const std::string& b) { return standing(a) > standing(b); });
+    return running;
+  }
+
   std::optional<std::string> ChooseTrialToResume() override {
     if (!config_.promotion) return std::nullopt;
     for (auto& rungs : brackets_) {

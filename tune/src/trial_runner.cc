@@ -1,6 +1,8 @@
 #include "trial_runner.h"
 
+#include <rayd/api.h>
 #include <rayd/tune/tuner.h>
+#include <spdlog/spdlog.h>
 
 namespace rayd::tune::internal {
 
@@ -51,6 +53,23 @@ void TrainerRunner::Start(const RunRequest& request) {
     ended.error = e.what();
     post_({RunEvent::Kind::kDone, trial, {}, std::move(ended)});
   }
+}
+
+int TrainerRunner::FreeWorkers() {
+  try {
+    train::ScalingConfig scaling = trainable_.scaling;
+    scaling.min_workers = 0;  // what fits, not clamped to one trial's bounds
+    scaling.num_workers = 1 << 20;
+    return train::ElasticWorkers(scaling, rayd::AvailableResources());
+  } catch (const RaydError& e) {
+    spdlog::warn("free workers: {}", e.what());
+    return 0;
+  }
+}
+
+void TrainerRunner::GrowTo(size_t trial, int workers) {
+  auto it = runs_.find(trial);
+  if (it != runs_.end() && it->second.run) it->second.run->GrowTo(workers);
 }
 
 void TrainerRunner::Answer(size_t trial, bool go_on) {

@@ -61,6 +61,10 @@ class TrialRunner {
   virtual void Finished(size_t trial) = 0;
   // No further run starts for now: what was kept for reuse is given back to the cluster.
   virtual void ReleaseIdle() = 0;
+  // Elastic trials: how many more workers' bundles the cluster's free resources hold now, and
+  // a running trial's restart at `workers` at its next checkpoint (TrainingRun::GrowTo).
+  virtual int FreeWorkers() { return 0; }
+  virtual void GrowTo(size_t trial, int workers) {}
 };
 
 // Each run a TrainingRun on `loop` (the controller's), its results held until answered;
@@ -76,6 +80,8 @@ class TrainerRunner : public TrialRunner {
   void Answer(size_t trial, bool go_on) override;
   void Finished(size_t trial) override;
   void ReleaseIdle() override { free_pools_.clear(); }
+  int FreeWorkers() override;
+  void GrowTo(size_t trial, int workers) override;
 
  private:
   struct Run {

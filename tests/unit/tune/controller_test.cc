@@ -51,6 +51,13 @@ class ScriptedRunner : public TrialRunner {
   // Called before each result is posted, with the trial's id and the result's iteration.
   std::function<void(const std::string&, int)> before_result;
 
+  // Elastic trials: each result carries world_size (a trial's first run starts at 1); GrowTo
+  // is recorded and takes effect from the trial's next result, taking the workers from
+  // free_workers, which FreeWorkers reports.
+  bool elastic = false;
+  int free_workers = 0;
+  std::vector<std::pair<std::string, int>> grows;  // (trial id, workers), in order
+
   std::vector<std::string> starts;  // trial ids, in the order their runs started
   std::map<std::string, std::vector<nlohmann::json>> configs;  // each run's, by trial id
   size_t most_running = 0;
@@ -88,6 +95,13 @@ class ScriptedRunner : public TrialRunner {
 
   void Finished(size_t trial) override { running_.erase(trial); }
   void ReleaseIdle() override {}
+  int FreeWorkers() override { return free_workers; }
+  void GrowTo(size_t trial, int workers) override {
+    Play& play = plays_.at(running_.at(trial));
+    grows.emplace_back(running_.at(trial), workers);
+    free_workers -= workers - play.workers;
+    play.workers = workers;
+  }
 
  private:
   struct Play {
@@ -97,6 +111,7 @@ class ScriptedRunner : public TrialRunner {
     int reported = 0;
     int restarts = 0;  // this run's
     bool failed = false;
+    int workers = 1;  // elastic: the run's size
   };
 
   // The newest checkpoint in the trial's directory, if any, decides where the run starts.
@@ -136,6 +151,7 @@ class ScriptedRunner : public TrialRunner {
     result.metrics = {{"score", curve[iteration - 1]},
                       {"training_iteration", iteration},
                       {"time_total_s", iteration}};
+    if (elastic) result.metrics["world_size"] = play.workers;
     std::ofstream(play.dir / "result.json", std::ios::app) << json(result.metrics).dump() << "\n";
     if (checkpoints) {
       const std::string dir = rayd::train::RunDirectory(play.dir.string()).CheckpointDir(++saved_);
@@ -515,3 +531,47 @@ TEST_CASE("a TPE+ASHA sweep interrupted and resumed decides as an uninterrupted 
 }
 
 }  // namespace
+
+TEST_CASE(
+    "freed workers go to the elastic trials ranked best first, each up to its max, once "
+    "per resize interval",
+    "[tune][controller][elastic]") {
+  ScriptedRunner runner;
+  runner.elastic = true;
+  runner.free_workers = 4;
+  runner.curves = {
+      {"low", {1, 2, 3, 4, 5, 6}}, {"high", {5, 6, 7, 8, 9, 10}}, {"mid", {3, 4, 5, 6, 7, 8}}};
+  Sweep sweep;
+  sweep.trainable.scaling = {.num_workers = 4, .min_workers = 1, .resize_interval_s = 1e-6};
+  std::vector<Trial> trials = MakeTrials({"low", "high", "mid"});
+  sweep.Run(runner, trials, 3);
+  // Once all three had their gangs: the best (high) takes what it can use (3 more, to its max of
+  // 4), the next (mid) the last one; the worst none. Nobody shrinks, nobody grows twice.
+  REQUIRE(runner.grows.size() == 2);
+  CHECK(runner.grows[0] == std::pair<std::string, int>{trials[1].id, 4});
+  CHECK(runner.grows[1] == std::pair<std::string, int>{trials[2].id, 2});
+  CHECK(runner.free_workers == 0);
+
+  // A resize interval longer than the sweep: no trial grows.
+  ScriptedRunner patient;
+  patient.elastic = true;
+  patient.free_workers = 4;
+  patient.curves = runner.curves;
+  Sweep slow;
+  slow.trainable.scaling = {.num_workers = 4, .min_workers = 1, .resize_interval_s = 3600};
+  slow.Run(patient, MakeTrials({"low", "high", "mid"}), 3);
+  CHECK(patient.grows.empty());
+
+  // A trial waiting for a slot comes first: with max_concurrent 1 and a second trial to run,
+  // the first does not grow; the second, the last, does.
+  ScriptedRunner queued;
+  queued.elastic = true;
+  queued.free_workers = 2;
+  queued.curves = runner.curves;
+  Sweep one;
+  one.trainable.scaling = {.num_workers = 4, .min_workers = 1, .resize_interval_s = 1e-6};
+  std::vector<Trial> two = MakeTrials({"low", "high"});
+  one.Run(queued, two, 1);
+  REQUIRE(queued.grows.size() == 1);
+  CHECK(queued.grows[0] == std::pair<std::string, int>{two[1].id, 3});
+}

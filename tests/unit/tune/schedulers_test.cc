@@ -869,3 +869,23 @@ TEST_CASE("PASHA's noise estimate keeps the latest 10,000 criss-crossing gaps", 
   CHECK(state["gaps"].size() == 10'000);
   CHECK(state["gaps_seen"].get<uint64_t>() > 10'000);
 }
+
+TEST_CASE("ASHA ranks trials for freed workers by the highest rung reached, then the score there",
+          "[tune][asha][elastic]") {
+  auto asha = MakeScheduler(Asha(false), "loss", "min", 0);
+  for (int i = 0; i < 3; ++i) asha->OnTrialAdd(Id(i), json::object());
+  // Rung 0 (iteration 1): t0 0.5, t1 0.9, t2 0.3. Only t1 goes on to rung 1 (iteration 3).
+  asha->OnTrialResult(Id(0), Iter(1, 0.5));
+  asha->OnTrialResult(Id(1), Iter(1, 0.9));
+  asha->OnTrialResult(Id(2), Iter(1, 0.3));
+  asha->OnTrialResult(Id(1), Iter(2, 0.8));
+  asha->OnTrialResult(Id(1), Iter(3, 0.7));
+  // t1 reached rung 1: first, though its loss is the worst; then rung 0 by loss: t2, t0.
+  CHECK(asha->RankForGrowth({Id(0), Id(1), Id(2)}) ==
+        std::vector<std::string>{Id(1), Id(2), Id(0)});
+  // A trial at no rung yet keeps its place after them; FIFO keeps the order it is given.
+  CHECK(asha->RankForGrowth({"new", Id(0), Id(2)}) ==
+        std::vector<std::string>{Id(2), Id(0), "new"});
+  auto fifo = MakeScheduler(FifoConfig{}, "", "", 0);
+  CHECK(fifo->RankForGrowth({Id(2), Id(0)}) == std::vector<std::string>{Id(2), Id(0)});
+}

@@ -185,8 +185,9 @@ struct FitOptions {
   std::optional<nlohmann::json> params;
   // Reuse a finished run's gang from here, and leave this run's there when it finishes.
   std::shared_ptr<GangPool> reuse;
-  // An elastic run (ScalingConfig::min_workers) grows toward num_workers by itself when the
-  // cluster has room. A Tuner turns this off: it decides which of its trials grow.
+  // An elastic run (ScalingConfig::min_workers) starts with as many workers as fit and grows
+  // toward num_workers by itself when the cluster has room. A Tuner turns this off: its trials
+  // start at min_workers, and it decides which of them grow (TrainingRun::GrowTo).
   bool grow = true;
 };
 

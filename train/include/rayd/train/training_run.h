@@ -62,6 +62,10 @@ class TrainingRun {
   // Answers the latest on_result: go on, or stop the run (a stopped single-rank run leaves its
   // loop at its next Report and its gang may be reused; a larger gang is torn down).
   void Answer(bool go_on);
+  // An elastic run (ScalingConfig::min_workers) restarts at `workers` (at most num_workers) at
+  // its next checkpointed report, from that checkpoint: how a Tuner gives a trial the workers
+  // it decided it gets. Ignored when the run has that many already, or is not elastic.
+  void GrowTo(int workers);
 
  private:
   class Impl;

@@ -66,6 +66,13 @@ class TrialScheduler {
   virtual void OnTrialComplete(const std::string& trial_id) {}
   virtual void OnTrialError(const std::string& trial_id) {}
   virtual std::optional<std::string> ChooseTrialToResume() { return std::nullopt; }
+  // Running trials, best first: who gets freed workers first when trials are elastic
+  // (ScalingConfig::min_workers). `running` comes ranked by each trial's latest metric, best
+  // first, which is what PBT's quantiles rank by; ASHA ranks by the highest rung a trial has
+  // reached, then its score there.
+  virtual std::vector<std::string> RankForGrowth(std::vector<std::string> running) const {
+    return running;
+  }
   // A line or two for the console table's header ("ASHA: 3 rungs, 5 stopped early").
   virtual std::string Summary() const { return name(); }
   // Everything that decides the scheduler's next decisions (rungs, brackets, random generator),
