@@ -183,6 +183,13 @@ int RunSimulation(const TuneArgs& args, tune::TuneFile& file) {
               << "simulated clock " << std::fixed << std::setprecision(1) << sim.simulated_s
               << " s; replayed in " << std::setprecision(2) << took << " s.\n"
               << std::defaultfloat;
+    if (file.tune.simulate.workers > 0) {
+      std::cout << "Workers: " << file.tune.simulate.workers << ", utilization " << std::fixed
+                << std::setprecision(3) << sim.utilization << std::defaultfloat << ".\n";
+    }
+    std::cout << "Best " << file.tune.metric << " first reported at " << std::fixed
+              << std::setprecision(1) << sim.time_to_best_s << " s (simulated).\n"
+              << std::defaultfloat;
     std::cout << "Results in " << fs::absolute(grid.experiment_path()).string() << "\n";
     for (const auto& trial : grid.trials()) {
       if (!trial.error.empty()) {

@@ -47,13 +47,14 @@ const Keys kScalingKeys = {"num_workers",          "num_processes",        "use_
                            "placement_timeout_s",  "collective_timeout_s", "mesh",
                            "resize_interval_s"};
 const Keys kMeshKeys = {"data", "pipeline", "tensor"};
+const Keys kSimulateKeys = {"workers", "speedup", "restart_s", "recorded_workers"};
 const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
-const Keys kTuneKeys = {"metric", "mode",      "num_samples", "max_concurrent_trials",
-                        "seed",   "stop",      "scheduler",   "progress_interval_s",
-                        "search"};
+const Keys kTuneKeys = {"metric", "mode",    "num_samples", "max_concurrent_trials",
+                        "seed",   "stop",    "scheduler",   "progress_interval_s",
+                        "search", "simulate"};
 const Keys kSearchTypes = {"random", "grid", "tpe"};
 const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
                        "gamma",        "prior_weight",     "multivariate",
@@ -835,6 +836,21 @@ TuneConfig Parser::Tune(const Field& f) const {
     }
   }
   if (const Field* x = map.Find("progress_interval_s")) out.progress_interval_s = NonNegative(*x);
+  if (const Field* x = map.Find("simulate")) {
+    MapFields simulate = ReadMap(*x, kSimulateKeys);
+    if (const Field* y = simulate.Find("workers")) out.simulate.workers = Int(*y, 0);
+    if (const Field* y = simulate.Find("speedup")) {
+      for (const Field& w : List(*y)) {
+        const double speedup = Number(w);
+        if (!(speedup > 0)) Fail(w, "expected a speedup above 0");
+        out.simulate.speedup.push_back(speedup);
+      }
+    }
+    if (const Field* y = simulate.Find("restart_s")) out.simulate.restart_s = NonNegative(*y);
+    if (const Field* y = simulate.Find("recorded_workers")) {
+      out.simulate.recorded_workers = Int(*y, 1);
+    }
+  }
   if (const Field* x = map.Find("search")) {
     out.search = Search(*x);
     if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty()) {

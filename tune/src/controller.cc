@@ -146,23 +146,23 @@ void Controller::LaunchWhatFits() {
   }
 }
 
-// Elastic trials (ScalingConfig::min_workers): once every slot is taken or no trial waits for
-// one, and every running trial has its gang (it has reported), the workers the cluster has
-// free go to the running trials the scheduler ranks best first (TrialScheduler::
-// RankForGrowth), each up to its max, each at most once per resize_interval_s; a trial restarts
-// at its new size at its next checkpoint (TrainingRun::GrowTo). This one place decides, from
-// one count of free workers, so trials do not race for them; none is shrunk to grow another,
-// so sizes do not oscillate.
+// Elastic trials (ScalingConfig::min_workers): new trials take slots first (LaunchWhatFits runs
+// before this), and a trial still waiting for its gang (no result yet) comes before any
+// growth; then the workers the cluster has free go to the running trials the scheduler ranks
+// best first (TrialScheduler::RankForGrowth), each up to its max, each at most once per
+// resize_interval_s; a trial restarts at its new size at its next checkpoint
+// (TrainingRun::GrowTo). So free workers beyond what max_concurrent_trials' slots take go to
+// the best trials. This one place decides, from one count of free workers, so trials do not
+// race for them; none is shrunk to grow another, so sizes do not oscillate.
 void Controller::GrowElastic() {
   const train::ScalingConfig& scaling = trainable_.scaling;
   if (scaling.min_workers == 0 || stop_.raised() || running_.empty()) return;
-  const auto now = std::chrono::steady_clock::now();
-  const auto interval = std::chrono::duration<double>(scaling.resize_interval_s);
+  const double now = runner_.NowSeconds();
   std::vector<std::pair<double, std::string>> candidates;  // (latest metric, best first), id
   for (const auto& [index, r] : running_) {
     if (r.workers == 0) return;  // a trial still waiting for its gang comes first
     if (r.pending != Pending::kNone || r.growing_to > 0 || r.workers >= scaling.num_workers ||
-        now - r.sized_at < interval) {
+        now - r.sized_at < scaling.resize_interval_s) {
       continue;
     }
     const Trial& t = trials_[index];
@@ -173,12 +173,6 @@ void Controller::GrowElastic() {
     candidates.emplace_back(score, t.id);
   }
   if (candidates.empty()) return;
-  const int waiting = static_cast<int>(running_.size()) < max_concurrent_ ? 0 : 1;
-  if (waiting && ((searcher_ && searcher_->HasNext(trials_.size())) ||
-                  std::any_of(trials_.begin(), trials_.end(),
-                              [](const Trial& t) { return t.status == TrialStatus::kPending; }))) {
-    return;  // a new trial waits for a slot: it gets the workers that free up
-  }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> ids;
@@ -316,7 +310,7 @@ bool Controller::OnResult(size_t index, train::ReportedResult result) {
     const int workers = static_cast<int>(world->second);
     if (workers != r.workers) {
       r.workers = workers;
-      r.sized_at = std::chrono::steady_clock::now();
+      r.sized_at = runner_.NowSeconds();
     }
     if (workers >= r.growing_to) r.growing_to = 0;
   }

@@ -71,7 +71,7 @@ class Controller {
     // grow to (0: none pending), and since when it has had its size.
     int workers = 0;
     int growing_to = 0;
-    std::chrono::steady_clock::time_point sized_at;
+    double sized_at = 0;  // TrialRunner::NowSeconds
   };
 
   void LaunchWhatFits();

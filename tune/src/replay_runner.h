@@ -51,14 +51,20 @@ class ReplayTable {
 
 class ReplayRunner : public TrialRunner {
  public:
-  // `loop`, `table` and `curves` must outlive the runner.
-  ReplayRunner(EventLoop& loop, ReplayTable& table, std::string metric);
+  // `loop`, `table`, `scaling` and `simulated` must outlive the runner. Each run takes
+  // `scaling`'s workers (an elastic trial its least) out of simulated.workers, waiting while
+  // they are not free; `mode` ("min" or "max") says which value of `metric` is best.
+  ReplayRunner(EventLoop& loop, ReplayTable& table, std::string metric, std::string mode,
+               const train::ScalingConfig& scaling, const TuneConfig::Simulated& simulated);
 
   void SetPost(PostFn post) override { post_ = std::move(post); }
   void Start(const RunRequest& request) override;
   void Answer(size_t trial, bool go_on) override;
   void Finished(size_t trial) override;
   void ReleaseIdle() override {}
+  int FreeWorkers() override;
+  void GrowTo(size_t trial, int workers) override;
+  double NowSeconds() override { return now_; }
 
   // The iterations, clock and trace so far (Simulation's fields).
   void Fill(Simulation& simulation) const;
@@ -72,11 +78,20 @@ class ReplayRunner : public TrialRunner {
     size_t place = 0;                      // results of the curve played so far (over every run)
     int next_checkpoint = 1;               // the index the next checkpoint gets
     std::vector<std::string> checkpoints;  // this run's, oldest first
+    int workers = 0;                       // held while it runs (0: waiting for them)
+    int grow_to = 0;                       // GrowTo's size, from its next result on (held already)
+    bool restarting = false;               // its next iteration pays simulated.restart_s
+    double busy_since = 0;                 // when `workers` last changed
   };
   // (simulated time, order of scheduling, trial)
   using Due = std::tuple<double, uint64_t, size_t>;
 
   void ScheduleNext(size_t trial);
+  // Iteration `place` of the run's curve on its workers.
+  double Duration(const Run& run) const;
+  // The run's workers go back (busy time counted), and waiting runs that now fit start.
+  void Release(size_t trial);
+  void StartWaiting();
   void End(size_t trial, std::string error, bool stopped);
   void RequestHandOver();
   void HandOver();
@@ -85,6 +100,12 @@ class ReplayRunner : public TrialRunner {
   EventLoop& loop_;
   ReplayTable& table_;
   std::string metric_;
+  std::string mode_;
+  const train::ScalingConfig& scaling_;
+  const TuneConfig::Simulated& simulated_;
+  int used_ = 0;                 // workers the runs hold
+  double busy_ = 0;              // worker-seconds spent by ended runs and changed sizes
+  std::vector<size_t> waiting_;  // started runs waiting for workers, in order
   PostFn post_;
   std::map<size_t, Run> runs_;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;

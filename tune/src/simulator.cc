@@ -377,8 +377,15 @@ const RecordedCurve* ReplayTable::Find(size_t trial, const nlohmann::json& confi
   return curve;
 }
 
-ReplayRunner::ReplayRunner(EventLoop& loop, ReplayTable& table, std::string metric)
-    : loop_(loop), table_(table), metric_(std::move(metric)) {}
+ReplayRunner::ReplayRunner(EventLoop& loop, ReplayTable& table, std::string metric,
+                           std::string mode, const train::ScalingConfig& scaling,
+                           const TuneConfig::Simulated& simulated)
+    : loop_(loop),
+      table_(table),
+      metric_(std::move(metric)),
+      mode_(std::move(mode)),
+      scaling_(scaling),
+      simulated_(simulated) {}
 
 void ReplayRunner::Start(const RunRequest& request) {
   Run& run = runs_[request.trial];
@@ -409,17 +416,71 @@ void ReplayRunner::Start(const RunRequest& request) {
     if (state >> place) run.place = place;
     run.next_checkpoint = saved.back() + 1;
   }
-  ScheduleNext(request.trial);
+  waiting_.push_back(request.trial);
+  StartWaiting();
+}
+
+// Runs start in the order they were asked for, each once its workers are free.
+void ReplayRunner::StartWaiting() {
+  while (!waiting_.empty()) {
+    const size_t trial = waiting_.front();
+    const int need =
+        std::max(1, scaling_.min_workers > 0 ? scaling_.min_workers : scaling_.num_workers);
+    if (simulated_.workers > 0 && used_ + need > simulated_.workers) return;
+    waiting_.erase(waiting_.begin());
+    Run& run = runs_.at(trial);
+    run.workers = need;
+    run.busy_since = now_;
+    used_ += need;
+    ScheduleNext(trial);
+  }
+}
+
+void ReplayRunner::Release(size_t trial) {
+  Run& run = runs_.at(trial);
+  if (run.workers == 0) return;
+  busy_ += run.workers * (now_ - run.busy_since);
+  used_ -= std::max(run.workers, run.grow_to);
+  run.workers = 0;
+  run.grow_to = 0;
+  StartWaiting();
+}
+
+int ReplayRunner::FreeWorkers() {
+  if (!waiting_.empty()) return 0;  // runs waiting to start come first
+  return simulated_.workers > 0 ? simulated_.workers - used_ : 1 << 20;
+}
+
+void ReplayRunner::GrowTo(size_t trial, int workers) {
+  auto it = runs_.find(trial);
+  if (it == runs_.end() || it->second.workers == 0) return;
+  Run& run = it->second;
+  const int held = std::max(run.workers, run.grow_to);
+  if (workers <= held) return;
+  used_ += workers - held;  // held from now: the controller counted them as given
+  run.grow_to = workers;
+}
+
+double ReplayRunner::Duration(const Run& run) const {
+  auto speed = [this](int workers) {
+    const size_t w = static_cast<size_t>(std::max(workers, 1));
+    return w <= simulated_.speedup.size() ? simulated_.speedup[w - 1] : static_cast<double>(w);
+  };
+  return internal::Duration(*run.curve, run.place) * speed(simulated_.recorded_workers) /
+             speed(run.workers) +
+         (run.restarting ? simulated_.restart_s : 0.0);
 }
 
 void ReplayRunner::ScheduleNext(size_t trial) {
   Run& run = runs_.at(trial);
   if (run.place >= run.curve->results.size()) return End(trial, "", false);
-  due_.emplace(now_ + Duration(*run.curve, run.place), scheduled_++, trial);
+  due_.emplace(now_ + Duration(run), scheduled_++, trial);
+  run.restarting = false;
   RequestHandOver();
 }
 
 void ReplayRunner::End(size_t trial, std::string error, bool stopped) {
+  Release(trial);
   const Run& run = runs_.at(trial);
   train::TrainResult ended;
   ended.error = std::move(error);
@@ -468,6 +529,7 @@ void ReplayRunner::Play(size_t trial) {
   Run& run = runs_.at(trial);
   train::ReportedResult result;
   result.metrics = run.curve->results[run.place++];
+  if (scaling_.min_workers > 0) result.metrics["world_size"] = run.workers;
   ++iterations_;
   const train::RunDirectory dir(run.dir);
   json line(result.metrics);
@@ -479,6 +541,12 @@ void ReplayRunner::Play(size_t trial) {
   std::error_code ec;
   fs::create_directories(checkpoint, ec);
   std::ofstream(fs::path(checkpoint) / kStateFile) << run.place << "\n";
+  if (run.grow_to > run.workers) {  // restarts at its new size from this checkpoint
+    busy_ += run.workers * (now_ - run.busy_since);
+    run.busy_since = now_;
+    run.workers = std::exchange(run.grow_to, 0);
+    run.restarting = true;
+  }
   run.checkpoints.push_back(checkpoint);
   while (run.checkpoints.size() > kCheckpointsKept) {
     fs::remove_all(run.checkpoints.front(), ec);
@@ -496,6 +564,17 @@ void ReplayRunner::Fill(Simulation& simulation) const {
   simulation.iterations = iterations_;
   simulation.simulated_s = now_;
   simulation.trace = trace_;
+  if (simulated_.workers > 0 && now_ > 0) {
+    simulation.utilization = busy_ / (simulated_.workers * now_);
+  }
+  const double sign = mode_ == "max" ? 1.0 : -1.0;
+  double best = -std::numeric_limits<double>::infinity();
+  for (const Simulation::Event& event : trace_) {
+    if (std::isfinite(event.value) && sign * event.value > best) {
+      best = sign * event.value;
+      simulation.time_to_best_s = event.time_s;
+    }
+  }
 }
 
 }  // namespace internal

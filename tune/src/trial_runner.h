@@ -15,6 +15,7 @@
 #include <rayd/train/trainer.h>
 #include <rayd/train/training_run.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +66,11 @@ class TrialRunner {
   // a running trial's restart at `workers` at its next checkpoint (TrainingRun::GrowTo).
   virtual int FreeWorkers() { return 0; }
   virtual void GrowTo(size_t trial, int workers) {}
+  // Seconds on the runs' clock (a replay's is simulated), for the controller's resize interval.
+  virtual double NowSeconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
 
 // Each run a TrainingRun on `loop` (the controller's), its results held until answered;

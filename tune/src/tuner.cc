@@ -252,7 +252,8 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
       tune_.max_concurrent_trials > 0 ? tune_.max_concurrent_trials : kSimulatedConcurrency;
   EventLoop loop;
   internal::ReplayTable table(curves, param_space_);
-  internal::ReplayRunner runner(loop, table, tune_.metric);
+  internal::ReplayRunner runner(loop, table, tune_.metric, tune_.mode, trainable_.scaling,
+                                tune_.simulate);
   simulation.grid = RunSweep(loop, runner, trainable_, param_space_, tune_, run_, *stop_,
                              std::move(scheduler), seed, simulation.max_concurrent,
                              /*simulated=*/true);

@@ -330,6 +330,21 @@ TEST_CASE("scaling.num_workers [min, max] makes an elastic run, bounds checked",
              Contains("cannot have a mesh"));
   CHECK_THAT(TuneError(Tune("scaling: {num_workers: [1, 2], resize_interval_s: 0}\n")),
              Contains("scaling.resize_interval_s: expected a number of seconds above 0"));
+
+  // How --simulate models the cluster.
+  const rayd::tune::TuneConfig simulated =
+      ParseTuneFile(Tune("tune:\n  metric: loss\n  simulate: {workers: 16, speedup: [1, 1.9], "
+                         "restart_s: 5, recorded_workers: 2}\n"),
+                    "tune.yaml")
+          .tune;
+  CHECK(simulated.simulate.workers == 16);
+  CHECK(simulated.simulate.speedup == std::vector<double>{1, 1.9});
+  CHECK(simulated.simulate.restart_s == 5);
+  CHECK(simulated.simulate.recorded_workers == 2);
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  simulate: {speedup: [1, 0]}\n")),
+             Contains("tune.simulate.speedup[1]: expected a speedup above 0"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  simulate: {nodes: 3}\n")),
+             Contains("tune.simulate") && Contains("nodes"));
 }
 
 TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {

@@ -562,8 +562,8 @@ TEST_CASE(
   slow.Run(patient, MakeTrials({"low", "high", "mid"}), 3);
   CHECK(patient.grows.empty());
 
-  // A trial waiting for a slot comes first: with max_concurrent 1 and a second trial to run,
-  // the first does not grow; the second, the last, does.
+  // A trial waiting for a slot cannot take free workers (max_concurrent 1 holds it back), so
+  // they go to the running one: the first grows to 3 while the second waits.
   ScriptedRunner queued;
   queued.elastic = true;
   queued.free_workers = 2;
@@ -573,5 +573,5 @@ TEST_CASE(
   std::vector<Trial> two = MakeTrials({"low", "high"});
   one.Run(queued, two, 1);
   REQUIRE(queued.grows.size() == 1);
-  CHECK(queued.grows[0] == std::pair<std::string, int>{two[1].id, 3});
+  CHECK(queued.grows[0] == std::pair<std::string, int>{two[0].id, 3});
 }

@@ -304,3 +304,52 @@ TEST_CASE(
   std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(kept == "{ not json");
 }
+
+TEST_CASE(
+    "a replay models the cluster's workers: fixed gangs wait for them, elastic trials grow "
+    "and pay for restarts",
+    "[tune][simulator][elastic]") {
+  // Two configs, 8 results of 1 s each on one worker; a cluster of 2 workers, linear speedup.
+  RecordedCurves curves = Parse(Table({{0.1, 32}, {0.2, 32}}, 8));
+  Sim fixed;
+  fixed.space = {{{"lr"}, Domain::GridSearch({0.1, 0.2})}, {{"hidden"}, Domain::Choice({32})}};
+  fixed.tune.num_samples = 1;
+  fixed.tune.max_concurrent_trials = 2;
+  fixed.tune.simulate = {.workers = 2};
+  Simulation both = [&] {
+    Tuner tuner(Trainable{"replayed", {.num_workers = 2}}, fixed.space, fixed.tune,
+                rayd::train::RunConfig{.name = "fixed", .storage_path = fixed.dir.path()});
+    return tuner.Simulate(curves);
+  }();
+  // Each trial needs both workers: one at a time, 0.5 s a result, 8 s in all, never idle.
+  CHECK(both.simulated_s == Approx(8));
+  CHECK(both.utilization == Approx(1.0));
+  CHECK(both.time_to_best_s == Approx(8));  // lr 0.2's last result, the best loss
+
+  // [1, 2] workers, one trial at a time, a resize costing 1 s: each trial starts on 1 worker;
+  // its second result (t + 2) is the first a resize interval after its size began, so it is
+  // told to grow; its third comes on 1 worker still (t + 3), the rest on 2, the first of them
+  // 1 s late (t + 4.5, then every 0.5 s to t + 6.5).
+  Sim elastic;
+  elastic.space = fixed.space;
+  elastic.tune = fixed.tune;
+  elastic.tune.max_concurrent_trials = 1;
+  elastic.tune.simulate = {.workers = 2, .restart_s = 1};
+  Simulation grown = [&] {
+    Tuner tuner(
+        Trainable{"replayed", {.num_workers = 2, .min_workers = 1, .resize_interval_s = 0.5}},
+        elastic.space, elastic.tune,
+        rayd::train::RunConfig{.name = "elastic", .storage_path = elastic.dir.path()});
+    return tuner.Simulate(curves);
+  }();
+  REQUIRE(grown.grid.size() == 2);
+  CHECK(grown.simulated_s == Approx(13));
+  for (const TrialResult& trial : grown.grid.trials()) {
+    REQUIRE(trial.history.size() == 8);
+    CHECK(trial.history[2].at("world_size") == 1);
+    CHECK(trial.history[3].at("world_size") == 2);
+  }
+  // Busy: per trial 3 s on 1 worker and 3.5 s on 2 (the restart included) = 10 worker-seconds;
+  // 20 of 2 x 13.
+  CHECK(grown.utilization == Approx(20.0 / 26.0));
+}

@@ -25,10 +25,11 @@
 // significant digits, so 0.1 recorded and 0.1 + 2e-17 asked for are the same config.
 //
 // The clock: each result takes its recorded time_this_iter_s (else the step in time_total_s,
-// else one second), counted from when its run started or resumed; results of concurrent trials
-// reach the controller in the order of their simulated times (ties by trial), each only after
-// the controller has decided about the one before. A paused trial resumes where it stopped; a
-// trial that PBT cloned plays its new config's curve from the donor's place.
+// else one second), counted from when its run started or resumed, scaled by the run's workers
+// (TuneConfig::simulate: speedup of its size over the recording's; a resize adds restart_s);
+// results of concurrent trials reach the controller in the order of their simulated times (ties by
+// trial), each only after the controller has decided about the one before. A paused trial resumes
+// where it stopped; a trial that PBT cloned plays its new config's curve from the donor's place.
 
 #include <rayd/api/errors.h>
 #include <rayd/base/status.h>
@@ -109,6 +110,10 @@ struct Simulation {
   };
   std::vector<Event> trace;
   int max_concurrent = 0;  // trials that ran at once at most (the sweep's limit)
+  // TuneConfig::simulate.workers set: busy worker-seconds / (workers x the simulated clock).
+  double utilization = 0;
+  // The simulated time the sweep's best value (TuneConfig::metric, mode) was first reported.
+  double time_to_best_s = 0;
 };
 
 }  // namespace rayd::tune

@@ -70,6 +70,16 @@ struct TuneConfig {
   double progress_interval_s = 0;
   // Continue the experiment at storage_path/name from its experiment_state.json.
   bool resume = false;
+  // How `rayd tune --simulate` (Tuner::Simulate) models the cluster for elastic trials
+  // (ScalingConfig::min_workers) and fixed ones alike.
+  struct Simulated {
+    int workers = 0;  // the cluster's workers (bundles); 0: as many as the trials ask for
+    // speedup[w - 1]: how much faster an iteration runs on w workers than on one; past the
+    // list's end, and by default, linear (w).
+    std::vector<double> speedup;
+    double restart_s = 0;      // what a resize costs the resized trial's next iteration
+    int recorded_workers = 1;  // the workers the curves were recorded on
+  } simulate;
 };
 
 struct TrialResult {
