@@ -83,6 +83,7 @@ struct TrainArgs {
   std::string address;
   // For a command job (a train.yaml says these itself):
   int num_workers = 1;
+  int min_workers = 0;  // `--num-workers MIN:MAX`: an elastic job (ScalingConfig::min_workers)
   bool use_gpu = false;
   bool local_mode = false;
   double cpus_per_worker = 1;

@@ -1,7 +1,7 @@
 // The `rayd` command line: wires the subcommands' flags (CLI11) to their implementations.
 
 #include <CLI/CLI.hpp>
-
+#include <charconv>
 #include <iostream>
 
 #include "commands.h"
@@ -126,11 +126,38 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
   train->add_option("file", a.file, "The run's YAML file");
   train->add_option("--address", a.address,
                     "HOST:PORT of a running head (default: RAYD_ADDRESS, else an embedded cluster)");
-  train
-      ->add_option("--num-workers,--nproc,--np", a.num_workers,
-                   "Ranks of a command job; -1: one per GPU of the cluster with --use-gpu, else "
-                   "one per --cpus-per-worker CPUs of it (HorovodRunner's np=-1)")
-      ->check(CLI::PositiveNumber | CLI::IsMember(std::vector<int>{-1}));
+  train->add_option_function<std::string>(
+      "--num-workers,--nproc,--np",
+      [&a](const std::string& value) {
+        // N, -1 (HorovodRunner's np=-1), or MIN:MAX (torchrun's --nnodes=MIN:MAX): elastic.
+        auto whole = [&value](const std::string& text) {
+          int n = 0;
+          const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+          if (error != std::errc() || end != text.data() + text.size()) {
+            throw CLI::ValidationError("--num-workers", "expected N, -1 or MIN:MAX, got " + value);
+          }
+          return n;
+        };
+        const size_t colon = value.find(':');
+        if (colon == std::string::npos) {
+          a.num_workers = whole(value);
+          if (a.num_workers < 1 && a.num_workers != -1) {
+            throw CLI::ValidationError("--num-workers",
+                                       "expected at least 1 (or -1), got " + value);
+          }
+          return;
+        }
+        a.min_workers = whole(value.substr(0, colon));
+        a.num_workers = whole(value.substr(colon + 1));
+        if (a.min_workers < 1 || a.min_workers > a.num_workers) {
+          throw CLI::ValidationError("--num-workers",
+                                     "MIN:MAX needs 1 <= MIN <= MAX, got " + value);
+        }
+      },
+      "Ranks of a command job: N; -1, one per GPU of the cluster with --use-gpu, else one per "
+      "--cpus-per-worker CPUs of it (HorovodRunner's np=-1); or MIN:MAX, an elastic job that "
+      "starts with as many as fit, goes on with fewer after a lost node and grows back at a "
+      "checkpoint (torchrun's --nnodes=MIN:MAX)");
   train->add_flag("--use-gpu", a.use_gpu, "Each rank of a command job gets a GPU of its own");
   train->add_flag("--local-mode", a.local_mode, "Every rank of a command job on this node");
   train->add_option("--cpus-per-worker", a.cpus_per_worker, "CPUs of each rank's bundle")

@@ -318,6 +318,7 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
     return Status::InvalidArgument("--config: expected a JSON object, got " + args.config_json);
   }
   job.scaling = {.num_workers = args.num_workers,
+                 .min_workers = args.min_workers,
                  .use_gpu = args.use_gpu,
                  .resources_per_worker = {{"CPU", args.cpus_per_worker}},
                  .local_mode = args.local_mode};

@@ -72,16 +72,18 @@ def make_model():
                          nn.Linear(256, CLASSES))
 
 
+def read_config(config):
+    """The config keys above, with their defaults (mlp_horovod.py reads the same):
+    (lr, momentum, batch_size, epochs, train_size, val_size, signal, data_seed)."""
+    return (float(config.get("lr", 0.05)), float(config.get("momentum", 0.9)),
+            max(int(config.get("batch_size", 64)), 1), int(config.get("epochs", 5)),
+            int(config.get("train_size", 4096)), int(config.get("val_size", 1024)),
+            float(config.get("signal", 0.08)), int(config.get("data_seed", 0)))
+
+
 def main():
-    config = rt.get_config()
-    lr = float(config.get("lr", 0.05))
-    momentum = float(config.get("momentum", 0.9))
-    batch_size = max(int(config.get("batch_size", 64)), 1)
-    epochs = int(config.get("epochs", 5))
-    train_size = int(config.get("train_size", 4096))
-    val_size = int(config.get("val_size", 1024))
-    signal = float(config.get("signal", 0.08))
-    data_seed = int(config.get("data_seed", 0))
+    (lr, momentum, batch_size, epochs, train_size, val_size, signal,
+     data_seed) = read_config(rt.get_config())
 
     torch.set_num_threads(max(int(os.environ.get("OMP_NUM_THREADS", "1")), 1))
 

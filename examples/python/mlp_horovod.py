@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from mlp_ddp import generate, make_model
+from mlp_ddp import generate, make_model, read_config
 
 try:
     import rayd.train as rt
@@ -54,15 +54,8 @@ def divergence(model):
 
 
 def main():
-    config = rt.get_config()
-    lr = float(config.get("lr", 0.05))
-    momentum = float(config.get("momentum", 0.9))
-    batch_size = max(int(config.get("batch_size", 64)), 1)
-    epochs = int(config.get("epochs", 5))
-    train_size = int(config.get("train_size", 4096))
-    val_size = int(config.get("val_size", 1024))
-    signal = float(config.get("signal", 0.08))
-    data_seed = int(config.get("data_seed", 0))
+    (lr, momentum, batch_size, epochs, train_size, val_size, signal,
+     data_seed) = read_config(rt.get_config())
 
     hvd.init()
     torch.set_num_threads(max(int(os.environ.get("OMP_NUM_THREADS", "1")), 1))

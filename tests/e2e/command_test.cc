@@ -398,8 +398,10 @@ run: {storage_path: STORAGE}
 
 }  // namespace
 
-TEST_CASE("rayd train with np -1 runs a rank per CPU slot of the cluster, as HorovodRunner does",
-          "[command][e2e]") {
+TEST_CASE(
+    "rayd train with np -1 runs a rank per CPU slot of the cluster, as HorovodRunner does, and np "
+    "MIN:MAX an elastic job",
+    "[command][e2e]") {
   Sandbox sandbox;
   std::string out;
   const int rc = sandbox.Run(
@@ -424,4 +426,20 @@ TEST_CASE("rayd train with np -1 runs a rank per CPU slot of the cluster, as Hor
   CHECK(Contains(no_gpu, "num_workers = -1: the cluster has no GPU"));
   std::string bad;
   CHECK(sandbox.Run({"train", "--np", "-2", "--", "/bin/true"}, &bad) != 0);
+
+  // MIN:MAX (torchrun's --nnodes=MIN:MAX): an elastic job starts with as many as fit. Asked for
+  // up to 4 on this cluster's CPU slots, it runs on all of them (at most 4).
+  std::string elastic;
+  const int elastic_rc = sandbox.Run(
+      {"train", "--np", "1:4", "--launcher", "none", "--name", "elastic", "--storage-path",
+       sandbox.results(), "--", "/bin/sh", "-c", "echo rank $RAYD_WORLD_RANK of $RAYD_WORLD_SIZE"},
+      &elastic);
+  INFO(elastic);
+  REQUIRE(elastic_rc == 0);
+  const int fit = std::min(ranks, 4);
+  CHECK(Contains(ReadFile(sandbox.results() + "/elastic/rank_0.log"),
+                 "rank 0 of " + std::to_string(fit)));
+  std::string reversed;
+  CHECK(sandbox.Run({"train", "--np", "3:2", "--", "/bin/true"}, &reversed) == 2);
+  CHECK(Contains(reversed, "--num-workers: MIN:MAX needs 1 <= MIN <= MAX, got 3:2"));
 }

@@ -150,8 +150,6 @@ std::string Describe(const std::map<std::string, double>& resources) {
   return out.str();
 }
 
-// Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
-// within a node.
 // Each rank's node, numbered 0.. in order of first appearance (the ranks' node_rank).
 std::vector<int> RankNodes(const std::vector<std::string>& nodes) {
   std::map<std::string, int> number;
@@ -162,6 +160,8 @@ std::vector<int> RankNodes(const std::vector<std::string>& nodes) {
   return out;
 }
 
+// Each rank's RunSpec. Nodes are numbered in order of their lowest rank; local ranks count up
+// within a node.
 std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
                                         const std::vector<std::string>& nodes) {
   std::map<std::string, int> node_rank;
