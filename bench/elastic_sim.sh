@@ -42,7 +42,7 @@ tune:
   seed: 1
   max_concurrent_trials: $3
   scheduler: {type: asha, max_t: 15, grace_period: 1, reduction_factor: 3}
-  simulate: {workers: $workers, speedup: [$speedup], restart_s: $restart}
+  simulate: {workers: $workers, speedup: [$speedup], restart_s: $restart, recorded_workers: 1}
 run: {storage_path: $work/results}
 YAML
   "$rayd" tune "$work/$1.yaml" --simulate "$root/bench/search/data/mlp_curves.csv" \

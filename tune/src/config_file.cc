@@ -848,7 +848,7 @@ TuneConfig Parser::Tune(const Field& f) const {
     }
     if (const Field* y = simulate.Find("restart_s")) out.simulate.restart_s = NonNegative(*y);
     if (const Field* y = simulate.Find("recorded_workers")) {
-      out.simulate.recorded_workers = Int(*y, 1);
+      out.simulate.recorded_workers = Int(*y, 0);
     }
   }
   if (const Field* x = map.Find("search")) {

@@ -466,8 +466,11 @@ double ReplayRunner::Duration(const Run& run) const {
     const size_t w = static_cast<size_t>(std::max(workers, 1));
     return w <= simulated_.speedup.size() ? simulated_.speedup[w - 1] : static_cast<double>(w);
   };
-  return internal::Duration(*run.curve, run.place) * speed(simulated_.recorded_workers) /
-             speed(run.workers) +
+  const int recorded =
+      simulated_.recorded_workers > 0
+          ? simulated_.recorded_workers
+          : std::max(1, scaling_.min_workers > 0 ? scaling_.min_workers : scaling_.num_workers);
+  return internal::Duration(*run.curve, run.place) * speed(recorded) / speed(run.workers) +
          (run.restarting ? simulated_.restart_s : 0.0);
 }
 

@@ -315,7 +315,7 @@ TEST_CASE(
   fixed.space = {{{"lr"}, Domain::GridSearch({0.1, 0.2})}, {{"hidden"}, Domain::Choice({32})}};
   fixed.tune.num_samples = 1;
   fixed.tune.max_concurrent_trials = 2;
-  fixed.tune.simulate = {.workers = 2};
+  fixed.tune.simulate = {.workers = 2, .recorded_workers = 1};
   Simulation both = [&] {
     Tuner tuner(Trainable{"replayed", {.num_workers = 2}}, fixed.space, fixed.tune,
                 rayd::train::RunConfig{.name = "fixed", .storage_path = fixed.dir.path()});
@@ -334,7 +334,7 @@ TEST_CASE(
   elastic.space = fixed.space;
   elastic.tune = fixed.tune;
   elastic.tune.max_concurrent_trials = 1;
-  elastic.tune.simulate = {.workers = 2, .restart_s = 1};
+  elastic.tune.simulate = {.workers = 2, .restart_s = 1};  // recorded at its least: 1
   Simulation grown = [&] {
     Tuner tuner(
         Trainable{"replayed", {.num_workers = 2, .min_workers = 1, .resize_interval_s = 0.5}},

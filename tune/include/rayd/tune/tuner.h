@@ -77,8 +77,10 @@ struct TuneConfig {
     // speedup[w - 1]: how much faster an iteration runs on w workers than on one; past the
     // list's end, and by default, linear (w).
     std::vector<double> speedup;
-    double restart_s = 0;      // what a resize costs the resized trial's next iteration
-    int recorded_workers = 1;  // the workers the curves were recorded on
+    double restart_s = 0;  // what a resize costs the resized trial's next iteration
+    // The workers the curves were recorded on; 0: the size each trial starts at (num_workers,
+    // or an elastic trial's min_workers), so a fixed sweep replays at its recorded speed.
+    int recorded_workers = 0;
   } simulate;
 };
 
