@@ -329,22 +329,6 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
   return job;
 }
 
-// `--num-workers -1` (HorovodRunner's np=-1) without GPUs: a rank per `resources_per_worker.CPU`
-// CPUs of the cluster. (With use_gpu the Trainer counts the cluster's GPUs itself.)
-Result<int> EveryCpuWorker(const train::ScalingConfig& scaling) {
-  const std::map<std::string, double> total = ClusterResources();
-  const double cpus = total.count("CPU") ? total.at("CPU") : 0.0;
-  auto cpu = scaling.resources_per_worker.find("CPU");
-  const double per_worker = cpu == scaling.resources_per_worker.end() ? 1.0 : cpu->second;
-  if (per_worker <= 0) return Status::InvalidArgument("needs --cpus-per-worker above 0");
-  const int ranks = static_cast<int>(cpus / per_worker + 1e-9);
-  if (ranks < 1) {
-    return Status::InvalidArgument("the cluster's " + std::to_string(cpus) +
-                                   " CPUs hold no rank of " + std::to_string(per_worker));
-  }
-  return ranks;
-}
-
 int RunTrainCommand(const TrainArgs& args) {
   tune::TrainFile file;
   if (!args.command.empty()) {
@@ -376,15 +360,17 @@ int RunTrainCommand(const TrainArgs& args) {
   }
   try {
     Init(DriverConfig(args.address, *libraries));
-    if (file.scaling.num_workers == -1 && !file.scaling.use_gpu) {
-      Result<int> every = EveryCpuWorker(file.scaling);
-      if (!every.ok()) {
-        std::cerr << "rayd train: --num-workers -1: " << every.status().message() << "\n";
-        Shutdown();
-        return 2;
+    if (file.scaling.num_workers == -1) {
+      // HorovodRunner's np=-1: every GPU (the Trainer's -1), or without GPUs every CPU slot.
+      file.scaling.num_workers = file.scaling.use_gpu
+                                     ? train::ResolveNumWorkers(file.scaling)
+                                     : train::WorkersThatFit(file.scaling, ClusterResources());
+      if (file.scaling.num_workers < 1) {
+        throw RaydError("--num-workers -1: the cluster holds no rank of " +
+                        std::to_string(file.scaling.resources_per_worker.at("CPU")) + " CPUs");
       }
-      file.scaling.num_workers = *every;
-      std::cout << "rayd train: --num-workers -1: " << *every << " ranks" << std::endl;
+      std::cout << "rayd train: --num-workers -1: " << file.scaling.num_workers << " ranks"
+                << std::endl;
     }
     train::Trainer trainer = file.command ? train::Trainer(*file.command, file.config,
                                                            file.scaling, file.run)

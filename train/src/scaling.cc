@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,18 +41,20 @@ std::string CheckElastic(const ScalingConfig& scaling) {
   return "";
 }
 
-int ElasticWorkers(const ScalingConfig& scaling, const std::map<std::string, double>& available,
-                   int own) {
-  // Summed free resources stand for what could be placed: a bundle must fit on one node, so
-  // this may count a bundle split across two; the reservation then stays pending and the
-  // caller tries one fewer (training_run.cc).
-  int fit = scaling.num_workers;
+int WorkersThatFit(const ScalingConfig& scaling, const std::map<std::string, double>& resources) {
+  int fit = std::numeric_limits<int>::max();
   for (const auto& [name, amount] : WorkerBundle(scaling)) {
     if (amount <= 0) continue;
-    auto it = available.find(name);
-    const double free = it == available.end() ? 0.0 : it->second;
-    fit = std::min(fit, static_cast<int>(std::floor(free / amount + 1e-9)));
+    auto it = resources.find(name);
+    const double held = it == resources.end() ? 0.0 : it->second;
+    fit = std::min(fit, static_cast<int>(std::floor(held / amount + 1e-9)));
   }
+  return fit == std::numeric_limits<int>::max() ? 0 : fit;
+}
+
+int ElasticWorkers(const ScalingConfig& scaling, const std::map<std::string, double>& available,
+                   int own) {
+  const int fit = std::min(WorkersThatFit(scaling, available), scaling.num_workers);
   return std::clamp(fit + own, scaling.min_workers, scaling.num_workers);
 }
 

@@ -218,18 +218,8 @@ std::string TrainWorker::ReservePort() {
 std::string TrainWorker::HostHorovod(std::vector<int> rank_nodes,
                                      std::vector<std::string> endpoints) {
   horovod_.reset();  // an earlier attempt's: its port closes before this one's opens
-  if (endpoints.empty() || rank_nodes.size() != endpoints.size()) {
-    throw RaydError("horovod rendezvous: " + std::to_string(rank_nodes.size()) + " nodes for " +
-                    std::to_string(endpoints.size()) + " ranks");
-  }
-  const std::string& mine = endpoints[0];
-  const size_t colon = mine.rfind(':');
-  std::set<std::string> peers;
-  for (const std::string& endpoint : endpoints)
-    peers.insert(endpoint.substr(0, endpoint.rfind(':')));
-  Result<std::unique_ptr<HorovodRendezvous>> started = HorovodRendezvous::Start(
-      mine.substr(0, colon), std::atoi(mine.c_str() + colon + 1),
-      HorovodScopes(HorovodLayout(rank_nodes, endpoints)), std::move(peers));
+  Result<std::unique_ptr<HorovodRendezvous>> started =
+      HorovodRendezvous::ForGang(rank_nodes, endpoints);
   if (!started.ok()) {
     throw RaydError("rank 0: serving Horovod's rendezvous: " + started.status().message());
   }

@@ -117,19 +117,6 @@ std::string ShapeOf(const ScalingConfig& scaling) {
   return shape.dump();
 }
 
-// num_workers = -1: as many ranks as the cluster's GPUs hold bundles.
-int ResolveNumWorkers(const ScalingConfig& scaling) {
-  if (scaling.num_workers >= 1) return scaling.num_workers;
-  if (scaling.num_workers != -1) {
-    throw RaydError("ScalingConfig.num_workers must be at least 1, or -1 for one per GPU");
-  }
-  if (!scaling.use_gpu) throw RaydError("ScalingConfig.num_workers = -1 needs use_gpu");
-  double gpus = rayd::ClusterResources()["GPU"];
-  int workers = static_cast<int>(gpus / WorkerBundle(scaling).at("GPU") + 1e-9);
-  if (workers < 1) throw RaydError("ScalingConfig.num_workers = -1: the cluster has no GPU");
-  return workers;
-}
-
 // params.json of a Trainer's own run: the config and the workers, as MLflow-style params.
 nlohmann::json TrainerParams(const nlohmann::json& config, int num_workers) {
   nlohmann::json params = {{"config", config}, {"num_workers", num_workers}};
@@ -188,6 +175,18 @@ std::vector<internal::RunSpec> RunSpecs(const internal::RunSpec& common,
 }
 
 }  // namespace
+
+int ResolveNumWorkers(const ScalingConfig& scaling) {
+  if (scaling.num_workers >= 1) return scaling.num_workers;
+  if (scaling.num_workers != -1) {
+    throw RaydError("ScalingConfig.num_workers must be at least 1, or -1 for one per GPU");
+  }
+  if (!scaling.use_gpu) throw RaydError("ScalingConfig.num_workers = -1 needs use_gpu");
+  const double gpus = rayd::ClusterResources()["GPU"];
+  const int workers = static_cast<int>(gpus / WorkerBundle(scaling).at("GPU") + 1e-9);
+  if (workers < 1) throw RaydError("ScalingConfig.num_workers = -1: the cluster has no GPU");
+  return workers;
+}
 
 // Where the runtime's wake-ups go: the owner's loop while the run lives. The runtime calls
 // back on its own thread, possibly after the run (and its loop) are gone. (Not in the anonymous
@@ -255,6 +254,8 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   // An elastic run after a checkpointed report: restart at a larger size when the cluster has
   // room and the last resize is resize_interval_s old.
   void MaybeGrow();
+  // rayd::AvailableResources(), or nothing when the head does not answer.
+  std::map<std::string, double> FreeResources() const;
   void WaitForGroup();
   void OnReserved(const Result<bool>& ready);
   void StartRanks();
@@ -512,14 +513,8 @@ void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
   if ((!ready.ok() || !*ready) && elastic() && world_ > scaling_.min_workers) {
     // Fewer workers then: as many as the cluster's free resources hold, or one fewer.
     gang_.reset();
-    std::map<std::string, double> available;
-    try {
-      available = rayd::AvailableResources();
-    } catch (const RaydError& e) {
-      spdlog::warn("{}: {}", run_.name, e.what());
-    }
     const int before = world_;
-    world_ = std::min(ElasticWorkers(scaling_, available), world_ - 1);
+    world_ = std::min(ElasticWorkers(scaling_, FreeResources()), world_ - 1);
     spdlog::info("{}: {} workers do not fit now; asking for {}", run_.name, before, world_);
     return ReserveGroup();
   }
@@ -828,6 +823,15 @@ void TrainingRun::Impl::Deliver() {
   Advance();
 }
 
+std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
+  try {
+    return rayd::AvailableResources();
+  } catch (const RaydError& e) {
+    spdlog::warn("{}: the cluster's free resources: {}", run_.name, e.what());
+    return {};  // nothing free: the size stays (or goes to min_workers)
+  }
+}
+
 void TrainingRun::Impl::MaybeGrow() {
   if (!elastic() || world_ >= scaling_.num_workers) return;
   if (grow_to_ > world_) {  // the owner decided
@@ -840,13 +844,7 @@ void TrainingRun::Impl::MaybeGrow() {
   if (!options_.grow) return;
   const auto since = std::chrono::steady_clock::now() - sized_at_;
   if (since < std::chrono::duration<double>(scaling_.resize_interval_s)) return;
-  std::map<std::string, double> available;
-  try {
-    available = rayd::AvailableResources();
-  } catch (const RaydError& e) {
-    return spdlog::warn("{}: not growing: {}", run_.name, e.what());
-  }
-  const int want = ElasticWorkers(scaling_, available, world_);
+  const int want = ElasticWorkers(scaling_, FreeResources(), world_);
   if (want <= world_) return;
   spdlog::info(
       "{}: the cluster has room for {} workers (now {}): restarting from this "

@@ -87,6 +87,8 @@ class ReplayRunner : public TrialRunner {
   using Due = std::tuple<double, uint64_t, size_t>;
 
   void ScheduleNext(size_t trial);
+  // The workers a run starts on: num_workers, or an elastic trial's least.
+  int StartSize() const;
   // Iteration `place` of the run's curve on its workers.
   double Duration(const Run& run) const;
   // The run's workers go back (busy time counted), and waiting runs that now fit start.

@@ -420,12 +420,15 @@ void ReplayRunner::Start(const RunRequest& request) {
   StartWaiting();
 }
 
+int ReplayRunner::StartSize() const {
+  return std::max(1, scaling_.min_workers > 0 ? scaling_.min_workers : scaling_.num_workers);
+}
+
 // Runs start in the order they were asked for, each once its workers are free.
 void ReplayRunner::StartWaiting() {
   while (!waiting_.empty()) {
     const size_t trial = waiting_.front();
-    const int need =
-        std::max(1, scaling_.min_workers > 0 ? scaling_.min_workers : scaling_.num_workers);
+    const int need = StartSize();
     if (simulated_.workers > 0 && used_ + need > simulated_.workers) return;
     waiting_.erase(waiting_.begin());
     Run& run = runs_.at(trial);
@@ -466,10 +469,7 @@ double ReplayRunner::Duration(const Run& run) const {
     const size_t w = static_cast<size_t>(std::max(workers, 1));
     return w <= simulated_.speedup.size() ? simulated_.speedup[w - 1] : static_cast<double>(w);
   };
-  const int recorded =
-      simulated_.recorded_workers > 0
-          ? simulated_.recorded_workers
-          : std::max(1, scaling_.min_workers > 0 ? scaling_.min_workers : scaling_.num_workers);
+  const int recorded = simulated_.recorded_workers > 0 ? simulated_.recorded_workers : StartSize();
   return internal::Duration(*run.curve, run.place) * speed(recorded) / speed(run.workers) +
          (run.restarting ? simulated_.restart_s : 0.0);
 }

@@ -57,10 +57,7 @@ void TrainerRunner::Start(const RunRequest& request) {
 
 int TrainerRunner::FreeWorkers() {
   try {
-    train::ScalingConfig scaling = trainable_.scaling;
-    scaling.min_workers = 0;  // what fits, not clamped to one trial's bounds
-    scaling.num_workers = 1 << 20;
-    return train::ElasticWorkers(scaling, rayd::AvailableResources());
+    return train::WorkersThatFit(trainable_.scaling, rayd::AvailableResources());
   } catch (const RaydError& e) {
     spdlog::warn("free workers: {}", e.what());
     return 0;

@@ -538,8 +538,7 @@ Result<bool> RankProcess::Run() {
   launch.report_token = token_;
   launch.python_dir = PythonClientDir();
   if (launch.gloo_iface.empty() && launch.world_rank < static_cast<int>(launch.endpoints.size())) {
-    const std::string& mine = launch.endpoints[launch.world_rank];
-    launch.gloo_iface = InterfaceOf(mine.substr(0, mine.rfind(':')));
+    launch.gloo_iface = InterfaceOf(HostOf(launch.endpoints[launch.world_rank]));
   }
   if (!rank_.log_path.empty()) {
     std::error_code ec;

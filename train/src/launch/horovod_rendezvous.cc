@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <string_view>
+
+#include "launcher_env.h"
 
 namespace rayd::train::internal {
 namespace {
@@ -10,8 +13,6 @@ namespace {
 constexpr std::string_view kProcessSetSuffix = "_process_set_hash_";
 // A rank's PUTs are its host name and Gloo address: a few dozen bytes.
 constexpr size_t kMaxValue = 64 * 1024;
-
-std::string HostOf(const std::string& endpoint) { return endpoint.substr(0, endpoint.rfind(':')); }
 
 http::Response Answer(int status, std::string body = "") {
   http::Response response = http::Response::Text(status, std::move(body));
@@ -147,6 +148,19 @@ Result<std::unique_ptr<HorovodRendezvous>> HorovodRendezvous::Start(
   self->address_ = host + ":" + std::to_string(self->server_->port());
   self->thread_ = std::thread([raw] { raw->loop_.Run(); });
   return self;
+}
+
+Result<std::unique_ptr<HorovodRendezvous>> HorovodRendezvous::ForGang(
+    const std::vector<int>& rank_nodes, const std::vector<std::string>& endpoints) {
+  if (endpoints.empty() || rank_nodes.size() != endpoints.size()) {
+    return Status::InvalidArgument(std::to_string(rank_nodes.size()) + " nodes for " +
+                                   std::to_string(endpoints.size()) + " ranks");
+  }
+  std::set<std::string> peers;
+  for (const std::string& endpoint : endpoints) peers.insert(HostOf(endpoint));
+  const std::string& mine = endpoints[0];
+  return Start(HostOf(mine), std::atoi(mine.c_str() + HostOf(mine).size() + 1),
+               HorovodScopes(HorovodLayout(rank_nodes, endpoints)), std::move(peers));
 }
 
 HorovodRendezvous::~HorovodRendezvous() {

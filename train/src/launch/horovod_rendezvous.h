@@ -80,6 +80,10 @@ class HorovodRendezvous {
   static Result<std::unique_ptr<HorovodRendezvous>> Start(const std::string& host, int port,
                                                           std::map<std::string, int> scope_sizes,
                                                           std::set<std::string> peer_hosts);
+  // The attempt's: on rank 0's endpoint (endpoints[0]), sized from the gang's placement
+  // (rank_nodes and endpoints by world rank, as RankLaunch has them), answering its nodes only.
+  static Result<std::unique_ptr<HorovodRendezvous>> ForGang(
+      const std::vector<int>& rank_nodes, const std::vector<std::string>& endpoints);
   ~HorovodRendezvous();
   HorovodRendezvous(const HorovodRendezvous&) = delete;
   HorovodRendezvous& operator=(const HorovodRendezvous&) = delete;

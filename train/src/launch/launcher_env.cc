@@ -63,6 +63,8 @@ void TorchVariables(const RankLaunch& r, const std::string& master_host,
 
 }  // namespace
 
+std::string HostOf(const std::string& endpoint) { return endpoint.substr(0, endpoint.rfind(':')); }
+
 Environment InheritedEnvironment() {
   Environment env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

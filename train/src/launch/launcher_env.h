@@ -55,6 +55,9 @@ struct LaunchEnv {
 Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& rank, const Environment& inherited,
                                    const Environment& command_env);
 
+// The host of a "host:port" endpoint (all of it when it has no ':').
+std::string HostOf(const std::string& endpoint);
+
 // This process's environment, without the variables that make a process a rayd worker of this
 // node (RAYD_WORKER_MODE, the node's socket, the cluster token, ...).
 Environment InheritedEnvironment();

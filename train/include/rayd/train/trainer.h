@@ -74,7 +74,8 @@ struct MeshCoordinates {
 
 struct ScalingConfig {
   // Ranks of the job. -1 (TorchDistributor's num_processes=-1): one per GPU in the cluster,
-  // counted when Fit starts (needs use_gpu). With min_workers, the most ranks.
+  // counted when Fit starts (needs use_gpu; ResolveNumWorkers). With min_workers, the most
+  // ranks.
   int num_workers = 1;
   // Above 0, an elastic run (torchrun's --nnodes=MIN:MAX, Ray Train's (min, max),
   // `num_workers: [min, max]` in YAML) of min_workers to num_workers ranks: each attempt starts
@@ -291,9 +292,17 @@ std::string CheckGpuSharing(const ScalingConfig& scaling);
 // Empty when `scaling`'s elastic bounds hold (min_workers 0, or 1 <= min_workers <=
 // num_workers, no mesh, a positive resize_interval_s); else why not.
 std::string CheckElastic(const ScalingConfig& scaling);
-// How many workers an elastic attempt asks for: as many of `scaling`'s bundles as `available`
-// (the cluster's free resources, summed) holds, plus `own` (workers whose bundles this run
-// holds and gives back), clamped to [min_workers, num_workers].
+// How many of `scaling`'s worker bundles `resources` (summed over the cluster) holds. Summed
+// resources stand for what could be placed: a bundle must fit on one node, so this may count a
+// bundle split across two (a reservation then stays pending).
+int WorkersThatFit(const ScalingConfig& scaling, const std::map<std::string, double>& resources);
+// num_workers, or for -1 one worker per GPU of the cluster now. Throws RaydError naming
+// ScalingConfig.num_workers without use_gpu, when the cluster has no GPU, or for another value
+// below 1. Needs rayd initialised.
+int ResolveNumWorkers(const ScalingConfig& scaling);
+// How many workers an elastic attempt asks for: WorkersThatFit(`available`, the cluster's
+// free resources) plus `own` (workers whose bundles this run holds and gives back), clamped to
+// [min_workers, num_workers].
 int ElasticWorkers(const ScalingConfig& scaling, const std::map<std::string, double>& available,
                    int own = 0);
 
