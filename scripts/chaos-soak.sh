@@ -4,7 +4,7 @@
 # Redis-backed head and the driver and cuts links; prints the "CHAOS" report table and exits
 # with the test's code (77: skipped, no root or iproute2).
 #
-#   scripts/chaos-soak.sh                 the CI length (RAYD_CHAOS_SECONDS' default, ~3 min)
+#   scripts/chaos-soak.sh                 the CI length (RAYD_CHAOS_SECONDS' default, ~2 min)
 #   scripts/chaos-soak.sh --long          30 minutes of chaos
 #   scripts/chaos-soak.sh --minutes M     M minutes of chaos
 #   scripts/chaos-soak.sh --seed N        another seed (default: the test's fixed one)
