@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "rayd/base/status.h"
+
 namespace rayd::cli {
 
 struct StartArgs {
@@ -49,6 +51,18 @@ struct StatusArgs {
   std::string what = "status";  // "status" or a `rayd list` table: "nodes"
 };
 int RunStatus(const StatusArgs& args);
+
+struct DrainArgs {
+  std::string node;  // an alive node's id, or a unique prefix of it
+  std::string deadline = "30s";
+  std::string reason;
+  std::string address;
+  std::string token;
+  std::string temp_dir;
+};
+int RunDrain(const DrainArgs& args);
+// "30s", "2m", "500ms", "1h" or plain seconds, as milliseconds; InvalidArgument naming --deadline.
+Result<int64_t> ParseDrainDeadline(const std::string& text);
 
 }  // namespace rayd::cli
 

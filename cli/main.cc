@@ -85,6 +85,24 @@ void AddStatus(CLI::App& app, rayd::cli::StatusArgs& a) {
   list->callback([&a] { std::exit(rayd::cli::RunStatus(a)); });
 }
 
+void AddDrain(CLI::App& app, rayd::cli::DrainArgs& a) {
+  auto* drain = app.add_subcommand(
+      "drain",
+      "Tell a node it is leaving (a preemption notice): nothing new goes there, its "
+      "ranks may checkpoint, and at the deadline its workers stop and it leaves");
+  drain->add_option("node", a.node, "The node's id (as rayd status prints it), or a unique prefix")
+      ->required();
+  drain->add_option("--deadline", a.deadline,
+                    "When its workers are stopped: 30s (default), 2m, 500ms, or seconds");
+  drain->add_option("--reason", a.reason, "Why, for the ranks and rayd status (e.g. preemption)");
+  drain->add_option("--address", a.address,
+                    "HOST:PORT of the head (default: RAYD_ADDRESS or the "
+                    "head started on this machine)");
+  drain->add_option("--token", a.token, "Cluster token (default: RAYD_TOKEN or the local head's)");
+  drain->add_option("--temp-dir", a.temp_dir, "Root of session directories (default /tmp/rayd)");
+  drain->callback([&a] { std::exit(rayd::cli::RunDrain(a)); });
+}
+
 void AddMicrobenchmark(CLI::App& app, rayd::cli::MicrobenchmarkArgs& a) {
   auto* bench = app.add_subcommand("microbenchmark",
                                    "Measure task, actor and object throughput on this machine");
@@ -245,6 +263,8 @@ int main(int argc, char** argv) {
   AddStart(app, start);
   AddStop(app, stop);
   AddStatus(app, status);
+  rayd::cli::DrainArgs drain;
+  AddDrain(app, drain);
   rayd::cli::MicrobenchmarkArgs microbenchmark;
   AddMicrobenchmark(app, microbenchmark);
   rayd::cli::TuneArgs tune;

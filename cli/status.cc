@@ -90,8 +90,13 @@ void PrintStatusTable(const ClusterView& view, const std::vector<PlacementGroupI
     ++alive;
     total += n.total;
     available += n.available;
-    std::cout << " 1 node_" << n.node_id.Hex() << (n.is_head ? " (head)" : "") << "  "
-              << n.address << "  " << n.hostname << "\n";
+    std::cout << " 1 node_" << n.node_id.Hex() << (n.is_head ? " (head)" : "") << "  " << n.address
+              << "  " << n.hostname;
+    if (n.draining()) {
+      std::cout << "  DRAINING, leaves by " << FormatTime(n.drain_deadline_ms)
+                << (n.drain_reason.empty() ? "" : ": " + n.drain_reason);
+    }
+    std::cout << "\n";
   }
   if (alive == 0) std::cout << " (no active nodes)\n";
   std::cout << "Dead:\n";
@@ -139,13 +144,16 @@ void PrintStatusTable(const ClusterView& view, const std::vector<PlacementGroupI
 }
 
 void PrintNodesTable(const ClusterView& view) {
-  std::cout << std::left << std::setw(34) << "NODE_ID" << std::setw(7) << "STATE"
-            << std::setw(22) << "ADDRESS" << std::setw(6) << "HEAD"
+  std::cout << std::left << std::setw(34) << "NODE_ID" << std::setw(10) << "STATE" << std::setw(22)
+            << "ADDRESS" << std::setw(6) << "HEAD"
             << "RESOURCES\n";
   for (const auto& n : view.nodes) {
-    std::cout << std::left << std::setw(34) << n.node_id.Hex() << std::setw(7)
-              << (n.alive ? "ALIVE" : "DEAD") << std::setw(22) << n.address << std::setw(6)
-              << (n.is_head ? "yes" : "") << n.total.ToString() << "\n";
+    std::cout << std::left << std::setw(34) << n.node_id.Hex() << std::setw(10)
+              << (n.draining() ? "DRAINING"
+                  : n.alive    ? "ALIVE"
+                               : "DEAD")
+              << std::setw(22) << n.address << std::setw(6) << (n.is_head ? "yes" : "")
+              << n.total.ToString() << "\n";
   }
 }
 

@@ -131,6 +131,13 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   return out.str();
 }
 
+// ", 1 preemption" after the restarts, when a drain (`rayd drain`) took ranks away.
+std::string Preemptions(const train::TrainResult& result) {
+  if (result.preemptions == 0) return "";
+  return ", " + std::to_string(result.preemptions) +
+         (result.preemptions == 1 ? " preemption" : " preemptions");
+}
+
 // The Tuner that Ctrl-C stops (one per `rayd tune` process).
 std::atomic<tune::Tuner*> g_interruptible{nullptr};
 
@@ -389,13 +396,13 @@ int RunTrainCommand(const TrainArgs& args) {
     fs::path run_dir = fs::absolute(fs::path(file.run.storage_path) / file.run.name);
     if (!result.ok()) {
       std::cerr << "rayd train: " << file.run.name << " failed after " << result.restarts
-                << " restarts: " << result.error << "\n";
+                << " restarts" << Preemptions(result) << ": " << result.error << "\n";
       Shutdown();
       return 1;
     }
     std::cout << "Finished " << file.run.name << " (" << result.restarts << " restarts"
               << (result.resizes > 0 ? ", " + std::to_string(result.resizes) + " resizes" : "")
-              << "): " << FormatMetrics(result.metrics) << "\n"
+              << Preemptions(result) << "): " << FormatMetrics(result.metrics) << "\n"
               << "  results: " << run_dir.string() << "\n"
               << "  checkpoint: " << result.checkpoint.value_or("(none)") << "\n";
     Shutdown();

@@ -40,6 +40,10 @@ struct NodeInfo {
   transferAddress @16 :Text;     # host:port of the object transfer channel
   objectStoreBytes @17 :UInt64;  # arena size
   infeasible @18 :List(ResourceDemand);  # waiting for a node that could ever satisfy them
+  # `rayd drain`: the node is leaving. Nothing new is placed on it; at drainDeadlineMs its
+  # workers are stopped and the node goes. 0: not draining.
+  drainDeadlineMs @19 :Int64;    # unix epoch ms
+  drainReason @20 :Text;
 }
 
 struct ResourceDemand {
@@ -64,6 +68,8 @@ struct HeartbeatReply {
   # unknown: the GCS has no such node (it lost its state): register again under the same id.
   # dead: the node was declared dead; it must rejoin as a new node.
   status @0 :Status;
+  drainDeadlineMs @1 :Int64;     # non-zero: this node is being drained (DrainNodeRequest)
+  drainReason @2 :Text;
   enum Status {
     ok @0;
     unknown @1;
@@ -74,6 +80,14 @@ struct HeartbeatReply {
 struct UnregisterNodeRequest {
   nodeId @0 :Text;
   reason @1 :Text;
+}
+
+# A preemption notice: the node stops taking work now and leaves at the deadline (its workers
+# stopped), or as soon as nothing runs on it.
+struct DrainNodeRequest {
+  nodeId @0 :Text;
+  deadlineMs @1 :Int64;          # unix epoch ms
+  reason @2 :Text;
 }
 
 struct GetAllNodesRequest {

@@ -62,6 +62,7 @@ enum Method {
   listJobSubmissions @50;     # head: empty -> ListJobSubmissionsReply
   stopJobSubmission @51;      # head: JobSubmissionRequest -> JobSubmissionReply
   readJobLogs @52;            # head: ReadJobLogsRequest -> ReadJobLogsReply
+  drainNode @53;              # GCS: DrainNodeRequest -> empty (`rayd drain`)
 }
 
 # Server -> client, first frame on a connection.

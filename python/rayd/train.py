@@ -18,12 +18,31 @@ import math
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-__all__ = ["TrainContext", "get_config", "get_context", "get_checkpoint", "report"]
+__all__ = ["NodeDrain", "TrainContext", "get_config", "get_context", "get_checkpoint", "report"]
 
 _CONNECT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class NodeDrain:
+    """This rank's node is leaving the cluster (``rayd drain``: a preemption notice).
+
+    The rank is stopped at ``deadline`` (SIGTERM, then SIGKILL after the grace
+    period): report a checkpoint now, and the trial goes on from it on other
+    nodes without counting a failure.
+    """
+
+    deadline: float
+    """Unix time (seconds) at which this node's ranks are stopped."""
+    reason: str
+    """As given to ``rayd drain --reason``; may be empty."""
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.deadline - time.time())
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,9 @@ class TrainContext:
     trial_dir: Optional[str] = None
     """The trial's directory on the driver (``RAYD_TRIAL_DIR``); it may not exist on this
     node. None when run by hand."""
+    drain: Optional[NodeDrain] = None
+    """Set while this rank's node is draining; each :func:`get_context` call looks
+    again (a stat of ``RAYD_DRAIN_FILE``), so a loop may ask once per step."""
 
 
 def _env_int(names: Tuple[str, ...], default: int) -> int:
@@ -99,7 +121,21 @@ def get_context() -> TrainContext:
         node_rank=_env_int(("RAYD_NODE_RANK", "GROUP_RANK", "HOROVOD_CROSS_RANK"), 0),
         trial_id=_env_str("RAYD_TRIAL_ID"),
         trial_dir=_env_str("RAYD_TRIAL_DIR"),
+        drain=_read_drain(_env_str("RAYD_DRAIN_FILE")),
     )
+
+
+def _read_drain(path: Optional[str]) -> Optional[NodeDrain]:
+    """The node's drain notice at ``path`` (written by rayd, atomically), or None."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            notice = json.load(f)
+        return NodeDrain(deadline=float(notice["deadline_ms"]) / 1000.0,
+                         reason=str(notice.get("reason", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # usually no file: the node is not draining
 
 
 def get_checkpoint() -> Optional[str]:

@@ -216,6 +216,30 @@ TEST_CASE("rayd status and list without a cluster, or with a bogus table, fail i
   }
 }
 
+TEST_CASE("rayd drain refuses a bad deadline, no cluster, an unknown node and the head's own",
+          "[e2e][drain]") {
+  Sandbox sandbox;
+  ExpectOneLineError(sandbox, {"drain", "0123", "--deadline", "3x"}, "drain",
+                     {"--deadline", "30s", "'3x'"});
+  ExpectOneLineError(sandbox, {"drain", "0123", "--deadline", "-5s"}, "drain", {"'-5s'"});
+  ExpectOneLineError(sandbox, {"drain", "0123"}, "drain", {"pass --address"});
+  const int port = rayd::testing::FreeTcpPort();
+  sandbox.StartHead(port);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::string out;
+  CHECK(sandbox.Rayd({"drain", "zz", "--address", address}, &out) == 1);
+  CHECK(
+      out.starts_with("rayd drain: no alive node has an id starting with 'zz'; the alive "
+                      "nodes:\n"));
+  CHECK(Contains(out, "(head)"));
+  std::string nodes;
+  REQUIRE(sandbox.Rayd({"list", "nodes", "--format", "json"}, &nodes) == 0);
+  const std::string head = nlohmann::json::parse(nodes).at(0).at("node_id");
+  CHECK(sandbox.Rayd({"drain", head, "--address", address}, &out) == 1);
+  CHECK(IsOneLine(out, "rayd drain: "));
+  CHECK(Contains(out, "is the head's own node and cannot be drained"));
+}
+
 TEST_CASE("rayd start --head --block serves in the foreground and exits 0 on SIGTERM", "[e2e]") {
   Sandbox sandbox;
   const int port = FreeTcpPort();

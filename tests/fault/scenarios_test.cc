@@ -665,3 +665,85 @@ TEST_CASE(
       "%.2f s after its node joined\n",
       shrunk_at - killed_at, grown_at - joined_at);
 }
+
+// `rayd drain` of a host: a preemption notice with a deadline, the node leaving in time.
+TEST_CASE(
+    "a drained host's ranks checkpoint before the deadline and the elastic run goes on at 2 "
+    "without using a failure, every epoch once",
+    "[fault][elastic][drain]") {
+  REQUIRE_TESTBED();
+  MultiHostCluster cluster(3);
+  std::map<std::string, int> host_of_node = StartTrainingCluster(cluster, 2);
+  std::string drained_node;
+  for (const auto& [node, host] : host_of_node) {
+    if (host == 2) drained_node = node;
+  }
+  REQUIRE(!drained_node.empty());
+  TempDir work;
+  constexpr int kEpochs = 20;
+  constexpr double kDeadlineS = 30;
+  const std::string yaml = work.path() + "/drain.yaml";
+  std::ofstream(yaml) << "name: drained-hosts\n"
+                         "train_loop: mlp_classifier\n"
+                         "config: {epochs: "
+                      << kEpochs
+                      << ", hidden: 64, batch_size: 32, lr: 0.05}\n"
+                         "scaling: {num_workers: [2, 4], resources_per_worker: {CPU: 1},\n"
+                         "          resize_interval_s: 1, collective_timeout_s: 10}\n"
+                         "run: {storage_path: "
+                      << work.path() << "/results, failure: {max_failures: 0}}\n";
+  const std::string results = work.path() + "/results/drained-hosts/result.json";
+  auto rows = [&] {
+    std::vector<json> out;
+    std::istringstream lines(rayd::testing::ReadFile(results));
+    for (std::string line; std::getline(lines, line);) {
+      json row = json::parse(line, nullptr, false);
+      if (!row.is_discarded()) out.push_back(row);
+    }
+    return out;
+  };
+  auto row_at = [&](int world_size, size_t after) {
+    std::vector<json> all = rows();
+    for (size_t i = after; i < all.size(); ++i) {
+      if (all[i].value("world_size", 0) == world_size) return true;
+    }
+    return false;
+  };
+  ChildProcess driver(
+      cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
+      cluster.Env(0));
+  INFO(driver.output());
+  REQUIRE(WaitFor([&] { return row_at(4, 0); }, kSettle));  // both hosts: it starts at 4
+
+  // Host 2 gets a preemption notice: its ranks' next checkpoint is the run's last at 4; it goes
+  // on at 2 on host 1, and host 2's node, idle, leaves before its deadline.
+  const size_t before = rows().size();
+  const double drained_at = WallSeconds();
+  std::string out;
+  REQUIRE(cluster.Rayd(0,
+                       {"drain", drained_node, "--deadline",
+                        std::to_string(static_cast<int>(kDeadlineS)) + "s", "--reason",
+                        "spot preemption", "--address", cluster.head_address()},
+                       &out) == 0);
+  REQUIRE(WaitFor([&] { return row_at(2, before); }, kSettle));
+  const double shrunk_at = WallSeconds();
+  REQUIRE(WaitFor([&] { return cluster.NodeState(drained_node) == "DEAD"; }, kSettle));
+  const double left_at = WallSeconds();
+  CHECK(left_at - drained_at < kDeadlineS);
+
+  REQUIRE(driver.WaitExit(kSweepTimeout));
+  REQUIRE(driver.exit_code() == 0);
+  CHECK(driver.output().find("(0 restarts, 1 preemption)") != std::string::npos);
+  const std::vector<json> all = rows();
+  REQUIRE(all.size() == static_cast<size_t>(kEpochs));
+  for (int i = 0; i < kEpochs; ++i) CHECK(all[i].at("epoch") == i);  // every epoch once
+  CHECK(all.back().at("world_size") == 2);
+  CHECK(all.back().at("loss").get<double>() < all.front().at("loss").get<double>());
+  for (const json& n : cluster.Status().at("nodes")) {
+    if (n.at("node_id") == drained_node) CHECK(n.at("death_reason") == "drained (spot preemption)");
+  }
+  std::printf(
+      "FAULT drain: training at 2 workers %.2f s after `rayd drain` (deadline %.0f s); the "
+      "drained node left after %.2f s\n",
+      shrunk_at - drained_at, kDeadlineS, left_at - drained_at);
+}

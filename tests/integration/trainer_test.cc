@@ -63,6 +63,13 @@ void MlpLoop(const json& config) {
   for (int epoch = start_epoch; epoch < run.epochs; ++epoch) {
     // A slower epoch, for tests that change the cluster while the run trains.
     std::this_thread::sleep_for(std::chrono::milliseconds(config.value("epoch_sleep_ms", 0)));
+    // What a rank saw of a drain of its node (`rayd drain`): its reason, by rank.
+    if (const std::optional<rt::NodeDrain> drain = rt::GetContext().drain;
+        drain && config.contains("drain_dir")) {
+      std::ofstream(config.at("drain_dir").get<std::string>() + "/drain_seen." +
+                    std::to_string(context.world_rank))
+          << drain->reason << " " << drain->SecondsLeft();
+    }
     const bool crashes = context.world_rank == 1 && epoch == config.value("crash_epoch", -1) &&
                          !fs::exists(config.at("crash_marker").get<std::string>());
     const bool crash_before_report = config.value("crash_before_report", false);
@@ -103,6 +110,10 @@ void MlpLoop(const json& config) {
       continue;
     }
     if (context.world_rank != 0) {
+      rt::Report(metrics);
+      continue;
+    }
+    if (epoch % config.value("checkpoint_every", 1) != 0) {
       rt::Report(metrics);
       continue;
     }
@@ -701,4 +712,99 @@ TEST_CASE(
     CHECK(lines[i].at("epoch") == static_cast<int>(i));        // every epoch once, in order
     CHECK(lines[i].at("world_size") == lines[i].at("ranks"));  // what the loop saw
   }
+}
+
+// `rayd drain` of a node holding one of an elastic run's two ranks.
+TEST_CASE(
+    "a drained node's rank sees the notice and the run goes on without it from its next "
+    "checkpoint as a preemption, not a failure, and the node leaves once idle",
+    "[trainer][elastic][drain]") {
+  rayd_runtime_test::CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+                 "--heartbeat-period-ms", "250", "--missed-heartbeats", "8"});
+  const std::string node = cluster.Start({"--address", cluster.address(), "--num-cpus", "1"});
+  cluster.InitDriver();
+  const bool at_deadline = GENERATE(false, true);
+  INFO((at_deadline ? "a loop that does not checkpoint again: stopped at the deadline"
+                    : "a loop that checkpoints every epoch"));
+  TempDir storage, out;
+  json config = LoopConfig(out, 12);
+  config["epoch_sleep_ms"] = 300;
+  config["drain_dir"] = out.path();
+  if (at_deadline) config["checkpoint_every"] = 1000;  // epoch 0's only
+  rt::ScalingConfig scaling{
+      .num_workers = 2, .min_workers = 1, .resize_interval_s = 1, .collective_timeout_s = 10};
+  rt::RunConfig run{.name = "drained", .storage_path = storage.path()};
+  run.failure.max_failures = 0;  // a drain must not need one
+  rt::TrainResult result;
+  std::thread fit([&] { result = rt::Trainer("MlpLoop", config, scaling, run).Fit(); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{fit};
+  const std::string run_dir = storage.path() + "/drained";
+  auto rows = [&] {
+    std::vector<json> lines;
+    std::ifstream in(run_dir + "/result.json");
+    for (std::string line; std::getline(in, line);) {
+      json row = json::parse(line, nullptr, false);
+      if (!row.is_discarded()) lines.push_back(row);
+    }
+    return lines;
+  };
+  REQUIRE(rayd::testing::WaitFor([&] { return rows().size() >= 2; }, std::chrono::seconds(90)));
+  CHECK(rows()[0].at("world_size") == 2);
+  const std::vector<std::string> sessions = cluster.Sessions("_node");
+  REQUIRE(sessions.size() == 1);
+  const pid_t daemon = std::atoi(rayd::testing::ReadFile(sessions[0] + "/node.pid").c_str());
+  REQUIRE(daemon > 0);
+
+  const std::string deadline = at_deadline ? "3s" : "60s";
+  std::string output;
+  REQUIRE(cluster.Rayd({"drain", node.substr(0, 12), "--deadline", deadline, "--reason",
+                        "spot preemption", "--address", cluster.address()},
+                       &output) == 0);
+  INFO(output);
+  CHECK(output.find("is draining") != std::string::npos);
+  // Its rank sees it; the run restarts on the head's CPU alone and the node, idle, leaves:
+  // well before a 60 s deadline when the loop checkpoints, at 3 s when it does not.
+  const auto drained = std::chrono::steady_clock::now();
+  REQUIRE(rayd::testing::WaitFor([&] { return ::kill(daemon, 0) != 0; },
+                                 std::chrono::seconds(at_deadline ? 30 : 40)));
+  const double left_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - drained).count();
+  fit.join();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  CHECK(result.preemptions == 1);
+  CHECK(result.restarts == 0);
+  const std::vector<json> lines = rows();
+  CHECK(lines.back().at("world_size") == 1);
+  CHECK(lines.back().at("epoch") == 11);
+  if (!at_deadline) {
+    CHECK(left_s < 30);
+    bool seen = false;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string path = out.path() + "/drain_seen." + std::to_string(rank);
+      if (fs::exists(path)) {
+        seen = true;
+        CHECK(rayd::testing::ReadFile(path).starts_with("spot preemption "));
+      }
+    }
+    CHECK(seen);
+    REQUIRE(lines.size() == 12);
+    for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i].at("epoch") == static_cast<int>(i));
+  }
+  // The node table says why it went.
+  json nodes = cluster.Json({"list", "nodes", "--address", cluster.address()});
+  bool found = false;
+  for (const json& n : nodes) {
+    if (n.at("node_id") != node) continue;
+    found = true;
+    CHECK(n.at("state") == "DEAD");
+    CHECK(n.at("death_reason") == "drained (spot preemption)");
+  }
+  CHECK(found);
 }

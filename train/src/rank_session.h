@@ -59,8 +59,15 @@ struct GroupSpec {
   MeshShape mesh;
 };
 
+// Where this process's node posts a drain notice (rayd::DrainNoticePath, from the worker's
+// RAYD_SESSION_DIR and RAYD_NODE_ID); empty outside a node's worker.
+std::string NodeDrainFile();
+// The notice at `path` as a rank sees it; nullopt when there is none.
+std::optional<NodeDrain> ReadNodeDrain(const std::string& path);
+
 struct RankSession {
   TrainContext context;
+  std::string drain_file;  // NodeDrainFile(), read by each GetContext
   TrainWorker* worker = nullptr;
   GroupSpec group;
   // The torch half's state, made when the loop first prepares a model or an optimizer (or the

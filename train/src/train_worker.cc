@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "launch/command_rank.h"
 #include "launch/horovod_rendezvous.h"
 #include "rank_session.h"
+#include "rayd/runtime/cluster.h"
 
 namespace rayd::train {
 namespace {
@@ -89,7 +91,17 @@ std::string UnknownTrainLoop(const std::string& name) {
          ")";
 }
 
-const TrainContext& GetContext() { return internal::RequireSession("GetContext").context; }
+double NodeDrain::SecondsLeft() const {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::max(0.0, deadline - now);
+}
+
+const TrainContext& GetContext() {
+  internal::RankSession& session = internal::RequireSession("GetContext");
+  session.context.drain = internal::ReadNodeDrain(session.drain_file);
+  return session.context;
+}
 
 std::string NewCheckpointDir() {
   internal::RankSession& session = internal::RequireSession("NewCheckpointDir");
@@ -161,6 +173,21 @@ std::optional<std::string> GetCheckpoint() {
 }
 
 namespace internal {
+
+std::string NodeDrainFile() {
+  const char* session_dir = std::getenv("RAYD_SESSION_DIR");
+  const char* node_id = std::getenv("RAYD_NODE_ID");
+  if (session_dir == nullptr || node_id == nullptr) return "";
+  return DrainNoticePath(session_dir, node_id);
+}
+
+std::optional<NodeDrain> ReadNodeDrain(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return std::nullopt;  // the usual case
+  std::optional<DrainNotice> notice = ReadDrainNotice(path);
+  if (!notice) return std::nullopt;
+  return NodeDrain{static_cast<double>(notice->deadline_ms) / 1000, notice->reason};
+}
 
 RankSession& RequireSession(const char* what) {
   if (current == nullptr) {
@@ -395,6 +422,7 @@ int TrainWorker::Run(RunSpec spec) {
                      .device = on_gpu ? "cuda:0" : "cpu",
                      .mesh = MeshCoordinatesOf(session.group.mesh, spec.world_rank)};
   session.worker = this;
+  session.drain_file = NodeDrainFile();
   // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.
   ScopedDir unpacked(UnpackDir(spec.world_rank));
   if (spec.has_checkpoint) {

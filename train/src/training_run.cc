@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "checkpoint_store.h"
+#include "cluster_nodes.h"
 #include "train_worker.h"
 
 namespace rayd::train {
@@ -254,7 +255,10 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   // An elastic run after a checkpointed report: restart at a larger size when the cluster has
   // room and the last resize is resize_interval_s old.
   void MaybeGrow();
-  // rayd::AvailableResources(), or nothing when the head does not answer.
+  // After a checkpointed report: when a node of the gang is draining (`rayd drain`), restart
+  // from this checkpoint without it, as a preemption rather than a failure.
+  void MaybeLeaveDrained();
+  // The free resources outside draining nodes, or nothing when the head does not answer.
   std::map<std::string, double> FreeResources() const;
   void WaitForGroup();
   void OnReserved(const Result<bool>& ready);
@@ -317,6 +321,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   int world_ = 0;          // this attempt's workers: num_workers, or an elastic run's size
   int resize_to_ = 0;      // the size an elastic run's next attempt asks for first; 0: the most
   bool resizing_ = false;  // stopping the attempt to restart it at resize_to_
+  bool leaving_drained_ = false;  // ... because a drain takes some of its nodes
   int grow_to_ = 0;        // GrowTo's: the size to restart at, at the next checkpoint
   std::chrono::steady_clock::time_point sized_at_;  // when the current size's attempt began
   std::vector<ObjectRef<int>> runs_;
@@ -421,8 +426,14 @@ void TrainingRun::Impl::FailAfter(int ms, std::string error) {
 void TrainingRun::Impl::BeginAttempt() {
   ++attempt_;
   gang_ = options_.reuse && !elastic() ? options_.reuse->Take(shape_) : nullptr;
+  if (gang_ && !scaling_.local_mode &&
+      !internal::DrainedOf(internal::DriverNodes(std::chrono::milliseconds(1000)), gang_->nodes())
+           .empty()) {
+    gang_.reset();  // an idle gang on a node that is leaving: reserve anew elsewhere
+  }
   world_ = scaling_.num_workers;
   resizing_ = false;
+  leaving_drained_ = false;
   starting_.clear();
   started_ = 0;
   hosting_.reset();
@@ -672,7 +683,8 @@ void TrainingRun::Impl::Launch() {
                                                  run_.name)
                            .lexically_normal()
                            .string();
-    common.restart_count = result_.restarts + result_.resizes;  // torchrun counts both
+    // torchrun counts every restart, whatever its cause.
+    common.restart_count = result_.restarts + result_.resizes + result_.preemptions;
     common.max_restarts = run_.failure.max_failures;
     const std::map<std::string, double> bundle = WorkerBundle(scaling_);
     common.cpus = bundle.count("CPU") ? bundle.at("CPU") : 0;
@@ -811,7 +823,10 @@ void TrainingRun::Impl::Deliver() {
       Status logged = LogMlflowResult(*tracking_, persisted->metrics);
       if (!logged.ok()) spdlog::warn("MLflow tracking: {}", logged.message());
     }
-    if (persisted->checkpoint) MaybeGrow();
+    if (persisted->checkpoint) {
+      MaybeLeaveDrained();
+      MaybeGrow();
+    }
     awaiting_answer_ = true;
     if (callbacks_.on_result) {
       callbacks_.on_result(*persisted);  // may Answer at once
@@ -824,16 +839,34 @@ void TrainingRun::Impl::Deliver() {
 }
 
 std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
-  try {
-    return rayd::AvailableResources();
-  } catch (const RaydError& e) {
-    spdlog::warn("{}: the cluster's free resources: {}", run_.name, e.what());
-    return {};  // nothing free: the size stays (or goes to min_workers)
+  // Nothing free when the head does not answer: the size stays (or goes to min_workers).
+  return internal::FreeOutsideDrains(internal::DriverNodes(std::chrono::milliseconds(0)));
+}
+
+void TrainingRun::Impl::MaybeLeaveDrained() {
+  if (resizing_ || !gang_ || scaling_.local_mode) return;
+  // A second-old view: every run of a sweep checkpointing at once costs one read.
+  const std::vector<NodeInfo> nodes = internal::DriverNodes(std::chrono::milliseconds(1000));
+  const std::set<std::string> drained = internal::DrainedOf(nodes, gang_->nodes());
+  if (drained.empty()) return;
+  const auto kept = static_cast<int>(
+      std::count_if(gang_->nodes().begin(), gang_->nodes().end(),
+                    [&](const std::string& node) { return !drained.contains(node); }));
+  std::string which;
+  for (const std::string& node : drained) which += (which.empty() ? "" : ", ") + node.substr(0, 8);
+  spdlog::warn("{}: node {} is draining: restarting from this checkpoint without it", run_.name,
+               which);
+  if (elastic()) {
+    // The workers left plus what is free elsewhere; a Tuner's trial does not grow by itself.
+    const int fit = ElasticWorkers(scaling_, internal::FreeOutsideDrains(nodes), kept);
+    resize_to_ = options_.grow ? fit : std::min(fit, world_);
   }
+  leaving_drained_ = true;
+  resizing_ = true;
 }
 
 void TrainingRun::Impl::MaybeGrow() {
-  if (!elastic() || world_ >= scaling_.num_workers) return;
+  if (!elastic() || world_ >= scaling_.num_workers || resizing_) return;
   if (grow_to_ > world_) {  // the owner decided
     spdlog::info("{}: growing from {} to {} workers from this checkpoint", run_.name, world_,
                  grow_to_);
@@ -952,13 +985,33 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
       !elastic()) {
     options_.reuse->Put(shape_, std::move(gang_));
   }
+  // A failure on a node a drain was taking (its deadline came, or it went sooner) is a
+  // preemption, not a failure.
+  const bool drained =
+      leaving_drained_ ||
+      (attempt.end == Attempt::End::kFailed && gang_ && !scaling_.local_mode &&
+       !internal::DrainedOf(internal::DriverNodes(std::chrono::milliseconds(0)), gang_->nodes())
+            .empty());
   gang_.reset();
   runs_.clear();
   reports_.clear();
   part_calls_.clear();
   parts_owed_ = 0;
   parts_collected_ = false;
-  if (std::exchange(resizing_, false) && attempt.end == Attempt::End::kStopped && !stop_asked_) {
+  const bool resized = std::exchange(resizing_, false) && attempt.end == Attempt::End::kStopped;
+  const int max_preemptions = run_.failure.max_preemptions;
+  if (drained && !stop_asked_ && (resized || attempt.end == Attempt::End::kFailed)) {
+    if (max_preemptions >= 0 && result_.preemptions >= max_preemptions) {
+      attempt = {Attempt::End::kFailed,
+                 "a drained node took ranks away more than max_preemptions (" +
+                     std::to_string(max_preemptions) + ") times" +
+                     (attempt.error.empty() ? "" : "; the last attempt: " + attempt.error)};
+    } else {
+      ++result_.preemptions;
+      spdlog::info("{}: restarting after a drain (preemption {})", run_.name, result_.preemptions);
+      return BeginAttempt();
+    }
+  } else if (resized && !stop_asked_) {
     ++result_.resizes;  // stopped to grow: not a failure, not the owner's stop
     return BeginAttempt();
   }
@@ -966,7 +1019,7 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   result_.error = attempt.error;
   result_.stopped = attempt.end == Attempt::End::kStopped || stop_asked_;
   const int max_failures = run_.failure.max_failures;
-  if (attempt.end == Attempt::End::kFailed && !stop_asked_ &&
+  if (attempt.end == Attempt::End::kFailed && !stop_asked_ && !drained &&
       (max_failures < 0 || result_.restarts < max_failures)) {
     ++result_.restarts;
     return BeginAttempt();

@@ -50,7 +50,7 @@ const Keys kMeshKeys = {"data", "pipeline", "tensor"};
 const Keys kSimulateKeys = {"workers", "speedup", "restart_s", "recorded_workers"};
 const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
-const Keys kFailureKeys = {"max_failures"};
+const Keys kFailureKeys = {"max_failures", "max_preemptions"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
 const Keys kTuneKeys = {"metric", "mode",    "num_samples", "max_concurrent_trials",
                         "seed",   "stop",    "scheduler",   "progress_interval_s",
@@ -576,6 +576,9 @@ rayd::train::RunConfig Parser::Run(const Field* f) const {
   if (const Field* x = map.Find("failure")) {
     MapFields failure = ReadMap(*x, kFailureKeys);
     if (const Field* y = failure.Find("max_failures")) out.failure.max_failures = Int(*y, -1);
+    if (const Field* y = failure.Find("max_preemptions")) {
+      out.failure.max_preemptions = Int(*y, -1);
+    }
   }
   if (const Field* x = map.Find("checkpoint")) {
     MapFields checkpoint = ReadMap(*x, kCheckpointKeys);

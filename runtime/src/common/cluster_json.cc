@@ -24,13 +24,22 @@ nlohmann::json DemandsJson(const std::vector<ResourceDemand>& demands) {
 }
 
 nlohmann::json NodeJson(const NodeInfo& n) {
-  return {{"node_id", n.node_id.Hex()},   {"state", n.alive ? "ALIVE" : "DEAD"},
-          {"address", n.address},         {"hostname", n.hostname},
-          {"ip", n.ip},                   {"is_head", n.is_head},
-          {"total", Amounts(n.total)},    {"available", Amounts(n.available)},
-          {"labels", n.labels},           {"start_time_ms", n.start_time_ms},
-          {"end_time_ms", n.end_time_ms}, {"death_reason", n.death_reason},
-          {"pid", n.pid},                 {"infeasible", DemandsJson(n.infeasible)}};
+  return {{"node_id", n.node_id.Hex()},
+          {"state", n.alive ? "ALIVE" : "DEAD"},
+          {"address", n.address},
+          {"hostname", n.hostname},
+          {"ip", n.ip},
+          {"is_head", n.is_head},
+          {"total", Amounts(n.total)},
+          {"available", Amounts(n.available)},
+          {"labels", n.labels},
+          {"start_time_ms", n.start_time_ms},
+          {"end_time_ms", n.end_time_ms},
+          {"death_reason", n.death_reason},
+          {"drain_deadline_ms", n.drain_deadline_ms},
+          {"drain_reason", n.drain_reason},
+          {"pid", n.pid},
+          {"infeasible", DemandsJson(n.infeasible)}};
 }
 
 scheduler::ResourceSet BundleResources(const std::map<std::string, double>& amounts) {

@@ -109,6 +109,13 @@ Result<std::vector<JobSubmissionInfo>> ClusterClient::JobSubmissions() {
       [](auto& r, auto done) { r.gcs().ListJobSubmissions(done); });
 }
 
+Status ClusterClient::DrainNode(const NodeId& node, int64_t deadline_ms,
+                                const std::string& reason) {
+  return impl_
+      ->Wait<bool>([&](auto& r, auto done) { r.gcs().DrainNode(node, deadline_ms, reason, done); })
+      .status();
+}
+
 Result<JobSubmissionInfo> ClusterClient::StopJobSubmission(const std::string& submission_id) {
   return impl_->Wait<JobSubmissionInfo>(
       [&](auto& r, auto done) { r.gcs().StopJobSubmission(submission_id, done); });

@@ -109,6 +109,21 @@ void GcsClient::GetClusterView(Done<ClusterView> done) {
   });
 }
 
+void GcsClient::DrainNode(const NodeId& node, int64_t deadline_ms, const std::string& reason,
+                          Done<bool> done) {
+  Call<proto::Method::DRAIN_NODE>(
+      [&](proto::DrainNodeRequest::Builder r) {
+        r.setNodeId(node.Hex());
+        r.setDeadlineMs(deadline_ms);
+        r.setReason(reason);
+      },
+      timeout_,
+      [this, done](const Status& s) {
+        if (!s.ok()) return done(Explain(s));
+        done(true);
+      });
+}
+
 void GcsClient::GetActors(Done<std::vector<ActorSummary>> done) {
   Call<proto::Method::GET_ALL_ACTORS>(
       timeout_, [this, done](const Status& s, proto::GetAllActorsReply::Reader r) {

@@ -39,6 +39,9 @@ class GcsClient : public rpc::RpcClient {
   void GetNodes(bool only_alive, Done<std::vector<NodeInfo>> done);
   // The cluster identity and every node, alive and dead (what `rayd status` shows).
   void GetClusterView(Done<ClusterView> done);
+  // `rayd drain`: the node takes no new work and leaves at `deadline_ms` (unix ms).
+  void DrainNode(const NodeId& node, int64_t deadline_ms, const std::string& reason,
+                 Done<bool> done);
   void GetActors(Done<std::vector<ActorSummary>> done);
   void GetJobs(Done<std::vector<JobSummary>> done);
 

@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "rayd/scheduler/placement.h"
@@ -84,6 +85,8 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setObjectStoreBytes(info.object_store_bytes);
   DemandsToProto(info.infeasible,
                  out.initInfeasible(static_cast<unsigned>(info.infeasible.size())));
+  out.setDrainDeadlineMs(info.drain_deadline_ms);
+  out.setDrainReason(info.drain_reason);
 }
 
 Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
@@ -107,6 +110,8 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.transfer_address = in.getTransferAddress();
   info.object_store_bytes = in.getObjectStoreBytes();
   info.infeasible = DemandsFromProto(in.getInfeasible());
+  info.drain_deadline_ms = in.getDrainDeadlineMs();
+  info.drain_reason = in.getDrainReason();
   return info;
 }
 
@@ -199,6 +204,8 @@ std::string NodeInfoToJson(const NodeInfo& info) {
       {"store_socket", info.store_socket},
       {"transfer_address", info.transfer_address},
       {"object_store_bytes", info.object_store_bytes},
+      {"drain_deadline_ms", info.drain_deadline_ms},
+      {"drain_reason", info.drain_reason},
   };
   return j.dump();
 }
@@ -225,6 +232,8 @@ Result<NodeInfo> NodeInfoFromJson(const std::string& text) {
     info.store_socket = j.value("store_socket", std::string());
     info.transfer_address = j.value("transfer_address", std::string());
     info.object_store_bytes = j.value("object_store_bytes", uint64_t{0});
+    info.drain_deadline_ms = j.value("drain_deadline_ms", int64_t{0});
+    info.drain_reason = j.value("drain_reason", std::string());
     return info;
   } catch (const nlohmann::json::exception& e) {
     return Status::Internal(std::string("corrupt node record in the GCS store: ") + e.what());
@@ -267,3 +276,26 @@ std::set<std::string> LocalAddresses() {
 }
 
 }  // namespace rayd::runtime
+
+namespace rayd {
+
+std::string DrainNoticePath(const std::string& session_dir, const std::string& node_id_hex) {
+  return session_dir + "/drain-" + node_id_hex + ".json";
+}
+
+std::string DrainNoticeJson(const DrainNotice& notice) {
+  return nlohmann::json{{"deadline_ms", notice.deadline_ms}, {"reason", notice.reason}}.dump();
+}
+
+std::optional<DrainNotice> ReadDrainNotice(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    return DrainNotice{j.at("deadline_ms").get<int64_t>(), j.value("reason", std::string())};
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // written atomically, so only a foreign file reads so
+  }
+}
+
+}  // namespace rayd

@@ -55,6 +55,7 @@ void GcsNodeManager::RegisterMethods(rpc::Dispatcher& dispatcher) {
   dispatcher.Handle<proto::Method::HEARTBEAT>([this](const auto& c) { HandleHeartbeat(c); });
   dispatcher.Handle<proto::Method::GET_ALL_NODES>([this](const auto& c) { HandleGetAll(c); });
   dispatcher.Handle<proto::Method::UNREGISTER_NODE>([this](const auto& c) { HandleUnregister(c); });
+  dispatcher.Handle<proto::Method::DRAIN_NODE>([this](const auto& c) { HandleDrain(c); });
 }
 
 void GcsNodeManager::Persist(const runtime::NodeInfo& info, std::function<void(Status)> done) {
@@ -80,7 +81,13 @@ void GcsNodeManager::HandleRegister(const rpc::Incoming<proto::Method::REGISTER_
   const bool known = it != nodes_.end();
   info->alive = true;
   info->last_heartbeat_ms = NowUnixMs();
-  if (known) info->start_time_ms = it->second.start_time_ms;
+  if (known) {
+    info->start_time_ms = it->second.start_time_ms;
+    if (info->drain_deadline_ms == 0) {  // a drain the node had not heard of yet stays
+      info->drain_deadline_ms = it->second.drain_deadline_ms;
+      info->drain_reason = it->second.drain_reason;
+    }
+  }
   spdlog::info("{} node {} at {} ({}) with {}", known ? "re-registered" : "registered",
                info->node_id.Hex(), info->address, info->hostname, info->total.ToString());
   last_seen_[info->node_id] = Clock::now();
@@ -103,6 +110,8 @@ void GcsNodeManager::HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEA
     return;
   }
   auto status = proto::HeartbeatReply::Status::OK;
+  int64_t drain_deadline_ms = 0;
+  std::string drain_reason;
   auto it = nodes_.find(*id);
   if (it == nodes_.end()) {
     status = proto::HeartbeatReply::Status::UNKNOWN;
@@ -117,8 +126,14 @@ void GcsNodeManager::HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEA
       it->second.available = std::move(available);
       Changed(*id, NodeChange::kResources);
     }
+    drain_deadline_ms = it->second.drain_deadline_ms;
+    drain_reason = it->second.drain_reason;
   }
-  call.Reply([status](proto::HeartbeatReply::Builder b) { b.setStatus(status); });
+  call.Reply([&](proto::HeartbeatReply::Builder b) {
+    b.setStatus(status);
+    b.setDrainDeadlineMs(drain_deadline_ms);
+    b.setDrainReason(drain_reason);
+  });
 }
 
 void GcsNodeManager::HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_NODES>& call) {
@@ -151,16 +166,56 @@ void GcsNodeManager::HandleUnregister(const rpc::Incoming<proto::Method::UNREGIS
   call.Reply();
 }
 
+void GcsNodeManager::HandleDrain(const rpc::Incoming<proto::Method::DRAIN_NODE>& call) {
+  auto request = call.params();
+  auto id = NodeId::FromHex(request.getNodeId().cStr());
+  if (!id.ok()) return call.Fail(id.status());
+  auto it = nodes_.find(*id);
+  if (it == nodes_.end()) return call.Fail(Status::NotFound("no node " + id->Hex()));
+  runtime::NodeInfo& info = it->second;
+  if (!info.alive) {
+    return call.Fail(Status::InvalidArgument("node " + id->Hex() + " is already dead (" +
+                                             info.death_reason + ")"));
+  }
+  if (info.is_head) {
+    return call.Fail(
+        Status::InvalidArgument("node " + id->Hex() +
+                                " is the head's own node and cannot be drained (rayd stop ends "
+                                "the cluster)"));
+  }
+  // Drained again: the new deadline and reason replace the old (a sooner notice, say).
+  info.drain_deadline_ms = std::max<int64_t>(request.getDeadlineMs(), 1);
+  info.drain_reason = request.getReason();
+  spdlog::warn("node {} ({}) is draining: {} (deadline in {} ms)", id->Hex(), info.address,
+               info.drain_reason.empty() ? "no reason given" : info.drain_reason,
+               info.drain_deadline_ms - NowUnixMs());
+  Changed(*id, NodeChange::kResources);  // placement views drop it
+  Persist(info, [call](Status s) {
+    if (s.ok()) {
+      call.Reply();
+    } else {
+      call.Fail(s.WithContext("storing the drain"));
+    }
+  });
+}
+
 void GcsNodeManager::CheckHeartbeats() {
   const auto now = Clock::now();
-  std::vector<NodeId> dead;
+  const int64_t now_ms = NowUnixMs();
+  std::vector<std::pair<NodeId, std::string>> dead;
   for (const auto& [id, seen] : last_seen_) {
-    if (now - seen > config_.timeout()) dead.push_back(id);
+    const runtime::NodeInfo& info = nodes_.at(id);
+    if (now - seen > config_.timeout()) {
+      dead.emplace_back(id, "missed " + std::to_string(config_.missed_heartbeats) +
+                                " heartbeats (none for " +
+                                std::to_string(config_.timeout().count()) + " ms)");
+    } else if (info.draining() && now_ms > info.drain_deadline_ms + config_.timeout().count()) {
+      dead.emplace_back(id, "drained (" + info.drain_reason + "), but still there " +
+                                std::to_string(config_.timeout().count()) +
+                                " ms after its deadline");
+    }
   }
-  for (const auto& id : dead) {
-    MarkDead(id, "missed " + std::to_string(config_.missed_heartbeats) + " heartbeats (none for " +
-                     std::to_string(config_.timeout().count()) + " ms)");
-  }
+  for (const auto& [id, reason] : dead) MarkDead(id, reason);
 }
 
 void GcsNodeManager::MarkDead(const NodeId& id, const std::string& reason) {

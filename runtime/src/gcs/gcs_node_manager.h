@@ -4,7 +4,9 @@
 // Invariants: every node in nodes_ is also in the store (written before the reply to its
 // registration); a node is declared dead after `missed_heartbeats` periods without a
 // heartbeat and never comes back alive under the same id (it rejoins as a new node).
-// After a head restart, nodes loaded from the store get a grace period to reconnect.
+// After a head restart, nodes loaded from the store get a grace period to reconnect. A drained
+// node leaves by itself at its deadline; one still heard from a heartbeat timeout after it is
+// declared dead.
 
 #include <functional>
 #include <map>
@@ -61,6 +63,9 @@ class GcsNodeManager {
   void HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEAT>& call);
   void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_NODES>& call);
   void HandleUnregister(const rpc::Incoming<proto::Method::UNREGISTER_NODE>& call);
+  // `rayd drain`: marks an alive node (not the head's) as leaving; its heartbeats' replies tell
+  // it, and placement views see it as taking nothing new (PendingPlacements).
+  void HandleDrain(const rpc::Incoming<proto::Method::DRAIN_NODE>& call);
   void CheckHeartbeats();
   void MarkDead(const NodeId& id, const std::string& reason);
   void Persist(const runtime::NodeInfo& info, std::function<void(Status)> done);

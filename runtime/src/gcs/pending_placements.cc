@@ -101,7 +101,10 @@ scheduler::NodeState PendingPlacements::Seen(const runtime::NodeInfo& node,
     if (skip != nullptr && skip->node == node.node_id) unreported -= skip->resources;
     available -= unreported;
   }
-  return {node.node_id.Hex(), scheduler::NodeResources(node.total, available, node.labels)};
+  scheduler::NodeState seen{node.node_id.Hex(),
+                            scheduler::NodeResources(node.total, available, node.labels)};
+  seen.alive = !node.draining();  // `rayd drain`: nothing new goes there
+  return seen;
 }
 
 const scheduler::ClusterSnapshot& PendingPlacements::View(const std::vector<NodeId>** ids,

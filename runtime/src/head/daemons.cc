@@ -124,6 +124,9 @@ int RunNodeDaemon(const NodeOptions& options, const std::string& session_dir,
   }
   if (*metrics) info.metrics_address = options.node_ip + ":" + std::to_string((*metrics)->port());
   on_ready(info);
+  // A drained node leaves as a stopped one does, and its process ends.
+  node.SetOnDrained(
+      [&](const std::string& reason) { node.Shutdown(reason, [&loop] { loop.Stop(); }); });
   ServeUntilSignal(loop, node);
   spdlog::info("node stopped");
   return 0;

@@ -40,7 +40,7 @@ scheduler::ClusterSnapshot Snapshot(const std::vector<NodeInfo>& nodes, const No
                                     std::vector<const NodeInfo*>* behind) {
   scheduler::ClusterSnapshot cluster;
   for (const auto& node : nodes) {
-    if (!node.alive || node.node_id == skip) continue;
+    if (!node.alive || node.draining() || node.node_id == skip) continue;
     cluster.nodes.push_back(
         {node.node_id.Hex(), scheduler::NodeResources(node.total, node.available, node.labels)});
     behind->push_back(&node);
@@ -191,8 +191,11 @@ void LeaseManager::HandleRequest(const RequestLeaseCall& call) {
   }
   // Soft affinity to another node: that node first, when it has room (SpillOrQueue).
   const internal::SchedulingOptions& scheduling = request->scheduling;
-  const bool prefers_other = !request->grant_or_reject && !scheduling.node_affinity.empty() &&
-                             scheduling.node_affinity != node_id_.Hex();
+  // Draining (`rayd drain`): another node first, this one only when none has room.
+  const bool prefers_other =
+      !request->grant_or_reject &&
+      ((!scheduling.node_affinity.empty() && scheduling.node_affinity != node_id_.Hex()) ||
+       (draining_ && !HasHardAffinity(scheduling)));
   if (!prefers_other) {
     if (auto allocation = TryAllocate(*request)) return Grant(request, std::move(*allocation));
   }
@@ -267,7 +270,8 @@ const NodeInfo* LeaseManager::NodeThatFits(const std::vector<NodeInfo>& nodes,
                                            const Request& request) const {
   const internal::SchedulingOptions& s = request.scheduling;
   for (const auto& node : nodes) {
-    if (node.alive && node.node_id != node_id_ && scheduler::MatchesLabels(node.labels, s.label_selector) &&
+    if (node.alive && !node.draining() && node.node_id != node_id_ &&
+        scheduler::MatchesLabels(node.labels, s.label_selector) &&
         (!HasHardAffinity(s) || node.node_id.Hex() == s.node_affinity) &&
         request.resources.IsSubsetOf(node.total)) {
       return &node;
@@ -338,7 +342,7 @@ void LeaseManager::SpillOrQueue(const RequestPtr& request) {
   WithNodes([this, request](Result<std::vector<NodeInfo>> nodes) {
     if (CallerGone(request->call)) return;
     const NodeInfo* elsewhere = nodes.ok() ? PlaceElsewhere(*nodes, *request) : nullptr;
-    if (elsewhere && elsewhere->node_id.Hex() == request->scheduling.node_affinity) {
+    if (elsewhere && (draining_ || elsewhere->node_id.Hex() == request->scheduling.node_affinity)) {
       return ReplySpillback(request->call, *elsewhere);  // soft affinity: its node has room
     }
     // Resources may have come back while we asked.

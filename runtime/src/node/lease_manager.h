@@ -147,6 +147,8 @@ class LeaseManager {
   uint64_t actor_leases_granted() const { return actor_leases_granted_; }
   size_t num_queued() const { return queue_.size(); }
   size_t num_bundles() const { return bundles_.size(); }
+  // `rayd drain`: new requests go to other nodes when one has room.
+  void SetDraining(bool draining) { draining_ = draining; }
 
   // From the pool's exit hook: frees the lease the worker held, if any.
   void OnWorkerExit(const Worker& worker);
@@ -271,6 +273,7 @@ class LeaseManager {
   std::list<Waiting> infeasible_;        // arrival order
   bool dispatching_ = false;
   bool redispatch_ = false;
+  bool draining_ = false;
 
   std::optional<std::vector<NodeInfo>> nodes_;  // the last GET_ALL_NODES answer
   Clock::time_point nodes_time_;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "common/node_info.h"
 #include "rayd/api/placement_group.h"
+#include "rayd/base/files.h"
 #include "rayd/protocol/core.capnp.h"
 #include "rayd/protocol/gcs.capnp.h"
 
@@ -55,7 +57,8 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
                      [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
       heartbeat_timer_(loop),
       join_timer_(loop),
-      retry_timer_(loop) {
+      retry_timer_(loop),
+      drain_timer_(loop) {
   dispatcher_.Handle<proto::Method::PING>([](const auto& c) { c.Reply(); });
   dispatcher_.Handle<proto::Method::GET_NODE_INFO>([this](const auto& c) {
     c.Reply([this](proto::NodeInfo::Builder b) { runtime::NodeInfoToProto(SelfInfo(), b); });
@@ -172,6 +175,8 @@ NodeInfo NodeDaemon::SelfInfo() const {
   info.available = lease_manager_.available();
   info.labels = WithNodeIdLabel(config_.labels, node_id_);
   info.start_time_ms = start_time_ms_;
+  info.drain_deadline_ms = drain_deadline_ms_;
+  info.drain_reason = drain_reason_;
   info.pid = getpid();
   info.session_dir = config_.session_dir;
   if (objects_) {
@@ -232,6 +237,7 @@ void NodeDaemon::SendHeartbeat() {
         if (!s.ok()) return;
         switch (reply.getStatus()) {
           case proto::HeartbeatReply::Status::OK:
+            NoteDrain(reply.getDrainDeadlineMs(), reply.getDrainReason());
             break;
           case proto::HeartbeatReply::Status::UNKNOWN:
             spdlog::warn("the GCS does not know node {}; registering again", node_id_.Hex());
@@ -245,7 +251,44 @@ void NodeDaemon::SendHeartbeat() {
       });
 }
 
+void NodeDaemon::NoteDrain(int64_t deadline_ms, const std::string& reason) {
+  if (deadline_ms == 0 || shutting_down_) return;
+  if (deadline_ms != drain_deadline_ms_ || reason != drain_reason_) {
+    drain_deadline_ms_ = deadline_ms;
+    drain_reason_ = reason;
+    lease_manager_.SetDraining(true);
+    const std::string path = DrainNoticePath(config_.session_dir, node_id_.Hex());
+    if (Status written = WriteFileAtomically(path, DrainNoticeJson({deadline_ms, reason}), false);
+        !written.ok()) {
+      spdlog::error("cannot write the drain notice {}: {}", path, written.ToString());
+    }
+    const int64_t left_ms = std::max<int64_t>(0, deadline_ms - NowUnixMs());
+    spdlog::warn("this node is draining ({}): it takes no new work and leaves in {} ms",
+                 reason.empty() ? "no reason given" : reason, left_ms);
+    drain_timer_.Start(Millis(left_ms), Millis(0), [this] { Drained("its deadline came"); });
+  }
+  // Checked at each heartbeat: gone as soon as nothing runs here any more.
+  if (lease_manager_.num_leases() == 0 && lease_manager_.num_bundles() == 0) {
+    Drained("nothing runs on it any more");
+  }
+}
+
+void NodeDaemon::Drained(const std::string& why) {
+  if (shutting_down_ || drain_deadline_ms_ == 0) return;
+  drain_timer_.Stop();
+  spdlog::warn("drained: {}; leaving the cluster", why);
+  const std::string reason =
+      "drained" + (drain_reason_.empty() ? std::string() : " (" + drain_reason_ + ")");
+  if (on_drained_) {
+    on_drained_(reason);
+  } else {
+    Shutdown(reason, [] {});
+  }
+}
+
 void NodeDaemon::RejoinAsNewNode(const std::string& why) {
+  // A drained node that lost the cluster does not come back as a new one: it was leaving.
+  if (drain_deadline_ms_ > 0) return Drained(why);
   // The cluster has given up on this incarnation: its actors restarted and its bundles were
   // re-reserved elsewhere, so whatever still runs here would run twice. End it, then join as a
   // new, empty node.
@@ -262,6 +305,11 @@ void NodeDaemon::RejoinAsNewNode(const std::string& why) {
 
 void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done) {
   shutting_down_ = true;
+  drain_timer_.Stop();
+  if (drain_deadline_ms_ > 0) {
+    std::error_code ignored;
+    std::filesystem::remove(DrainNoticePath(config_.session_dir, node_id_.Hex()), ignored);
+  }
   pool_.KillAll("the node is shutting down");
   lease_manager_.CancelQueued(Status::Unavailable("node " + node_id_.Hex() + " is shutting down"));
   heartbeat_timer_.Stop();

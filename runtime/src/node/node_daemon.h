@@ -53,6 +53,13 @@ class NodeDaemon {
   // (bounded wait), then runs `done`.
   void Shutdown(const std::string& reason, std::function<void()> done);
 
+  // Runs once when a drain (`rayd drain`) is over: its deadline came, or nothing ran here any
+  // more. The owner shuts the daemon down with `reason` ("drained (its reason)"), which ends
+  // the workers left (a command rank's group gets SIGTERM, then SIGKILL after its grace).
+  void SetOnDrained(std::function<void(const std::string& reason)> on_drained) {
+    on_drained_ = std::move(on_drained);
+  }
+
   const NodeId& node_id() const { return node_id_; }
   const std::string& address() const { return address_; }
   bool registered() const { return registered_; }
@@ -69,6 +76,10 @@ class NodeDaemon {
   // new id: what a node declared dead does when it can reach the GCS again.
   void RejoinAsNewNode(const std::string& why);
   void SendHeartbeat();
+  // A heartbeat's reply said this node is draining (deadline 0: it is not): remember it, tell
+  // the processes here through the notice file, and leave at the deadline or once idle.
+  void NoteDrain(int64_t deadline_ms, const std::string& reason);
+  void Drained(const std::string& why);
   void FinishJoin(const Status& status);
   NodeInfo SelfInfo() const;
   void OnWorkerExit(Worker& worker, WorkerState previous);
@@ -90,6 +101,10 @@ class NodeDaemon {
   Timer heartbeat_timer_;
   Timer join_timer_;
   Timer retry_timer_;
+  Timer drain_timer_;
+  int64_t drain_deadline_ms_ = 0;  // from the GCS; 0: not draining
+  std::string drain_reason_;
+  std::function<void(const std::string&)> on_drained_;
   std::function<void(Status)> on_joined_;
   bool registered_ = false;
   bool shutting_down_ = false;

@@ -231,6 +231,67 @@ TEST_CASE("a node that unregisters is marked dead with its reason", "[gcs]") {
   CHECK(nodes[n.node_id].death_reason == "stopped by test");
 }
 
+TEST_CASE("a drained node is told so by its heartbeats, keeps its drain in the store, and is "
+          "declared dead when it outstays its deadline",
+          "[gcs][drain]") {
+  auto store = MakeInMemoryTableStore();
+  FailureDetectorConfig failure{Millis(50), 3, Millis(0)};
+  auto server = StartGcs(Borrowed(*store), failure);
+  Client client(server->address());
+  NodeInfo head = FakeNode("head", 1), n = FakeNode("n", 2);
+  head.is_head = true;
+  REQUIRE(client.Register(head).ok());
+  REQUIRE(client.Register(n).ok());
+  auto drain = [&](const NodeId& id, int64_t deadline_ms) {
+    return client.Call<proto::Method::DRAIN_NODE>([&](proto::DrainNodeRequest::Builder r) {
+      r.setNodeId(id.Hex());
+      r.setDeadlineMs(deadline_ms);
+      r.setReason("spot preemption");
+    });
+  };
+  Status refused = drain(head.node_id, NowUnixMs() + 60'000);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message().find("head's own node") != std::string::npos);
+  CHECK(drain(NodeId::FromRandom(), NowUnixMs()).code() == StatusCode::kNotFound);
+
+  const int64_t deadline = NowUnixMs() + 400;
+  REQUIRE(drain(n.node_id, deadline).ok());
+  NodeInfo seen = client.Nodes()[n.node_id];
+  CHECK(seen.draining());
+  CHECK(seen.drain_deadline_ms == deadline);
+  CHECK(seen.drain_reason == "spot preemption");
+  // In the store too (a restarted head keeps it), and in the node's heartbeat replies.
+  auto stored = runtime::NodeInfoFromJson(runtime::NodeInfoToJson(seen));
+  REQUIRE(stored.ok());
+  CHECK(stored->drain_deadline_ms == deadline);
+  CHECK(stored->drain_reason == "spot preemption");
+  int64_t told = 0;
+  std::string why;
+  REQUIRE(client
+              .Call<proto::Method::HEARTBEAT>(
+                  [&](proto::HeartbeatRequest::Builder r) { r.setNodeId(n.node_id.Hex()); },
+                  [&](proto::HeartbeatReply::Reader r) {
+                    told = r.getDrainDeadlineMs();
+                    why = r.getDrainReason();
+                  })
+              .ok());
+  CHECK(told == deadline);
+  CHECK(why == "spot preemption");
+  // Still heartbeating a heartbeat timeout past its deadline: declared dead, saying why.
+  const auto start = Clock::now();
+  while (client.Nodes()[n.node_id].alive && Clock::now() - start < 10s) {
+    client.Heartbeat(n.node_id);
+    client.Heartbeat(head.node_id);
+  }
+  const NodeInfo gone = client.Nodes()[n.node_id];
+  REQUIRE_FALSE(gone.alive);
+  CHECK_FALSE(gone.draining());
+  CHECK(gone.drain_deadline_ms == deadline);  // how a driver tells a preemption from a failure
+  CHECK(gone.death_reason.starts_with("drained (spot preemption), but still there"));
+  CHECK(NowUnixMs() >= deadline + 150);
+  CHECK(drain(n.node_id, NowUnixMs()).message().find("already dead") != std::string::npos);
+}
+
 TEST_CASE("the KV is namespaced and supports prefixes", "[gcs][kv]") {
   auto store = MakeInMemoryTableStore();
   auto server = StartGcs(Borrowed(*store));

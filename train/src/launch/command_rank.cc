@@ -28,6 +28,8 @@
 #include <random>
 #include <sstream>
 
+#include "rank_session.h"
+
 namespace rayd::train::internal {
 namespace {
 
@@ -537,6 +539,7 @@ Result<bool> RankProcess::Run() {
   launch.report_address = "127.0.0.1:" + std::to_string(port_);
   launch.report_token = token_;
   launch.python_dir = PythonClientDir();
+  launch.drain_file = NodeDrainFile();
   if (launch.gloo_iface.empty() && launch.world_rank < static_cast<int>(launch.endpoints.size())) {
     launch.gloo_iface = InterfaceOf(HostOf(launch.endpoints[launch.world_rank]));
   }

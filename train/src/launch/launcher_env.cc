@@ -152,6 +152,7 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
   env["RAYD_REPORT_ADDR"] = r.report_address;
   env["RAYD_REPORT_TOKEN"] = r.report_token;
   env["RAYD_CONFIG_FILE"] = r.config_file;
+  if (!r.drain_file.empty()) env["RAYD_DRAIN_FILE"] = r.drain_file;
   if (r.checkpoint_dir.empty()) {
     env.erase("RAYD_CHECKPOINT_DIR");
   } else {

@@ -40,6 +40,7 @@ struct RankLaunch {
   std::string checkpoint_dir;  // empty: nothing to resume from
   std::string python_dir;      // the rayd Python client's directory, put first on PYTHONPATH
   std::string gpus;            // CUDA_VISIBLE_DEVICES: the bundle's devices, "" for none
+  std::string drain_file;      // RAYD_DRAIN_FILE: where the node posts a `rayd drain` notice
   double cpus = 1;             // the bundle's CPUs: OMP_NUM_THREADS unless the command sets it
 };
 

@@ -62,6 +62,7 @@ RAYD_RPC_METHOD(GET_JOB_SUBMISSION, JobSubmissionRequest, JobSubmissionReply)
 RAYD_RPC_METHOD(LIST_JOB_SUBMISSIONS, Empty, ListJobSubmissionsReply)
 RAYD_RPC_METHOD(STOP_JOB_SUBMISSION, JobSubmissionRequest, JobSubmissionReply)
 RAYD_RPC_METHOD(READ_JOB_LOGS, ReadJobLogsRequest, ReadJobLogsReply)
+RAYD_RPC_METHOD(DRAIN_NODE, DrainNodeRequest, Empty)
 
 // A node daemon.
 RAYD_RPC_METHOD(GET_NODE_INFO, Empty, NodeInfo)

@@ -50,6 +50,11 @@ struct NodeInfo {
   // Requests no node can satisfy yet, waiting here for one that can to join (from heartbeats;
   // not persisted).
   std::vector<ResourceDemand> infeasible;
+  // `rayd drain`: when the node leaves (unix ms), and why; 0 while it is not draining. A
+  // draining node is alive but takes no new work.
+  int64_t drain_deadline_ms = 0;
+  std::string drain_reason;
+  bool draining() const { return alive && drain_deadline_ms > 0; }
 };
 
 // Dashboard feeds: how a program shows what it runs on the head's dashboard and /metrics,
@@ -217,6 +222,10 @@ class ClusterClient {
 
   // The cluster and its node table.
   Result<ClusterView> Nodes();
+  // `rayd drain`: the node takes no new work from now and leaves at `deadline_ms` (unix ms),
+  // its workers stopped; sooner when nothing runs on it. Ranks on it see the notice
+  // (ReadDrainNotice). Not for the head's own node.
+  Status DrainNode(const NodeId& node, int64_t deadline_ms, const std::string& reason);
   Result<std::vector<ActorSummary>> Actors();
   Result<std::vector<JobSummary>> Jobs();
   // Every placement group the GCS knows (recently removed and failed ones included), in
@@ -247,6 +256,17 @@ class ClusterClient {
   explicit ClusterClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A drain's notice as a node hands it to the processes on it: a file in its session directory
+// (DrainNoticePath), written when the node learns of the drain and removed when it leaves.
+struct DrainNotice {
+  int64_t deadline_ms = 0;  // unix ms
+  std::string reason;
+};
+std::string DrainNoticePath(const std::string& session_dir, const std::string& node_id_hex);
+// The notice at `path`, or nullopt when there is none (or it cannot be read).
+std::optional<DrainNotice> ReadDrainNotice(const std::string& path);
+std::string DrainNoticeJson(const DrainNotice& notice);
 
 // The most a submitted job's working directory may hold (Ray's limit for a package too).
 inline constexpr uint64_t kMaxWorkingDirBytes = 100ull << 20;

@@ -113,6 +113,9 @@ struct ScalingConfig {
 struct FailureConfig {
   // Restarts allowed after a failed attempt; -1: unlimited.
   int max_failures = 0;
+  // Restarts allowed after a drained node (`rayd drain`) took ranks away, counted apart from
+  // failures (Ray Train counts preemptions so); -1: unlimited.
+  int max_preemptions = -1;
 };
 
 struct CheckpointConfig {
@@ -199,6 +202,7 @@ struct TrainResult {
   std::string error;                      // empty when the run finished
   int restarts = 0;                       // attempts started after a failure
   int resizes = 0;                        // an elastic run's attempts started to grow
+  int preemptions = 0;  // attempts started after a drained node (`rayd drain`) took ranks away
   bool stopped = false;                   // FitOptions::on_report asked to stop
   bool ok() const { return error.empty(); }
 };
@@ -228,6 +232,15 @@ class Trainer {
   RunConfig run_;
 };
 
+// This rank's node is leaving the cluster (`rayd drain`: a preemption notice). Its ranks are
+// stopped at `deadline`: report a checkpoint now, and the run goes on from it on other nodes
+// without counting a failure.
+struct NodeDrain {
+  double deadline = 0;  // unix seconds
+  std::string reason;   // as given to `rayd drain --reason`; may be empty
+  double SecondsLeft() const;
+};
+
 // Where this rank sits in the job.
 struct TrainContext {
   int world_rank = 0;
@@ -243,6 +256,9 @@ struct TrainContext {
   // Coordinates in the run's mesh (ScalingConfig::mesh); without one, data = world_size and
   // data_rank = world_rank.
   MeshCoordinates mesh;
+  // Set while this rank's node is draining; each GetContext() call looks again (a stat of the
+  // node's notice file, ~1 us), so a loop may ask once per step.
+  std::optional<NodeDrain> drain;
 };
 
 // Inside a train loop (on the thread running it, in a rank actor; elsewhere these throw

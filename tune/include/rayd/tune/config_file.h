@@ -14,7 +14,7 @@
 //   config: {lr: 0.01, hidden: 128} # passed to the loop as JSON
 //   scaling: {num_workers: 2, use_gpu: false, resources_per_worker: {CPU: 1},
 //             placement_strategy: PACK, local_mode: false}   # num_processes: alias of num_workers
-//   run: {storage_path: ./rayd_results, failure: {max_failures: 1},
+//   run: {storage_path: ./rayd_results, failure: {max_failures: 1, max_preemptions: -1},
 //         checkpoint: {num_to_keep: 2, score_attribute: loss, score_order: min},
 //         mlflow: {tracking_uri: ./mlruns, experiment_name: mlp}}  # optional; docs/tracking.md
 
