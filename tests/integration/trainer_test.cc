@@ -63,12 +63,20 @@ void MlpLoop(const json& config) {
   for (int epoch = start_epoch; epoch < run.epochs; ++epoch) {
     // A slower epoch, for tests that change the cluster while the run trains.
     std::this_thread::sleep_for(std::chrono::milliseconds(config.value("epoch_sleep_ms", 0)));
-    // What a rank saw of a drain of its node (`rayd drain`): its reason, by rank.
-    if (const std::optional<rt::NodeDrain> drain = rt::GetContext().drain;
-        drain && config.contains("drain_dir")) {
-      std::ofstream(config.at("drain_dir").get<std::string>() + "/drain_seen." +
-                    std::to_string(context.world_rank))
-          << drain->reason << " " << drain->SecondsLeft();
+    // What a rank saw of a drain of its node (`rayd drain`): its reason, by rank; with
+    // checkpoint_on_drain, rank 0 checkpoints at once (this epoch) on seeing it.
+    bool drained_now = false;
+    if (config.contains("drain_dir")) {
+      const std::string dir = config.at("drain_dir");
+      if (epoch == start_epoch) {
+        std::ofstream(dir + "/node." + std::to_string(context.world_rank)) << rayd::GetNodeId();
+      }
+      const std::string seen = dir + "/drain_seen." + std::to_string(context.world_rank);
+      if (const std::optional<rt::NodeDrain> drain = rt::GetContext().drain;
+          drain && !fs::exists(seen)) {
+        std::ofstream(seen) << drain->reason << " " << drain->SecondsLeft();
+        drained_now = config.value("checkpoint_on_drain", false);
+      }
     }
     const bool crashes = context.world_rank == 1 && epoch == config.value("crash_epoch", -1) &&
                          !fs::exists(config.at("crash_marker").get<std::string>());
@@ -113,7 +121,7 @@ void MlpLoop(const json& config) {
       rt::Report(metrics);
       continue;
     }
-    if (epoch % config.value("checkpoint_every", 1) != 0) {
+    if (epoch % config.value("checkpoint_every", 1) != 0 && !drained_now) {
       rt::Report(metrics);
       continue;
     }
@@ -714,24 +722,27 @@ TEST_CASE(
   }
 }
 
-// `rayd drain` of a node holding one of an elastic run's two ranks.
+// `rayd drain` of the node holding rank 0 of an elastic run's two ranks (one per node; the
+// head holds no CPU).
 TEST_CASE(
     "a drained node's rank sees the notice and the run goes on without it from its next "
     "checkpoint as a preemption, not a failure, and the node leaves once idle",
     "[trainer][elastic][drain]") {
   rayd_runtime_test::CliCluster cluster;
-  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "1",
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "0",
                  "--heartbeat-period-ms", "250", "--missed-heartbeats", "8"});
-  const std::string node = cluster.Start({"--address", cluster.address(), "--num-cpus", "1"});
+  cluster.Start({"--address", cluster.address(), "--num-cpus", "1"});
+  cluster.Start({"--address", cluster.address(), "--num-cpus", "1"});
   cluster.InitDriver();
   const bool at_deadline = GENERATE(false, true);
   INFO((at_deadline ? "a loop that does not checkpoint again: stopped at the deadline"
-                    : "a loop that checkpoints every epoch"));
+                    : "a loop that checkpoints when it sees the notice"));
   TempDir storage, out;
   json config = LoopConfig(out, 12);
   config["epoch_sleep_ms"] = 300;
   config["drain_dir"] = out.path();
-  if (at_deadline) config["checkpoint_every"] = 1000;  // epoch 0's only
+  config["checkpoint_every"] = 1000;  // epoch 0's only, and
+  config["checkpoint_on_drain"] = !at_deadline;
   rt::ScalingConfig scaling{
       .num_workers = 2, .min_workers = 1, .resize_interval_s = 1, .collective_timeout_s = 10};
   rt::RunConfig run{.name = "drained", .storage_path = storage.path()};
@@ -756,20 +767,26 @@ TEST_CASE(
   };
   REQUIRE(rayd::testing::WaitFor([&] { return rows().size() >= 2; }, std::chrono::seconds(90)));
   CHECK(rows()[0].at("world_size") == 2);
-  const std::vector<std::string> sessions = cluster.Sessions("_node");
-  REQUIRE(sessions.size() == 1);
-  const pid_t daemon = std::atoi(rayd::testing::ReadFile(sessions[0] + "/node.pid").c_str());
+  // Rank 0's node, and its daemon.
+  const std::string node = rayd::testing::ReadFile(out.path() + "/node.0");
+  REQUIRE(node.size() == 32);
+  pid_t daemon = 0;
+  for (const std::string& session : cluster.Sessions("_node")) {
+    if (rayd::testing::ReadFile(session + "/logs/node.log").find("registered as node " + node) !=
+        std::string::npos) {
+      daemon = std::atoi(rayd::testing::ReadFile(session + "/node.pid").c_str());
+    }
+  }
   REQUIRE(daemon > 0);
 
-  const std::string deadline = at_deadline ? "3s" : "60s";
   std::string output;
-  REQUIRE(cluster.Rayd({"drain", node.substr(0, 12), "--deadline", deadline, "--reason",
-                        "spot preemption", "--address", cluster.address()},
+  REQUIRE(cluster.Rayd({"drain", node.substr(0, 12), "--deadline", at_deadline ? "3s" : "60s",
+                        "--reason", "spot preemption", "--address", cluster.address()},
                        &output) == 0);
   INFO(output);
   CHECK(output.find("is draining") != std::string::npos);
-  // Its rank sees it; the run restarts on the head's CPU alone and the node, idle, leaves:
-  // well before a 60 s deadline when the loop checkpoints, at 3 s when it does not.
+  // Rank 0 sees it; the run restarts on the other node alone and the drained node, idle,
+  // leaves: well before a 60 s deadline when the loop checkpoints, at 3 s when it does not.
   const auto drained = std::chrono::steady_clock::now();
   REQUIRE(rayd::testing::WaitFor([&] { return ::kill(daemon, 0) != 0; },
                                  std::chrono::seconds(at_deadline ? 30 : 40)));
@@ -785,15 +802,8 @@ TEST_CASE(
   CHECK(lines.back().at("epoch") == 11);
   if (!at_deadline) {
     CHECK(left_s < 30);
-    bool seen = false;
-    for (int rank = 0; rank < 2; ++rank) {
-      const std::string path = out.path() + "/drain_seen." + std::to_string(rank);
-      if (fs::exists(path)) {
-        seen = true;
-        CHECK(rayd::testing::ReadFile(path).starts_with("spot preemption "));
-      }
-    }
-    CHECK(seen);
+    CHECK(rayd::testing::ReadFile(out.path() + "/drain_seen.0").starts_with("spot preemption "));
+    // Restarted from the checkpoint rank 0 took on seeing the notice: every epoch once.
     REQUIRE(lines.size() == 12);
     for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i].at("epoch") == static_cast<int>(i));
   }

@@ -845,8 +845,9 @@ std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
 
 void TrainingRun::Impl::MaybeLeaveDrained() {
   if (resizing_ || !gang_ || scaling_.local_mode) return;
-  // A second-old view: every run of a sweep checkpointing at once costs one read.
-  const std::vector<NodeInfo> nodes = internal::DriverNodes(std::chrono::milliseconds(1000));
+  // Read now: the loop may have checkpointed because its rank saw the notice, which the head
+  // had before the node did.
+  const std::vector<NodeInfo> nodes = internal::DriverNodes(std::chrono::milliseconds(0));
   const std::set<std::string> drained = internal::DrainedOf(nodes, gang_->nodes());
   if (drained.empty()) return;
   const auto kept = static_cast<int>(
