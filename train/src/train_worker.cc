@@ -470,6 +470,10 @@ PollReply TrainWorker::Poll(int wait_ms, uint64_t attempt_token) {
   // Every report is enqueued before finished_ is set (both under mu_): none can follow these.
   out.finished = finished_;
   reports_.clear();
+  lock.unlock();
+  static const std::string drain_file = NodeDrainFile();
+  struct stat st {};
+  out.node_draining = !drain_file.empty() && ::stat(drain_file.c_str(), &st) == 0;
   return out;
 }
 

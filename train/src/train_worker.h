@@ -47,7 +47,10 @@ struct ReportMessage {
 struct PollReply {
   std::vector<ReportMessage> reports;
   bool finished = false;
-  MSGPACK_DEFINE(reports, finished);
+  // Rank 0's node is draining (`rayd drain`): the driver looks at the node table now rather
+  // than trusting a second-old read, since the loop may have checkpointed for it.
+  bool node_draining = false;
+  MSGPACK_DEFINE(reports, finished, node_draining);
 };
 
 // Another rank's files for the checkpoint of rank 0's report `index` (its own `index`-th Report),

@@ -322,6 +322,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   int resize_to_ = 0;      // the size an elastic run's next attempt asks for first; 0: the most
   bool resizing_ = false;  // stopping the attempt to restart it at resize_to_
   bool leaving_drained_ = false;  // ... because a drain takes some of its nodes
+  bool rank0_draining_ = false;   // rank 0's last Poll: its node is draining
   int grow_to_ = 0;        // GrowTo's: the size to restart at, at the next checkpoint
   std::chrono::steady_clock::time_point sized_at_;  // when the current size's attempt began
   std::vector<ObjectRef<int>> runs_;
@@ -434,6 +435,7 @@ void TrainingRun::Impl::BeginAttempt() {
   world_ = scaling_.num_workers;
   resizing_ = false;
   leaving_drained_ = false;
+  rank0_draining_ = false;
   starting_.clear();
   started_ = 0;
   hosting_.reset();
@@ -724,6 +726,7 @@ void TrainingRun::Impl::OnPolled() {
     for (ReportMessage& report : reply->reports) reports_.push_back(std::move(report));
     polled_ += static_cast<int>(reply->reports.size());
     rank0_finished_ = rank0_finished_ || reply->finished;
+    rank0_draining_ = reply->node_draining;
   } catch (const RaydError& e) {
     // Rank 0 is gone; after another rank's failure, that failure is the attempt's.
     return EndAttempt(
@@ -845,9 +848,11 @@ std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
 
 void TrainingRun::Impl::MaybeLeaveDrained() {
   if (resizing_ || !gang_ || scaling_.local_mode) return;
-  // Read now: the loop may have checkpointed because its rank saw the notice, which the head
-  // had before the node did.
-  const std::vector<NodeInfo> nodes = internal::DriverNodes(std::chrono::milliseconds(0));
+  // A second-old read of the node table serves every run of the driver process; read now when
+  // rank 0's node is draining: its loop may have checkpointed for it, and the head had the
+  // drain before the node did.
+  const std::vector<NodeInfo> nodes =
+      internal::DriverNodes(std::chrono::milliseconds(rank0_draining_ ? 0 : 1000));
   const std::set<std::string> drained = internal::DrainedOf(nodes, gang_->nodes());
   if (drained.empty()) return;
   const auto kept = static_cast<int>(
