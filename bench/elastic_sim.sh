@@ -60,3 +60,22 @@ printf '%-22s %10s %12s %14s %10s\n' trials "wall (s)" utilization "best at (s)"
 run fixed1 1 "$workers" "fixed 1 worker"
 run fixed4 4 $((workers / 4)) "fixed 4 workers"
 run elastic "[1, 4]" "$concurrent" "elastic [1, 4], $concurrent"
+# The three sweeps need not end on the same best value: when did each first report a loss
+# within TOLERANCE (default 0.5%) of the best any of them found?
+python3 - "$work/results" "${TOLERANCE:-0.005}" <<'PY'
+import csv, sys
+root, tolerance = sys.argv[1], float(sys.argv[2])
+traces = {}
+for name in ("fixed1", "fixed4", "elastic"):
+    with open(f"{root}/{name}/simulation_trace.csv") as f:
+        traces[name] = [(float(r["time_s"]), float(r["loss"])) for r in csv.DictReader(f)
+                        if r["loss"] not in ("", "nan")]
+best = min(v for rows in traces.values() for _, v in rows)
+target = best * (1 + tolerance)
+print(f"loss <= {target:.5f} (within {tolerance:.1%} of the best, {best:.5f}) first reported at:")
+at = {n: min((t for t, v in rows if v <= target), default=float("inf")) for n, rows in traces.items()}
+for name, t in at.items():
+    print(f"  {name:8s} {t:6.1f} s")
+fixed = min(at["fixed1"], at["fixed4"])
+print(f"  elastic vs the better fixed: {fixed / at['elastic']:.2f}x faster")
+PY

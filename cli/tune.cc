@@ -15,9 +15,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <ctime>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -198,6 +199,14 @@ int RunSimulation(const TuneArgs& args, tune::TuneFile& file) {
               << std::setprecision(1) << sim.time_to_best_s << " s (simulated).\n"
               << std::defaultfloat;
     std::cout << "Results in " << fs::absolute(grid.experiment_path()).string() << "\n";
+    // Every replayed result on the simulated clock, for comparing sweeps (bench/elastic_sim.sh).
+    {
+      std::ofstream trace(fs::path(grid.experiment_path()) / "simulation_trace.csv");
+      trace << "time_s,iterations,trial_id," << file.tune.metric << "\n" << std::setprecision(10);
+      for (const auto& e : sim.trace) {
+        trace << e.time_s << "," << e.iterations << "," << e.trial_id << "," << e.value << "\n";
+      }
+    }
     for (const auto& trial : grid.trials()) {
       if (!trial.error.empty()) {
         std::cout << "  " << trial.trial_id << " failed: " << trial.error << "\n";

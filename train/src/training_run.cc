@@ -232,6 +232,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   void BeginAttempt();
   void Answer(bool go_on);
   void GrowTo(int workers) { grow_to_ = std::min(workers, scaling_.num_workers); }
+  bool WaitingForWorkers() const { return reserving_; }
   // The owner lets go of a run that is not over: tear its gang down, call nothing back.
   void Abandon() {
     ++attempt_;
@@ -323,6 +324,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   bool resizing_ = false;  // stopping the attempt to restart it at resize_to_
   bool leaving_drained_ = false;  // ... because a drain takes some of its nodes
   bool rank0_draining_ = false;   // rank 0's last Poll: its node is draining
+  bool reserving_ = false;        // waiting for the attempt's group to be placed
   int grow_to_ = 0;        // GrowTo's: the size to restart at, at the next checkpoint
   std::chrono::steady_clock::time_point sized_at_;  // when the current size's attempt began
   std::vector<ObjectRef<int>> runs_;
@@ -491,6 +493,7 @@ void TrainingRun::Impl::ReserveGroup() {
   } catch (const RaydError& e) {
     return EndAttempt({Attempt::End::kNoGroup, what_ + ": " + e.what()});
   }
+  reserving_ = true;
   const auto timeout = std::chrono::milliseconds(scaling_.placement_timeout_s * 1000);
   reserve_deadline_ = std::chrono::steady_clock::now() +
                       (elastic() && world_ > scaling_.min_workers
@@ -515,12 +518,14 @@ void TrainingRun::Impl::WaitForGroup() {
 }
 
 void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
+  reserving_ = false;
   // The connection to the head closed while waiting (a head restarting on Redis): the group
   // is still there, so wait again for what is left of the time (calls made while the runtime
   // reconnects wait for it).
   if (!ready.ok() && ready.status().code() == StatusCode::kUnavailable &&
       std::chrono::steady_clock::now() < reserve_deadline_) {
     spdlog::info("{}: {}; waiting for it again", what_, ready.status().message());
+    reserving_ = true;
     return WaitForGroup();
   }
   if ((!ready.ok() || !*ready) && elastic() && world_ > scaling_.min_workers) {
@@ -979,6 +984,7 @@ void TrainingRun::Impl::StopRanks() {
 void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   ++attempt_;  // what the attempt still waits for is dropped when it wakes
   deadline_.Stop();
+  reserving_ = false;
   // Lines of reports persisted while others of their batch were still owed (a stop asked for
   // in the middle of one) are on disk before the attempt's end is told to anyone.
   if (Status flushed = store_->Flush(); !flushed.ok()) {
@@ -1067,6 +1073,8 @@ TrainingRun::~TrainingRun() {
 void TrainingRun::Answer(bool go_on) { impl_->Answer(go_on); }
 
 void TrainingRun::GrowTo(int workers) { impl_->GrowTo(workers); }
+
+bool TrainingRun::WaitingForWorkers() const { return impl_->WaitingForWorkers(); }
 
 class GangPool::Idle {
  public:

@@ -101,8 +101,9 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
 
 void Controller::Step() {
   while (!done_) {
+    GrowElastic(/*before_new=*/true);
     if (!stop_.raised()) LaunchWhatFits();
-    GrowElastic();
+    GrowElastic(/*before_new=*/false);
     // Gangs no new trial took: give their resources back, so trials still waiting for their
     // placement group (more slots than the cluster holds) get them.
     runner_.ReleaseIdle();
@@ -124,6 +125,10 @@ void Controller::OnStopSignal() {
 // PBT's restarts (pending trials with a checkpoint), then new ones in order.
 void Controller::LaunchWhatFits() {
   while (static_cast<int>(running_.size()) < max_concurrent_) {
+    // Elastic trials: while a trial the scheduler judged could still grow, a new one starts
+    // only when its least fits in what is free, rather than queue for the workers growth
+    // would take.
+    if (JudgedCanGrow() && runner_.FreeWorkers() < trainable_.scaling.min_workers) return;
     std::optional<size_t> next;
     if (std::optional<std::string> resume = scheduler_->ChooseTrialToResume()) {
       next = IndexOf(*resume);
@@ -146,26 +151,37 @@ void Controller::LaunchWhatFits() {
   }
 }
 
-// Elastic trials (ScalingConfig::min_workers): new trials take slots first (LaunchWhatFits runs
-// before this), and a trial still waiting for its gang (no result yet) comes before any
-// growth; then the workers the cluster has free go to the running trials the scheduler ranks
-// best first (TrialScheduler::RankForGrowth), each up to its max, each at most once per
-// resize_interval_s; a trial restarts at its new size at its next checkpoint
-// (TrainingRun::GrowTo). So free workers beyond what max_concurrent_trials' slots take go to
-// the best trials. This one place decides, from one count of free workers, so trials do not
-// race for them; none is shrunk to grow another, so sizes do not oscillate.
-void Controller::GrowElastic() {
+bool Controller::JudgedCanGrow() const {
+  const train::ScalingConfig& scaling = trainable_.scaling;
+  if (scaling.min_workers == 0) return false;
+  return std::any_of(running_.begin(), running_.end(), [&](const auto& entry) {
+    const Running& r = entry.second;
+    return r.workers > 0 && std::max(r.workers, r.growing_to) < scaling.num_workers &&
+           scheduler_->GrowsBeforeNew(trials_[entry.first].id);
+  });
+}
+
+// Elastic trials (ScalingConfig::min_workers): the workers the cluster has free go to the
+// running trials the scheduler ranks best first (TrialScheduler::RankForGrowth), each up to its
+// max, each at most once per resize_interval_s; a trial restarts at its new size at its next
+// checkpoint (TrainingRun::GrowTo). Called twice a step: before new trials start, for the
+// trials the scheduler has judged worth it (GrowsBeforeNew: ASHA's, past a rung), and after,
+// for any with what is still free. A run still waiting for its gang's workers comes before any
+// growth. This one place decides, from one count of free workers, so trials do not race for
+// them; none is shrunk to grow another, so sizes do not oscillate.
+void Controller::GrowElastic(bool before_new) {
   const train::ScalingConfig& scaling = trainable_.scaling;
   if (scaling.min_workers == 0 || stop_.raised() || running_.empty()) return;
+  if (runner_.AnyWaitingForWorkers()) return;
   const double now = runner_.NowSeconds();
   std::vector<std::pair<double, std::string>> candidates;  // (latest metric, best first), id
   for (const auto& [index, r] : running_) {
-    if (r.workers == 0) return;  // a trial still waiting for its gang comes first
-    if (r.pending != Pending::kNone || r.growing_to > 0 || r.workers >= scaling.num_workers ||
-        now - r.sized_at < scaling.resize_interval_s) {
-      continue;
+    if (r.workers == 0 || r.pending != Pending::kNone || r.growing_to > 0 ||
+        r.workers >= scaling.num_workers || now - r.sized_at < scaling.resize_interval_s) {
+      continue;  // (no result yet: its size is not known)
     }
     const Trial& t = trials_[index];
+    if (before_new && !scheduler_->GrowsBeforeNew(t.id)) continue;
     auto value = t.last_result.find(tune_.metric);
     const double score = value == t.last_result.end()
                              ? -std::numeric_limits<double>::infinity()
@@ -291,7 +307,7 @@ void Controller::Drain() {
 void Controller::Handle(RunEvent event) {
   if (event.kind == RunEvent::Kind::kResult) {
     runner_.Answer(event.trial, OnResult(event.trial, std::move(event.result)));
-    GrowElastic();  // a trial's size or standing may have changed
+    GrowElastic(/*before_new=*/false);  // a trial's size or standing may have changed
   } else {
     runner_.Finished(event.trial);
     OnDone(event.trial, event.ended);

@@ -77,7 +77,9 @@ class Controller {
   void LaunchWhatFits();
   // Elastic trials: the cluster's free workers to the running trials the scheduler ranks best
   // first (see controller.cc).
-  void GrowElastic();
+  void GrowElastic(bool before_new);
+  // A running elastic trial the scheduler judged (GrowsBeforeNew) is below its most.
+  bool JudgedCanGrow() const;
   // A new trial from the searcher, if it has one; its index.
   std::optional<size_t> MakeNext();
   // The trial ended for good (TERMINATED or ERROR): the searcher learns how.

@@ -63,6 +63,7 @@ class ReplayRunner : public TrialRunner {
   void Finished(size_t trial) override;
   void ReleaseIdle() override {}
   int FreeWorkers() override;
+  bool AnyWaitingForWorkers() override { return !waiting_.empty(); }
   void GrowTo(size_t trial, int workers) override;
   double NowSeconds() override { return now_; }
 

@@ -120,20 +120,15 @@ class AshaScheduler final : public TrialScheduler {
   // The highest rung each trial reached, then its score there, best first; trials at no rung
   // yet keep their order after those.
   std::vector<std::string> RankForGrowth(std::vector<std::string> running) const override {
-    auto standing = [this](const std::string& id) -> std::pair<double, double> {
-      auto trial = trials_.find(id);
-      if (trial == trials_.end()) return {-1, 0};
-      const std::vector<Rung>& rungs = brackets_[trial->second.bracket];
-      for (size_t k = rungs.size(); k-- > 0;) {
-        auto score = rungs[k].recorded.find(id);
-        if (score != rungs[k].recorded.end()) return {static_cast<double>(k), score->second};
-      }
-      return {-1, 0};
-    };
     std::stable_sort(
         running.begin(), running.end(),
-        [&](const std::string& a, const std::string& b) { return standing(a) > standing(b); });
+        [&](const std::string& a, const std::string& b) { return Standing(a) > Standing(b); });
     return running;
+  }
+
+  // A running trial recorded at a rung went on past it: ASHA judged it.
+  bool GrowsBeforeNew(const std::string& trial_id) const override {
+    return Standing(trial_id).first >= 0;
   }
 
   std::optional<std::string> ChooseTrialToResume() override {
@@ -243,6 +238,18 @@ class AshaScheduler final : public TrialScheduler {
   }
 
  private:
+  // The highest rung the trial reached and its score there; (-1, 0) at none yet.
+  std::pair<double, double> Standing(const std::string& id) const {
+    auto trial = trials_.find(id);
+    if (trial == trials_.end()) return {-1, 0};
+    const std::vector<Rung>& rungs = brackets_[trial->second.bracket];
+    for (size_t k = rungs.size(); k-- > 0;) {
+      auto score = rungs[k].recorded.find(id);
+      if (score != rungs[k].recorded.end()) return {static_cast<double>(k), score->second};
+    }
+    return {-1, 0};
+  }
+
   AshaTrial& State(const std::string& trial_id) {
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) {

@@ -4,6 +4,8 @@
 #include <rayd/tune/tuner.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace rayd::tune::internal {
 
 TrainerRunner::TrainerRunner(EventLoop& loop, const Trainable& trainable,
@@ -62,6 +64,12 @@ int TrainerRunner::FreeWorkers() {
     spdlog::warn("free workers: {}", e.what());
     return 0;
   }
+}
+
+bool TrainerRunner::AnyWaitingForWorkers() {
+  return std::any_of(runs_.begin(), runs_.end(), [](const auto& entry) {
+    return entry.second.run && entry.second.run->WaitingForWorkers();
+  });
 }
 
 void TrainerRunner::GrowTo(size_t trial, int workers) {

@@ -66,6 +66,8 @@ class TrialRunner {
   // a running trial's restart at `workers` at its next checkpoint (TrainingRun::GrowTo).
   virtual int FreeWorkers() { return 0; }
   virtual void GrowTo(size_t trial, int workers) {}
+  // Some run waits for its workers (its gang is not placed yet): free workers are its first.
+  virtual bool AnyWaitingForWorkers() { return false; }
   // Seconds on the runs' clock (a replay's is simulated), for the controller's resize interval.
   virtual double NowSeconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -88,6 +90,7 @@ class TrainerRunner : public TrialRunner {
   void ReleaseIdle() override { free_pools_.clear(); }
   int FreeWorkers() override;
   void GrowTo(size_t trial, int workers) override;
+  bool AnyWaitingForWorkers() override;
 
  private:
   struct Run {

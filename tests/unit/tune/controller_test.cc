@@ -76,6 +76,7 @@ class ScriptedRunner : public TrialRunner {
     }
     play.dir = fs::path(request.experiment_dir) / request.run_dir_name;
     play.restarts = 0;
+    play.answered = false;
     configs[request.trial_id].push_back(request.config);
     fs::create_directories(play.dir);
     if (checkpoints) Restore(play);
@@ -86,6 +87,7 @@ class ScriptedRunner : public TrialRunner {
 
   void Answer(size_t trial, bool go_on) override {
     Play& play = plays_.at(running_.at(trial));
+    play.answered = true;
     if (go_on) return Next(play);
     rayd::train::TrainResult ended;
     ended.stopped = true;
@@ -96,6 +98,12 @@ class ScriptedRunner : public TrialRunner {
   void Finished(size_t trial) override { running_.erase(trial); }
   void ReleaseIdle() override {}
   int FreeWorkers() override { return free_workers; }
+  // Elastic: a run waits for its gang until its first result has been answered.
+  bool AnyWaitingForWorkers() override {
+    return elastic && std::any_of(running_.begin(), running_.end(), [this](const auto& entry) {
+             return !plays_.at(entry.second).answered;
+           });
+  }
   void GrowTo(size_t trial, int workers) override {
     Play& play = plays_.at(running_.at(trial));
     grows.emplace_back(running_.at(trial), workers);
@@ -111,7 +119,8 @@ class ScriptedRunner : public TrialRunner {
     int reported = 0;
     int restarts = 0;  // this run's
     bool failed = false;
-    int workers = 1;  // elastic: the run's size
+    int workers = 1;        // elastic: the run's size
+    bool answered = false;  // a result of this run was answered
   };
 
   // The newest checkpoint in the trial's directory, if any, decides where the run starts.

@@ -888,4 +888,9 @@ TEST_CASE("ASHA ranks trials for freed workers by the highest rung reached, then
         std::vector<std::string>{Id(2), Id(0), "new"});
   auto fifo = MakeScheduler(FifoConfig{}, "", "", 0);
   CHECK(fifo->RankForGrowth({Id(2), Id(0)}) == std::vector<std::string>{Id(2), Id(0)});
+  // Growing a trial ASHA judged at a rung comes before starting new ones; not one it has not.
+  CHECK(asha->GrowsBeforeNew(Id(1)));
+  CHECK(asha->GrowsBeforeNew(Id(0)));
+  CHECK_FALSE(asha->GrowsBeforeNew("new"));
+  CHECK_FALSE(fifo->GrowsBeforeNew(Id(1)));
 }

@@ -66,6 +66,8 @@ class TrainingRun {
   // its next checkpointed report, from that checkpoint: how a Tuner gives a trial the workers
   // it decided it gets. Ignored when the run has that many already, or is not elastic.
   void GrowTo(int workers);
+  // The run is waiting for its gang to be placed (the cluster lacks the room for now).
+  bool WaitingForWorkers() const;
 
  private:
   class Impl;

@@ -73,6 +73,10 @@ class TrialScheduler {
   virtual std::vector<std::string> RankForGrowth(std::vector<std::string> running) const {
     return running;
   }
+  // Whether growing this running trial comes before starting new trials: it has survived one
+  // of the scheduler's decisions (ASHA: it passed a rung), so workers spent on it are better
+  // spent than on a trial not yet judged. None by default.
+  virtual bool GrowsBeforeNew(const std::string& trial_id) const { return false; }
   // A line or two for the console table's header ("ASHA: 3 rungs, 5 stopped early").
   virtual std::string Summary() const { return name(); }
   // Everything that decides the scheduler's next decisions (rungs, brackets, random generator),
