@@ -598,6 +598,48 @@ TEST_CASE(
 
 // ---- Elastic runs across hosts -----------------------------------------------------------------
 
+namespace {
+
+// A train.yaml of the example MLP, elastic over [2, 4] workers of a CPU each, writing under
+// `work`/results/`name`; returns its path.
+std::string ElasticMlpYaml(const std::string& work, const std::string& name, int epochs,
+                           int max_failures) {
+  const std::string yaml = work + "/" + name + ".yaml";
+  std::ofstream(yaml) << "name: " << name
+                      << "\n"
+                         "train_loop: mlp_classifier\n"
+                         "config: {epochs: "
+                      << epochs
+                      << ", hidden: 64, batch_size: 32, lr: 0.05}\n"
+                         "scaling: {num_workers: [2, 4], resources_per_worker: {CPU: 1},\n"
+                         "          resize_interval_s: 1, collective_timeout_s: 10}\n"
+                         "run: {storage_path: "
+                      << work << "/results, failure: {max_failures: " << max_failures << "}}\n";
+  return yaml;
+}
+
+// The rows of a run's result.json written so far (a half-written last line is skipped).
+std::vector<json> Rows(const std::string& results) {
+  std::vector<json> out;
+  std::istringstream lines(rayd::testing::ReadFile(results));
+  for (std::string line; std::getline(lines, line);) {
+    json row = json::parse(line, nullptr, false);
+    if (!row.is_discarded()) out.push_back(row);
+  }
+  return out;
+}
+
+// Whether a row after the first `after` was trained at `world_size`.
+bool RowAt(const std::string& results, int world_size, size_t after) {
+  std::vector<json> all = Rows(results);
+  for (size_t i = after; i < all.size(); ++i) {
+    if (all[i].value("world_size", 0) == world_size) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 TEST_CASE(
     "an elastic rayd train run of [2, 4] workers goes on at 2 when a host dies and grows "
     "back to 4 when its node returns, every epoch once",
@@ -607,33 +649,10 @@ TEST_CASE(
   StartTrainingCluster(cluster, 2);  // hosts 1 and 2, 2 CPUs each; the head holds none
   TempDir work;
   constexpr int kEpochs = 24;
-  const std::string yaml = work.path() + "/elastic.yaml";
-  std::ofstream(yaml) << "name: elastic-hosts\n"
-                         "train_loop: mlp_classifier\n"
-                         "config: {epochs: "
-                      << kEpochs
-                      << ", hidden: 64, batch_size: 32, lr: 0.05}\n"
-                         "scaling: {num_workers: [2, 4], resources_per_worker: {CPU: 1},\n"
-                         "          resize_interval_s: 1, collective_timeout_s: 10}\n"
-                         "run: {storage_path: "
-                      << work.path() << "/results, failure: {max_failures: 3}}\n";
+  const std::string yaml = ElasticMlpYaml(work.path(), "elastic-hosts", kEpochs, 3);
   const std::string results = work.path() + "/results/elastic-hosts/result.json";
-  auto rows = [&] {
-    std::vector<json> out;
-    std::istringstream lines(rayd::testing::ReadFile(results));
-    for (std::string line; std::getline(lines, line);) {
-      json row = json::parse(line, nullptr, false);
-      if (!row.is_discarded()) out.push_back(row);
-    }
-    return out;
-  };
-  auto row_at = [&](int world_size, size_t after) {
-    std::vector<json> all = rows();
-    for (size_t i = after; i < all.size(); ++i) {
-      if (all[i].value("world_size", 0) == world_size) return true;
-    }
-    return false;
-  };
+  auto rows = [&] { return Rows(results); };
+  auto row_at = [&](int world_size, size_t after) { return RowAt(results, world_size, after); };
   ChildProcess driver(
       cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
       cluster.Env(0));
@@ -682,33 +701,10 @@ TEST_CASE(
   TempDir work;
   constexpr int kEpochs = 20;
   constexpr double kDeadlineS = 30;
-  const std::string yaml = work.path() + "/drain.yaml";
-  std::ofstream(yaml) << "name: drained-hosts\n"
-                         "train_loop: mlp_classifier\n"
-                         "config: {epochs: "
-                      << kEpochs
-                      << ", hidden: 64, batch_size: 32, lr: 0.05}\n"
-                         "scaling: {num_workers: [2, 4], resources_per_worker: {CPU: 1},\n"
-                         "          resize_interval_s: 1, collective_timeout_s: 10}\n"
-                         "run: {storage_path: "
-                      << work.path() << "/results, failure: {max_failures: 0}}\n";
+  const std::string yaml = ElasticMlpYaml(work.path(), "drained-hosts", kEpochs, 0);
   const std::string results = work.path() + "/results/drained-hosts/result.json";
-  auto rows = [&] {
-    std::vector<json> out;
-    std::istringstream lines(rayd::testing::ReadFile(results));
-    for (std::string line; std::getline(lines, line);) {
-      json row = json::parse(line, nullptr, false);
-      if (!row.is_discarded()) out.push_back(row);
-    }
-    return out;
-  };
-  auto row_at = [&](int world_size, size_t after) {
-    std::vector<json> all = rows();
-    for (size_t i = after; i < all.size(); ++i) {
-      if (all[i].value("world_size", 0) == world_size) return true;
-    }
-    return false;
-  };
+  auto rows = [&] { return Rows(results); };
+  auto row_at = [&](int world_size, size_t after) { return RowAt(results, world_size, after); };
   ChildProcess driver(
       cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
       cluster.Env(0));

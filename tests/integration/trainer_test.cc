@@ -653,6 +653,29 @@ TEST_CASE("local_mode keeps every rank on the driver's node and num_workers -1 u
   }
 }
 
+namespace {
+
+// Joins a Fit's thread however the test leaves its scope.
+struct JoinAtExit {
+  std::thread& t;
+  ~JoinAtExit() {
+    if (t.joinable()) t.join();
+  }
+};
+
+// The lines of a run's result.json written so far (one may be half-written: skipped).
+std::vector<json> ResultRows(const std::string& run_dir) {
+  std::vector<json> lines;
+  std::ifstream in(run_dir + "/result.json");
+  for (std::string line; std::getline(in, line);) {
+    json row = json::parse(line, nullptr, false);
+    if (!row.is_discarded()) lines.push_back(row);
+  }
+  return lines;
+}
+
+}  // namespace
+
 TEST_CASE(
     "an elastic run starts with what fits, grows at a checkpoint when a node joins and "
     "goes on without it when it dies, every epoch once",
@@ -671,23 +694,9 @@ TEST_CASE(
   run.failure.max_failures = 2;
   rt::TrainResult result;
   std::thread fit([&] { result = rt::Trainer("MlpLoop", config, scaling, run).Fit(); });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{fit};
+  JoinAtExit join{fit};
   const std::string run_dir = storage.path() + "/elastic";
-  // The lines written so far (one may be half-written: skipped).
-  auto rows = [&] {
-    std::vector<json> lines;
-    std::ifstream in(run_dir + "/result.json");
-    for (std::string line; std::getline(in, line);) {
-      json row = json::parse(line, nullptr, false);
-      if (!row.is_discarded()) lines.push_back(row);
-    }
-    return lines;
-  };
+  auto rows = [&] { return ResultRows(run_dir); };
   auto some_row = [&](int world_size, size_t after) {
     std::vector<json> lines = rows();
     for (size_t i = after; i < lines.size(); ++i) {
@@ -749,22 +758,9 @@ TEST_CASE(
   run.failure.max_failures = 0;  // a drain must not need one
   rt::TrainResult result;
   std::thread fit([&] { result = rt::Trainer("MlpLoop", config, scaling, run).Fit(); });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{fit};
+  JoinAtExit join{fit};
   const std::string run_dir = storage.path() + "/drained";
-  auto rows = [&] {
-    std::vector<json> lines;
-    std::ifstream in(run_dir + "/result.json");
-    for (std::string line; std::getline(in, line);) {
-      json row = json::parse(line, nullptr, false);
-      if (!row.is_discarded()) lines.push_back(row);
-    }
-    return lines;
-  };
+  auto rows = [&] { return ResultRows(run_dir); };
   REQUIRE(rayd::testing::WaitFor([&] { return rows().size() >= 2; }, std::chrono::seconds(90)));
   CHECK(rows()[0].at("world_size") == 2);
   // Rank 0's node, and its daemon.

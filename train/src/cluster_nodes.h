@@ -1,8 +1,8 @@
 #pragma once
 // What a run's driver reads of the cluster's node table: the free resources outside draining
 // nodes (an elastic run's size), and which of a gang's nodes a drain (`rayd drain`) is taking
-// away, over one connection to the GCS the driver process keeps; a read may serve every run of
-// the process for a while (`max_age`).
+// away. A read (a connection to the GCS of its own, as rayd::AvailableResources makes) may serve
+// every run of the driver process for a while (`max_age`).
 //
 // Threading: any thread (the cache is locked).
 

@@ -1,6 +1,7 @@
 // rayd::ClusterClient and the one-shot Fetch* reads (rayd/runtime/cluster.h): a ClusterReader
 // on a private event loop, run until each answer arrives.
 
+#include <memory>
 #include <optional>
 
 #include "common/cluster_reader.h"
@@ -13,14 +14,17 @@ struct ClusterClient::Impl {
       : timeout(timeout), reader(loop, address, token, "cli", timeout) {}
 
   // Runs `read` (an operation of the reader, given its completion) and the loop until it
-  // answers; the call's own deadline answers first.
+  // answers; the call's own deadline answers first. An answer that comes after we gave up (it
+  // is failed when the connection closes, at the latest) lands in memory that is still there.
   template <typename T, typename Read>
   Result<T> Wait(Read read) {
-    std::optional<Result<T>> result;
-    read(reader, [&result](Result<T> r) { result.emplace(std::move(r)); });
-    loop.RunUntil([&] { return result.has_value(); }, timeout + Millis(1000));
-    if (!result) return Status::DeadlineExceeded("no answer from " + reader.gcs().address());
-    return std::move(*result);
+    auto result = std::make_shared<std::optional<Result<T>>>();
+    read(reader, [result](Result<T> r) { result->emplace(std::move(r)); });
+    loop.RunUntil([&] { return result->has_value(); }, timeout + Millis(1000));
+    if (!result->has_value()) {
+      return Status::DeadlineExceeded("no answer from " + reader.gcs().address());
+    }
+    return std::move(**result);
   }
 
   Millis timeout;

@@ -126,6 +126,7 @@ TEST_CASE("The ARCHITECTURE tune.yaml example loads into the expected structs", 
 
   CHECK(f.run.storage_path == "./rayd_results");
   CHECK(f.run.failure.max_failures == 2);
+  CHECK(f.run.failure.max_preemptions == -1);  // unlimited unless given
   CHECK(f.run.checkpoint.num_to_keep == 2);
 
   // 8 samples x 2 hidden values.
@@ -263,7 +264,7 @@ TEST_CASE("Scaling and run sections parse every key", "[tune]") {
   collective_timeout_s: 30
 run:
   storage_path: /data/runs
-  failure: {max_failures: -1}
+  failure: {max_failures: -1, max_preemptions: 4}
   checkpoint: {num_to_keep: 3, score_attribute: loss, score_order: min}
 tune: {progress_interval_s: 2.5, mode: max}
 )"),
@@ -279,6 +280,7 @@ tune: {progress_interval_s: 2.5, mode: max}
   CHECK(s.collective_timeout_s == 30);
   CHECK(f.run.storage_path == "/data/runs");
   CHECK(f.run.failure.max_failures == -1);
+  CHECK(f.run.failure.max_preemptions == 4);
   CHECK(f.run.checkpoint.num_to_keep == 3);
   CHECK(f.run.checkpoint.score_attribute == "loss");
   CHECK(f.run.checkpoint.score_order == "min");
