@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every test
 # (labels: unit, integration, e2e, fault, deploy), then the fuzz targets for $RAYD_FUZZ_SECONDS (default
-# 20) each (scripts/fuzz.sh; 0 skips them). Extra arguments go to ctest (e.g. -L unit).
+# 10) each (scripts/fuzz.sh; 0 skips them). Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -16,6 +16,6 @@ phase "build"
 build_dir="${RAYD_BUILD_DIR:-build}"
 (cd "$build_dir" && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
 phase "ctest"
-fuzz_seconds="${RAYD_FUZZ_SECONDS:-20}"
+fuzz_seconds="${RAYD_FUZZ_SECONDS:-10}"
 [ "$fuzz_seconds" -eq 0 ] || ./scripts/fuzz.sh "$fuzz_seconds"
 phase "fuzz"

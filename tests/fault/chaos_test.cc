@@ -98,8 +98,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Every kind is injected at least once whatever the window; with setup and the checks, about
-// 2 minutes on 2 cores (scripts/chaos-soak.sh --long for the long soak).
-constexpr int kDefaultSeconds = 60;
+// 1.5 minutes on 2 cores (scripts/chaos-soak.sh --long for the long soak).
+constexpr int kDefaultSeconds = 40;
 // Fixed: CTest's runs inject the first five kinds in the same order (worker, node, head,
 // driver, link), the rest as timing allows.
 constexpr unsigned kDefaultSeed = 25;
