@@ -105,6 +105,7 @@ struct TrainArgs {
   std::string name;  // default: train_<date>_<time>
   std::string storage_path = "./rayd_results";
   int max_failures = 0;
+  int max_preemptions = -1;  // restarts after a drained node (`rayd drain`); -1: unlimited
   std::string config_json = "{}";
 };
 int RunTrain(const TrainArgs& args);

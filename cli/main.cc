@@ -186,6 +186,10 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
   train->add_option("--storage-path", a.storage_path, "Where the run's results go");
   train->add_option("--max-failures", a.max_failures, "Restarts after a failed attempt")
       ->check(CLI::Range(-1, 1000000));
+  train
+      ->add_option("--max-preemptions", a.max_preemptions,
+                   "Restarts after a drained node took ranks away (rayd drain); -1: unlimited")
+      ->check(CLI::Range(-1, 1000000));
   train->add_option("--config", a.config_json, "The config the ranks read (JSON object)");
   train->callback([&a] {
     if (a.file.empty() == a.command.empty()) {

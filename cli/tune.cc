@@ -342,6 +342,7 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
   if (name.empty()) name = "train_" + LocalTime("%Y%m%d_%H%M%S");
   job.run = {.name = name, .storage_path = args.storage_path};
   job.run.failure.max_failures = args.max_failures;
+  job.run.failure.max_preemptions = args.max_preemptions;
   return job;
 }
 
