@@ -151,13 +151,18 @@ void Controller::LaunchWhatFits() {
   }
 }
 
-bool Controller::JudgedCanGrow() const {
+bool Controller::CanGrowNow(const Running& r, double now) const {
   const train::ScalingConfig& scaling = trainable_.scaling;
-  if (scaling.min_workers == 0) return false;
+  // (No result yet: its size is not known.)
+  return r.workers > 0 && r.pending == Pending::kNone && r.growing_to == 0 &&
+         r.workers < scaling.num_workers && now - r.sized_at >= scaling.resize_interval_s;
+}
+
+bool Controller::JudgedCanGrow() {
+  if (trainable_.scaling.min_workers == 0) return false;
+  const double now = runner_.NowSeconds();
   return std::any_of(running_.begin(), running_.end(), [&](const auto& entry) {
-    const Running& r = entry.second;
-    return r.workers > 0 && std::max(r.workers, r.growing_to) < scaling.num_workers &&
-           scheduler_->GrowsBeforeNew(trials_[entry.first].id);
+    return CanGrowNow(entry.second, now) && scheduler_->GrowsBeforeNew(trials_[entry.first].id);
   });
 }
 
@@ -176,10 +181,7 @@ void Controller::GrowElastic(bool before_new) {
   const double now = runner_.NowSeconds();
   std::vector<std::pair<double, std::string>> candidates;  // (latest metric, best first), id
   for (const auto& [index, r] : running_) {
-    if (r.workers == 0 || r.pending != Pending::kNone || r.growing_to > 0 ||
-        r.workers >= scaling.num_workers || now - r.sized_at < scaling.resize_interval_s) {
-      continue;  // (no result yet: its size is not known)
-    }
+    if (!CanGrowNow(r, now)) continue;
     const Trial& t = trials_[index];
     if (before_new && !scheduler_->GrowsBeforeNew(t.id)) continue;
     auto value = t.last_result.find(tune_.metric);

@@ -78,8 +78,11 @@ class Controller {
   // Elastic trials: the cluster's free workers to the running trials the scheduler ranks best
   // first (see controller.cc).
   void GrowElastic(bool before_new);
-  // A running elastic trial the scheduler judged (GrowsBeforeNew) is below its most.
-  bool JudgedCanGrow() const;
+  // An elastic trial that may grow now: its size known, no answer or growth pending, below its
+  // most, its last resize resize_interval_s old.
+  bool CanGrowNow(const Running& r, double now) const;
+  // One that may, and the scheduler judged (GrowsBeforeNew): new trials wait for free workers.
+  bool JudgedCanGrow();
   // A new trial from the searcher, if it has one; its index.
   std::optional<size_t> MakeNext();
   // The trial ended for good (TERMINATED or ERROR): the searcher learns how.
