@@ -77,6 +77,49 @@ TEST_CASE("a STRICT_SPREAD group over three nodes is prepared everywhere, then c
   CHECK_FALSE(client.GetGroup(JobId::FromRandom().Hex()).found);
 }
 
+TEST_CASE("groups are placed around draining nodes, and wait when only those could hold them",
+          "[gcs][placement][drain]") {
+  GcsThread gcs;
+  FakeNode a("a", 2), b("b", 2), c("c", 2);
+  Client client(gcs.address());
+  for (FakeNode* n : {&a, &b, &c}) client.Register(n->info());
+  auto drain = [&](const FakeNode& n) {
+    REQUIRE(client
+                .Call<Method::DRAIN_NODE>([&](proto::DrainNodeRequest::Builder r) {
+                  r.setNodeId(n.id());
+                  r.setDeadlineMs(NowUnixMs() + 60'000);
+                  r.setReason("spot preemption");
+                })
+                .ok());
+  };
+  auto spread = [&](const std::string& name, int bundles) {
+    auto id = client.CreateGroup({.job_id = client.AddJob(),
+                                  .bundles = std::vector(bundles, kOneCpu),
+                                  .strategy = Strategy::STRICT_SPREAD,
+                                  .name = name});
+    REQUIRE(id.ok());
+    return *id;
+  };
+  drain(a);
+  const std::string around = spread("around", 2);
+  GroupView v = client.GetGroup(around, /*wait=*/true);
+  REQUIRE(v.state == State::CREATED);
+  CHECK(std::set<std::string>(v.nodes.begin(), v.nodes.end()) ==
+        std::set<std::string>{b.id(), c.id()});
+  CHECK(CallsFor(a, around).empty());
+
+  // b drains too: two bundles on two nodes no longer fit anywhere; one does, on c.
+  drain(b);
+  const std::string two = spread("two", 2);
+  CHECK(client.GetGroup(two, /*wait=*/true).state != State::CREATED);
+  CHECK(CallsFor(a, two).empty());
+  CHECK(CallsFor(b, two).empty());
+  const std::string one = spread("one", 1);
+  GroupView w = client.GetGroup(one, /*wait=*/true);
+  REQUIRE(w.state == State::CREATED);
+  CHECK(w.nodes == std::vector<std::string>{c.id()});
+}
+
 TEST_CASE("a group that lies on one node is reserved with one PREPARE that commits",
           "[gcs][placement]") {
   GcsThread gcs;
