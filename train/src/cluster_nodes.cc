@@ -30,15 +30,6 @@ std::vector<NodeInfo> DriverNodes(std::chrono::milliseconds max_age) {
   return nodes;
 }
 
-std::map<std::string, double> FreeOutsideDrains(const std::vector<NodeInfo>& nodes) {
-  std::map<std::string, double> free;
-  for (const NodeInfo& node : nodes) {
-    if (!node.alive || node.draining()) continue;
-    for (const auto& [name, amount] : node.available) free[name] += amount.ToDouble();
-  }
-  return free;
-}
-
 std::set<std::string> DrainedOf(const std::vector<NodeInfo>& nodes,
                                 const std::vector<std::string>& gang_nodes) {
   std::set<std::string> drained;

@@ -1,15 +1,14 @@
 #pragma once
-// What a run's driver reads of the cluster's node table: the free resources outside draining
-// nodes (an elastic run's size), and which of a gang's nodes a drain (`rayd drain`) is taking
-// away. A read (a connection to the GCS of its own, as rayd::AvailableResources makes) may serve
-// every run of the driver process for a while (`max_age`).
+// What a run's driver reads of the cluster's node table: which of a gang's nodes a drain
+// (`rayd drain`) is taking away. A read (a connection to the GCS of its own, as
+// rayd::AvailableResources makes) may serve every run of the driver process for a while
+// (`max_age`).
 //
 // Threading: any thread (the cache is locked).
 
 #include <rayd/runtime/cluster.h>
 
 #include <chrono>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,9 +18,6 @@ namespace rayd::train::internal {
 // The cluster's nodes, alive and dead, as of at most `max_age` ago (0: read now). Empty when
 // this process is not a driver of a cluster (local mode) or the head does not answer.
 std::vector<NodeInfo> DriverNodes(std::chrono::milliseconds max_age);
-
-// The available resources of the alive nodes that are not draining, summed.
-std::map<std::string, double> FreeOutsideDrains(const std::vector<NodeInfo>& nodes);
 
 // Those of `gang_nodes` (node ids in hex) that a drain is taking away: draining now, or gone
 // after a drain began.

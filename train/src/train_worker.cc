@@ -472,8 +472,7 @@ PollReply TrainWorker::Poll(int wait_ms, uint64_t attempt_token) {
   reports_.clear();
   lock.unlock();
   static const std::string drain_file = NodeDrainFile();
-  struct stat st {};
-  out.node_draining = !drain_file.empty() && ::stat(drain_file.c_str(), &st) == 0;
+  out.node_draining = ReadNodeDrain(drain_file).has_value();
   return out;
 }
 

@@ -259,7 +259,8 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   // After a checkpointed report: when a node of the gang is draining (`rayd drain`), restart
   // from this checkpoint without it, as a preemption rather than a failure.
   void MaybeLeaveDrained();
-  // The free resources outside draining nodes, or nothing when the head does not answer.
+  // rayd::AvailableResources() (draining nodes left out), or nothing when the head does not
+  // answer.
   std::map<std::string, double> FreeResources() const;
   void WaitForGroup();
   void OnReserved(const Result<bool>& ready);
@@ -847,8 +848,12 @@ void TrainingRun::Impl::Deliver() {
 }
 
 std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
-  // Nothing free when the head does not answer: the size stays (or goes to min_workers).
-  return internal::FreeOutsideDrains(internal::DriverNodes(std::chrono::milliseconds(0)));
+  try {
+    return rayd::AvailableResources();
+  } catch (const RaydError& e) {
+    spdlog::warn("{}: the cluster's free resources: {}", run_.name, e.what());
+    return {};  // nothing free: the size stays (or goes to min_workers)
+  }
 }
 
 void TrainingRun::Impl::MaybeLeaveDrained() {
@@ -869,7 +874,7 @@ void TrainingRun::Impl::MaybeLeaveDrained() {
                which);
   if (elastic()) {
     // The workers left plus what is free elsewhere; a Tuner's trial does not grow by itself.
-    const int fit = ElasticWorkers(scaling_, internal::FreeOutsideDrains(nodes), kept);
+    const int fit = ElasticWorkers(scaling_, FreeResources(), kept);
     resize_to_ = options_.grow ? fit : std::min(fit, world_);
   }
   leaving_drained_ = true;

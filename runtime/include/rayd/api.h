@@ -107,7 +107,8 @@ inline std::string GetNodeId() { return internal::RequireRuntime().GetNodeId(); 
 
 // The resources of the cluster's alive nodes, summed ({"CPU": 8, "GPU": 2, ...}), as
 // ray.cluster_resources() gives them; AvailableResources: what is not reserved right now (as
-// of the nodes' last heartbeats). Driver only; throws RaydError when not initialised or the
+// of the nodes' last heartbeats), on nodes that take new work (not those `rayd drain` is taking
+// away). Driver only; throws RaydError when not initialised or the
 // head cannot be reached.
 std::map<std::string, double> ClusterResources();
 std::map<std::string, double> AvailableResources();

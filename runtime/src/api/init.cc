@@ -300,16 +300,17 @@ void ExitActor() {
 }
 
 namespace {
-// Sums `pick(node)` over the alive nodes of the driver's cluster.
+// Sums `pick(node)` over the alive nodes of the driver's cluster (those `rayd drain` is taking
+// away too, unless `skip_draining`).
 std::map<std::string, double> SumOverNodes(
-    const std::function<const scheduler::ResourceSet&(const NodeInfo&)>& pick) {
+    const std::function<const scheduler::ResourceSet&(const NodeInfo&)>& pick, bool skip_draining) {
   internal::ClusterEndpoint endpoint = internal::DriverClusterEndpoint();
   if (endpoint.gcs_address.empty()) throw RaydError("rayd is not initialised as a driver");
   Result<ClusterView> view = FetchClusterView(endpoint.gcs_address, endpoint.token);
   if (!view.ok()) throw RaydError("reading the cluster's resources: " + view.status().message());
   std::map<std::string, double> sum;
   for (const NodeInfo& node : view->nodes) {
-    if (!node.alive) continue;
+    if (!node.alive || (skip_draining && node.draining())) continue;
     for (const auto& [name, amount] : pick(node)) sum[name] += amount.ToDouble();
   }
   return sum;
@@ -317,12 +318,14 @@ std::map<std::string, double> SumOverNodes(
 }  // namespace
 
 std::map<std::string, double> ClusterResources() {
-  return SumOverNodes([](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.total; });
+  return SumOverNodes([](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.total; },
+                      /*skip_draining=*/false);
 }
 
 std::map<std::string, double> AvailableResources() {
   return SumOverNodes(
-      [](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.available; });
+      [](const NodeInfo& n) -> const scheduler::ResourceSet& { return n.available; },
+      /*skip_draining=*/true);
 }
 
 }  // namespace rayd
