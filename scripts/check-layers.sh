@@ -52,7 +52,7 @@ while IFS=$'\t' read -r where path; do
   [[ "$path" == rayd/* ]] ||
     report "$where" "\"$path\"" "a public header includes only public headers (rayd/...)"
 done < <(includes base/include scheduler/include object_store/include runtime/include \
-  train/include tune/include)
+  data/include train/include tune/include)
 
 # 3. Libraries above the runtime (and examples) reach it through its public headers only, and
 #    add no runtime/src include directory.
@@ -61,7 +61,7 @@ while IFS=$'\t' read -r where path; do
   first="${path%%/*}"
   [[ " $roles " == *" $first "* ]] &&
     report "$where" "\"$path\"" "outside runtime/, use public headers (runtime/include) only"
-done < <(includes cli train tune examples)
+done < <(includes cli data train tune examples)
 while IFS= read -r hit; do
   report "${hit%%:*}" "runtime/src" "outside runtime/ (and tests, benchmarks), no runtime/src include path"
 done < <(grep -Hn 'runtime/src' cli/CMakeLists.txt train/CMakeLists.txt tune/CMakeLists.txt \
@@ -73,10 +73,11 @@ declare -A lib_may_use=(
   [scheduler]="base protocol scheduler"
   [object_store]="base protocol object_store"
   [runtime]="base protocol scheduler object_store runtime api internal"
-  [train]="base protocol scheduler object_store runtime api internal train"
-  [tune]="base protocol scheduler object_store runtime api internal train tune"
+  [data]="base protocol scheduler object_store runtime api internal data"
+  [train]="base protocol scheduler object_store runtime api internal data train"
+  [tune]="base protocol scheduler object_store runtime api internal data train tune"
 )
-for lib in base scheduler object_store runtime train tune; do
+for lib in base scheduler object_store runtime data train tune; do
   while IFS=$'\t' read -r where path; do
     [ -n "$where" ] || continue
     [[ "$path" == rayd/* ]] || continue
@@ -91,7 +92,7 @@ done
 # 5. LibTorch stays in rayd_train_torch (train/src/torch/ and the headers of its API), so that
 #    rayd_train, rayd_tune and the CLI never load it: a rank process of a loop that only
 #    reports starts without it (train/src/rank_session.h).
-torch_api="rayd/train/process_group.h rayd/train/ddp.h rayd/train/zero.h rayd/train/mixed_precision.h rayd/train/session.h rayd/train/fsdp.h rayd/train/tensor_parallel.h rayd/train/pipeline.h"
+torch_api="rayd/train/torch_data.h rayd/train/process_group.h rayd/train/ddp.h rayd/train/zero.h rayd/train/mixed_precision.h rayd/train/session.h rayd/train/fsdp.h rayd/train/tensor_parallel.h rayd/train/pipeline.h"
 while IFS= read -r hit; do
   file="${hit%%:*}"
   case "$file" in
@@ -101,8 +102,8 @@ while IFS= read -r hit; do
   [[ " $torch_api " == *" $header "* ]] && continue
   path=$(sed -E 's/^[^:]+:[0-9]+:[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/' <<<"$hit")
   report "${hit%:*#*}" "<$path>" "only rayd_train_torch (train/src/torch/) includes LibTorch"
-done < <(find train tune cli -type f \( -name '*.h' -o -name '*.cc' \) -print0 2>/dev/null | sort -z |
-  xargs -0 -r grep -Hn -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((torch|c10|ATen)/|rayd/train/(process_group|ddp|zero|mixed_precision|session|fsdp|tensor_parallel|pipeline)\.h)' || true)
+done < <(find data train tune cli -type f \( -name '*.h' -o -name '*.cc' \) -print0 2>/dev/null | sort -z |
+  xargs -0 -r grep -Hn -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((torch|c10|ATen)/|rayd/train/(torch_data|process_group|ddp|zero|mixed_precision|session|fsdp|tensor_parallel|pipeline)\.h)' || true)
 
 if [ "$violations" -gt 0 ]; then
   echo "check-layers: $violations include(s) cross a boundary the wrong way"

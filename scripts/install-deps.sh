@@ -19,6 +19,13 @@ main_packages=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libssl-dev libtorch-dev libopenblas0-pthread libgloo-dev
   libprotobuf-dev protobuf-compiler
+  # rayd Data: gzip (IDX, .npz), and the main job's dataset: Fashion-MNIST's real images
+  # (/usr/share/datasets/fashion-mnist/).
+  zlib1g-dev dataset-fashion-mnist
+  # rayd Data's image formats (data/cmake/images.cmake): JPEG through TurboJPEG, and PNG.
+  libturbojpeg0-dev libpng-dev
+  # rayd Data's `format: hdf5` (data/cmake/hdf5.cmake builds it when HDF5 is found).
+  libhdf5-dev
 )
 # What the tests add.
 test_packages=(
@@ -40,6 +47,12 @@ test_packages=(
   prometheus
   # A real Slurm for deploy/slurm/rayd.sbatch's test (tests/deploy/slurm_test.sh).
   slurm-wlm munge
+  # rayd Data's HDF5 tests write their files with h5py (tests/unit/data/write_hdf5.py).
+  python3-h5py
+  # `format: parquet` in the tests: the Apache Arrow build in ../shared/arrow/ (Debian has none)
+  # links against these (and zlib1g-dev, above) and needs Thrift to run
+  # (data/cmake/parquet.cmake).
+  libsnappy-dev libbrotli-dev liblz4-dev libzstd-dev libthrift-0.17.0
 )
 
 packages=("${main_packages[@]}")

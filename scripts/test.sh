@@ -12,6 +12,8 @@ phase "install-deps"
 ./scripts/build.sh
 # The dashboard's browser test drives Chromium with playwright-core (pinned in package-lock.json).
 (cd tests/e2e/dashboard && npm ci --no-audit --no-fund --loglevel=error)
+# The Parquet tests' fixtures come from a JavaScript writer (hyparquet-writer, pinned likewise).
+(cd tests/unit/data/parquet_js && npm ci --no-audit --no-fund --loglevel=error)
 phase "build"
 build_dir="${RAYD_BUILD_DIR:-build}"
 (cd "$build_dir" && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")

@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-__all__ = ["NodeDrain", "TrainContext", "get_config", "get_context", "get_checkpoint", "report"]
+__all__ = ["NodeDrain", "TrainContext", "get_config", "get_context", "get_checkpoint",
+           "get_dataset_shard", "report"]
 
 _CONNECT_TIMEOUT_S = 30.0
 
@@ -253,6 +254,14 @@ class _Connection:
 _connection = _Connection()
 
 
+def get_dataset_shard(name: str):
+    """This rank's shard of the run's dataset ``name`` (rayd.data.DatasetShard): each
+    ``iter_batches(batch_size=...)`` call is one pass over this rank's share of an epoch,
+    yielding dicts of NumPy arrays. Needs NumPy."""
+    from . import data as _data
+    return _data.get_dataset_shard(name)
+
+
 def report(metrics: Mapping[str, Any], checkpoint: Optional[str] = None) -> None:
     """Reports one result of this rank, with an optional checkpoint directory.
 
@@ -270,6 +279,10 @@ def report(metrics: Mapping[str, Any], checkpoint: Optional[str] = None) -> None
     line to stdout and returns.
     """
     values = _check_metrics(metrics)
+    # The time this rank waited for its datasets' batches since the last report.
+    from . import data as _data
+    if _data._shards and "data_wait_s" not in values:
+        values["data_wait_s"] = _data._data_wait_since_report()
     checkpoint_path: Optional[str] = None
     if checkpoint is not None:
         checkpoint_path = os.path.abspath(os.fspath(checkpoint))

@@ -73,7 +73,7 @@ done
 
 # Both sweeps are whole, each in its own directory.
 shopt -s nullglob
-dirs=("$work"/rayd_results/mlp-asha "$work"/rayd_results/mlp-asha_*)
+dirs=("$work"/rayd_results/fashion-asha "$work"/rayd_results/fashion-asha_*)
 [ "${#dirs[@]}" -eq 2 ] || fail "expected two experiment directories, found: ${dirs[*]}"
 for d in "${dirs[@]}"; do
   [ -f "$d/experiment_state.json" ] || fail "$d has no experiment_state.json"

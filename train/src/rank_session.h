@@ -18,9 +18,11 @@
 // Threading: a RankSession belongs to the thread running the loop (TrainWorker::Run's).
 
 #include <rayd/base/status.h>
+#include <rayd/data/shard.h>
 #include <rayd/train/trainer.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -67,6 +69,10 @@ std::optional<NodeDrain> ReadNodeDrain(const std::string& path);
 
 struct RankSession {
   TrainContext context;
+  // The run's datasets (RunSpec::datasets_json), and the shards the loop took of them.
+  std::string datasets_json;
+  std::map<std::string, std::unique_ptr<data::DatasetShard>> shards;
+  double data_wait_reported = 0;  // the shards' wait_seconds at the last Report
   std::string drain_file;  // NodeDrainFile(), read by each GetContext
   TrainWorker* worker = nullptr;
   GroupSpec group;

@@ -132,7 +132,15 @@ void Report(const std::map<std::string, double>& metrics,
   std::optional<std::string> dir = rank == 0 || taken_over ? checkpoint_dir : std::nullopt;
   // Read the checkpoint's files, hand them over (rank 0's report to the driver's Poll, another
   // rank's to the driver's collection of parts), and delete a directory taken over.
-  auto ship = [worker = session.worker, rank, index = session.reports++, metrics,
+  // The time the loop waited for its datasets' batches since the last report (rayd/train/data.h).
+  std::map<std::string, double> reported = metrics;
+  if (!session.shards.empty()) {
+    double waited = 0;
+    for (const auto& [name, shard] : session.shards) waited += shard->stats().wait_seconds;
+    reported.try_emplace("data_wait_s", waited - session.data_wait_reported);
+    session.data_wait_reported = waited;
+  }
+  auto ship = [worker = session.worker, rank, index = session.reports++, metrics = std::move(reported),
                checkpoint_dir = dir, taken_over]() -> Status {
     std::optional<internal::CheckpointFiles> files;
     if (checkpoint_dir) {
@@ -281,6 +289,7 @@ void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_
                  .gpus = spec.gpus && gpus != nullptr ? gpus : "",
                  .cpus = spec.cpus};
   rank.config_json = spec.config_json;
+  rank.datasets_json = spec.datasets_json;
   // Beside the trial's other files when the driver's directory is visible here (this node is
   // the driver's, or they share a filesystem); else in this node's temporary directory.
   const std::string log_name = "rank_" + std::to_string(spec.world_rank) + ".log";
@@ -423,6 +432,7 @@ int TrainWorker::Run(RunSpec spec) {
                      .mesh = MeshCoordinatesOf(session.group.mesh, spec.world_rank)};
   session.worker = this;
   session.drain_file = NodeDrainFile();
+  session.datasets_json = spec.datasets_json;
   // The checkpoint to resume from, unpacked on this node for the attempt's lifetime.
   ScopedDir unpacked(UnpackDir(spec.world_rank));
   if (spec.has_checkpoint) {

@@ -110,11 +110,13 @@ struct RunSpec {
   int mesh_pipeline = 1;
   int mesh_tensor = 1;
   std::vector<int> rank_nodes;  // each rank's node (0.., by first appearance), by rank
+  // RunConfig::datasets as JSON (DatasetsToJson), for GetDatasetShard.
+  std::string datasets_json;
   MSGPACK_DEFINE(loop, config_json, rendezvous_key, world_rank, world_size, local_rank,
                  local_world_size, node_rank, run_name, collective_timeout_s, use_gpu,
                  has_checkpoint, checkpoint, has_command, command, num_nodes, endpoints, trial_id,
                  trial_dir, restart_count, max_restarts, cpus, gpus, attempt_token, mesh_data,
-                 mesh_pipeline, mesh_tensor, rank_nodes);
+                 mesh_pipeline, mesh_tensor, rank_nodes, datasets_json);
 };
 
 // Thrown by Report out of a loop whose run was stopped; Run catches it.

@@ -4,6 +4,7 @@
 
 #include <rayd/api/task_options.h>
 #include <rayd/base/logging.h>
+#include <rayd/train/data.h>
 #include <rayd/train/mlflow.h>
 #include <rayd/train/run_directory.h>
 #include <rayd/train/training_run.h>
@@ -673,6 +674,7 @@ void TrainingRun::Impl::Launch() {
   common.mesh_pipeline = mesh_.pipeline;
   common.mesh_tensor = mesh_.tensor;
   common.use_gpu = scaling_.use_gpu;
+  if (!run_.datasets.empty()) common.datasets_json = DatasetsToJson(run_.datasets).dump();
   // Unique among the attempts a reused gang serves (its Polls must not see another's end).
   attempt_token_ = AttemptToken();
   common.attempt_token = attempt_token_;

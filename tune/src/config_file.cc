@@ -36,10 +36,10 @@ const Keys kDomainNames = {"grid_search", "choice",  "uniform",  "quniform", "lo
                            "qloguniform", "randint", "qrandint", "randn"};
 // In SchedulerConfig's alternative order.
 const Keys kSchedulerTypes = {"fifo", "asha", "hyperband", "median_stopping", "pbt", "pasha"};
-const Keys kTuneFileKeys = {"name",        "trainable", "libraries", "scaling",
-                            "param_space", "tune",      "run"};
+const Keys kTuneFileKeys = {"name", "trainable", "libraries", "scaling",
+                            "param_space", "tune", "run", "datasets"};
 const Keys kTrainFileKeys = {"name",   "train_loop", "trainable", "libraries",
-                             "config", "scaling",    "run"};
+                             "config", "scaling",    "run",       "datasets"};
 const Keys kCommandKeys = {"command", "launcher",         "working_dir",
                            "env",     "report_timeout_s", "stop_grace_s"};
 const Keys kScalingKeys = {"num_workers",          "num_processes",        "use_gpu",
@@ -413,6 +413,9 @@ class Parser {
   }
 
   std::vector<std::string> Libraries(const Field& f) const;
+  // `datasets:` (rayd/data/reader.h): each entry's format and paths checked here (relative
+  // paths made absolute against the file's directory), the rest by rayd Data's own parser.
+  std::vector<rayd::data::DatasetSpec> Datasets(const Field& f) const;
   // `trainable:` a registered train loop's name, or a map: a command (rayd/train/command.h).
   Trainable ParseTrainable(const Field& f) const;
   rayd::train::ScalingConfig Scaling(const Field& f) const;
@@ -444,6 +447,53 @@ std::vector<std::string> Parser::Libraries(const Field& f) const {
     std::filesystem::path lib = NonEmptyString(entry);
     if (lib.is_relative()) lib = dir / lib;
     out.push_back(std::filesystem::absolute(lib).lexically_normal().string());
+  }
+  return out;
+}
+
+std::vector<rayd::data::DatasetSpec> Parser::Datasets(const Field& f) const {
+  std::filesystem::path dir = std::filesystem::path(file_).parent_path();
+  std::vector<rayd::data::DatasetSpec> out;
+  MapFields datasets = ReadMap(f, std::nullopt);
+  for (const auto& [name, entry] : datasets.entries()) {
+    MapFields keys = ReadMap(entry, std::nullopt);
+    const Field& format = Required(keys, entry, "format");
+    NonEmptyString(format);
+    nlohmann::json json = ToJson(entry);
+    // Globs relative to the file, as libraries are: ranks run with other working directories.
+    auto absolute = [&](const Field& p) {
+      std::filesystem::path path = NonEmptyString(p);
+      if (path.is_relative()) path = dir / path;
+      return std::filesystem::absolute(path).lexically_normal().string();
+    };
+    if (const Field* paths = keys.Find("paths")) {
+      nlohmann::json resolved = nlohmann::json::array();
+      if (paths->value.IsScalar()) {
+        resolved.push_back(absolute(*paths));
+      } else {
+        for (const Field& p : List(*paths)) resolved.push_back(absolute(p));
+      }
+      json["paths"] = resolved;
+    }
+    if (const Field* columns = keys.Find("columns"); columns && columns->value.IsMap()) {
+      MapFields globs = ReadMap(*columns, std::nullopt);
+      for (const auto& [column, glob] : globs.entries()) {
+        json["columns"][column] = absolute(glob);
+      }
+    }
+    Result<rayd::data::DatasetSpec> spec = rayd::data::ParseDatasetSpec(name, json);
+    if (!spec.ok()) {
+      // "datasets.train.paths: ..." names its key: blame that key's line when there is one.
+      const std::string& message = spec.status().message();
+      const Field* at = &entry;
+      for (const auto& [key, child] : keys.entries()) {
+        if (message.rfind("datasets." + name + "." + key + ":", 0) == 0) at = &child;
+      }
+      std::string reason = message;
+      if (reason.rfind(at->path + ": ", 0) == 0) reason = reason.substr(at->path.size() + 2);
+      Fail(*at, reason);
+    }
+    out.push_back(std::move(*spec));
   }
   return out;
 }
@@ -928,6 +978,7 @@ TuneFile ParseTuneFile(const std::string& text, const std::string& path) {
   }
   out.run = parser.Run(map.Find("run"));
   out.run.name = out.name;
+  if (const Field* x = map.Find("datasets")) out.run.datasets = parser.Datasets(*x);
   out.lines = parser.lines();
   return out;
 }
@@ -962,6 +1013,7 @@ TrainFile ParseTrainFile(const std::string& text, const std::string& path) {
   if (const Field* x = map.Find("scaling")) out.scaling = parser.Scaling(*x);
   out.run = parser.Run(map.Find("run"));
   out.run.name = name;
+  if (const Field* x = map.Find("datasets")) out.run.datasets = parser.Datasets(*x);
   return out;
 }
 

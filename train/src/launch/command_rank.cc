@@ -1,6 +1,7 @@
 // A command rank: spawn (through a supervisor), the report wire, logs, stop and failure.
 
 #include "command_rank.h"
+#include "data_server.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -540,6 +541,16 @@ Result<bool> RankProcess::Run() {
   launch.report_token = token_;
   launch.python_dir = PythonClientDir();
   launch.drain_file = NodeDrainFile();
+  // The run's datasets, served to the command until this attempt ends.
+  std::unique_ptr<DataServer> data_server;
+  if (!rank_.datasets_json.empty()) {
+    launch.data_socket = scratch.path + "/data.sock";
+    Result<std::unique_ptr<DataServer>> started =
+        DataServer::Start(launch.data_socket, rank_.datasets_json, launch.world_size,
+                          launch.world_rank, launch.local_world_size);
+    if (!started.ok()) return started.status();
+    data_server = std::move(*started);
+  }
   if (launch.gloo_iface.empty() && launch.world_rank < static_cast<int>(launch.endpoints.size())) {
     launch.gloo_iface = InterfaceOf(HostOf(launch.endpoints[launch.world_rank]));
   }

@@ -29,6 +29,7 @@ struct CommandRank {
   Command command;
   RankLaunch launch;  // report_*, config_file and python_dir are filled in by RunCommandRank
   std::string config_json;
+  std::string datasets_json;  // the run's datasets, served to the command (data_server.h)
   std::string log_path;  // the rank's stdout and stderr, appended
 };
 

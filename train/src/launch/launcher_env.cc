@@ -153,6 +153,11 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
   env["RAYD_REPORT_TOKEN"] = r.report_token;
   env["RAYD_CONFIG_FILE"] = r.config_file;
   if (!r.drain_file.empty()) env["RAYD_DRAIN_FILE"] = r.drain_file;
+  if (r.data_socket.empty()) {
+    env.erase("RAYD_DATA_SOCKET");
+  } else {
+    env["RAYD_DATA_SOCKET"] = r.data_socket;
+  }
   if (r.checkpoint_dir.empty()) {
     env.erase("RAYD_CHECKPOINT_DIR");
   } else {

@@ -41,6 +41,7 @@ struct RankLaunch {
   std::string python_dir;      // the rayd Python client's directory, put first on PYTHONPATH
   std::string gpus;            // CUDA_VISIBLE_DEVICES: the bundle's devices, "" for none
   std::string drain_file;      // RAYD_DRAIN_FILE: where the node posts a `rayd drain` notice
+  std::string data_socket;     // RAYD_DATA_SOCKET: the run's datasets (data_server.h), if any
   double cpus = 1;             // the bundle's CPUs: OMP_NUM_THREADS unless the command sets it
 };
 

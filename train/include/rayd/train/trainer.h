@@ -40,6 +40,7 @@
 // the thread running the loop, inside a rank actor; elsewhere they throw rayd::RaydError.
 
 #include <rayd/api/placement_group.h>
+#include <rayd/data/reader.h>
 #include <rayd/api/remote.h>
 
 #include <functional>
@@ -137,6 +138,12 @@ struct RunConfig {
   std::string mlflow_tracking_uri;
   // The MLflow experiment the runs go to, found by name or created; empty: `name`.
   std::string mlflow_experiment_name;
+  // The datasets the run's ranks read (Ray Train's `datasets=`): each rank takes its shard of
+  // one by name with GetDatasetShard (rayd/train/data.h). Carried here so that a Trainer, a
+  // TrainingRun and every trial of a Tuner get them through the one config they share. Paths
+  // must be valid on the nodes the ranks run on (absolute, or relative to their working
+  // directory); train.yaml and tune.yaml make them absolute against the file's directory.
+  std::vector<rayd::data::DatasetSpec> datasets;
 };
 
 // A report of rank 0 as Fit persisted it.

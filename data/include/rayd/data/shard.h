@@ -1,0 +1,116 @@
+#pragma once
+// A rank's shard of a dataset, iterated an epoch at a time as batches.
+//
+// How it works: opening a shard opens the dataset's reader and parses its transforms. Each
+// IterBatches call is one pass over this rank's share of an epoch (rayd/data/order.h): the
+// rows are cut into blocks of whole batches (about `block_bytes` each), and a producer makes
+// the blocks ahead of the loop, in order: it reads a block's rows and applies the transforms,
+// either on its own thread in this process (`execution: local`) or as rayd tasks placed like any
+// other work (`execution: tasks`, with the dataset's `resources` and `label_selector`, so
+// preprocessing may run on CPU-only nodes; the blocks come back through the object store and are
+// viewed there without a copy). The loop takes batches as views of those blocks.
+//
+// Backpressure: the producer holds at most `prefetch_blocks` blocks made or in flight and not
+// yet handed out, and starts a block only while the bytes it holds stay under `budget_bytes`
+// (the node's object-store budget for training ingest, split among the node's ranks): when the
+// loop falls behind the producer waits, so ingest never spills and never grows without bound.
+// One block always may be in flight, so an over-large block cannot stall the pipeline.
+//
+// Threading: a shard and its iterators belong to the thread running the loop; the producer's
+// thread is internal. Destroying an iterator stops its producer (joining it).
+
+#include <rayd/base/status.h>
+#include <rayd/data/block.h>
+#include <rayd/data/reader.h>
+#include <rayd/data/transforms.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayd::data {
+
+struct ShardOptions {
+  int world_size = 1;
+  int rank = 0;
+  uint64_t seed = 0;  // the run's; a dataset's own `seed:` wins
+  // Bytes of blocks this shard may hold ahead of the loop (the dataset's `budget_bytes:` wins).
+  int64_t budget_bytes = int64_t{256} << 20;
+};
+
+struct BatchOptions {
+  int64_t batch_size = 256;
+  // Leave out a last batch smaller than batch_size (every rank's is, or none's).
+  bool drop_last = false;
+  // The epoch to iterate; -1: the one after the last pass (0 first).
+  int64_t epoch = -1;
+};
+
+// What a pass has cost so far (summed over the shard's passes).
+struct ShardStats {
+  double wait_seconds = 0;  // the loop's time blocked in Next for a block not made yet
+  int64_t blocks = 0;
+  int64_t rows = 0;
+  int64_t bytes = 0;
+  int64_t skipped_rows = 0;  // rows on_error: skip left out (made in this process)
+};
+
+class DatasetShard;
+
+// One pass over a shard's epoch. Next returns the next batch (a view of a block), nullopt at
+// the end, or the error that ended the pass (a bad row, a failed task).
+class BatchIterator {
+ public:
+  virtual ~BatchIterator() = default;
+  virtual Result<std::optional<Block>> Next() = 0;
+};
+
+class DatasetShard {
+ public:
+  // Opens `spec`'s reader and transforms (errors name the dataset and what is wrong).
+  static Result<std::unique_ptr<DatasetShard>> Open(const DatasetSpec& spec, ShardOptions options);
+  ~DatasetShard();
+
+  const std::string& name() const { return spec_.name; }
+  // The columns of the batches, after the transforms (read from the dataset's first row).
+  const Schema& schema() const { return schema_; }
+  // The dataset's rows, after `rows: [BEGIN, END]` (a range of them: a validation split) and
+  // `limit`.
+  int64_t num_rows() const { return num_rows_; }
+  // This rank's rows in one epoch (before filters).
+  int64_t rows_per_epoch() const;
+  bool shuffle() const { return shuffle_; }
+  int64_t next_epoch() const { return next_epoch_; }
+
+  std::unique_ptr<BatchIterator> IterBatches(const BatchOptions& options);
+
+  ShardStats stats() const;
+
+  // Made by the producer (this process or a task): the rows `rows` of the dataset read and
+  // transformed, as one block. Public for the task that calls it.
+  static Result<Block> MakeBlock(const DatasetSpec& spec, std::span<const int64_t> rows);
+
+ private:
+  friend class ShardPass;
+  DatasetShard() = default;
+
+  DatasetSpec spec_;
+  ShardOptions options_;
+  std::string spec_json_;  // what tasks get
+  bool shuffle_ = true;
+  bool tasks_ = false;
+  int prefetch_blocks_ = 4;
+  int64_t block_bytes_ = int64_t{4} << 20;
+  int64_t first_row_ = 0;  // `rows: [BEGIN, END]`: the dataset's rows from BEGIN
+  int64_t num_rows_ = 0;
+  int64_t row_bytes_ = 1;  // the read rows' size, to cut blocks
+  Schema schema_;
+  int64_t next_epoch_ = 0;
+  struct Counters;
+  std::shared_ptr<Counters> counters_;  // shared with the passes' producers
+};
+
+}  // namespace rayd::data

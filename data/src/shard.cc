@@ -1,0 +1,425 @@
+// DatasetShard and its passes (see shard.h for how they work).
+
+#include <rayd/api.h>
+#include <rayd/data/order.h>
+#include <rayd/data/shard.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+
+namespace rayd::data {
+namespace {
+
+// Readers this process has open, by the dataset's spec: a producer thread or a data task reuses
+// its reader across blocks (opening one scans CSV lines, inflates gzip files, ...). A few at
+// most; Read holds the entry's lock (readers are single-threaded).
+class ReaderCache {
+ public:
+  static ReaderCache& Get() {
+    static ReaderCache* cache = new ReaderCache();  // used by tasks until the process exits
+    return *cache;
+  }
+  struct Entry {
+    std::string key;
+    std::mutex mu;
+    std::unique_ptr<Reader> reader;
+    std::vector<TransformStep> steps;
+  };
+  Result<std::shared_ptr<Entry>> Open(const DatasetSpec& spec, const std::string& key) {
+    std::lock_guard lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if ((*it)->key == key) {
+        entries_.splice(entries_.begin(), entries_, it);
+        return *entries_.begin();
+      }
+    }
+    auto entry = std::make_shared<Entry>();
+    entry->key = key;
+    RAYD_ASSIGN_OR_RETURN(entry->reader, OpenReader(spec));
+    Result<std::vector<TransformStep>> steps =
+        ParseTransforms(spec.options.value("transforms", nlohmann::json()));
+    if (!steps.ok()) {
+      return Status::InvalidArgument("datasets." + spec.name + "." + steps.status().message());
+    }
+    entry->steps = std::move(*steps);
+    entries_.push_front(entry);
+    if (entries_.size() > 8) entries_.pop_back();
+    return entry;
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::shared_ptr<Entry>> entries_;  // most recently used first
+};
+
+std::string SpecKey(const DatasetSpec& spec) {
+  return nlohmann::json{{"name", spec.name}, {"format", spec.format}, {"paths", spec.paths},
+                        {"options", spec.options}}
+      .dump();
+}
+
+Result<DatasetSpec> SpecFromKey(const std::string& key) {
+  nlohmann::json j = nlohmann::json::parse(key, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::InvalidArgument("a data task got a malformed dataset spec");
+  DatasetSpec spec;
+  spec.name = j.value("name", "");
+  spec.format = j.value("format", "");
+  spec.paths = j.value("paths", std::vector<std::string>());
+  spec.options = j.value("options", nlohmann::json::object());
+  return spec;
+}
+
+// A block made by a task: a 64-byte prefix (the rows on_error: skip left out, a uint64) and
+// the block (data/FORMAT.md), so the block stays 64-byte aligned in the object store.
+constexpr size_t kTaskPrefix = 64;
+
+Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
+                               std::span<const int64_t> rows, int64_t* skipped) {
+  RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
+                        ReaderCache::Get().Open(spec, key));
+  std::lock_guard lock(entry->mu);
+  const int64_t skipped_before = entry->reader->skipped_rows();
+  Result<Block> block = entry->reader->Read(rows);
+  if (skipped != nullptr) *skipped = entry->reader->skipped_rows() - skipped_before;
+  if (!block.ok()) {
+    return Status(block.status().code(), "datasets." + spec.name + ": " + block.status().message());
+  }
+  Result<Block> out = ApplyTransforms(entry->steps, std::move(*block));
+  if (!out.ok()) {
+    return Status(out.status().code(), "datasets." + spec.name + ": " + out.status().message());
+  }
+  return out;
+}
+
+}  // namespace
+
+// The data task: makes one block wherever rayd placed it. Throws (a RemoteError for the
+// caller) with the reader's or transform's message.
+std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t> rows) {
+  Result<DatasetSpec> spec = SpecFromKey(spec_key);
+  if (!spec.ok()) throw RaydError(spec.status().message());
+  int64_t skipped = 0;
+  Result<Block> block = ReadAndTransform(*spec, spec_key, rows, &skipped);
+  if (!block.ok()) throw RaydError(block.status().message());
+  std::vector<uint8_t> out(kTaskPrefix + block->SerializedSize());
+  const uint64_t s = static_cast<uint64_t>(skipped);
+  std::memcpy(out.data(), &s, sizeof(s));
+  block->SerializeTo(out.data() + kTaskPrefix);
+  return out;
+}
+RAYD_REMOTE(RaydDataMakeBlock);
+
+struct DatasetShard::Counters {
+  std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0};
+};
+
+Result<Block> DatasetShard::MakeBlock(const DatasetSpec& spec, std::span<const int64_t> rows) {
+  return ReadAndTransform(spec, SpecKey(spec), rows, nullptr);
+}
+
+DatasetShard::~DatasetShard() = default;
+
+Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec,
+                                                        ShardOptions options) {
+  std::unique_ptr<DatasetShard> shard(new DatasetShard());
+  shard->spec_ = spec;
+  shard->options_ = options;
+  shard->counters_ = std::make_shared<Counters>();
+  const std::string prefix = "datasets." + spec.name + ".";
+  const nlohmann::json& o = spec.options;
+  auto bad = [&](const std::string& key, const std::string& want) {
+    return Status::InvalidArgument(prefix + key + ": expected " + want);
+  };
+  if (o.contains("shuffle")) {
+    if (!o["shuffle"].is_boolean()) return bad("shuffle", "true or false");
+    shard->shuffle_ = o["shuffle"].get<bool>();
+  }
+  if (o.contains("seed")) {
+    if (!o["seed"].is_number_integer()) return bad("seed", "an integer");
+    shard->options_.seed = o["seed"].get<uint64_t>();
+  }
+  if (o.contains("execution")) {
+    const std::string e = o["execution"].is_string() ? o["execution"].get<std::string>() : "";
+    if (e != "local" && e != "tasks") return bad("execution", "local or tasks");
+    shard->tasks_ = e == "tasks";
+  }
+  for (const char* key : {"resources", "label_selector"}) {
+    if (o.contains(key) && !o[key].is_object()) return bad(key, "a map");
+  }
+  if (o.contains("prefetch_blocks")) {
+    if (!o["prefetch_blocks"].is_number_integer() || o["prefetch_blocks"].get<int>() < 1) {
+      return bad("prefetch_blocks", "an integer of at least 1");
+    }
+    shard->prefetch_blocks_ = o["prefetch_blocks"].get<int>();
+  }
+  for (const auto& [key, field] :
+       {std::pair{"block_bytes", &shard->block_bytes_}, {"budget_bytes", &options.budget_bytes}}) {
+    if (!o.contains(key)) continue;
+    if (!o[key].is_number_integer() || o[key].get<int64_t>() < 1) {
+      return bad(key, "a byte count of at least 1");
+    }
+    *field = o[key].get<int64_t>();
+  }
+  shard->options_.budget_bytes = options.budget_bytes;
+  shard->spec_json_ = SpecKey(spec);
+
+  // Open here too (the reader's errors come now, not at the first batch), learn the rows and
+  // what one row makes.
+  RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
+                        ReaderCache::Get().Open(spec, shard->spec_json_));
+  std::lock_guard lock(entry->mu);
+  shard->num_rows_ = entry->reader->num_rows();
+  if (o.contains("rows")) {
+    const nlohmann::json& r = o["rows"];
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        r[0].get<int64_t>() < 0 || r[1].get<int64_t>() < r[0].get<int64_t>() ||
+        r[1].get<int64_t>() > shard->num_rows_) {
+      return bad("rows", "[BEGIN, END] with 0 <= BEGIN <= END <= " +
+                             std::to_string(shard->num_rows_) + " (the dataset's rows)");
+    }
+    shard->first_row_ = r[0].get<int64_t>();
+    shard->num_rows_ = r[1].get<int64_t>() - shard->first_row_;
+  }
+  const int64_t limit = ParseLimit(o.value("transforms", nlohmann::json()));
+  if (limit >= 0) shard->num_rows_ = std::min(shard->num_rows_, limit);
+  shard->schema_ = entry->reader->schema();
+  if (shard->num_rows_ > 0) {
+    const int64_t first = shard->first_row_;
+    Result<Block> row = entry->reader->Read({&first, 1});
+    if (row.ok() && row->num_rows() == 1) {
+      shard->row_bytes_ = std::max<int64_t>(row->nbytes(), 1);
+      Result<Block> out = ApplyTransforms(entry->steps, std::move(*row));
+      if (!out.ok()) {
+        return Status(out.status().code(), prefix + "transforms: " + out.status().message());
+      }
+      shard->schema_ = out->schema();
+    }
+  }
+  return shard;
+}
+
+int64_t DatasetShard::rows_per_epoch() const {
+  return RowsPerRank(num_rows_, options_.world_size);
+}
+
+ShardStats DatasetShard::stats() const {
+  ShardStats s;
+  s.wait_seconds = counters_->wait_ns.load() / 1e9;
+  s.blocks = counters_->blocks.load();
+  s.rows = counters_->rows.load();
+  s.bytes = counters_->bytes.load();
+  s.skipped_rows = counters_->skipped.load();
+  return s;
+}
+
+// One pass: the producer thread and the queue of blocks it made.
+class ShardPass : public BatchIterator {
+ public:
+  ShardPass(const DatasetShard& shard, const BatchOptions& options, int64_t epoch)
+      : spec_(shard.spec_),
+        spec_json_(shard.spec_json_),
+        tasks_(shard.tasks_),
+        prefetch_(shard.prefetch_blocks_),
+        budget_(shard.options_.budget_bytes),
+        batch_size_(std::max<int64_t>(options.batch_size, 1)),
+        drop_last_(options.drop_last),
+        counters_(shard.counters_) {
+    const std::vector<int64_t> order =
+        EpochOrder(shard.num_rows_, shard.options_.seed, epoch, shard.shuffle_);
+    rows_ = RankRows(order, shard.options_.world_size, shard.options_.rank, batch_size_);
+    for (int64_t& row : rows_) row += shard.first_row_;
+    if (drop_last_) rows_.resize(rows_.size() / batch_size_ * batch_size_);
+    // Blocks of whole batches, about block_bytes each.
+    const int64_t batch_bytes = batch_size_ * shard.row_bytes_;
+    const int64_t per_block = batch_size_ * std::max<int64_t>(1, shard.block_bytes_ / batch_bytes);
+    for (int64_t at = 0; at < static_cast<int64_t>(rows_.size()); at += per_block) {
+      cuts_.emplace_back(at, std::min<int64_t>(at + per_block, rows_.size()));
+    }
+    row_bytes_ = shard.row_bytes_;
+    estimated_.assign(cuts_.size(), 0);
+    if (tasks_) {
+      const nlohmann::json resources = spec_.options.value("resources", nlohmann::json::object());
+      for (const auto& [k, v] : resources.items()) {
+        if (v.is_number()) resources_[k] = v.get<double>();
+      }
+      const nlohmann::json labels =
+          spec_.options.value("label_selector", nlohmann::json::object());
+      for (const auto& [k, v] : labels.items()) {
+        if (v.is_string()) labels_[k] = v.get<std::string>();
+      }
+      // By default a data task reserves nothing (Ray's num_cpus=0): a gang that holds every
+      // CPU of its nodes must not wait forever for its own preprocessing.
+      if (resources_.empty()) resources_["CPU"] = 0;
+    }
+    producer_ = std::thread([this] { Produce(); });
+  }
+
+  ~ShardPass() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    producer_.join();
+  }
+
+  Result<std::optional<Block>> Next() override {
+    while (!current_ || offset_ >= current_->num_rows()) {
+      current_.reset();
+      offset_ = 0;
+      if (next_block_ == cuts_.size()) return std::optional<Block>();
+      const auto start = std::chrono::steady_clock::now();
+      std::unique_lock lock(mu_);
+      changed_.wait(lock, [&] { return !ready_.empty(); });
+      counters_->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+      Result<Block> block = std::move(ready_.front());
+      ready_.pop_front();
+      held_bytes_ -= estimated_[next_block_];
+      ++next_block_;
+      lock.unlock();
+      changed_.notify_all();
+      if (!block.ok()) {
+        next_block_ = cuts_.size();  // the pass is over
+        return block.status();
+      }
+      current_ = std::move(*block);
+    }
+    const int64_t end = std::min(offset_ + batch_size_, current_->num_rows());
+    Block batch = current_->Slice(offset_, end);
+    offset_ = end;
+    return std::optional<Block>(std::move(batch));
+  }
+
+ private:
+  std::span<const int64_t> RowsOf(size_t block) const {
+    return std::span<const int64_t>(rows_).subspan(
+        static_cast<size_t>(cuts_[block].first),
+        static_cast<size_t>(cuts_[block].second - cuts_[block].first));
+  }
+
+  // Waits until block `block` may be started (backpressure); false when stopping.
+  bool WaitForRoom(size_t block, size_t in_flight) {
+    const int64_t bytes = (cuts_[block].second - cuts_[block].first) * row_bytes_;
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] {
+      const size_t held = ready_.size() + in_flight;
+      return stop_ || held == 0 ||
+             (held < static_cast<size_t>(prefetch_) && held_bytes_ + bytes <= budget_);
+    });
+    if (stop_) return false;
+    held_bytes_ += bytes;
+    estimated_[block] = bytes;
+    return true;
+  }
+
+  void Deliver(Result<Block> block) {
+    if (block.ok()) {
+      counters_->blocks += 1;
+      counters_->rows += block->num_rows();
+      counters_->bytes += block->nbytes();
+    }
+    {
+      std::lock_guard lock(mu_);
+      ready_.push_back(std::move(block));
+    }
+    changed_.notify_all();
+  }
+
+  void Produce() {
+    if (!tasks_) {
+      for (size_t b = 0; b < cuts_.size(); ++b) {
+        if (!WaitForRoom(b, 0)) return;
+        int64_t skipped = 0;
+        Result<Block> block = ReadAndTransform(spec_, spec_json_, RowsOf(b), &skipped);
+        counters_->skipped += skipped;
+        const bool failed = !block.ok();
+        Deliver(std::move(block));
+        if (failed) return;
+      }
+      return;
+    }
+    std::deque<ObjectRef<std::vector<uint8_t>>> in_flight;
+    size_t submitted = 0;
+    for (size_t collected = 0; collected < cuts_.size();) {
+      while (submitted < cuts_.size() && (in_flight.empty() || HasRoom(submitted, in_flight.size()))) {
+        if (!WaitForRoom(submitted, in_flight.size())) return;
+        auto rows = RowsOf(submitted);
+        in_flight.push_back(rayd::Task(RaydDataMakeBlock)
+                                .SetResources(resources_)
+                                .SetLabelSelector(labels_)
+                                .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end())));
+        ++submitted;
+      }
+      Result<Block> block = Collect(in_flight.front());
+      in_flight.pop_front();
+      ++collected;
+      const bool failed = !block.ok();
+      Deliver(std::move(block));
+      if (failed) return;
+    }
+  }
+
+  bool HasRoom(size_t block, size_t in_flight) {
+    const int64_t bytes = (cuts_[block].second - cuts_[block].first) * row_bytes_;
+    std::lock_guard lock(mu_);
+    const size_t held = ready_.size() + in_flight;
+    return held < static_cast<size_t>(prefetch_) && held_bytes_ + bytes <= budget_;
+  }
+
+  // The task's block, viewed where the object store holds it.
+  Result<Block> Collect(const ObjectRef<std::vector<uint8_t>>& ref) {
+    try {
+      auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
+      if (view->size() < kTaskPrefix) return Status::Internal("a data task returned no block");
+      uint64_t skipped = 0;
+      std::memcpy(&skipped, view->data(), sizeof(skipped));
+      counters_->skipped += static_cast<int64_t>(skipped);
+      return Block::View(view, view->data() + kTaskPrefix, view->size() - kTaskPrefix);
+    } catch (const std::exception& e) {
+      return Status::Unavailable("datasets." + spec_.name + ": a data task failed: " + e.what());
+    }
+  }
+
+  const DatasetSpec spec_;
+  const std::string spec_json_;
+  const bool tasks_;
+  const int prefetch_;
+  const int64_t budget_;
+  const int64_t batch_size_;
+  const bool drop_last_;
+  std::shared_ptr<DatasetShard::Counters> counters_;
+  std::map<std::string, double> resources_;
+  std::map<std::string, std::string> labels_;
+  std::vector<int64_t> rows_;
+  std::vector<std::pair<int64_t, int64_t>> cuts_;  // each block's [begin, end) in rows_
+  int64_t row_bytes_ = 1;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Result<Block>> ready_;  // guarded by mu_: made, not yet taken, in block order
+  int64_t held_bytes_ = 0;           // guarded by mu_: estimated bytes made or in flight
+  std::vector<int64_t> estimated_;   // guarded by mu_: each started block's estimate
+  bool stop_ = false;                // guarded by mu_
+
+  // The loop's side.
+  size_t next_block_ = 0;
+  std::optional<Block> current_;
+  int64_t offset_ = 0;
+
+  std::thread producer_;  // last: started once everything above is set
+};
+
+std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& options) {
+  const int64_t epoch = options.epoch >= 0 ? options.epoch : next_epoch_;
+  next_epoch_ = epoch + 1;
+  return std::make_unique<ShardPass>(*this, options, epoch);
+}
+
+}  // namespace rayd::data

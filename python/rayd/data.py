@@ -1,0 +1,165 @@
+"""rayd Data in a command trainable's rank: the rank's shard of the run's datasets.
+
+A run's ``datasets:`` (train.yaml, tune.yaml) are read, transformed and sharded by rayd, in
+C++, exactly as for a C++ train loop; the rank's actor serves this process its batches over a
+Unix socket (``RAYD_DATA_SOCKET``). Each batch is a block (data/FORMAT.md) in a file in
+/dev/shm, mapped here: its arrays view that shared memory, without a copy::
+
+    import rayd.train as rt
+
+    shard = rt.get_dataset_shard("train")
+    for epoch in range(start, epochs):
+        for batch in shard.iter_batches(batch_size=64, epoch=epoch):
+            x, y = batch["image"], batch["label"]      # numpy arrays
+        rt.report({"loss": loss})                      # adds data_wait_s
+
+Every ``iter_batches`` call is one pass over this rank's share of an epoch (the next one
+unless ``epoch=`` says which): the same number of batches on every rank, a new order each
+epoch. ``batch_format="torch"`` gives torch tensors (``torch.from_numpy``, no copy).
+Needs NumPy; torch only for ``batch_format="torch"``.
+"""
+
+import json
+import mmap
+import os
+import socket
+from typing import Any, Dict, Iterator, List, Optional
+
+__all__ = ["DatasetShard", "get_dataset_shard", "read_block"]
+
+_MAGIC = b"RAYDBLK1"
+
+
+def read_block(buffer: Any) -> Dict[str, Any]:
+    """The columns of a block laid out as data/FORMAT.md says, as NumPy arrays viewing
+    ``buffer`` (bytes, a memoryview or an mmap); bytes columns as lists of bytes."""
+    import numpy as np
+
+    view = memoryview(buffer)
+    if len(view) < 16 or bytes(view[:8]) != _MAGIC:
+        raise ValueError("not a rayd Data block (no RAYDBLK1 magic)")
+    header_len = int.from_bytes(view[8:16], "little")
+    header = json.loads(bytes(view[16:16 + header_len]))
+    rows = header["num_rows"]
+    out: Dict[str, Any] = {}
+    for column in header["columns"]:
+        offset, nbytes = column["data"]
+        if column["dtype"] == "|S":
+            at, count = column["offsets"]
+            offsets = np.frombuffer(view, dtype="<i8", count=rows + 1, offset=at)
+            data = view[offset:offset + nbytes]
+            out[column["name"]] = [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(rows)]
+            continue
+        shape = (rows, *column["shape"])
+        count = 1
+        for dim in shape:
+            count *= dim
+        array = np.frombuffer(view, dtype=column["dtype"], count=count, offset=offset)
+        out[column["name"]] = array.reshape(shape)
+    return out
+
+
+class _Client:
+    """One connection to the rank actor's data server, shared by the shards."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._sock: Optional[socket.socket] = None
+        self._buffer = b""
+
+    def request(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self._path)
+            except OSError as e:
+                sock.close()
+                raise RuntimeError(f"rayd data: cannot reach the rank's data server at "
+                                   f"{self._path}: {e}") from e
+            self._sock = sock
+        self._sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+        while b"\n" not in self._buffer:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                self._sock.close()
+                self._sock = None
+                raise RuntimeError("rayd data: the rank's data server closed the connection")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        reply = json.loads(line)
+        if reply.get("ok") is not True:
+            raise RuntimeError(f"rayd data: {reply.get('error', 'request refused')}")
+        return reply
+
+
+_client: Optional[_Client] = None
+_shards: Dict[str, "DatasetShard"] = {}
+
+
+def _data_wait_since_report() -> float:
+    """Seconds the shards waited for batches since the last call (rayd.train.report's
+    data_wait_s)."""
+    total = 0.0
+    for shard in _shards.values():
+        total += shard._waited - shard._waited_reported
+        shard._waited_reported = shard._waited
+    return total
+
+
+class DatasetShard:
+    """This rank's shard of one of the run's datasets (see the module's doc)."""
+
+    def __init__(self, name: str, client: _Client) -> None:
+        self.name = name
+        self._client = client
+        info = client.request({"op": "open", "dataset": name})
+        self.num_rows: int = info["num_rows"]
+        self.rows_per_epoch: int = info["rows_per_epoch"]
+        self.columns: List[Dict[str, Any]] = info["columns"]
+        self._waited = 0.0
+        self._waited_reported = 0.0
+
+    def iter_batches(self, batch_size: int = 256, *, drop_last: bool = False,
+                     epoch: Optional[int] = None,
+                     batch_format: str = "numpy") -> Iterator[Dict[str, Any]]:
+        """One pass over this rank's share of an epoch, as dicts of column name to array."""
+        if batch_format not in ("numpy", "torch"):
+            raise ValueError(f"batch_format: expected 'numpy' or 'torch', got {batch_format!r}")
+        self._client.request({"op": "iter", "dataset": self.name, "batch_size": int(batch_size),
+                              "drop_last": bool(drop_last),
+                              "epoch": -1 if epoch is None else int(epoch)})
+        while True:
+            reply = self._client.request({"op": "next", "dataset": self.name})
+            # The time the server's producer kept the batch waiting (not made yet).
+            self._waited += reply.get("wait_s", 0.0)
+            if reply.get("end"):
+                return
+            with open(reply["path"], "rb") as f:
+                # Private and copy-on-write: writable arrays (torch.from_numpy wants them)
+                # that view the shared pages until something writes to them.
+                mapped = mmap.mmap(f.fileno(), reply["size"], access=mmap.ACCESS_COPY)
+            batch = read_block(mapped)
+            if batch_format == "torch":
+                import torch
+                batch = {k: torch.from_numpy(v) if hasattr(v, "dtype") else v
+                         for k, v in batch.items()}
+            yield batch
+
+
+def get_dataset_shard(name: str) -> DatasetShard:
+    """This rank's shard of the run's dataset ``name``. Raises RuntimeError naming the
+    datasets the run has when it has no such one, or outside a rayd rank."""
+    global _client
+    shard = _shards.get(name)
+    if shard is not None:
+        return shard
+    path = os.environ.get("RAYD_DATA_SOCKET")
+    if not path:
+        raise RuntimeError("rayd data: this process is not a rank of a run with datasets "
+                           "(RAYD_DATA_SOCKET is unset): add datasets: to its train.yaml or "
+                           "tune.yaml")
+    if _client is None:
+        _client = _Client(path)
+    shard = DatasetShard(name, _client)
+    _shards[name] = shard
+    return shard

@@ -1,0 +1,181 @@
+// rayd Data end to end, through the `rayd` binary: the example CNN trained on the real
+// Fashion-MNIST files through GetDatasetShard (data_wait_s in every result row), a Python
+// command job of 2 ranks reading its shards through rayd.train.get_dataset_shard (local and
+// task execution), and bad datasets refused naming the file or the key.
+
+#include <rayd/data/order.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "test_util.h"
+#include "tune_sandbox.h"
+
+namespace {
+
+using nlohmann::json;
+using rayd::testing::Contains;
+using rayd::testing::ReadFile;
+using rayd::testing::ReadJsonLines;
+namespace fs = std::filesystem;
+
+const char kFashion[] = "/usr/share/datasets/fashion-mnist";
+
+class Sandbox : public rayd::testing::TuneSandbox {
+ public:
+  Sandbox() : TuneSandbox(RAYD_BINARY) {}
+};
+
+void RequireFashionMnist() {
+  if (!fs::exists(std::string(kFashion) + "/train-images-idx3-ubyte.gz")) {
+    std::printf("skipped: no Fashion-MNIST (apt install dataset-fashion-mnist)\n");
+    std::fflush(stdout);
+    std::exit(77);
+  }
+}
+
+void RequireNumpy() {
+  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+    std::printf("skipped: /usr/bin/python3 cannot import numpy (apt install python3-numpy)\n");
+    std::fflush(stdout);
+    std::exit(77);
+  }
+}
+
+TEST_CASE("the example CNN trains on Fashion-MNIST through rayd Data on 2 ranks",
+          "[data][e2e]") {
+  RequireFashionMnist();
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("fashion.yaml", R"(
+name: fashion
+train_loop: fashion_mnist_cnn
+config: {lr: 0.1, batch_size: 32, epochs: 2}
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+datasets:
+  train:
+    format: idx
+    paths: [/usr/share/datasets/fashion-mnist/train-*-ubyte.gz]
+    transforms: [{limit: 3000}]
+  validation:
+    format: idx
+    paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz]
+    shuffle: false
+    execution: tasks                  # made by rayd tasks, viewed in the object store
+    transforms: [{limit: 1000}]
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::vector<json> results = ReadJsonLines(sandbox.results() + "/fashion/result.json");
+  REQUIRE(results.size() == 2);
+  // Real images: well above chance (0.1) after two short epochs.
+  CHECK(results.back()["accuracy"].get<double>() > 0.5);
+  for (const json& r : results) {
+    REQUIRE(r.contains("data_wait_s"));
+    CHECK(r["data_wait_s"].get<double>() >= 0);
+  }
+}
+
+TEST_CASE("bad datasets are refused naming the key, the file or the dataset", "[data][e2e]") {
+  RequireFashionMnist();
+  Sandbox sandbox;
+  auto train = [&](const std::string& name, const std::string& datasets, std::string* out) {
+    std::string file = sandbox.WriteYaml(name + ".yaml", R"(
+name: )" + name + R"(
+train_loop: fashion_mnist_cnn
+config: {epochs: 1}
+scaling: {num_workers: 1}
+datasets:
+)" + datasets + R"(
+run: {storage_path: STORAGE}
+)");
+    return sandbox.Run({"train", file}, out);
+  };
+  std::string out;
+  CHECK(train("no_format", "  train: {paths: [x.idx]}", &out) == 2);
+  CHECK(Contains(out, "no_format.yaml:7: datasets.train.format: required"));
+  CHECK(train("missing", R"(  train: {format: idx, paths: [/nonexistent/train-*]}
+  validation: {format: idx, paths: [/nonexistent/t10k-*]})",
+              &out) != 0);
+  CHECK(Contains(out, "datasets.train: paths: '/nonexistent/train-*' matches no file"));
+  // The loop asks for a dataset the run does not have.
+  CHECK(train("no_validation", R"(  train: {format: idx, paths: [/usr/share/datasets/fashion-mnist/t10k-*], transforms: [{limit: 64}]})",
+              &out) != 0);
+  CHECK(Contains(out, "the run has no dataset 'validation' (it has: train)"));
+  CHECK(train("unknown_format", R"(  train: {format: tiff, paths: [/usr/share/datasets/fashion-mnist/t10k-*]}
+  validation: {format: idx, paths: [/usr/share/datasets/fashion-mnist/t10k-*]})",
+              &out) != 0);
+  CHECK(Contains(out, "datasets.train: format: unknown format 'tiff'"));
+}
+
+TEST_CASE("a Python command job's 2 ranks read equal, disjoint shards, as C++ deals them",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  // 101 rows: id, and x = [id, 2 id, 3 id] as float32.
+  const std::string dir = sandbox.root();
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; n = 101; "
+                       "np.save('" + dir + "/id.npy', np.arange(n, dtype=np.int64)); "
+                       "np.save('" + dir + "/x.npy', (np.arange(n)[:, None] * np.array([1, 2, 3]))"
+                       ".astype(np.float32))\"").c_str()) == 0);
+  std::ofstream(dir + "/reader.py") << R"(import json, os
+import numpy as np
+import rayd.train as rt
+
+ctx = rt.get_context()
+out = {}
+for name in ("local", "tasks"):
+    shard = rt.get_dataset_shard(name)
+    for epoch in range(2):
+        ids = []
+        for batch in shard.iter_batches(batch_size=8, epoch=epoch):
+            assert batch["x"].dtype == np.float32 and batch["x"].shape[1:] == (3,)
+            assert (batch["x"][:, 1] == 2 * batch["id"]).all()
+            ids += batch["id"].tolist()
+        out[f"{name}/{epoch}"] = ids
+with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], f"ids_{ctx.world_rank}.json"), "w") as f:
+    json.dump(out, f)
+rt.report({"rows": len(out["local/0"])})
+)";
+  std::string file = sandbox.WriteYaml("py.yaml", R"(
+name: py
+trainable:
+  command: [/usr/bin/python3, reader.py]
+  launcher: torch
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+datasets:
+  local: {format: npy, paths: [id.npy, x.npy], seed: 3}
+  tasks: {format: npy, paths: [id.npy, x.npy], seed: 3, execution: tasks, block_bytes: 200}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string run = sandbox.results() + "/py";
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const std::vector<int64_t> order = rayd::data::EpochOrder(101, 3, epoch, true);
+    std::set<int64_t> all;
+    for (int rank = 0; rank < 2; ++rank) {
+      const json ids = json::parse(ReadFile(run + "/ids_" + std::to_string(rank) + ".json"));
+      const std::vector<int64_t> expected = rayd::data::RankRows(order, 2, rank, 8);
+      for (const char* mode : {"local", "tasks"}) {
+        const std::string key = std::string(mode) + "/" + std::to_string(epoch);
+        CHECK(ids.at(key).get<std::vector<int64_t>>() == expected);
+      }
+      all.insert(expected.begin(), expected.end());
+    }
+    CHECK(all.size() == 100);  // 50 each: one row of 101 left out of this epoch
+  }
+  std::vector<json> results = ReadJsonLines(run + "/result.json");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["rows"] == 50);
+  CHECK(results[0].contains("data_wait_s"));
+}
+
+}  // namespace

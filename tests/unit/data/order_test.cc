@@ -1,0 +1,198 @@
+// The epoch's order and the ranks' shares (rayd/data/order.h), and a shard's passes over a
+// real file (rayd/data/shard.h, local execution).
+
+#include <rayd/data/order.h>
+#include <rayd/data/shard.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace fs = std::filesystem;
+using namespace rayd::data;
+using rayd::Result;
+using rayd::Status;
+
+TEST_CASE("an epoch's order is a seeded permutation, fixed across builds", "[data][order]") {
+  const std::vector<int64_t> a = EpochOrder(10, 7, 0, true);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 10; ++i) CHECK(sorted[i] == i);
+  CHECK(EpochOrder(10, 7, 0, true) == a);     // a pure function
+  CHECK(EpochOrder(10, 7, 1, true) != a);     // each epoch reshuffles
+  CHECK(EpochOrder(10, 8, 0, true) != a);     // and each seed
+  CHECK(EpochOrder(5, 7, 0, false) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  // Pinned: the same on every machine and standard library (SplitMix64 + Fisher-Yates).
+  CHECK(a == std::vector<int64_t>{EpochOrder(10, 7, 0, true)});
+  CHECK(EpochOrder(0, 1, 0, true).empty());
+}
+
+TEST_CASE("ranks get equal, disjoint shares, batch-interleaved", "[data][order]") {
+  for (int64_t rows : {0, 1, 7, 100, 101, 1000}) {
+    for (int world = 1; world <= 4; ++world) {
+      for (int64_t batch : {1, 3, 32}) {
+        const std::vector<int64_t> order = EpochOrder(rows, 3, 2, true);
+        std::set<int64_t> seen;
+        for (int rank = 0; rank < world; ++rank) {
+          const std::vector<int64_t> mine = RankRows(order, world, rank, batch);
+          CHECK(static_cast<int64_t>(mine.size()) == RowsPerRank(rows, world));
+          for (int64_t r : mine) CHECK(seen.insert(r).second);  // disjoint
+        }
+        // Every row but fewer than `world` of them, each once.
+        CHECK(static_cast<int64_t>(seen.size()) >= rows - world + 1);
+        CHECK(static_cast<int64_t>(seen.size()) == rows / world * world);
+      }
+    }
+  }
+  // Global step s hands rank r order[s*W*B + r*B, ... + B).
+  const std::vector<int64_t> order = EpochOrder(12, 0, 0, false);
+  CHECK(RankRows(order, 2, 0, 2) == std::vector<int64_t>{0, 1, 4, 5, 8, 9});
+  CHECK(RankRows(order, 2, 1, 2) == std::vector<int64_t>{2, 3, 6, 7, 10, 11});
+  // 10 rows, 2 ranks, batch 4: one full step (0-3, 4-7), then the last 2 split 1 and 1.
+  const std::vector<int64_t> ten = EpochOrder(10, 0, 0, false);
+  CHECK(RankRows(ten, 2, 0, 4) == std::vector<int64_t>{0, 1, 2, 3, 8});
+  CHECK(RankRows(ten, 2, 1, 4) == std::vector<int64_t>{4, 5, 6, 7, 9});
+}
+
+namespace {
+
+// A CSV of `rows` rows: id, id * 0.5, "row<id>".
+std::string WriteCsv(const fs::path& dir, int rows) {
+  fs::create_directories(dir);
+  const std::string path = (dir / "rows.csv").string();
+  std::ofstream out(path);
+  out << "id,half,text\n";
+  for (int i = 0; i < rows; ++i) out << i << "," << i * 0.5 << ",row" << i << "\n";
+  return path;
+}
+
+struct TempDir {
+  // One per test case: readers are cached by their spec, and a file rewritten in place under a
+  // cached reader would be read stale.
+  inline static int made = 0;
+  fs::path path = fs::temp_directory_path() /
+                  ("rayd-data-order-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::vector<int64_t> Ids(DatasetShard& shard, BatchOptions options, int64_t* batches = nullptr) {
+  std::vector<int64_t> ids;
+  auto pass = shard.IterBatches(options);
+  int64_t n = 0;
+  while (true) {
+    Result<std::optional<Block>> next = pass->Next();
+    REQUIRE(next.ok());
+    if (!*next) break;
+    ++n;
+    const Column* id = (*next)->Find("id");
+    REQUIRE(id != nullptr);
+    for (int64_t r = 0; r < (*next)->num_rows(); ++r) ids.push_back(id->As<int64_t>()[r]);
+  }
+  if (batches) *batches = n;
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("shards of a CSV cover an epoch once over 1 to 4 ranks", "[data][shard]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 103)}};
+  // Small blocks, so that a pass makes many and the producer waits on the loop.
+  spec.options["block_bytes"] = 256;
+  spec.options["prefetch_blocks"] = 2;
+  for (int world = 1; world <= 4; ++world) {
+    std::multiset<int64_t> all;
+    int64_t steps = -1;
+    for (int rank = 0; rank < world; ++rank) {
+      auto shard = DatasetShard::Open(spec, {.world_size = world, .rank = rank, .seed = 5});
+      REQUIRE(shard.ok());
+      CHECK((*shard)->num_rows() == 103);
+      int64_t batches = 0;
+      std::vector<int64_t> ids = Ids(**shard, {.batch_size = 8, .epoch = 3}, &batches);
+      if (steps >= 0) CHECK(batches == steps);  // equal step counts
+      steps = batches;
+      CHECK(static_cast<int64_t>(ids.size()) == 103 / world);
+      all.insert(ids.begin(), ids.end());
+    }
+    CHECK(static_cast<int64_t>(all.size()) == 103 / world * world);
+    CHECK(std::set<int64_t>(all.begin(), all.end()).size() == all.size());  // each once
+  }
+}
+
+TEST_CASE("a shard's epochs reshuffle, and an epoch is the same wherever it is read",
+          "[data][shard]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 50)}};
+  auto a = DatasetShard::Open(spec, {.seed = 1});
+  auto b = DatasetShard::Open(spec, {.seed = 1});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const std::vector<int64_t> e0 = Ids(**a, {.batch_size = 7});  // epoch 0
+  const std::vector<int64_t> e1 = Ids(**a, {.batch_size = 7});  // epoch 1
+  CHECK(e0 != e1);
+  CHECK(Ids(**b, {.batch_size = 7, .epoch = 1}) == e1);
+  spec.options["shuffle"] = false;
+  auto plain = DatasetShard::Open(spec, {});
+  REQUIRE(plain.ok());
+  std::vector<int64_t> in_order = Ids(**plain, {.batch_size = 7});
+  CHECK(std::is_sorted(in_order.begin(), in_order.end()));
+}
+
+TEST_CASE("transforms and limit shape the batches; unknown ones are refused", "[data][shard]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 40)}};
+  spec.options["shuffle"] = false;
+  spec.options["transforms"] = nlohmann::json::parse(
+      R"([{"map_batches": "to_float32", "columns": ["half"], "scale": 2.0},
+          {"filter": "label_in", "column": "id", "values": [1, 3, 5, 30]},
+          {"limit": 10}])");
+  auto shard = DatasetShard::Open(spec, {});
+  REQUIRE(shard.ok());
+  CHECK((*shard)->num_rows() == 10);
+  auto pass = (*shard)->IterBatches({.batch_size = 100});
+  Result<std::optional<Block>> batch = pass->Next();
+  REQUIRE(batch.ok());
+  REQUIRE(*batch);
+  REQUIRE((*batch)->num_rows() == 3);  // 1, 3, 5 (30 is past the limit)
+  const Column* half = (*batch)->Find("half");
+  REQUIRE(half != nullptr);
+  CHECK(half->dtype() == DType::kFloat32);
+  CHECK(half->As<float>()[2] == 5.0f);  // id 5: 2.5 * 2
+  spec.options["transforms"] = nlohmann::json::parse(R"([{"map_batches": "nope"}])");
+  auto refused = DatasetShard::Open(spec, {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(),
+             Catch::Contains("transforms[0].map_batches: unknown transform 'nope'"));
+}
+
+TEST_CASE("a bad row ends the pass with the file and row, or is skipped and counted",
+          "[data][shard]") {
+  TempDir dir;
+  const std::string path = WriteCsv(dir.path, 20);
+  std::ofstream(path, std::ios::app) << "20,10,row20,extra\n";
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {path}};
+  spec.options["shuffle"] = false;
+  auto shard = DatasetShard::Open(spec, {});
+  REQUIRE(shard.ok());
+  auto pass = (*shard)->IterBatches({.batch_size = 8});
+  Status failed;
+  while (true) {
+    Result<std::optional<Block>> next = pass->Next();
+    if (!next.ok()) {
+      failed = next.status();
+      break;
+    }
+    if (!*next) break;
+  }
+  CHECK_THAT(failed.message(), Catch::Contains("rows.csv: row 21 (line 22)"));
+  spec.options["on_error"] = "skip";
+  auto skipping = DatasetShard::Open(spec, {});
+  REQUIRE(skipping.ok());
+  CHECK(Ids(**skipping, {.batch_size = 8}).size() == 20);
+  CHECK((*skipping)->stats().skipped_rows == 1);
+}

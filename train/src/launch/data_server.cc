@@ -1,0 +1,244 @@
+// DataServer: a command rank's datasets over a Unix socket (see data_server.h).
+
+#include "data_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <rayd/train/data.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace rayd::train::internal {
+
+class DataServer::Impl {
+ public:
+  Impl(int listen_fd, std::vector<data::DatasetSpec> specs, int world_size, int rank,
+       int local_world_size)
+      : listen_fd_(listen_fd),
+        specs_(std::move(specs)),
+        world_size_(world_size),
+        rank_(rank),
+        local_world_size_(local_world_size) {
+    if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) stop_pipe_[0] = stop_pipe_[1] = -1;
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~Impl() {
+    (void)!::write(stop_pipe_[1], "x", 1);
+    thread_.join();
+    ::close(listen_fd_);
+    ::close(stop_pipe_[0]);
+    ::close(stop_pipe_[1]);
+    for (auto& [name, state] : datasets_) RemoveFile(state);
+  }
+
+ private:
+  struct Dataset {
+    std::unique_ptr<data::DatasetShard> shard;
+    std::unique_ptr<data::BatchIterator> pass;
+    std::string file;  // the last batch's file, removed at the next request
+    double waited_reported = 0;
+  };
+
+  static void RemoveFile(Dataset& d) {
+    if (!d.file.empty()) ::unlink(d.file.c_str());
+    d.file.clear();
+  }
+
+  // Waits for `fd` readable or the stop pipe; false on stop.
+  bool WaitReadable(int fd) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+    while (true) {
+      const int n = ::poll(fds, 2, -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || (fds[1].revents & POLLIN)) return false;
+      return true;
+    }
+  }
+
+  void Serve() {
+    while (WaitReadable(listen_fd_)) {
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      std::string buffer;
+      char chunk[4096];
+      bool open = true;
+      while (open && WaitReadable(client)) {
+        const ssize_t n = ::read(client, chunk, sizeof(chunk));
+        if (n <= 0) break;
+        buffer.append(chunk, static_cast<size_t>(n));
+        size_t newline;
+        while ((newline = buffer.find('\n')) != std::string::npos) {
+          const std::string reply = Handle(buffer.substr(0, newline)).dump() + "\n";
+          buffer.erase(0, newline + 1);
+          if (!WriteAll(client, reply)) {
+            open = false;
+            break;
+          }
+        }
+      }
+      ::close(client);
+      for (auto& [name, state] : datasets_) RemoveFile(state);
+    }
+  }
+
+  static bool WriteAll(int fd, const std::string& data) {
+    size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  static nlohmann::json Error(const std::string& message) {
+    return {{"ok", false}, {"error", message}};
+  }
+
+  Result<Dataset*> Find(const std::string& name) {
+    auto it = datasets_.find(name);
+    if (it != datasets_.end()) return &it->second;
+    std::string names;
+    for (const data::DatasetSpec& spec : specs_) {
+      if (spec.name != name) {
+        names += (names.empty() ? "" : ", ") + spec.name;
+        continue;
+      }
+      data::ShardOptions options{.world_size = world_size_,
+                                 .rank = rank_,
+                                 .seed = 0,
+                                 .budget_bytes = (int64_t{512} << 20) /
+                                                 std::max(local_world_size_, 1)};
+      RAYD_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetShard> shard,
+                            data::DatasetShard::Open(spec, options));
+      Dataset& d = datasets_[name];
+      d.shard = std::move(shard);
+      return &d;
+    }
+    return Status::NotFound("the run has no dataset '" + name + "' (" +
+                            (names.empty() ? std::string("it has none: add datasets: to its "
+                                                         "train.yaml or tune.yaml")
+                                           : "it has: " + names) +
+                            ")");
+  }
+
+  nlohmann::json Handle(const std::string& line) {
+    nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!request.is_object() || !request.value("op", nlohmann::json()).is_string() ||
+        !request.value("dataset", nlohmann::json()).is_string()) {
+      return Error("a malformed data request (expected a JSON object with op and dataset)");
+    }
+    const std::string op = request["op"].get<std::string>();
+    Result<Dataset*> found = Find(request["dataset"].get<std::string>());
+    if (!found.ok()) return Error(found.status().message());
+    Dataset& d = **found;
+    RemoveFile(d);
+    if (op == "open") {
+      nlohmann::json columns = nlohmann::json::array();
+      for (const data::ColumnSchema& c : d.shard->schema()) {
+        columns.push_back({{"name", c.name},
+                           {"dtype", std::string(data::NumpyDescr(c.dtype))},
+                           {"shape", c.shape}});
+      }
+      return {{"ok", true},
+              {"num_rows", d.shard->num_rows()},
+              {"rows_per_epoch", d.shard->rows_per_epoch()},
+              {"columns", columns}};
+    }
+    if (op == "iter") {
+      data::BatchOptions options;
+      options.batch_size = request.value("batch_size", int64_t{256});
+      options.drop_last = request.value("drop_last", false);
+      options.epoch = request.value("epoch", int64_t{-1});
+      if (options.batch_size < 1) return Error("iter_batches: batch_size must be at least 1");
+      d.pass.reset();  // an earlier pass's producer stops first
+      options.epoch = options.epoch >= 0 ? options.epoch : d.shard->next_epoch();
+      d.pass = d.shard->IterBatches(options);
+      return {{"ok", true}, {"epoch", options.epoch}};
+    }
+    if (op == "next") {
+      if (!d.pass) return Error("next before iter");
+      Result<std::optional<data::Block>> next = d.pass->Next();
+      const double waited = d.shard->stats().wait_seconds;
+      const double wait_s = waited - d.waited_reported;
+      d.waited_reported = waited;
+      if (!next.ok()) {
+        d.pass.reset();
+        return Error(next.status().message());
+      }
+      if (!*next) {
+        d.pass.reset();
+        return {{"ok", true}, {"end", true}, {"wait_s", wait_s}};
+      }
+      Result<std::string> file = WriteBatch(**next);
+      if (!file.ok()) return Error(file.status().message());
+      d.file = *file;
+      return {{"ok", true},
+              {"path", *file},
+              {"size", (**next).SerializedSize()},
+              {"wait_s", wait_s}};
+    }
+    return Error("unknown op '" + op + "' (open, iter, next)");
+  }
+
+  // The batch in a new file in /dev/shm (shared memory), its path.
+  Result<std::string> WriteBatch(const data::Block& batch) {
+    const std::string path = "/dev/shm/rayd-data-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(files_made_++);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::Internal("cannot create " + path + ": " + std::strerror(errno));
+    const std::string bytes = batch.Serialize();
+    const bool ok = WriteAll(fd, bytes);
+    ::close(fd);
+    if (!ok) {
+      ::unlink(path.c_str());
+      return Status::ResourceExhausted("cannot write a batch to " + path + " (/dev/shm full?)");
+    }
+    return path;
+  }
+
+  const int listen_fd_;
+  const std::vector<data::DatasetSpec> specs_;
+  const int world_size_, rank_, local_world_size_;
+  int stop_pipe_[2] = {-1, -1};
+  std::map<std::string, Dataset> datasets_;  // the server thread's
+  uint64_t files_made_ = 0;
+  std::thread thread_;  // last: started once the rest is set
+};
+
+DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataServer::~DataServer() = default;
+
+Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_path,
+                                                      const std::string& datasets_json,
+                                                      int world_size, int rank,
+                                                      int local_world_size) {
+  nlohmann::json json = nlohmann::json::parse(datasets_json, nullptr, /*allow_exceptions=*/false);
+  RAYD_ASSIGN_OR_RETURN(std::vector<data::DatasetSpec> specs, DatasetsFromJson(json));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("the data socket's path is too long: " + socket_path);
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
+  ::unlink(socket_path.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 4) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return Status::Internal("cannot listen on " + socket_path + ": " + why);
+  }
+  return std::unique_ptr<DataServer>(new DataServer(
+      std::make_unique<Impl>(fd, std::move(specs), world_size, rank, local_world_size)));
+}
+
+}  // namespace rayd::train::internal

@@ -1,0 +1,44 @@
+#pragma once
+// The datasets of a command trainable's rank, served to its process (the Python client's
+// rayd.train.get_dataset_shard) by the rank's supervisor, so that no rank process needs
+// rayd's readers (or LibTorch) to read data, and the Python batches are the C++ ones.
+//
+// How it works: the rank actor listens on a Unix socket (RAYD_DATA_SOCKET) while its command
+// runs. The process sends one JSON line per request and gets one JSON line back:
+//   {"op": "open", "dataset": NAME}      -> {"ok": true, "num_rows": N, "rows_per_epoch": n,
+//                                            "columns": [{"name", "dtype", "shape"}]}
+//   {"op": "iter", "dataset": NAME, "batch_size": B, "drop_last": false, "epoch": E (-1: next)}
+//                                        -> {"ok": true, "epoch": E}
+//   {"op": "next", "dataset": NAME}      -> {"ok": true, "path": P, "size": S, "wait_s": W}
+//                                           or {"ok": true, "end": true}
+// A batch is a block (data/FORMAT.md) written to a file in /dev/shm that the process maps (its
+// arrays then view that shared memory); the server removes the file when the process asks for
+// the next batch of that dataset or disconnects (the mapping stays valid). Errors come back as
+// {"ok": false, "error": MESSAGE} naming the file and row, as in C++.
+//
+// Threading: one thread of its own, serving one connection at a time; destroying the server
+// stops it and removes its files.
+
+#include <rayd/base/status.h>
+
+#include <memory>
+#include <string>
+
+namespace rayd::train::internal {
+
+class DataServer {
+ public:
+  // Serves `datasets_json` (DatasetsToJson) sharded for rank `rank` of `world_size` at
+  // `socket_path`.
+  static Result<std::unique_ptr<DataServer>> Start(const std::string& socket_path,
+                                                   const std::string& datasets_json, int world_size,
+                                                   int rank, int local_world_size);
+  ~DataServer();
+
+ private:
+  class Impl;
+  explicit DataServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rayd::train::internal
