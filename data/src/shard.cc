@@ -115,7 +115,7 @@ std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t
 RAYD_REMOTE(RaydDataMakeBlock);
 
 struct DatasetShard::Counters {
-  std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0};
+  std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
 };
 
 Result<Block> DatasetShard::MakeBlock(const DatasetSpec& spec, std::span<const int64_t> rows) {
@@ -214,6 +214,7 @@ ShardStats DatasetShard::stats() const {
   s.rows = counters_->rows.load();
   s.bytes = counters_->bytes.load();
   s.skipped_rows = counters_->skipped.load();
+  s.peak_held_bytes = counters_->peak_held.load();
   return s;
 }
 
@@ -316,6 +317,7 @@ class ShardPass : public BatchIterator {
     if (stop_) return false;
     held_bytes_ += bytes;
     estimated_[block] = bytes;
+    if (held_bytes_ > counters_->peak_held) counters_->peak_held = held_bytes_;
     return true;
   }
 

@@ -14,9 +14,9 @@
 // Config keys (all optional): lr (0.05), momentum (0.9), weight_decay (0), channels (8), hidden
 // (64), dropout (0), batch_size per worker (64), epochs (5). One epoch is one
 // training_iteration: rank 0 reports the validation accuracy and loss (accuracy, loss), the mean
-// training loss, and with a checkpoint (model.pt, epoch) from which a resumed run continues
-// after that epoch, on any number of ranks. data_wait_s (seconds the loop waited for batches) is
-// added by rayd.
+// training loss, the epoch's training pace over the gang (samples_per_s), and with a checkpoint
+// (model.pt, epoch) from which a resumed run continues after that epoch, on any number of ranks.
+// data_wait_s (seconds the loop waited for batches) is added by rayd.
 
 #include <rayd/train/data.h>
 #include <rayd/train/session.h>
@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -127,7 +128,8 @@ void FashionMnistCnn(const nlohmann::json& config) {
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
     model->train();
     torch::Tensor train_loss = torch::zeros({});
-    int64_t steps = 0;
+    int64_t steps = 0, rows = 0;
+    const auto started = std::chrono::steady_clock::now();
     for (rt::TensorBatch& batch : rt::IterTorchBatches(train, {.batch_size = batch_size, .epoch = epoch})) {
       sgd.zero_grad();
       torch::Tensor loss =
@@ -137,13 +139,18 @@ void FashionMnistCnn(const nlohmann::json& config) {
       sgd.step();
       train_loss += loss.detach();
       ++steps;
+      rows += Labels(batch).size(0);
     }
+    const double train_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const auto [accuracy, val_loss] = Score(model, "validation", 512);
     std::map<std::string, double> metrics = {
         {"accuracy", accuracy},
         {"loss", val_loss},
         {"train_loss", train_loss.item<double>() / std::max<int64_t>(steps, 1)},
-        {"epoch", epoch}};
+        {"epoch", epoch},
+        // Rank 0's pace over the whole gang (every rank takes as many rows).
+        {"samples_per_s", static_cast<double>(rows * rt::GetContext().world_size) / train_s}};
     if (epoch + 1 == epochs) {
       const std::vector<std::string> names = rt::DatasetNames();
       if (std::find(names.begin(), names.end(), "test") != names.end()) metrics["test_accuracy"] = Score(model, "test", 512).first;

@@ -483,15 +483,16 @@ std::vector<rayd::data::DatasetSpec> Parser::Datasets(const Field& f) const {
     }
     Result<rayd::data::DatasetSpec> spec = rayd::data::ParseDatasetSpec(name, json);
     if (!spec.ok()) {
-      // "datasets.train.paths: ..." names its key: blame that key's line when there is one.
+      // "datasets.train.paths: why": blame that key's line when the file has the key, else the
+      // dataset's own.
       const std::string& message = spec.status().message();
-      const Field* at = &entry;
+      const size_t colon = message.find(": ");
+      const std::string path = colon == std::string::npos ? entry.path : message.substr(0, colon);
+      Field at = AtKey(entry, path);
       for (const auto& [key, child] : keys.entries()) {
-        if (message.rfind("datasets." + name + "." + key + ":", 0) == 0) at = &child;
+        if (path == child.path) at = child;
       }
-      std::string reason = message;
-      if (reason.rfind(at->path + ": ", 0) == 0) reason = reason.substr(at->path.size() + 2);
-      Fail(*at, reason);
+      Fail(at, colon == std::string::npos ? message : message.substr(colon + 2));
     }
     out.push_back(std::move(*spec));
   }

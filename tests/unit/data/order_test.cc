@@ -196,3 +196,45 @@ TEST_CASE("a bad row ends the pass with the file and row, or is skipped and coun
   CHECK(Ids(**skipping, {.batch_size = 8}).size() == 20);
   CHECK((*skipping)->stats().skipped_rows == 1);
 }
+
+TEST_CASE("a producer ahead of a slow loop holds no more than its budget", "[data][shard]") {
+  TempDir dir;
+  // 2000 rows of about 30 bytes, in blocks of one 10-row batch (~300 bytes each), under a
+  // budget of 1000 bytes: the producer may run at most 3 blocks ahead, whatever the loop does.
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 2000)}};
+  spec.options["block_bytes"] = 1;
+  spec.options["prefetch_blocks"] = 100;
+  spec.options["budget_bytes"] = 1000;
+  auto shard = DatasetShard::Open(spec, {});
+  REQUIRE(shard.ok());
+  auto pass = (*shard)->IterBatches({.batch_size = 10});
+  int64_t rows = 0;
+  while (true) {
+    Result<std::optional<Block>> next = pass->Next();
+    REQUIRE(next.ok());
+    if (!*next) break;
+    rows += (*next)->num_rows();
+    // A slow loop: a little work per batch, so the producer is ahead and must wait.
+    volatile double x = 0;
+    for (int i = 0; i < 20000; ++i) x = x + i;
+  }
+  CHECK(rows == 2000);
+  const ShardStats stats = (*shard)->stats();
+  CHECK(stats.blocks == 200);
+  CHECK(stats.peak_held_bytes > 0);
+  CHECK(stats.peak_held_bytes <= 1000);
+  // The byte budget, not the block count, bounded it.
+  spec.options["budget_bytes"] = int64_t{1} << 30;
+  spec.options["prefetch_blocks"] = 2;
+  auto counted = DatasetShard::Open(spec, {});
+  REQUIRE(counted.ok());
+  auto second = (*counted)->IterBatches({.batch_size = 10});
+  while (true) {
+    Result<std::optional<Block>> next = second->Next();
+    REQUIRE(next.ok());
+    if (!*next) break;
+  }
+  const int64_t block_bytes = (*counted)->stats().peak_held_bytes;
+  CHECK(block_bytes > 0);
+  CHECK(block_bytes <= 2 * 10 * 40);  // at most 2 blocks of 10 rows
+}

@@ -689,3 +689,40 @@ TEST_CASE("scheduler type pasha takes ASHA's options and epsilon", "[tune]") {
 
 }  // namespace
 }  // namespace rayd::tune
+
+TEST_CASE("datasets: parse in tune.yaml and train.yaml, paths against the file's directory",
+          "[tune][data]") {
+  TuneFile f = ParseTuneFile(Tune(R"(datasets:
+  train:
+    format: idx
+    paths: [data/train-*.gz, /abs/x.gz]
+    rows: [0, 100]
+    transforms: [{limit: 10}]
+  validation: {format: npy, paths: val.npy, shuffle: false}
+  named: {format: idx, columns: {image: img.idx, label: /l.idx}}
+)"),
+                             "/etc/rayd/sweeps/tune.yaml");
+  REQUIRE(f.run.datasets.size() == 3);
+  const rayd::data::DatasetSpec& train = f.run.datasets[0];
+  CHECK(train.name == "train");
+  CHECK(train.format == "idx");
+  CHECK(train.paths == std::vector<std::string>{"/etc/rayd/sweeps/data/train-*.gz", "/abs/x.gz"});
+  CHECK(train.options["rows"] == nlohmann::json::array({0, 100}));
+  CHECK(train.options["transforms"][0]["limit"] == 10);
+  CHECK(f.run.datasets[1].paths == std::vector<std::string>{"/etc/rayd/sweeps/val.npy"});
+  CHECK(f.run.datasets[1].options["shuffle"] == false);
+  CHECK(f.run.datasets[2].options["columns"]["image"] == "/etc/rayd/sweeps/img.idx");
+  CHECK(f.run.datasets[2].options["columns"]["label"] == "/l.idx");
+  TrainFile t = ParseTrainFile("name: m\ntrain_loop: l\ndatasets: {d: {format: csv, paths: [a.csv]}}\n",
+                               "/srv/train.yaml");
+  REQUIRE(t.run.datasets.size() == 1);
+  CHECK(t.run.datasets[0].paths == std::vector<std::string>{"/srv/a.csv"});
+
+  CHECK(TuneError(Tune("datasets:\n  train: {paths: [a]}\n")) ==
+        "tune.yaml:4: datasets.train.format: required");
+  CHECK(TuneError(Tune("datasets:\n  train:\n    format: idx\n    on_error: maybe\n    paths: [a]\n")) ==
+        "tune.yaml:6: datasets.train.on_error: expected raise or skip");
+  CHECK(TuneError(Tune("datasets:\n  train:\n    format: idx\n")) ==
+        "tune.yaml:4: datasets.train.paths: required (a list of globs)");
+  CHECK(TuneError(Tune("datasets: [a, b]\n")).rfind("tune.yaml:3: datasets: expected a map", 0) == 0);
+}

@@ -56,6 +56,9 @@ struct ShardStats {
   int64_t rows = 0;
   int64_t bytes = 0;
   int64_t skipped_rows = 0;  // rows on_error: skip left out (made in this process)
+  // The most block bytes (estimated from the rows read) a pass held at once, made or in flight
+  // and not yet taken by the loop: what backpressure keeps under budget_bytes (plus one block).
+  int64_t peak_held_bytes = 0;
 };
 
 class DatasetShard;
