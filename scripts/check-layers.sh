@@ -92,7 +92,7 @@ done
 # 5. LibTorch stays in rayd_train_torch (train/src/torch/ and the headers of its API), so that
 #    rayd_train, rayd_tune and the CLI never load it: a rank process of a loop that only
 #    reports starts without it (train/src/rank_session.h).
-torch_api="rayd/train/torch_data.h rayd/train/process_group.h rayd/train/ddp.h rayd/train/zero.h rayd/train/mixed_precision.h rayd/train/session.h rayd/train/fsdp.h rayd/train/tensor_parallel.h rayd/train/pipeline.h"
+torch_api="rayd/train/torch_data.h rayd/train/batch_inference.h rayd/train/process_group.h rayd/train/ddp.h rayd/train/zero.h rayd/train/mixed_precision.h rayd/train/session.h rayd/train/fsdp.h rayd/train/tensor_parallel.h rayd/train/pipeline.h"
 while IFS= read -r hit; do
   file="${hit%%:*}"
   case "$file" in
@@ -103,7 +103,7 @@ while IFS= read -r hit; do
   path=$(sed -E 's/^[^:]+:[0-9]+:[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/' <<<"$hit")
   report "${hit%:*#*}" "<$path>" "only rayd_train_torch (train/src/torch/) includes LibTorch"
 done < <(find data train tune cli -type f \( -name '*.h' -o -name '*.cc' \) -print0 2>/dev/null | sort -z |
-  xargs -0 -r grep -Hn -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((torch|c10|ATen)/|rayd/train/(torch_data|process_group|ddp|zero|mixed_precision|session|fsdp|tensor_parallel|pipeline)\.h)' || true)
+  xargs -0 -r grep -Hn -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((torch|c10|ATen)/|rayd/train/(torch_data|batch_inference|process_group|ddp|zero|mixed_precision|session|fsdp|tensor_parallel|pipeline)\.h)' || true)
 
 if [ "$violations" -gt 0 ]; then
   echo "check-layers: $violations include(s) cross a boundary the wrong way"

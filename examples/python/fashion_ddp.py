@@ -97,6 +97,8 @@ def main():
         staging = tempfile.mkdtemp(prefix="fashion-ckpt-")
         torch.save({"model": model.state_dict(), "epoch": epoch},
                    os.path.join(staging, "checkpoint.pt"))
+        # The plain network as TorchScript, for C++ batch inference (docs/data.md).
+        torch.jit.script(model).save(os.path.join(staging, "model.ts"))
         rt.report(metrics, checkpoint=staging)  # copied by the time it returns
         shutil.rmtree(staging, ignore_errors=True)
     if world > 1:

@@ -16,6 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace rayd::data;
+using rayd::Result;
+using rayd::Status;
 
 struct WriterDir {
   fs::path path = fs::temp_directory_path() / ("rayd-data-writer-" + std::to_string(::getpid()));
@@ -115,11 +117,11 @@ TEST_CASE("npy, jsonl and csv written by rayd read back in NumPy, json and csv",
   REQUIRE(back.ok());
   CHECK((*back)->num_rows() == 10);
   const std::vector<int64_t> rows = {9, 6};
-  Result<Block> read = (*back)->Read(rows);
-  REQUIRE(read.ok());
-  CHECK(read->Find("id")->As<int64_t>()[1] == 6);
-  CHECK(read->Find("text")->BytesAt(1) == "r6, \"q\"");
-  CHECK(read->Find("y")->As<double>()[0] == 3.0);
+  Result<Block> got = (*back)->Read(rows);
+  REQUIRE(got.ok());
+  CHECK(got->Find("id")->As<int64_t>()[1] == 6);
+  CHECK(got->Find("text")->BytesAt(1) == "r6, \"q\"");
+  CHECK(got->Find("y")->As<double>()[0] == 3.0);
 }
 
 TEST_CASE("writers refuse what their format cannot hold, and leave no part file",

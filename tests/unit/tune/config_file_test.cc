@@ -687,9 +687,6 @@ TEST_CASE("scheduler type pasha takes ASHA's options and epsilon", "[tune]") {
              Contains("tune.scheduler.epsilon: must not be negative"));
 }
 
-}  // namespace
-}  // namespace rayd::tune
-
 TEST_CASE("datasets: parse in tune.yaml and train.yaml, paths against the file's directory",
           "[tune][data]") {
   TuneFile f = ParseTuneFile(Tune(R"(datasets:
@@ -726,3 +723,6 @@ TEST_CASE("datasets: parse in tune.yaml and train.yaml, paths against the file's
         "tune.yaml:4: datasets.train.paths: required (a list of globs)");
   CHECK(TuneError(Tune("datasets: [a, b]\n")).rfind("tune.yaml:3: datasets: expected a map", 0) == 0);
 }
+
+}  // namespace
+}  // namespace rayd::tune
