@@ -14,6 +14,7 @@
 set(RAYD_ARROW_TARBALL "" CACHE FILEPATH
     "An Apache Arrow C++ build with Parquet (arrow-*.tar.gz holding arrow/), for the tests")
 find_package(Parquet CONFIG QUIET)
+set(_rayd_arrow_for_tests OFF)
 if(NOT Parquet_FOUND AND RAYD_BUILD_TESTS)
   set(_rayd_arrow_tarball "${RAYD_ARROW_TARBALL}")
   if(NOT _rayd_arrow_tarball)
@@ -35,6 +36,7 @@ if(NOT Parquet_FOUND AND RAYD_BUILD_TESTS)
     list(APPEND CMAKE_PREFIX_PATH "${_rayd_arrow_dir}/arrow")
     find_package(Parquet CONFIG QUIET)
     if(Parquet_FOUND)
+      set(_rayd_arrow_for_tests ON)
       message(STATUS "rayd: Apache Arrow and Parquet for the tests from ${_rayd_arrow_tarball}")
     else()
       message(STATUS "rayd: ${_rayd_arrow_tarball} unpacked, but its CMake package did not load "
@@ -43,11 +45,24 @@ if(NOT Parquet_FOUND AND RAYD_BUILD_TESTS)
   endif()
 endif()
 
-if(Parquet_FOUND AND TARGET Parquet::parquet_shared)
+if(Parquet_FOUND AND TARGET Parquet::parquet_shared AND _rayd_arrow_for_tests)
+  # The tests' Arrow is no package a machine can install: its reader is a library of its own
+  # that only the tests link (it registers the format when loaded), so rayd_data, the binaries
+  # and the Debian package never depend on it.
+  add_library(rayd_data_parquet SHARED ${CMAKE_CURRENT_LIST_DIR}/../src/formats/parquet/parquet.cc)
+  target_include_directories(rayd_data_parquet PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../src)
+  target_link_libraries(rayd_data_parquet PUBLIC rayd_data PRIVATE Parquet::parquet_shared)
+  set_target_properties(Parquet::parquet_shared Arrow::arrow_shared PROPERTIES IMPORTED_GLOBAL TRUE)
+  set(RAYD_WITH_PARQUET ON CACHE INTERNAL "rayd_data reads Parquet")
+  set(RAYD_DATA_PARQUET_LIBRARY rayd_data_parquet CACHE INTERNAL "what links the Parquet reader")
+  message(STATUS "rayd: Parquet datasets for the tests only (Apache Arrow ${Parquet_VERSION} "
+                 "from the tests' tarball, in librayd_data_parquet)")
+elseif(Parquet_FOUND AND TARGET Parquet::parquet_shared)
   target_sources(rayd_data PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../src/formats/parquet/parquet.cc)
   target_link_libraries(rayd_data PRIVATE Parquet::parquet_shared)
   set_target_properties(Parquet::parquet_shared Arrow::arrow_shared PROPERTIES IMPORTED_GLOBAL TRUE)
   set(RAYD_WITH_PARQUET ON CACHE INTERNAL "rayd_data reads Parquet")
+  set(RAYD_DATA_PARQUET_LIBRARY rayd_data CACHE INTERNAL "what links the Parquet reader")
   message(STATUS "rayd: Parquet datasets on (Apache Arrow ${Parquet_VERSION})")
 else()
   set(RAYD_WITH_PARQUET OFF CACHE INTERNAL "rayd_data reads Parquet")

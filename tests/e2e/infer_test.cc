@@ -1,7 +1,8 @@
 // Batch inference end to end: examples/python/fashion_ddp.py trained for one short epoch by
 // `rayd train`, then examples/batch_inference scoring Fashion-MNIST's test set with its
 // checkpoint's model.ts on a pool of 2 actors (rows in the dataset's order, well above chance),
-// and a missing model file refused in one line.
+// a missing model file refused in one line, and a model that fails on the images named with the
+// actor's reason.
 
 #include <rayd/data/reader.h>
 
@@ -136,9 +137,8 @@ TEST_CASE("a missing model file is a one-line error naming it and a non-zero exi
   const std::string missing = sandbox.root() + "/no_such_model.ts";
   const std::string scored = sandbox.root() + "/scored.jsonl";
   std::string out;
-  const int rc =
-      RunCommand({BATCH_INFERENCE_BINARY, missing, scored}, &out, sandbox.Env(),
-                 std::chrono::seconds(60));
+  const int rc = RunCommand({BATCH_INFERENCE_BINARY, missing, scored}, &out, sandbox.Env(),
+                            std::chrono::seconds(60));
   INFO(out);
   CHECK(rc != 0);
   const std::vector<std::string> errors = LinesWith(out, "batch_inference: ");
@@ -146,6 +146,31 @@ TEST_CASE("a missing model file is a one-line error naming it and a non-zero exi
   CHECK(Contains(errors[0], "'" + missing + "': no such file"));
   CHECK(LinesWith(out, missing).size() == 1);  // named once: one line, no trace
   CHECK_FALSE(fs::exists(scored));             // nothing written
+}
+
+TEST_CASE("a model that fails on the input is one line naming the model and the reason",
+          "[infer][e2e]") {
+  RequireFashionMnist();
+  RequireTorch();
+  rayd::testing::TuneSandbox sandbox(RAYD_BINARY);
+  // A network for 3-channel images: Fashion-MNIST's [rows, 1, 28, 28] does not fit its conv.
+  const std::string model = sandbox.root() + "/rgb.ts";
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import torch; torch.jit.script(torch.nn.Sequential("
+                       "torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten())).save('" +
+                       model + "')\"")
+                          .c_str()) == 0);
+  const std::string scored = sandbox.root() + "/scored.jsonl";
+  std::string out;
+  const int rc = RunCommand({BATCH_INFERENCE_BINARY, model, scored, "--actors", "2"}, &out,
+                            sandbox.Env(), std::chrono::seconds(120));
+  INFO(out);
+  CHECK(rc != 0);
+  const std::vector<std::string> errors = LinesWith(out, "batch_inference: ");
+  REQUIRE(errors.size() == 1);
+  CHECK(Contains(errors[0],
+                 "model '" + model + "' failed on a batch of 'image' as [256, 1, 28, 28]"));
+  CHECK(Contains(errors[0], "to have 3 channels, but got 1 channels instead"));
+  CHECK_FALSE(fs::exists(scored));
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ TEST_CASE("a shard's epochs reshuffle, and an epoch is the same wherever it is r
   CHECK(std::is_sorted(in_order.begin(), in_order.end()));
 }
 
-TEST_CASE("transforms and limit shape the batches; unknown ones are refused", "[data][shard]") {
+TEST_CASE("transforms and limit shape the batches, and unknown ones are refused", "[data][shard]") {
   TempDir dir;
   DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 40)}};
   spec.options["shuffle"] = false;

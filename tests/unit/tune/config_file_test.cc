@@ -312,7 +312,7 @@ TEST_CASE("scaling.mesh parses, fills in data, and refuses a mesh that is not th
              Contains("a mesh needs num_workers given, not -1"));
 }
 
-TEST_CASE("scaling.num_workers [min, max] makes an elastic run, bounds checked", "[tune]") {
+TEST_CASE("scaling.num_workers as a min and max pair makes an elastic run, bounds checked", "[tune]") {
   auto scaling_of = [](const std::string& scaling) {
     return ParseTuneFile(Tune(scaling), "tune.yaml").trainable.scaling;
   };

@@ -21,6 +21,26 @@ namespace rayd::train::internal {
 using rayd::data::Block;
 using rayd::data::DType;
 
+namespace {
+
+// A block sent or returned as a std::vector<uint8_t> object (data/FORMAT.md), viewed where the
+// object store holds it; copied first when its bytes are not 64-byte aligned (a small object
+// arrives as a private copy), as Block::View's columns of numbers want them.
+Result<Block> ViewBlock(const ObjectRef<std::vector<uint8_t>>& ref) {
+  auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
+  if (reinterpret_cast<uintptr_t>(view->data()) % 64 == 0) {
+    return Block::View(view, view->data(), view->size());
+  }
+  auto copy = std::make_shared<std::vector<uint8_t>>(view->size() + 64);
+  void* at = copy->data();
+  size_t space = copy->size();
+  std::align(64, view->size(), at, space);
+  std::memcpy(at, view->data(), view->size());
+  return Block::View(copy, static_cast<const uint8_t*>(at), view->size());
+}
+
+}  // namespace
+
 // One actor of RunBatchInference's pool: a TorchScript module loaded once, in the constructor,
 // then applied to one serialized block per call. Lives in its own worker process; calls run one
 // at a time.
@@ -77,9 +97,8 @@ class InferenceActor {
 torch::Tensor InferenceActor::Forward(const Block& block) {
   const rayd::data::Column* column = block.Find(input_column_);
   if (column == nullptr || column->is_bytes()) {
-    throw RaydError("model '" + model_path_ + "': the batch has no fixed column '" +
-                    input_column_ + "' (it has: " + rayd::data::DescribeSchema(block.schema()) +
-                    ")");
+    throw RaydError("model '" + model_path_ + "': the batch has no fixed column '" + input_column_ +
+                    "' (it has: " + rayd::data::DescribeSchema(block.schema()) + ")");
   }
   const int64_t rows = block.num_rows();
   std::vector<int64_t> sizes{rows};
@@ -113,15 +132,15 @@ std::string InferenceActor::FailedOn(const std::vector<int64_t>& sizes,
 }
 
 std::vector<uint8_t> InferenceActor::Predict(rayd::ObjectRef<std::vector<uint8_t>> input) {
-  auto view = std::make_shared<rayd::ArrayView<uint8_t>>(rayd::GetView(input));
-  Result<Block> block = Block::View(view, view->data(), view->size());
+  Result<Block> block = ViewBlock(input);
   if (!block.ok()) throw RaydError("model '" + model_path_ + "': " + block.status().message());
+  auto owner = std::make_shared<const Block>(*block);  // keeps the input's memory alive
   const auto [score, prediction] = torch::softmax(Forward(*block), 1).max(1);
   const int64_t rows = block->num_rows();
   rayd::data::BlockBuilder out(rows);
   for (const rayd::data::Column& c : block->columns()) {
     if (c.name() != input_column_ && c.name() != output_column_ && c.name() != "score") {
-      out.AddColumn(c, view);
+      out.AddColumn(c, owner);
     }
   }
   std::memcpy(out.AddFixed({output_column_, DType::kInt64, {}}),
@@ -173,12 +192,12 @@ class ActorPool {
     const auto cpu = options.resources_per_actor.find("CPU");
     const int threads =
         std::max(1, cpu == options.resources_per_actor.end() ? 1 : static_cast<int>(cpu->second));
-    const std::string args = nlohmann::json{{"input_column", options.input_column},
-                                            {"output_column", options.output_column},
-                                            {"scale", options.scale},
-                                            {"input_shape", options.input_shape},
-                                            {"threads", threads}}
-                                 .dump();
+    const std::string args = nlohmann::json{
+        {"input_column", options.input_column},
+        {"output_column", options.output_column},
+        {"scale", options.scale},
+        {"input_shape", options.input_shape},
+        {"threads", threads}}.dump();
     for (int i = 0; i < options.actors; ++i) {
       actors_.push_back(rayd::Actor(InferenceActor::FactoryCreate)
                             .SetResources(options.resources_per_actor)
@@ -191,8 +210,8 @@ class ActorPool {
       try {
         rayd::Get(ready[i]);
       } catch (const RaydError& e) {
-        return Status::InvalidArgument("batch inference actor " + std::to_string(i) +
-                                       " (model '" + model + "'): " + ActorMessage(e));
+        return Status::InvalidArgument("batch inference actor " + std::to_string(i) + " (model '" +
+                                       model + "'): " + ActorMessage(e));
       }
     }
     return Status::Ok();
@@ -212,21 +231,6 @@ struct Call {
   size_t actor = 0;
 };
 
-// A block returned by an actor, viewed where the object store holds it (copied first when its
-// bytes are not 64-byte aligned, as Block::View's views of numbers want them).
-Result<Block> ViewResult(const ObjectRef<std::vector<uint8_t>>& ref) {
-  auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
-  if (reinterpret_cast<uintptr_t>(view->data()) % 64 == 0) {
-    return Block::View(view, view->data(), view->size());
-  }
-  auto copy = std::make_shared<std::vector<uint8_t>>(view->size() + 64);
-  void* at = copy->data();
-  size_t space = copy->size();
-  std::align(64, view->size(), at, space);
-  std::memcpy(at, view->data(), view->size());
-  return Block::View(copy, static_cast<const uint8_t*>(at), view->size());
-}
-
 // Waits for the oldest call and writes its block.
 Status WriteOldest(std::deque<Call>& in_flight, const std::string& model,
                    rayd::data::DatasetWriter& out, int64_t* rows) {
@@ -234,7 +238,7 @@ Status WriteOldest(std::deque<Call>& in_flight, const std::string& model,
   in_flight.pop_front();
   Result<Block> block = Status::Internal("unset");
   try {
-    block = ViewResult(call.output);
+    block = internal::ViewBlock(call.output);
   } catch (const RaydError& e) {
     return Status::InvalidArgument("batch inference actor " + std::to_string(call.actor) +
                                    " (model '" + model + "'): " + ActorMessage(e));
@@ -275,7 +279,9 @@ Result<InferenceStats> RunBatchInference(const rayd::data::DatasetSpec& dataset,
                                          const InferenceOptions& options,
                                          rayd::data::DatasetWriter& out) {
   if (options.actors < 1) return Status::InvalidArgument("batch inference needs actors >= 1");
-  if (options.batch_size < 1) return Status::InvalidArgument("batch inference needs batch_size >= 1");
+  if (options.batch_size < 1) {
+    return Status::InvalidArgument("batch inference needs batch_size >= 1");
+  }
   std::error_code ec;
   if (!std::filesystem::is_regular_file(torchscript_path, ec)) {
     return Status::NotFound("TorchScript model '" + torchscript_path + "': no such file");

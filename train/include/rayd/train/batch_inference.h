@@ -23,12 +23,16 @@
 // the driver waits for the oldest call before it sends another, so the driver holds at most
 // 2 x actors batches besides the one it is reading.
 //
-// Errors: a model file that does not exist is NotFound naming it (no actor is started); a file
-// the actors cannot load, or a model that fails on a batch, is InvalidArgument carrying the
-// actor's message (which names the model path); a dataset that cannot be read is the reader's
-// error. The actors are killed when the call returns, whatever it returns. `out` is not closed.
+// Errors: a model file that does not exist is NotFound naming it (no actor is started); an
+// actor's error (a file it cannot load as TorchScript, a model that fails on a batch or returns
+// no [rows, classes] tensor, an actor that died) is InvalidArgument naming the actor and the
+// model path, with the actor's message in one line; a dataset that cannot be read is the
+// reader's error. The actors are killed when the call returns, whatever it returns. `out` is not
+// closed: the caller closes it (or drops it, leaving no file) once it knows the outcome.
 //
 // Threading: call from a driver thread after rayd::Init; it blocks until the dataset is scored.
+// The pool starts whole before the first batch is sent: `actors` that the cluster cannot place
+// at once (more than its free CPUs, at 1 CPU each) wait for room, as Ray's actors do.
 
 #include <rayd/base/status.h>
 #include <rayd/data/reader.h>
