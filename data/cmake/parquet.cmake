@@ -45,6 +45,11 @@ if(NOT Parquet_FOUND AND RAYD_BUILD_TESTS)
   endif()
 endif()
 
+# Found in the build tree (unpacked here, now or by an earlier configure whose Parquet_DIR is
+# cached): the tests' Arrow.
+if(Parquet_FOUND AND Parquet_DIR MATCHES "^${CMAKE_BINARY_DIR}/arrow/")
+  set(_rayd_arrow_for_tests ON)
+endif()
 if(Parquet_FOUND AND TARGET Parquet::parquet_shared AND _rayd_arrow_for_tests)
   # The tests' Arrow is no package a machine can install: its reader is a library of its own
   # that only the tests link (it registers the format when loaded), so rayd_data, the binaries
