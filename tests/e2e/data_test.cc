@@ -113,6 +113,49 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "datasets.train: format: unknown format 'tiff'"));
 }
 
+TEST_CASE("rows on_error skips are counted in the result rows", "[data][e2e]") {
+  RequireFashionMnist();
+  Sandbox sandbox;
+  // 64 JSON Lines rows of a blank 28 x 28 image and a label, the 10th with no label.
+  {
+    std::ofstream rows(sandbox.root() + "/rows.jsonl");
+    std::string image = "[";
+    for (int r = 0; r < 28; ++r) {
+      image += std::string(r ? "," : "") + "[";
+      for (int c = 0; c < 28; ++c) image += c ? ",0" : "0";
+      image += "]";
+    }
+    image += "]";
+    for (int i = 0; i < 64; ++i) {
+      rows << "{\"image\": " << image;
+      if (i != 9) rows << ", \"label\": " << i % 10;
+      rows << "}\n";
+    }
+  }
+  auto train = [&](const std::string& name, const std::string& on_error, std::string* out) {
+    std::string file = sandbox.WriteYaml(name + ".yaml", R"(
+name: )" + name + R"(
+train_loop: fashion_mnist_cnn
+config: {epochs: 1, batch_size: 16}
+scaling: {num_workers: 1}
+datasets:
+  train: {format: jsonl, paths: [rows.jsonl], on_error: )" + on_error + R"(}
+  validation: {format: idx, paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz], transforms: [{limit: 64}]}
+run: {storage_path: STORAGE}
+)");
+    return sandbox.Run({"train", file}, out);
+  };
+  std::string out;
+  REQUIRE(train("skip", "skip", &out) == 0);
+  INFO(out);
+  std::vector<json> results = ReadJsonLines(sandbox.results() + "/skip/result.json");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["data_skipped_rows"] == 1);
+  // Without skip, the bad row fails the run naming the file, the row and the key.
+  CHECK(train("raise", "raise", &out) != 0);
+  CHECK(Contains(out, "rows.jsonl: row 10 (line 10): no key 'label'"));
+}
+
 TEST_CASE("a Python command job's 2 ranks read equal, disjoint shards, as C++ deals them",
           "[data][e2e]") {
   RequireNumpy();

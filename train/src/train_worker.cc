@@ -136,8 +136,14 @@ void Report(const std::map<std::string, double>& metrics,
   std::map<std::string, double> reported = metrics;
   if (!session.shards.empty()) {
     double waited = 0;
-    for (const auto& [name, shard] : session.shards) waited += shard->stats().wait_seconds;
+    int64_t skipped = 0;  // rows `on_error: skip` left out, over the run's attempt
+    for (const auto& [name, shard] : session.shards) {
+      const data::ShardStats stats = shard->stats();
+      waited += stats.wait_seconds;
+      skipped += stats.skipped_rows;
+    }
     reported.try_emplace("data_wait_s", waited - session.data_wait_reported);
+    if (skipped > 0) reported.try_emplace("data_skipped_rows", static_cast<double>(skipped));
     session.data_wait_reported = waited;
   }
   auto ship = [worker = session.worker, rank, index = session.reports++, metrics = std::move(reported),
