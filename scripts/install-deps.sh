@@ -22,10 +22,6 @@ main_packages=(
   # rayd Data: gzip (IDX, .npz), and the main job's dataset: Fashion-MNIST's real images
   # (/usr/share/datasets/fashion-mnist/).
   zlib1g-dev dataset-fashion-mnist
-  # rayd Data's image formats (data/cmake/images.cmake): JPEG through TurboJPEG, and PNG.
-  libturbojpeg0-dev libpng-dev
-  # rayd Data's `format: hdf5` (data/cmake/hdf5.cmake builds it when HDF5 is found).
-  libhdf5-dev
 )
 # What the tests add.
 test_packages=(
@@ -47,8 +43,13 @@ test_packages=(
   prometheus
   # A real Slurm for deploy/slurm/rayd.sbatch's test (tests/deploy/slurm_test.sh).
   slurm-wlm munge
-  # rayd Data's HDF5 tests write their files with h5py (tests/unit/data/write_hdf5.py).
-  python3-h5py
+  # rayd Data's optional formats, built when found (the main job reads IDX only, so the quick
+  # start leaves them out): images (data/cmake/images.cmake: JPEG through TurboJPEG, and PNG)
+  # and HDF5 (data/cmake/hdf5.cmake).
+  libturbojpeg0-dev libpng-dev libhdf5-dev
+  # rayd Data's tests write their files with the reference tools: NumPy, PIL, h5py
+  # (tests/unit/data/*.py).
+  python3-numpy python3-pil python3-h5py
   # `format: parquet` in the tests: the Apache Arrow build in ../shared/arrow/ (Debian has none)
   # links against these (and zlib1g-dev, above) and needs Thrift to run
   # (data/cmake/parquet.cmake).
@@ -66,7 +67,8 @@ case "${1:-}" in
       packages+=(nodejs npm)
     fi
     if [ "${1:-}" = "--peers" ]; then
-      packages+=(python3-optuna python3-distributed python3-matplotlib)
+      # torchvision: bench/data/fashion_ingest.sh's DataLoader peer.
+      packages+=(python3-optuna python3-distributed python3-matplotlib python3-torchvision)
     fi
     ;;
   *)
