@@ -156,6 +156,62 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "rows.jsonl: row 10 (line 10): no key 'label'"));
 }
 
+TEST_CASE("preprocessing runs on a CPU node apart from the trainers and its blocks reach them",
+          "[data][e2e]") {
+  RequireFashionMnist();
+  Sandbox sandbox;
+  // The head holds the trainers' slots (a resource only it has); a second node, labelled
+  // kind=cpu, holds the only CPU a data task may take. The validation blocks need {CPU: 1} and
+  // that label: made anywhere else they could not be, and the run would not finish.
+  const int port = rayd::testing::FreeTcpPort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  sandbox.Start({"--head", "--port", std::to_string(port), "--num-cpus", "2", "--resources",
+                 R"({"trainer": 2})"});
+  sandbox.Start({"--address", address, "--num-cpus", "1", "--labels", "kind=cpu"});
+  const std::vector<std::string> heads = sandbox.Sessions("_head");
+  REQUIRE(heads.size() == 1);
+  std::map<std::string, std::string> env = sandbox.Env();
+  env["RAYD_TOKEN"] = ReadFile(heads[0] + "/token").substr(0, 64);
+  std::string file = sandbox.WriteYaml("split.yaml", R"(
+name: split
+train_loop: fashion_mnist_cnn
+config: {lr: 0.1, batch_size: 32, epochs: 1}
+scaling: {num_workers: 2, resources_per_worker: {CPU: 1, trainer: 1}}
+datasets:
+  train:
+    format: idx
+    paths: [/usr/share/datasets/fashion-mnist/train-*-ubyte.gz]
+    transforms: [{limit: 2000}]
+  validation:
+    format: idx
+    paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz]
+    shuffle: false
+    execution: tasks
+    resources: {CPU: 1}
+    label_selector: {kind: cpu}
+    transforms: [{limit: 1000}]
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = rayd::testing::RunCommand({RAYD_BINARY, "train", file, "--address", address},
+                                           &out, env, std::chrono::seconds(240));
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::vector<json> results = ReadJsonLines(sandbox.results() + "/split/result.json");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["accuracy"].get<double>() > 0.3);  // scored on blocks the CPU node made
+  // The CPU node started workers (only data tasks can run there: the ranks need `trainer`).
+  const std::vector<std::string> nodes = sandbox.Sessions("_node");
+  REQUIRE(nodes.size() == 1);
+  int worker_logs = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(nodes[0], ec)) {
+    const std::string name = e.path().filename();
+    if (name.find("worker") != std::string::npos) ++worker_logs;
+  }
+  CHECK(worker_logs > 0);
+}
+
 TEST_CASE("a Python command job's 2 ranks read equal, disjoint shards, as C++ deals them",
           "[data][e2e]") {
   RequireNumpy();
