@@ -11,6 +11,7 @@
 
 #include "../files.h"
 #include "text_rows.h"
+#include "indexed_reader.h"
 
 namespace rayd::data::internal::csv_format {
 
@@ -46,13 +47,10 @@ bool SplitFields(std::string_view record, char delimiter, std::vector<std::strin
   return !in_quotes;
 }
 
-class CsvReader : public Reader {
+class CsvReader : public IndexedReader {
  public:
   static Result<std::unique_ptr<Reader>> Open(const DatasetSpec& spec,
                                               const std::vector<std::string>& files);
-  const Schema& schema() const override { return schema_; }
-  int64_t num_rows() const override { return index_.num_rows(); }
-  int64_t skipped_rows() const override { return skipped_; }
   Result<Block> Read(std::span<const int64_t> rows) override;
 
  private:
@@ -65,9 +63,6 @@ class CsvReader : public Reader {
   char delimiter_ = ',';
   bool skip_ = false;
   std::vector<TextFile> files_;
-  RowIndex index_;
-  Schema schema_;
-  int64_t skipped_ = 0;
 };
 
 Result<std::unique_ptr<Reader>> CsvReader::Open(const DatasetSpec& spec,

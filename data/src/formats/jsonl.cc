@@ -10,6 +10,7 @@
 
 #include "../files.h"
 #include "text_rows.h"
+#include "indexed_reader.h"
 
 namespace rayd::data::internal::jsonl_format {
 
@@ -44,21 +45,15 @@ bool Flatten(const Json& value, const std::vector<int64_t>& shape, size_t dim,
   return true;
 }
 
-class JsonlReader : public Reader {
+class JsonlReader : public IndexedReader {
  public:
   static Result<std::unique_ptr<Reader>> Open(const DatasetSpec& spec,
                                               const std::vector<std::string>& files);
-  const Schema& schema() const override { return schema_; }
-  int64_t num_rows() const override { return index_.num_rows(); }
-  int64_t skipped_rows() const override { return skipped_; }
   Result<Block> Read(std::span<const int64_t> rows) override;
 
  private:
   bool skip_ = false;
   std::vector<TextFile> files_;
-  RowIndex index_;
-  Schema schema_;
-  int64_t skipped_ = 0;
 };
 
 Result<std::unique_ptr<Reader>> JsonlReader::Open(const DatasetSpec& spec,

@@ -31,6 +31,7 @@
 #include "../files.h"
 #include "image_decode.h"
 #include "text_rows.h"
+#include "indexed_reader.h"
 
 namespace rayd::data::internal::webdataset_format {
 // A named namespace, not an anonymous one: unity builds put several formats in one unit.
@@ -223,13 +224,10 @@ struct Shard {
   std::vector<Span> spans;           // samples x columns
 };
 
-class WebDatasetReader : public Reader {
+class WebDatasetReader : public IndexedReader {
  public:
   static Result<std::unique_ptr<Reader>> Open(const DatasetSpec& spec,
                                               const std::vector<std::string>& files);
-  const Schema& schema() const override { return schema_; }
-  int64_t num_rows() const override { return index_.num_rows(); }
-  int64_t skipped_rows() const override { return skipped_; }
   Result<Block> Read(std::span<const int64_t> rows) override;
 
  private:
@@ -250,9 +248,6 @@ class WebDatasetReader : public Reader {
   std::vector<Kind> kinds_;
   std::string columns_from_;  // "sample 000000 of shard-0.tar", for messages
   std::vector<Shard> shards_;
-  RowIndex index_;
-  Schema schema_;
-  int64_t skipped_ = 0;
 };
 
 std::string WebDatasetReader::KeyOf(const Shard& shard, int64_t sample) const {

@@ -45,6 +45,7 @@
 #include <optional>
 
 #include "../../files.h"
+#include "../indexed_reader.h"
 
 namespace rayd::data::internal::parquet_format {
 
@@ -232,13 +233,10 @@ std::optional<std::string_view> BytesOf(const arrow::Array& a, int64_t i) {
   }
 }
 
-class ParquetReader : public Reader {
+class ParquetReader : public IndexedReader {
  public:
   static Result<std::unique_ptr<Reader>> Open(const DatasetSpec& spec,
                                               const std::vector<std::string>& files);
-  const Schema& schema() const override { return schema_; }
-  int64_t num_rows() const override { return index_.num_rows(); }
-  int64_t skipped_rows() const override { return skipped_; }
   Result<Block> Read(std::span<const int64_t> rows) override;
 
  private:
@@ -252,11 +250,8 @@ class ParquetReader : public Reader {
   std::map<std::string, std::vector<int64_t>> shapes_;
   bool skip_ = false;
   std::vector<std::string> first_fields_;  // the first file's fields, when `columns` is not given
-  Schema schema_;
   std::vector<File> files_;
   std::vector<RowGroup> groups_;
-  RowIndex index_;  // over groups_
-  int64_t skipped_ = 0;
   // The last decoded row group: each column's chunks and where each chunk starts.
   std::optional<size_t> cached_;
   std::vector<std::shared_ptr<arrow::ChunkedArray>> cached_columns_;
