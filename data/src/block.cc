@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -84,6 +85,56 @@ Layout Plan(const Block& block) {
   RAYD_CHECK_MSG(false, "block header layout did not settle");
   return layout;
 }
+
+// Large block buffers, kept for reuse when their blocks are freed. A producer makes a block of a
+// few MiB per step; fresh memory costs a page fault per 4 KiB on first touch (~10 us here), which
+// held a mapped token file's gather to 0.55x of memcpy; reused, 0.85x. Holds at most kMaxHeld
+// bytes; any thread may take and give.
+class BufferPool {
+ public:
+  static BufferPool& Get() {
+    static BufferPool* pool = new BufferPool();  // blocks may outlive any owner: never destroyed
+    return *pool;
+  }
+  // `n` bytes, not zeroed.
+  std::shared_ptr<uint8_t[]> Take(size_t n) {
+    if (n >= kMinPooled) {
+      std::lock_guard lock(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->second >= n && it->second <= 2 * n) {
+          const auto [data, size] = *it;
+          free_.erase(it);
+          held_ -= size;
+          return Wrap(data, size);
+        }
+      }
+    }
+    return Wrap(new uint8_t[n], n);
+  }
+
+ private:
+  static constexpr size_t kMinPooled = size_t{256} << 10;
+  static constexpr size_t kMaxHeld = size_t{64} << 20;
+
+  std::shared_ptr<uint8_t[]> Wrap(uint8_t* data, size_t size) {
+    return std::shared_ptr<uint8_t[]>(data, [this, size](uint8_t* p) { Give(p, size); });
+  }
+  void Give(uint8_t* data, size_t size) {
+    {
+      std::lock_guard lock(mu_);
+      if (size >= kMinPooled && held_ + size <= kMaxHeld) {
+        free_.emplace_back(data, size);
+        held_ += size;
+        return;
+      }
+    }
+    delete[] data;
+  }
+
+  std::mutex mu_;
+  std::vector<std::pair<uint8_t*, size_t>> free_;  // guarded by mu_
+  size_t held_ = 0;                                // guarded by mu_
+};
 
 }  // namespace
 
@@ -363,6 +414,17 @@ uint8_t* BlockBuilder::AddFixed(ColumnSchema schema) {
   const size_t n = static_cast<size_t>(num_rows_ * c.RowBytes());
   auto buffer = std::make_shared<std::vector<uint8_t>>(std::max<size_t>(n, 1));
   uint8_t* out = buffer->data();
+  c.data = out;
+  columns_.push_back(std::move(c));
+  owners_.push_back(std::move(buffer));
+  return out;
+}
+
+uint8_t* BlockBuilder::AddFixedForOverwrite(ColumnSchema schema) {
+  Column c{.schema = std::move(schema)};
+  const size_t n = std::max<size_t>(static_cast<size_t>(num_rows_ * c.RowBytes()), 1);
+  std::shared_ptr<uint8_t[]> buffer = BufferPool::Get().Take(n);
+  uint8_t* out = buffer.get();
   c.data = out;
   columns_.push_back(std::move(c));
   owners_.push_back(std::move(buffer));

@@ -41,7 +41,7 @@ Result<Block> FixedColumnsReader::Read(std::span<const int64_t> rows) {
     const size_t item = ItemSize(c.schema.dtype);
     Column probe{.schema = c.schema};
     const size_t row_bytes = static_cast<size_t>(probe.RowBytes());
-    uint8_t* to = out.AddFixed(c.schema);
+    uint8_t* to = out.AddFixedForOverwrite(c.schema);  // every row is copied in below
     for (const int64_t row : rows) {
       if (row < 0 || row >= rows_) {
         return Status::InvalidArgument("row " + std::to_string(row) + " is outside the dataset's " +

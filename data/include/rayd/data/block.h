@@ -126,6 +126,10 @@ class BlockBuilder {
   explicit BlockBuilder(int64_t num_rows) : num_rows_(num_rows) {}
   // A zeroed buffer of num_rows x RowElements items for the column, to fill.
   uint8_t* AddFixed(ColumnSchema schema);
+  // The same, not zeroed, for a caller that writes every byte: large buffers are reused from
+  // blocks freed earlier (fresh memory's page faults, and zeroing, cost a gather of mapped rows
+  // a third of its speed).
+  uint8_t* AddFixedForOverwrite(ColumnSchema schema);
   // A kBytes column of exactly num_rows values.
   void AddBytes(std::string name, const std::vector<std::string>& values);
   void AddBytes(std::string name, std::string data, std::vector<int64_t> offsets);
