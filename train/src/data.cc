@@ -3,6 +3,7 @@
 #include <rayd/api.h>
 #include <rayd/train/data.h>
 
+#include "datasets.h"
 #include "rank_session.h"
 
 namespace rayd::train {
@@ -38,37 +39,47 @@ Result<std::vector<data::DatasetSpec>> DatasetsFromJson(const nlohmann::json& js
   return out;
 }
 
+namespace internal {
+
+Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& datasets_json,
+                                                          const std::string& name, int world,
+                                                          int rank, int local_world_size) {
+  nlohmann::json json =
+      nlohmann::json::parse(datasets_json.empty() ? "[]" : datasets_json, nullptr, false);
+  RAYD_ASSIGN_OR_RETURN(std::vector<data::DatasetSpec> specs, DatasetsFromJson(json));
+  std::string names;
+  for (const data::DatasetSpec& spec : specs) {
+    if (spec.name == name) {
+      return data::DatasetShard::Open(
+          spec, {.world_size = world,
+                 .rank = rank,
+                 .seed = 0,
+                 .budget_bytes = kNodeBudgetBytes / std::max(local_world_size, 1)});
+    }
+    names += (names.empty() ? "" : ", ") + spec.name;
+  }
+  return Status::NotFound("the run has no dataset '" + name + "' (" +
+                          (names.empty() ? std::string("it has none: add datasets: to its "
+                                                       "train.yaml or tune.yaml, or "
+                                                       "RunConfig::datasets")
+                                         : "it has: " + names) +
+                          ")");
+}
+
+}  // namespace internal
+
 data::DatasetShard& GetDatasetShard(const std::string& name) {
   internal::RankSession& session = internal::RequireSession("GetDatasetShard");
   auto it = session.shards.find(name);
   if (it != session.shards.end()) return *it->second;
-  nlohmann::json json = nlohmann::json::parse(
-      session.datasets_json.empty() ? "[]" : session.datasets_json, nullptr, false);
-  Result<std::vector<data::DatasetSpec>> specs = DatasetsFromJson(json);
-  if (!specs.ok()) throw RaydError("GetDatasetShard: " + specs.status().message());
-  std::string names;
-  for (const data::DatasetSpec& spec : *specs) {
-    if (spec.name != name) {
-      names += (names.empty() ? "" : ", ") + spec.name;
-      continue;
-    }
-    const TrainContext& context = session.context;
-    // Sharded over the data-parallel ranks: under a mesh, the ranks of one data replica (its
-    // pipeline stages and tensor shards) read the same batches.
-    data::ShardOptions options{
-        .world_size = context.mesh.data,
-        .rank = context.mesh.data_rank,
-        .seed = 0,
-        .budget_bytes = kNodeBudgetBytes / std::max(context.local_world_size, 1)};
-    Result<std::unique_ptr<data::DatasetShard>> shard = data::DatasetShard::Open(spec, options);
-    if (!shard.ok()) throw RaydError(shard.status().message());
-    return *session.shards.emplace(name, std::move(*shard)).first->second;
-  }
-  throw RaydError("GetDatasetShard: the run has no dataset '" + name + "' (" +
-                  (names.empty() ? std::string("it has none: add datasets: to its train.yaml or "
-                                               "tune.yaml, or RunConfig::datasets")
-                                 : "it has: " + names) +
-                  ")");
+  // Sharded over the data-parallel ranks: under a mesh, the ranks of one data replica (its
+  // pipeline stages and tensor shards) read the same batches.
+  const TrainContext& context = session.context;
+  Result<std::unique_ptr<data::DatasetShard>> shard =
+      internal::OpenRankShard(session.datasets_json, name, context.mesh.data,
+                              context.mesh.data_rank, context.local_world_size);
+  if (!shard.ok()) throw RaydError("GetDatasetShard: " + shard.status().message());
+  return *session.shards.emplace(name, std::move(*shard)).first->second;
 }
 
 std::vector<std::string> DatasetNames() {

@@ -2,6 +2,8 @@
 
 #include "data_server.h"
 
+#include "../datasets.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <rayd/train/data.h>
@@ -19,10 +21,9 @@ namespace rayd::train::internal {
 
 class DataServer::Impl {
  public:
-  Impl(int listen_fd, std::vector<data::DatasetSpec> specs, int world_size, int rank,
-       int local_world_size)
+  Impl(int listen_fd, std::string datasets_json, int world_size, int rank, int local_world_size)
       : listen_fd_(listen_fd),
-        specs_(std::move(specs)),
+        datasets_json_(std::move(datasets_json)),
         world_size_(world_size),
         rank_(rank),
         local_world_size_(local_world_size) {
@@ -106,28 +107,12 @@ class DataServer::Impl {
   Result<Dataset*> Find(const std::string& name) {
     auto it = datasets_.find(name);
     if (it != datasets_.end()) return &it->second;
-    std::string names;
-    for (const data::DatasetSpec& spec : specs_) {
-      if (spec.name != name) {
-        names += (names.empty() ? "" : ", ") + spec.name;
-        continue;
-      }
-      data::ShardOptions options{.world_size = world_size_,
-                                 .rank = rank_,
-                                 .seed = 0,
-                                 .budget_bytes = (int64_t{512} << 20) /
-                                                 std::max(local_world_size_, 1)};
-      RAYD_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetShard> shard,
-                            data::DatasetShard::Open(spec, options));
-      Dataset& d = datasets_[name];
-      d.shard = std::move(shard);
-      return &d;
-    }
-    return Status::NotFound("the run has no dataset '" + name + "' (" +
-                            (names.empty() ? std::string("it has none: add datasets: to its "
-                                                         "train.yaml or tune.yaml")
-                                           : "it has: " + names) +
-                            ")");
+    RAYD_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetShard> shard,
+                          OpenRankShard(datasets_json_, name, world_size_, rank_,
+                                        local_world_size_));
+    Dataset& d = datasets_[name];
+    d.shard = std::move(shard);
+    return &d;
   }
 
   nlohmann::json Handle(const std::string& line) {
@@ -206,7 +191,7 @@ class DataServer::Impl {
   }
 
   const int listen_fd_;
-  const std::vector<data::DatasetSpec> specs_;
+  const std::string datasets_json_;
   const int world_size_, rank_, local_world_size_;
   int stop_pipe_[2] = {-1, -1};
   std::map<std::string, Dataset> datasets_;  // the server thread's
@@ -221,8 +206,9 @@ Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_
                                                       const std::string& datasets_json,
                                                       int world_size, int rank,
                                                       int local_world_size) {
+  // Malformed datasets fail now, not at the process's first request.
   nlohmann::json json = nlohmann::json::parse(datasets_json, nullptr, /*allow_exceptions=*/false);
-  RAYD_ASSIGN_OR_RETURN(std::vector<data::DatasetSpec> specs, DatasetsFromJson(json));
+  RAYD_RETURN_IF_ERROR(DatasetsFromJson(json).status());
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof(addr.sun_path)) {
@@ -238,7 +224,7 @@ Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_
     return Status::Internal("cannot listen on " + socket_path + ": " + why);
   }
   return std::unique_ptr<DataServer>(new DataServer(
-      std::make_unique<Impl>(fd, std::move(specs), world_size, rank, local_world_size)));
+      std::make_unique<Impl>(fd, datasets_json, world_size, rank, local_world_size)));
 }
 
 }  // namespace rayd::train::internal
