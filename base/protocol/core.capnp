@@ -314,6 +314,7 @@ struct StoreListReply {
   totalEvicted @4 :UInt64;
   totalSpilled @5 :UInt64;
   totalRestored @6 :UInt64;
+  peakUsed @7 :UInt64;           # the most bytes allocated at once since the store started
 }
 
 struct AddObjectLocationRequest {

@@ -27,6 +27,7 @@ std::optional<size_t> Allocator::Allocate(size_t size) {
   if (range_size > rounded) InsertFree(offset + rounded, range_size - rounded);
   allocated_.emplace(offset, rounded);
   used_ += rounded;
+  peak_used_ = std::max(peak_used_, used_);
   high_water_ = std::max(high_water_, offset + rounded);
   return offset;
 }

@@ -337,6 +337,7 @@ StoreStats ObjectStore::Impl::Stats() const {
   StoreStats s;
   s.capacity = allocator_.capacity();
   s.used = allocator_.used();
+  s.peak_used = allocator_.peak_used();
   for (const auto& [id, e] : entries_) {
     if (e.deleted) continue;
     ++s.num_objects;

@@ -24,6 +24,7 @@ void AddStore(proto::StoreListReply::Reader reply, const NodeInfo& node, Objects
   store.node_id = node.node_id.Hex();
   store.capacity = reply.getCapacity();
   store.used = reply.getUsed();
+  store.peak_used = reply.getPeakUsed();
   store.spilled_bytes = reply.getSpilledBytes();
   store.total_evicted = reply.getTotalEvicted();
   store.total_spilled = reply.getTotalSpilled();

@@ -273,6 +273,7 @@ void ObjectService::HandleList(const rpc::Incoming<proto::Method::STORE_LIST>& c
     }
     reply.setCapacity(stats.capacity);
     reply.setUsed(stats.used);
+    reply.setPeakUsed(stats.peak_used);
     reply.setSpilledBytes(stats.spilled_bytes);
     reply.setTotalEvicted(stats.total_evicted);
     reply.setTotalSpilled(stats.total_spilled);

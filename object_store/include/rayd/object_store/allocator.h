@@ -29,6 +29,7 @@ class Allocator {
   size_t free_bytes() const { return capacity_ - used_; }
   size_t largest_free() const;                          // the biggest single allocation possible
   size_t num_free_ranges() const { return free_by_offset_.size(); }
+  size_t peak_used() const { return peak_used_; }       // the most bytes ever allocated at once
   size_t high_water() const { return high_water_; }     // end of the highest range ever handed out
   size_t AllocatedSize(size_t offset) const;            // the rounded size of a live range
 
@@ -40,6 +41,7 @@ class Allocator {
   const size_t alignment_;
   size_t used_ = 0;
   size_t high_water_ = 0;
+  size_t peak_used_ = 0;
   std::map<size_t, size_t> free_by_offset_;          // offset -> size
   std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset)
   std::unordered_map<size_t, size_t> allocated_;      // offset -> size

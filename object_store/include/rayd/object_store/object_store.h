@@ -65,6 +65,7 @@ struct ObjectRecord {  // for `rayd list objects`
 struct StoreStats {
   size_t capacity = 0;
   size_t used = 0;                      // allocated bytes
+  size_t peak_used = 0;                 // the most bytes allocated at once since start
   size_t num_objects = 0;               // in memory or spilled
   size_t num_in_memory = 0;
   size_t num_spilled = 0;

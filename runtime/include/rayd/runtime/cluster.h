@@ -195,6 +195,7 @@ struct NodeStoreSummary {
   std::string node_id;
   uint64_t capacity = 0;
   uint64_t used = 0;
+  uint64_t peak_used = 0;  // the most bytes held at once since the store started
   uint64_t spilled_bytes = 0;
   uint64_t total_evicted = 0;
   uint64_t total_spilled = 0;
