@@ -29,6 +29,7 @@ class ReaderCache {
     std::mutex mu;
     std::unique_ptr<Reader> reader;
     std::vector<TransformStep> steps;
+    std::vector<TransformStage> stages;  // PlanStages(steps): stage 0 runs with the read
   };
   Result<std::shared_ptr<Entry>> Open(const DatasetSpec& spec, const std::string& key) {
     std::lock_guard lock(mu_);
@@ -47,6 +48,7 @@ class ReaderCache {
       return Status::InvalidArgument("datasets." + spec.name + "." + steps.status().message());
     }
     entry->steps = std::move(*steps);
+    entry->stages = PlanStages(entry->steps);
     entries_.push_front(entry);
     if (entries_.size() > 8) entries_.pop_back();
     return entry;
@@ -74,10 +76,34 @@ Result<DatasetSpec> SpecFromKey(const std::string& key) {
   return spec;
 }
 
-// A block made by a task: a 64-byte prefix (the rows on_error: skip left out, a uint64) and
-// the block (data/FORMAT.md), so the block stays 64-byte aligned in the object store.
+// A block made by a task or an actor: a 64-byte prefix (the rows on_error: skip left out, a
+// uint64) and the block (data/FORMAT.md), so the block stays 64-byte aligned in the object store.
 constexpr size_t kTaskPrefix = 64;
 
+std::vector<uint8_t> Prefixed(const Block& block, int64_t skipped) {
+  std::vector<uint8_t> out(kTaskPrefix + block.SerializedSize());
+  const uint64_t s = static_cast<uint64_t>(skipped);
+  std::memcpy(out.data(), &s, sizeof(s));
+  block.SerializeTo(out.data() + kTaskPrefix);
+  return out;
+}
+
+// The block a task or actor made, viewed where the object store holds it. Throws RaydError
+// (the task's error, a lost object).
+Result<Block> ViewPrefixed(const ObjectRef<std::vector<uint8_t>>& ref, int64_t* skipped) {
+  auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
+  if (view->size() < kTaskPrefix) return Status::Internal("a data task returned no block");
+  uint64_t s = 0;
+  std::memcpy(&s, view->data(), sizeof(s));
+  *skipped = static_cast<int64_t>(s);
+  return Block::View(view, view->data() + kTaskPrefix, view->size() - kTaskPrefix);
+}
+
+Status InDataset(const DatasetSpec& spec, const Status& status) {
+  return Status(status.code(), "datasets." + spec.name + ": " + status.message());
+}
+
+// Reads `rows` and applies the steps of stage 0 (the ones that run with the read).
 Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
                                std::span<const int64_t> rows, int64_t* skipped) {
   RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
@@ -86,41 +112,182 @@ Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
   const int64_t skipped_before = entry->reader->skipped_rows();
   Result<Block> block = entry->reader->Read(rows);
   if (skipped != nullptr) *skipped = entry->reader->skipped_rows() - skipped_before;
-  if (!block.ok()) {
-    return Status(block.status().code(), "datasets." + spec.name + ": " + block.status().message());
-  }
-  Result<Block> out = ApplyTransforms(entry->steps, std::move(*block));
-  if (!out.ok()) {
-    return Status(out.status().code(), "datasets." + spec.name + ": " + out.status().message());
-  }
+  if (!block.ok()) return InDataset(spec, block.status());
+  Result<Block> out = ApplyTransforms(
+      std::span<const TransformStep>(entry->steps).first(entry->stages[0].end), std::move(*block));
+  if (!out.ok()) return InDataset(spec, out.status());
   return out;
+}
+
+// The steps [begin, end) of a dataset's transforms, parsed again where a later stage runs.
+Result<std::vector<TransformStep>> StageSteps(const DatasetSpec& spec, int64_t begin,
+                                              int64_t end) {
+  Result<std::vector<TransformStep>> steps =
+      ParseTransforms(spec.options.value("transforms", nlohmann::json()));
+  if (!steps.ok()) return InDataset(spec, steps.status());
+  if (begin < 0 || end < begin || end > static_cast<int64_t>(steps->size())) {
+    return Status::Internal("datasets." + spec.name + ": a data stage of steps out of range");
+  }
+  return std::vector<TransformStep>(steps->begin() + begin, steps->begin() + end);
+}
+
+// Applies a later stage's steps to the block at `input`; the result, prefixed with the input's
+// skip count. Throws RaydError with the step's message.
+std::vector<uint8_t> ApplyStage(const DatasetSpec& spec, std::span<const TransformStep> steps,
+                                BatchMapper* mapper,
+                                const ObjectRef<std::vector<uint8_t>>& input) {
+  int64_t skipped = 0;
+  Result<Block> block = ViewPrefixed(input, &skipped);
+  if (!block.ok()) throw RaydError(block.status().message());
+  Result<Block> out = ApplyTransforms(steps, std::move(*block), mapper);
+  if (!out.ok()) throw RaydError(InDataset(spec, out.status()).message());
+  return Prefixed(*out, skipped);
 }
 
 }  // namespace
 
-// The data task: makes one block wherever rayd placed it. Throws (a RemoteError for the
-// caller) with the reader's or transform's message.
+// The data task: makes one block (the read and stage 0) wherever rayd placed it. Throws (a
+// RemoteError for the caller) with the reader's or transform's message.
 std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t> rows) {
   Result<DatasetSpec> spec = SpecFromKey(spec_key);
   if (!spec.ok()) throw RaydError(spec.status().message());
   int64_t skipped = 0;
   Result<Block> block = ReadAndTransform(*spec, spec_key, rows, &skipped);
   if (!block.ok()) throw RaydError(block.status().message());
-  std::vector<uint8_t> out(kTaskPrefix + block->SerializedSize());
-  const uint64_t s = static_cast<uint64_t>(skipped);
-  std::memcpy(out.data(), &s, sizeof(s));
-  block->SerializeTo(out.data() + kTaskPrefix);
-  return out;
+  return Prefixed(*block, skipped);
 }
-RAYD_REMOTE(RaydDataMakeBlock);
+
+// A later stage of plain steps with a placement of their own, as a task.
+std::vector<uint8_t> RaydDataApplyStage(std::string spec_key, int64_t begin, int64_t end,
+                                        ObjectRef<std::vector<uint8_t>> input) {
+  Result<DatasetSpec> spec = SpecFromKey(spec_key);
+  if (!spec.ok()) throw RaydError(spec.status().message());
+  Result<std::vector<TransformStep>> steps = StageSteps(*spec, begin, end);
+  if (!steps.ok()) throw RaydError(steps.status().message());
+  return ApplyStage(*spec, *steps, nullptr, input);
+}
+RAYD_REMOTE(RaydDataMakeBlock, RaydDataApplyStage);
+
+// One actor of a stateful map's pool: the map's instance, made once, and the plain steps after
+// it, applied to one block per call.
+class RaydDataMapper {
+ public:
+  // Throws RaydError with the constructor's message: the pool's start reports it.
+  static RaydDataMapper* FactoryCreate(std::string spec_key, int64_t begin, int64_t end) {
+    Result<DatasetSpec> spec = SpecFromKey(spec_key);
+    if (!spec.ok()) throw RaydError(spec.status().message());
+    Result<std::vector<TransformStep>> steps = StageSteps(*spec, begin, end);
+    if (!steps.ok()) throw RaydError(steps.status().message());
+    Result<std::unique_ptr<BatchMapper>> mapper = MakeBatchMapper(steps->front());
+    if (!mapper.ok()) throw RaydError(InDataset(*spec, mapper.status()).message());
+    return new RaydDataMapper(std::move(*spec), std::move(*steps), std::move(*mapper));
+  }
+  int64_t Ready() { return 0; }
+  std::vector<uint8_t> Apply(ObjectRef<std::vector<uint8_t>> input) {
+    return ApplyStage(spec_, steps_, mapper_.get(), input);
+  }
+
+ private:
+  RaydDataMapper(DatasetSpec spec, std::vector<TransformStep> steps,
+                 std::unique_ptr<BatchMapper> mapper)
+      : spec_(std::move(spec)), steps_(std::move(steps)), mapper_(std::move(mapper)) {}
+  const DatasetSpec spec_;
+  const std::vector<TransformStep> steps_;
+  std::unique_ptr<BatchMapper> mapper_;
+};
+RAYD_REMOTE(RaydDataMapper::FactoryCreate, &RaydDataMapper::Ready, &RaydDataMapper::Apply);
+
+namespace {
+
+// An error from a task or actor as one line: the remote message, else what rayd said.
+std::string RemoteMessage(const std::exception& e) {
+  const auto* remote = dynamic_cast<const RemoteError*>(&e);
+  std::string m = remote != nullptr ? remote->remote_message() : std::string(e.what());
+  return m.substr(0, m.find('\n'));
+}
+
+}  // namespace
+
+// The stages after the first, as a shard runs them: each stateful map's pool of actors, started
+// when the shard opens and killed with it. Calls go round-robin.
+class DataStages {
+ public:
+  DataStages(std::string spec_json, std::string name, std::vector<TransformStage> stages)
+      : spec_json_(std::move(spec_json)), name_(std::move(name)), stages_(std::move(stages)) {}
+  DataStages(const DataStages&) = delete;
+  DataStages& operator=(const DataStages&) = delete;
+  ~DataStages() {
+    for (const auto& pool : pools_) {
+      for (const ActorHandle<RaydDataMapper>& actor : pool) {
+        try {
+          actor.Kill();
+        } catch (const std::exception&) {
+          // Already gone: nothing to free.
+        }
+      }
+    }
+  }
+
+  // Starts every pool and waits until each actor has built its instance.
+  Status Start() {
+    pools_.resize(stages_.size());
+    for (size_t s = 1; s < stages_.size(); ++s) {
+      const TransformStage& stage = stages_[s];
+      if (!stage.actors) continue;
+      for (int i = 0; i < stage.placement.concurrency; ++i) {
+        pools_[s].push_back(rayd::Actor(RaydDataMapper::FactoryCreate)
+                                .SetResources(stage.placement.resources)
+                                .SetLabelSelector(stage.placement.label_selector)
+                                .Remote(spec_json_, static_cast<int64_t>(stage.begin),
+                                        static_cast<int64_t>(stage.end)));
+      }
+    }
+    for (size_t s = 1; s < stages_.size(); ++s) {
+      for (size_t i = 0; i < pools_[s].size(); ++i) {
+        try {
+          rayd::Get(pools_[s][i].Task(&RaydDataMapper::Ready).Remote());
+        } catch (const std::exception& e) {
+          return Status::InvalidArgument(Where(s) + ": actor " + std::to_string(i) +
+                                         " of its pool did not start: " + RemoteMessage(e));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The stages after the first applied to the block at `ref`, one call each (not waited for).
+  ObjectRef<std::vector<uint8_t>> Submit(ObjectRef<std::vector<uint8_t>> ref) {
+    for (size_t s = 1; s < stages_.size(); ++s) {
+      const TransformStage& stage = stages_[s];
+      if (stage.actors) {
+        const auto& pool = pools_[s];
+        ref = pool[next_.fetch_add(1) % pool.size()].Task(&RaydDataMapper::Apply).Remote(ref);
+      } else {
+        ref = rayd::Task(RaydDataApplyStage)
+                  .SetResources(stage.placement.resources)
+                  .SetLabelSelector(stage.placement.label_selector)
+                  .Remote(spec_json_, static_cast<int64_t>(stage.begin),
+                          static_cast<int64_t>(stage.end), ref);
+      }
+    }
+    return ref;
+  }
+
+  std::string Where(size_t stage) const {
+    return "datasets." + name_ + "." + stages_[stage].where;
+  }
+
+ private:
+  const std::string spec_json_;
+  const std::string name_;
+  const std::vector<TransformStage> stages_;
+  std::vector<std::vector<ActorHandle<RaydDataMapper>>> pools_;  // by stage; empty for tasks
+  std::atomic<size_t> next_{0};  // round-robin over the pools
+};
 
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
 };
-
-Result<Block> DatasetShard::MakeBlock(const DatasetSpec& spec, std::span<const int64_t> rows) {
-  return ReadAndTransform(spec, SpecKey(spec), rows, nullptr);
-}
 
 DatasetShard::~DatasetShard() = default;
 
@@ -172,35 +339,65 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
   // what one row makes.
   RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
                         ReaderCache::Get().Open(spec, shard->spec_json_));
-  std::lock_guard lock(entry->mu);
-  shard->num_rows_ = entry->reader->num_rows();
-  if (o.contains("rows")) {
-    const nlohmann::json& r = o["rows"];
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
-        r[0].get<int64_t>() < 0 || r[1].get<int64_t>() < r[0].get<int64_t>() ||
-        r[1].get<int64_t>() > shard->num_rows_) {
-      return bad("rows", "[BEGIN, END] with 0 <= BEGIN <= END <= " +
-                             std::to_string(shard->num_rows_) + " (the dataset's rows)");
-    }
-    shard->first_row_ = r[0].get<int64_t>();
-    shard->num_rows_ = r[1].get<int64_t>() - shard->first_row_;
-  }
-  const int64_t limit = ParseLimit(o.value("transforms", nlohmann::json()));
-  if (limit >= 0) shard->num_rows_ = std::min(shard->num_rows_, limit);
-  shard->schema_ = entry->reader->schema();
-  if (shard->num_rows_ > 0) {
-    const int64_t first = shard->first_row_;
-    Result<Block> row = entry->reader->Read({&first, 1});
-    if (row.ok() && row->num_rows() == 1) {
-      shard->row_bytes_ = std::max<int64_t>(row->nbytes(), 1);
-      Result<Block> out = ApplyTransforms(entry->steps, std::move(*row));
-      if (!out.ok()) {
-        return Status(out.status().code(), prefix + "transforms: " + out.status().message());
+  std::optional<Block> first_block;  // the first row after stage 0
+  {
+    std::lock_guard lock(entry->mu);
+    shard->num_rows_ = entry->reader->num_rows();
+    if (o.contains("rows")) {
+      const nlohmann::json& r = o["rows"];
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
+          !r[1].is_number_integer() || r[0].get<int64_t>() < 0 ||
+          r[1].get<int64_t>() < r[0].get<int64_t>() || r[1].get<int64_t>() > shard->num_rows_) {
+        return bad("rows", "[BEGIN, END] with 0 <= BEGIN <= END <= " +
+                               std::to_string(shard->num_rows_) + " (the dataset's rows)");
       }
-      shard->schema_ = out->schema();
+      shard->first_row_ = r[0].get<int64_t>();
+      shard->num_rows_ = r[1].get<int64_t>() - shard->first_row_;
+    }
+    const int64_t limit = ParseLimit(o.value("transforms", nlohmann::json()));
+    if (limit >= 0) shard->num_rows_ = std::min(shard->num_rows_, limit);
+    shard->schema_ = entry->reader->schema();
+    if (shard->num_rows_ > 0) {
+      const int64_t first = shard->first_row_;
+      Result<Block> row = entry->reader->Read({&first, 1});
+      if (row.ok() && row->num_rows() == 1) {
+        shard->row_bytes_ = std::max<int64_t>(row->nbytes(), 1);
+        Result<Block> out = ApplyTransforms(
+            std::span<const TransformStep>(entry->steps).first(entry->stages[0].end),
+            std::move(*row));
+        if (!out.ok()) {
+          return Status(out.status().code(), prefix + "transforms: " + out.status().message());
+        }
+        shard->schema_ = out->schema();
+        first_block = std::move(*out);
+      }
     }
   }
+  if (entry->stages.size() > 1) RAYD_RETURN_IF_ERROR(shard->StartStages(entry->stages, first_block));
   return shard;
+}
+
+// The later stages' pools start now (a constructor's error comes here, not at the first batch),
+// and the first row goes through every stage for the batches' schema.
+Status DatasetShard::StartStages(const std::vector<TransformStage>& stages,
+                                 const std::optional<Block>& first_row) {
+  stages_ = std::make_shared<DataStages>(spec_json_, spec_.name, stages);
+  const std::string where = stages_->Where(1);
+  if (!rayd::IsInitialized()) {
+    return Status::InvalidArgument(where + " runs as rayd tasks or actors: it needs rayd::Init "
+                                      "(a trainer's ranks and a cluster's drivers have it)");
+  }
+  RAYD_RETURN_IF_ERROR(stages_->Start());
+  if (!first_row) return Status::Ok();
+  try {
+    int64_t skipped = 0;
+    RAYD_ASSIGN_OR_RETURN(Block block,
+                          ViewPrefixed(stages_->Submit(rayd::Put(Prefixed(*first_row, 0))), &skipped));
+    schema_ = block.schema();
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(where + ": " + RemoteMessage(e));
+  }
+  return Status::Ok();
 }
 
 int64_t DatasetShard::rows_per_epoch() const {
@@ -229,7 +426,8 @@ class ShardPass : public BatchIterator {
         budget_(shard.options_.budget_bytes),
         batch_size_(std::max<int64_t>(options.batch_size, 1)),
         drop_last_(options.drop_last),
-        counters_(shard.counters_) {
+        counters_(shard.counters_),
+        stages_(shard.stages_) {
     const std::vector<int64_t> order =
         EpochOrder(shard.num_rows_, shard.options_.seed, epoch, shard.shuffle_);
     rows_ = RankRows(order, shard.options_.world_size, shard.options_.rank, batch_size_);
@@ -335,7 +533,7 @@ class ShardPass : public BatchIterator {
   }
 
   void Produce() {
-    if (!tasks_) {
+    if (!tasks_ && stages_ == nullptr) {
       for (size_t b = 0; b < cuts_.size(); ++b) {
         if (!WaitForRoom(b, 0)) return;
         int64_t skipped = 0;
@@ -352,11 +550,12 @@ class ShardPass : public BatchIterator {
     for (size_t collected = 0; collected < cuts_.size();) {
       while (submitted < cuts_.size() && (in_flight.empty() || HasRoom(submitted, in_flight.size()))) {
         if (!WaitForRoom(submitted, in_flight.size())) return;
-        auto rows = RowsOf(submitted);
-        in_flight.push_back(rayd::Task(RaydDataMakeBlock)
-                                .SetResources(resources_)
-                                .SetLabelSelector(labels_)
-                                .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end())));
+        Result<ObjectRef<std::vector<uint8_t>>> ref = Submit(submitted);
+        if (!ref.ok()) {
+          Deliver(ref.status());
+          return;
+        }
+        in_flight.push_back(std::move(*ref));
         ++submitted;
       }
       Result<Block> block = Collect(in_flight.front());
@@ -368,6 +567,24 @@ class ShardPass : public BatchIterator {
     }
   }
 
+  // Block `b`'s stages, started: the read and stage 0 as a task (or here, then put in the
+  // object store), the later stages as their tasks and actor calls.
+  Result<ObjectRef<std::vector<uint8_t>>> Submit(size_t b) {
+    const std::span<const int64_t> rows = RowsOf(b);
+    ObjectRef<std::vector<uint8_t>> ref;
+    if (tasks_) {
+      ref = rayd::Task(RaydDataMakeBlock)
+                .SetResources(resources_)
+                .SetLabelSelector(labels_)
+                .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end()));
+    } else {
+      int64_t skipped = 0;
+      RAYD_ASSIGN_OR_RETURN(Block block, ReadAndTransform(spec_, spec_json_, rows, &skipped));
+      ref = rayd::Put(Prefixed(block, skipped));
+    }
+    return stages_ == nullptr ? ref : stages_->Submit(std::move(ref));
+  }
+
   bool HasRoom(size_t block, size_t in_flight) {
     const int64_t bytes = (cuts_[block].second - cuts_[block].first) * row_bytes_;
     std::lock_guard lock(mu_);
@@ -375,17 +592,16 @@ class ShardPass : public BatchIterator {
     return held < static_cast<size_t>(prefetch_) && held_bytes_ + bytes <= budget_;
   }
 
-  // The task's block, viewed where the object store holds it.
+  // The block its last stage made, viewed where the object store holds it.
   Result<Block> Collect(const ObjectRef<std::vector<uint8_t>>& ref) {
     try {
-      auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
-      if (view->size() < kTaskPrefix) return Status::Internal("a data task returned no block");
-      uint64_t skipped = 0;
-      std::memcpy(&skipped, view->data(), sizeof(skipped));
-      counters_->skipped += static_cast<int64_t>(skipped);
-      return Block::View(view, view->data() + kTaskPrefix, view->size() - kTaskPrefix);
+      int64_t skipped = 0;
+      Result<Block> block = ViewPrefixed(ref, &skipped);
+      counters_->skipped += skipped;
+      return block;
     } catch (const std::exception& e) {
-      return Status::Unavailable("datasets." + spec_.name + ": a data task failed: " + e.what());
+      return Status::Unavailable("datasets." + spec_.name + ": a data task failed: " +
+                                 RemoteMessage(e));
     }
   }
 
@@ -397,6 +613,7 @@ class ShardPass : public BatchIterator {
   const int64_t batch_size_;
   const bool drop_last_;
   std::shared_ptr<DatasetShard::Counters> counters_;
+  std::shared_ptr<DataStages> stages_;
   std::map<std::string, double> resources_;
   std::map<std::string, std::string> labels_;
   std::vector<int64_t> rows_;

@@ -13,6 +13,7 @@ struct TransformRegistry {
   std::mutex mu;
   std::map<std::string, BatchMap> maps;
   std::map<std::string, RowFilter> filters;
+  std::map<std::string, BatchMapperFactory> mappers;
 };
 TransformRegistry& Transforms() {
   static TransformRegistry* registry = new TransformRegistry();  // never destroyed: transforms register at load
@@ -111,6 +112,57 @@ bool LabelIn(const Block& batch, int64_t row, const nlohmann::json& args) {
   return false;
 }
 
+// A step's `resources`, `label_selector` and `concurrency`; nullopt when it has none (a
+// stateful map always has one: its pool).
+Result<std::optional<StepPlacement>> ParsePlacement(const nlohmann::json& entry,
+                                                    const std::string& where,
+                                                    TransformStep::Kind kind) {
+  const bool stateful = kind == TransformStep::Kind::kStatefulMap;
+  if (!stateful && !entry.contains("resources") && !entry.contains("label_selector")) {
+    if (entry.contains("concurrency")) {
+      return Status::InvalidArgument(where + ".concurrency: only a stateful map "
+                                     "(RAYD_DATA_MAP_CLASS) runs on a pool of actors");
+    }
+    return std::optional<StepPlacement>();
+  }
+  StepPlacement placement;
+  if (entry.contains("resources")) {
+    const nlohmann::json& r = entry["resources"];
+    if (!r.is_object()) return Status::InvalidArgument(where + ".resources: expected a map");
+    for (const auto& [name, amount] : r.items()) {
+      if (!amount.is_number() || amount.get<double>() < 0) {
+        return Status::InvalidArgument(where + ".resources." + name +
+                                       ": expected an amount of 0 or more");
+      }
+      placement.resources[name] = amount.get<double>();
+    }
+  }
+  if (entry.contains("label_selector")) {
+    const nlohmann::json& l = entry["label_selector"];
+    if (!l.is_object()) return Status::InvalidArgument(where + ".label_selector: expected a map");
+    for (const auto& [name, value] : l.items()) {
+      if (!value.is_string()) {
+        return Status::InvalidArgument(where + ".label_selector." + name + ": expected a string");
+      }
+      placement.label_selector[name] = value.get<std::string>();
+    }
+  }
+  if (entry.contains("concurrency")) {
+    if (!stateful) {
+      return Status::InvalidArgument(where + ".concurrency: only a stateful map "
+                                     "(RAYD_DATA_MAP_CLASS) runs on a pool of actors");
+    }
+    const nlohmann::json& c = entry["concurrency"];
+    if (!c.is_number_integer() || c.get<int>() < 1) {
+      return Status::InvalidArgument(where + ".concurrency: expected a number of actors, 1 or more");
+    }
+    placement.concurrency = c.get<int>();
+  }
+  // Like a data task, a step reserves nothing unless it says (a gang may hold every CPU).
+  if (placement.resources.empty()) placement.resources["CPU"] = 0;
+  return std::optional<StepPlacement>(std::move(placement));
+}
+
 const bool registered_builtins = RegisterBatchMap("to_float32", ToFloat32) &&
                                  RegisterBatchMap("select_columns", SelectColumns) &&
                                  RegisterRowFilter("label_in", LabelIn);
@@ -129,6 +181,31 @@ bool RegisterRowFilter(const std::string& name, RowFilter fn) {
   std::lock_guard lock(r.mu);
   r.filters[name] = fn;
   return true;
+}
+
+bool RegisterBatchMapper(const std::string& name, BatchMapperFactory factory) {
+  TransformRegistry& r = Transforms();
+  std::lock_guard lock(r.mu);
+  r.mappers[name] = factory;
+  return true;
+}
+
+Result<std::unique_ptr<BatchMapper>> MakeBatchMapper(const TransformStep& step) {
+  BatchMapperFactory factory = nullptr;
+  {
+    TransformRegistry& r = Transforms();
+    std::lock_guard lock(r.mu);
+    auto it = r.mappers.find(step.name);
+    if (it != r.mappers.end()) factory = it->second;
+  }
+  if (factory == nullptr) {
+    return Status::NotFound("map_batches " + step.name + ": no stateful map of that name here");
+  }
+  try {
+    return factory(step.args);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("map_batches " + step.name + ": " + e.what());
+  }
 }
 
 Result<std::vector<TransformStep>> ParseTransforms(const nlohmann::json& transforms) {
@@ -157,25 +234,49 @@ Result<std::vector<TransformStep>> ParseTransforms(const nlohmann::json& transfo
     if (key == nullptr || !entry[key].is_string()) {
       return Status::InvalidArgument(where + ": expected map_batches: NAME, filter: NAME or limit: N");
     }
-    step.kind = std::string(key) == "filter" ? TransformStep::Kind::kFilter
-                                             : TransformStep::Kind::kMap;
+    const bool filter = std::string(key) == "filter";
     step.name = entry[key].get<std::string>();
-    const bool known = step.kind == TransformStep::Kind::kMap ? r.maps.count(step.name) > 0
-                                                              : r.filters.count(step.name) > 0;
+    step.index = i;
+    step.kind = filter                            ? TransformStep::Kind::kFilter
+                : r.mappers.count(step.name) > 0 ? TransformStep::Kind::kStatefulMap
+                                                  : TransformStep::Kind::kMap;
+    const bool known = filter ? r.filters.count(step.name) > 0
+                              : r.maps.count(step.name) + r.mappers.count(step.name) > 0;
     if (!known) {
-      return Status::InvalidArgument(
-          where + "." + key + ": unknown transform '" + step.name + "' (registered: " +
-          (step.kind == TransformStep::Kind::kMap ? Names(r.maps) : Names(r.filters)) +
-          "; register it with RAYD_DATA_" +
-          (step.kind == TransformStep::Kind::kMap ? "MAP" : "FILTER") +
-          " in a library the job loads)");
+      std::string names = Names(r.maps);
+      if (!filter && !r.mappers.empty()) names += ", " + Names(r.mappers);
+      return Status::InvalidArgument(where + "." + key + ": unknown transform '" + step.name +
+                                     "' (registered: " + (filter ? Names(r.filters) : names) +
+                                     "; register it with " +
+                                     (filter ? "RAYD_DATA_FILTER" : "RAYD_DATA_MAP or RAYD_DATA_MAP_CLASS") +
+                                     " in a library the job loads)");
     }
+    RAYD_ASSIGN_OR_RETURN(step.placement, ParsePlacement(entry, where, step.kind));
     for (const auto& [k, v] : entry.items()) {
-      if (k != key) step.args[k] = v;
+      if (k != key && k != "resources" && k != "label_selector" && k != "concurrency") {
+        step.args[k] = v;
+      }
     }
     steps.push_back(std::move(step));
   }
   return steps;
+}
+
+std::vector<TransformStage> PlanStages(const std::vector<TransformStep>& steps) {
+  std::vector<TransformStage> stages(1);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].placement) {
+      stages.back().end = i;
+      const bool filter = steps[i].kind == TransformStep::Kind::kFilter;
+      stages.push_back({.begin = i,
+                        .actors = steps[i].kind == TransformStep::Kind::kStatefulMap,
+                        .placement = *steps[i].placement,
+                        .where = "transforms[" + std::to_string(steps[i].index) + "] (" +
+                                 (filter ? "filter " : "map_batches ") + steps[i].name + ")"});
+    }
+  }
+  stages.back().end = steps.size();
+  return stages;
 }
 
 int64_t ParseLimit(const nlohmann::json& transforms) {
@@ -190,8 +291,22 @@ int64_t ParseLimit(const nlohmann::json& transforms) {
   return limit;
 }
 
-Result<Block> ApplyTransforms(const std::vector<TransformStep>& steps, Block block) {
-  for (const TransformStep& step : steps) {
+Result<Block> ApplyTransforms(std::span<const TransformStep> steps, Block block,
+                              BatchMapper* mapper) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const TransformStep& step = steps[i];
+    if (step.kind == TransformStep::Kind::kStatefulMap) {
+      if (i != 0 || mapper == nullptr) {
+        return Status::InvalidArgument("map_batches " + step.name +
+                                          ": a stateful map runs only on its actor pool");
+      }
+      Result<Block> out = (*mapper)(block);
+      if (!out.ok()) {
+        return Status(out.status().code(), "map_batches " + step.name + ": " + out.status().message());
+      }
+      block = std::move(*out);
+      continue;
+    }
     if (step.kind == TransformStep::Kind::kMap) {
       BatchMap fn;
       {

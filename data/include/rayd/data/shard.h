@@ -62,6 +62,7 @@ struct ShardStats {
 };
 
 class DatasetShard;
+class DataStages;
 
 // One pass over a shard's epoch. Next returns the next batch (a view of a block), nullopt at
 // the end, or the error that ended the pass (a bad row, a failed task).
@@ -92,13 +93,10 @@ class DatasetShard {
 
   ShardStats stats() const;
 
-  // Made by the producer (this process or a task): the rows `rows` of the dataset read and
-  // transformed, as one block. Public for the task that calls it.
-  static Result<Block> MakeBlock(const DatasetSpec& spec, std::span<const int64_t> rows);
-
  private:
   friend class ShardPass;
   DatasetShard() = default;
+  Status StartStages(const std::vector<TransformStage>& stages, const std::optional<Block>& first_row);
 
   DatasetSpec spec_;
   ShardOptions options_;
@@ -114,6 +112,9 @@ class DatasetShard {
   int64_t next_epoch_ = 0;
   struct Counters;
   std::shared_ptr<Counters> counters_;  // shared with the passes' producers
+  // The stages after the first (transforms with a placement: PlanStages), shared with the
+  // passes; null when every step runs with the read.
+  std::shared_ptr<DataStages> stages_;
 };
 
 }  // namespace rayd::data
