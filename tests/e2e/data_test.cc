@@ -162,7 +162,9 @@ TEST_CASE("preprocessing runs on a CPU node apart from the trainers and its bloc
   Sandbox sandbox;
   // The head holds the trainers' slots (a resource only it has); a second node, labelled
   // kind=cpu, holds the only CPU a data task may take. The validation blocks need {CPU: 1} and
-  // that label: made anywhere else they could not be, and the run would not finish.
+  // that label: made anywhere else they could not be, and the run would not finish. Both
+  // datasets' images are standardized by a stateful map (examples/trainables/
+  // fashion_transforms.cc) on actors that the label also puts on the CPU node.
   const int port = rayd::testing::FreeTcpPort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   sandbox.Start({"--head", "--port", std::to_string(port), "--num-cpus", "2", "--resources",
@@ -181,7 +183,10 @@ datasets:
   train:
     format: idx
     paths: [/usr/share/datasets/fashion-mnist/train-*-ubyte.gz]
-    transforms: [{limit: 2000}]
+    transforms:
+      - {limit: 2000}
+      - {map_batches: StandardizeImages, paths: [/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz],
+         sample_rows: 2000, label_selector: {kind: cpu}}
   validation:
     format: idx
     paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz]
@@ -189,7 +194,10 @@ datasets:
     execution: tasks
     resources: {CPU: 1}
     label_selector: {kind: cpu}
-    transforms: [{limit: 1000}]
+    transforms:
+      - {limit: 1000}
+      - {map_batches: StandardizeImages, paths: [/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz],
+         sample_rows: 2000, label_selector: {kind: cpu}}
 run: {storage_path: STORAGE}
 )");
   std::string out;
