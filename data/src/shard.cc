@@ -635,10 +635,76 @@ class ShardPass : public BatchIterator {
   std::thread producer_;  // last: started once everything above is set
 };
 
+namespace {
+
+// A pass's batches drawn at random from a buffer of its rows (BatchOptions::
+// local_shuffle_buffer_size): the buffer refers to rows of the pass's own batches, kept until
+// every row of theirs is drawn, and a drawn batch is gathered from them (a copy).
+class LocalShuffle : public BatchIterator {
+ public:
+  LocalShuffle(std::unique_ptr<BatchIterator> pass, int64_t buffer, int64_t batch_size,
+               bool drop_last, uint64_t seed)
+      : pass_(std::move(pass)),
+        buffer_(buffer),
+        batch_size_(std::max<int64_t>(batch_size, 1)),
+        drop_last_(drop_last),
+        random_(seed) {}
+
+  Result<std::optional<Block>> Next() override {
+    while (!done_ && static_cast<int64_t>(rows_.size()) < buffer_ + batch_size_) {
+      RAYD_ASSIGN_OR_RETURN(std::optional<Block> batch, pass_->Next());
+      if (!batch) {
+        done_ = true;
+        break;
+      }
+      const int32_t b = static_cast<int32_t>(blocks_.size());
+      for (int64_t r = 0; r < batch->num_rows(); ++r) rows_.emplace_back(b, r);
+      left_.push_back(batch->num_rows());
+      blocks_.push_back(std::move(*batch));
+    }
+    const int64_t n = std::min<int64_t>(batch_size_, rows_.size());
+    if (n == 0 || (drop_last_ && n < batch_size_)) return std::optional<Block>();
+    // Draw n rows (a partial Fisher-Yates from the back), then gather them block by block.
+    std::map<int32_t, std::vector<int64_t>> drawn;
+    for (int64_t i = 0; i < n; ++i) {
+      std::swap(rows_[random_.Below(rows_.size())], rows_.back());
+      drawn[rows_.back().first].push_back(rows_.back().second);
+      rows_.pop_back();
+    }
+    std::vector<Block> parts;
+    for (const auto& [b, rows] : drawn) {
+      parts.push_back(blocks_[b].Take(rows));
+      if ((left_[b] -= static_cast<int64_t>(rows.size())) == 0) blocks_[b] = Block();
+    }
+    if (parts.size() == 1) return std::optional<Block>(std::move(parts[0]));
+    RAYD_ASSIGN_OR_RETURN(Block batch, Block::Concat(parts));
+    return std::optional<Block>(std::move(batch));
+  }
+
+ private:
+  std::unique_ptr<BatchIterator> pass_;
+  const int64_t buffer_;
+  const int64_t batch_size_;
+  const bool drop_last_;
+  SplitMix64 random_;
+  bool done_ = false;
+  std::vector<Block> blocks_;                     // the pass's batches, emptied once drawn
+  std::vector<int64_t> left_;                     // each one's rows not drawn yet
+  std::vector<std::pair<int32_t, int64_t>> rows_;  // the buffer: (batch, row) not drawn yet
+};
+
+}  // namespace
+
 std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& options) {
   const int64_t epoch = options.epoch >= 0 ? options.epoch : next_epoch_;
   next_epoch_ = epoch + 1;
-  return std::make_unique<ShardPass>(*this, options, epoch);
+  auto pass = std::make_unique<ShardPass>(*this, options, epoch);
+  if (options.local_shuffle_buffer_size <= 0) return pass;
+  const uint64_t seed = options_.seed * 0x9E3779B97F4A7C15ull ^
+                        (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^
+                        (static_cast<uint64_t>(options_.rank) + 1) * 0x165667B19E3779F9ull;
+  return std::make_unique<LocalShuffle>(std::move(pass), options.local_shuffle_buffer_size,
+                                        options.batch_size, options.drop_last, seed);
 }
 
 }  // namespace rayd::data

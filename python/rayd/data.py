@@ -121,13 +121,18 @@ class DatasetShard:
 
     def iter_batches(self, batch_size: int = 256, *, drop_last: bool = False,
                      epoch: Optional[int] = None,
+                     local_shuffle_buffer_size: Optional[int] = None,
                      batch_format: str = "numpy") -> Iterator[Dict[str, Any]]:
-        """One pass over this rank's share of an epoch, as dicts of column name to array."""
+        """One pass over this rank's share of an epoch, as dicts of column name to array.
+
+        ``local_shuffle_buffer_size`` (rows, as Ray's) draws each batch at random from a buffer
+        of at least that many rows: for datasets read in order (``shuffle: false``)."""
         if batch_format not in ("numpy", "torch"):
             raise ValueError(f"batch_format: expected 'numpy' or 'torch', got {batch_format!r}")
         self._client.request({"op": "iter", "dataset": self.name, "batch_size": int(batch_size),
                               "drop_last": bool(drop_last),
-                              "epoch": -1 if epoch is None else int(epoch)})
+                              "epoch": -1 if epoch is None else int(epoch),
+                              "local_shuffle_buffer_size": int(local_shuffle_buffer_size or 0)})
         while True:
             reply = self._client.request({"op": "next", "dataset": self.name})
             # The time the server's producer kept the batch waiting (not made yet).

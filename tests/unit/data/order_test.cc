@@ -238,3 +238,34 @@ TEST_CASE("a producer ahead of a slow loop holds no more than its budget", "[dat
   CHECK(block_bytes > 0);
   CHECK(block_bytes <= 2 * 10 * 40);  // at most 2 blocks of 10 rows
 }
+
+TEST_CASE("a local shuffle buffer mixes a sequential pass's rows, every row once, repeatably",
+          "[data][shard]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 1000)}};
+  spec.options["shuffle"] = false;  // read in order: the buffer does the mixing
+  spec.options["block_bytes"] = 1;  // a block per batch
+  auto shard = DatasetShard::Open(spec, {.world_size = 2, .rank = 1, .seed = 3});
+  REQUIRE(shard.ok());
+  int64_t batches = 0, plain_batches = 0;
+  const std::vector<int64_t> in_order = Ids(**shard, {.batch_size = 32, .epoch = 0}, &plain_batches);
+  const std::vector<int64_t> mixed =
+      Ids(**shard, {.batch_size = 32, .epoch = 0, .local_shuffle_buffer_size = 200}, &batches);
+  CHECK(batches == plain_batches);  // the same steps as every other rank
+  CHECK(mixed != in_order);
+  std::vector<int64_t> sorted = mixed;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> expected = in_order;
+  std::sort(expected.begin(), expected.end());
+  CHECK(sorted == expected);  // the same rows, each once
+  // Rows travel at most about a buffer's length from where the sequential pass had them.
+  int64_t far = 0;
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    const auto at = std::find(in_order.begin(), in_order.end(), mixed[i]) - in_order.begin();
+    far = std::max<int64_t>(far, at - static_cast<int64_t>(i));
+  }
+  CHECK(far <= 200 + 32);
+  // The same (seed, epoch, rank) draws the same batches; another epoch draws others.
+  CHECK(Ids(**shard, {.batch_size = 32, .epoch = 0, .local_shuffle_buffer_size = 200}) == mixed);
+  CHECK(Ids(**shard, {.batch_size = 32, .epoch = 1, .local_shuffle_buffer_size = 200}) != mixed);
+}

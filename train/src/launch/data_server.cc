@@ -143,6 +143,7 @@ class DataServer::Impl {
       options.batch_size = request.value("batch_size", int64_t{256});
       options.drop_last = request.value("drop_last", false);
       options.epoch = request.value("epoch", int64_t{-1});
+      options.local_shuffle_buffer_size = request.value("local_shuffle_buffer_size", int64_t{0});
       if (options.batch_size < 1) return Error("iter_batches: batch_size must be at least 1");
       d.pass.reset();  // an earlier pass's producer stops first
       options.epoch = options.epoch >= 0 ? options.epoch : d.shard->next_epoch();

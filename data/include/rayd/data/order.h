@@ -17,6 +17,30 @@
 
 namespace rayd::data {
 
+// SplitMix64 (Steele, Lea and Flood 2014): a fixed, portable stream, unlike std::shuffle's
+// distribution, which each standard library implements its own way.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound): Lemire's multiply-shift with rejection (bound > 0).
+  uint64_t Below(uint64_t bound) {
+    while (true) {
+      const unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
+      const uint64_t low = static_cast<uint64_t>(m);
+      if (low >= bound || low >= (0 - bound) % bound) return static_cast<uint64_t>(m >> 64);
+    }
+  }
+
+ private:
+  uint64_t state_;
+};
+
 // A permutation of [0, num_rows): Fisher-Yates over a SplitMix64 stream seeded by (seed,
 // epoch); the same on every machine and build. The identity without `shuffle`.
 std::vector<int64_t> EpochOrder(int64_t num_rows, uint64_t seed, int64_t epoch, bool shuffle);

@@ -47,6 +47,11 @@ struct BatchOptions {
   bool drop_last = false;
   // The epoch to iterate; -1: the one after the last pass (0 first).
   int64_t epoch = -1;
+  // Rows (Ray's local_shuffle_buffer_size): > 0 draws each batch at random from a buffer of at
+  // least this many of the pass's rows, mixing rows across blocks, seeded by (seed, epoch,
+  // rank) so a pass repeats exactly. For datasets read in order (`shuffle: false`, as large
+  // sequential files are); the epoch's own shuffle needs none. Costs a copy of each batch.
+  int64_t local_shuffle_buffer_size = 0;
 };
 
 // What a pass has cost so far (summed over the shard's passes).
