@@ -2,8 +2,10 @@
 
 A run's ``datasets:`` (train.yaml, tune.yaml) are read, transformed and sharded by rayd, in
 C++, exactly as for a C++ train loop; the rank's actor serves this process its batches over a
-Unix socket (``RAYD_DATA_SOCKET``). Each batch is a block (data/FORMAT.md) in a file in
-/dev/shm, mapped here: its arrays view that shared memory, without a copy::
+Unix socket (``RAYD_DATA_SOCKET``). A batch whose block is in the node's object store (made by
+data tasks, ``execution: tasks``, or a transform stage) is mapped here where the store holds it:
+its arrays view that shared memory, with no copy at all. Any other batch is a block
+(data/FORMAT.md) written once to a file in /dev/shm and mapped here::
 
     import rayd.train as rt
 
@@ -23,11 +25,15 @@ import json
 import mmap
 import os
 import socket
+import weakref
 from typing import Any, Dict, Iterator, List, Optional
 
 __all__ = ["DatasetShard", "get_dataset_shard", "read_block"]
 
 _MAGIC = b"RAYDBLK1"
+# Map batches where the node's object store holds them (execution: tasks, transform stages)
+# instead of receiving a copy in a file; RAYD_DATA_ZERO_COPY=0 turns it off.
+_ZERO_COPY = os.environ.get("RAYD_DATA_ZERO_COPY", "1") != "0"
 
 
 def read_block(buffer: Any) -> Dict[str, Any]:
@@ -66,6 +72,10 @@ class _Client:
         self._path = path
         self._sock: Optional[socket.socket] = None
         self._buffer = b""
+        self._released: List[int] = []  # leases whose arrays are gone, told at the next request
+
+    def release(self, lease: int) -> None:
+        self._released.append(lease)
 
     def request(self, message: Dict[str, Any]) -> Dict[str, Any]:
         if self._sock is None:
@@ -77,6 +87,9 @@ class _Client:
                 raise RuntimeError(f"rayd data: cannot reach the rank's data server at "
                                    f"{self._path}: {e}") from e
             self._sock = sock
+        if self._released:
+            message = dict(message, release=self._released)
+            self._released = []
         self._sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
         while b"\n" not in self._buffer:
             chunk = self._sock.recv(65536)
@@ -118,6 +131,9 @@ class DatasetShard:
         self.columns: List[Dict[str, Any]] = info["columns"]
         self._waited = 0.0
         self._waited_reported = 0.0
+        # Batches mapped where the object store holds them, and batches copied to a file.
+        self.shared_batches = 0
+        self.copied_batches = 0
 
     def iter_batches(self, batch_size: int = 256, *, drop_last: bool = False,
                      epoch: Optional[int] = None,
@@ -134,21 +150,56 @@ class DatasetShard:
                               "epoch": -1 if epoch is None else int(epoch),
                               "local_shuffle_buffer_size": int(local_shuffle_buffer_size or 0)})
         while True:
-            reply = self._client.request({"op": "next", "dataset": self.name})
+            reply = self._client.request({"op": "next", "dataset": self.name,
+                                          "shared": _ZERO_COPY})
             # The time the server's producer kept the batch waiting (not made yet).
             self._waited += reply.get("wait_s", 0.0)
             if reply.get("end"):
                 return
-            with open(reply["path"], "rb") as f:
-                # Private and copy-on-write: writable arrays (torch.from_numpy wants them)
-                # that view the shared pages until something writes to them.
-                mapped = mmap.mmap(f.fileno(), reply["size"], access=mmap.ACCESS_COPY)
-            batch = read_block(mapped)
+            if "shared" in reply:
+                batch = self._map_shared(reply["shared"], reply["lease"])
+                self.shared_batches += 1
+            else:
+                self.copied_batches += 1
+                with open(reply["path"], "rb") as f:
+                    # Private and copy-on-write: writable arrays (torch.from_numpy wants them)
+                    # that view the shared pages until something writes to them.
+                    mapped = mmap.mmap(f.fileno(), reply["size"], access=mmap.ACCESS_COPY)
+                batch = read_block(mapped)
             if batch_format == "torch":
                 import torch
                 batch = {k: torch.from_numpy(v) if hasattr(v, "dtype") else v
                          for k, v in batch.items()}
             yield batch
+
+
+    def _map_shared(self, shared: Dict[str, Any], lease: int) -> Dict[str, Any]:
+        """A batch where the node's object store holds it: the store's pages mapped here
+        (copy-on-write), the lease released once every array of the batch is gone."""
+        import numpy as np
+
+        try:
+            fd = os.open(shared["path"], os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise RuntimeError(f"rayd data: cannot open the object store's pages at "
+                               f"{shared['path']}: {e} (RAYD_DATA_ZERO_COPY=0 copies batches "
+                               f"into files instead)") from e
+        try:
+            mapped = mmap.mmap(fd, shared["length"], access=mmap.ACCESS_COPY,
+                               offset=shared["offset"])
+        finally:
+            os.close(fd)
+        weakref.finalize(mapped, self._client.release, lease)
+        rows = shared["rows"]
+        out: Dict[str, Any] = {}
+        for column in shared["columns"]:
+            shape = (rows, *column["shape"])
+            count = 1
+            for dim in shape:
+                count *= dim
+            out[column["name"]] = np.frombuffer(mapped, dtype=column["dtype"], count=count,
+                                                offset=column["offset"]).reshape(shape)
+        return out
 
 
 def get_dataset_shard(name: str) -> DatasetShard:

@@ -229,13 +229,16 @@ TEST_CASE("a Python command job's 2 ranks read equal, disjoint shards, as C++ de
   REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; n = 101; "
                        "np.save('" + dir + "/id.npy', np.arange(n, dtype=np.int64)); "
                        "np.save('" + dir + "/x.npy', (np.arange(n)[:, None] * np.array([1, 2, 3]))"
-                       ".astype(np.float32))\"").c_str()) == 0);
+                       ".astype(np.float32)); "
+                       "np.save('" + dir + "/pad.npy', np.zeros((n, 2048), np.float32))\"")
+                          .c_str()) == 0);
   std::ofstream(dir + "/reader.py") << R"(import json, os
 import numpy as np
 import rayd.train as rt
 
 ctx = rt.get_context()
 out = {}
+held = []
 for name in ("local", "tasks"):
     shard = rt.get_dataset_shard(name)
     for epoch in range(2):
@@ -244,7 +247,14 @@ for name in ("local", "tasks"):
             assert batch["x"].dtype == np.float32 and batch["x"].shape[1:] == (3,)
             assert (batch["x"][:, 1] == 2 * batch["id"]).all()
             ids += batch["id"].tolist()
+            if epoch == 0 and len(held) < 3:
+                held.append(batch)  # kept past the pass: its memory must stay as it was
         out[f"{name}/{epoch}"] = ids
+    out[f"{name}/shared"] = shard.shared_batches
+    out[f"{name}/copied"] = shard.copied_batches
+for batch in held:
+    batch["x"][0, 0] = -1  # copy-on-write: the writable arrays torch wants, private to us
+    assert (batch["x"][:, 1] == 2 * batch["id"]).all(), "a held batch changed"
 with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], f"ids_{ctx.world_rank}.json"), "w") as f:
     json.dump(out, f)
 rt.report({"rows": len(out["local/0"])})
@@ -257,7 +267,10 @@ trainable:
 scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
 datasets:
   local: {format: npy, paths: [id.npy, x.npy], seed: 3}
-  tasks: {format: npy, paths: [id.npy, x.npy], seed: 3, execution: tasks, block_bytes: 200}
+  # Blocks of 24 rows (3 batches) of 8 KiB each: over the 100 KiB rayd sends inline, so they
+  # are in the object store's shared memory.
+  tasks: {format: npy, paths: [id.npy, x.npy, pad.npy], seed: 3, execution: tasks,
+          block_bytes: 200000}
 run: {storage_path: STORAGE}
 )");
   std::string out;
@@ -276,6 +289,13 @@ run: {storage_path: STORAGE}
         CHECK(ids.at(key).get<std::vector<int64_t>>() == expected);
       }
       all.insert(expected.begin(), expected.end());
+      // Task-made blocks are mapped where the object store holds them (zero-copy); blocks
+      // made in the rank's process come through a file.
+      // 50 rows a rank: 7 batches an epoch, in blocks of 24, 24 and 2 rows (the last one
+      // small enough to be sent inline, and so copied).
+      CHECK(ids.at("tasks/shared").get<int>() == 2 * 6);
+      CHECK(ids.at("tasks/copied").get<int>() == 2 * 1);
+      CHECK(ids.at("local/shared").get<int>() == 0);
     }
     CHECK(all.size() == 100);  // 50 each: one row of 101 left out of this epoch
   }

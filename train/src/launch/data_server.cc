@@ -3,6 +3,7 @@
 #include "data_server.h"
 
 #include "../datasets.h"
+#include "shared_pages.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -86,6 +89,7 @@ class DataServer::Impl {
       }
       ::close(client);
       for (auto& [name, state] : datasets_) RemoveFile(state);
+      leases_.clear();
     }
   }
 
@@ -122,6 +126,10 @@ class DataServer::Impl {
       return Error("a malformed data request (expected a JSON object with op and dataset)");
     }
     const std::string op = request["op"].get<std::string>();
+    // Batches the process no longer uses (their arrays are gone): their blocks may go.
+    for (const nlohmann::json& id : request.value("release", nlohmann::json::array())) {
+      if (id.is_number_unsigned()) leases_.erase(id.get<uint64_t>());
+    }
     Result<Dataset*> found = Find(request["dataset"].get<std::string>());
     if (!found.ok()) return Error(found.status().message());
     Dataset& d = **found;
@@ -164,6 +172,12 @@ class DataServer::Impl {
         d.pass.reset();
         return {{"ok", true}, {"end", true}, {"wait_s", wait_s}};
       }
+      if (std::optional<nlohmann::json> shared = DescribeShared(**next);
+          shared && request.value("shared", false)) {
+        const uint64_t lease = next_lease_++;
+        leases_.emplace(lease, std::move(**next));
+        return {{"ok", true}, {"shared", std::move(*shared)}, {"lease", lease}, {"wait_s", wait_s}};
+      }
       Result<std::string> file = WriteBatch(**next);
       if (!file.ok()) return Error(file.status().message());
       d.file = *file;
@@ -173,6 +187,38 @@ class DataServer::Impl {
               {"wait_s", wait_s}};
     }
     return Error("unknown op '" + op + "' (open, iter, next)");
+  }
+
+  // A batch whose columns all lie in one shared mapping (a block in the node's object store):
+  // the pages for the process to map itself, and each column's place in them. nullopt for
+  // anything else (a block made in this process, bytes columns), which goes through a file.
+  std::optional<nlohmann::json> DescribeShared(const data::Block& batch) {
+    if (batch.columns().empty()) return std::nullopt;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const data::Column& c : batch.columns()) {
+      if (c.is_bytes()) return std::nullopt;
+      const auto at = reinterpret_cast<uintptr_t>(c.data);
+      lo = std::min(lo, at);
+      hi = std::max(hi, at + static_cast<uintptr_t>(c.RowBytes() * batch.num_rows()));
+    }
+    std::optional<SharedPages::Location> where =
+        shared_pages_.Find(reinterpret_cast<const void*>(lo), hi - lo);
+    if (!where) return std::nullopt;
+    // mmap takes page-aligned offsets: map from the page the batch starts in.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t skip = where->offset % page;
+    nlohmann::json columns = nlohmann::json::array();
+    for (const data::Column& c : batch.columns()) {
+      columns.push_back({{"name", c.name()},
+                         {"dtype", std::string(data::NumpyDescr(c.dtype()))},
+                         {"shape", c.schema.shape},
+                         {"offset", skip + (reinterpret_cast<uintptr_t>(c.data) - lo)}});
+    }
+    return nlohmann::json{{"path", where->path},
+                          {"offset", where->offset - skip},
+                          {"length", skip + (hi - lo)},
+                          {"rows", batch.num_rows()},
+                          {"columns", std::move(columns)}};
   }
 
   // The batch in a new file in /dev/shm (shared memory), its path.
@@ -197,6 +243,11 @@ class DataServer::Impl {
   int stop_pipe_[2] = {-1, -1};
   std::map<std::string, Dataset> datasets_;  // the server thread's
   uint64_t files_made_ = 0;
+  // Batches the process maps where the object store holds them, by lease: their blocks (and so
+  // their objects) stay until it releases them.
+  std::map<uint64_t, data::Block> leases_;
+  uint64_t next_lease_ = 0;
+  SharedPages shared_pages_;
   std::thread thread_;  // last: started once the rest is set
 };
 

@@ -9,11 +9,22 @@
 //                                            "columns": [{"name", "dtype", "shape"}]}
 //   {"op": "iter", "dataset": NAME, "batch_size": B, "drop_last": false, "epoch": E (-1: next)}
 //                                        -> {"ok": true, "epoch": E}
-//   {"op": "next", "dataset": NAME}      -> {"ok": true, "path": P, "size": S, "wait_s": W}
+//   {"op": "next", "dataset": NAME, "shared": true}
+//                                        -> {"ok": true, "path": P, "size": S, "wait_s": W}
+//                                           or {"ok": true, "shared": {"path", "offset", "length",
+//                                               "rows", "columns": [{"name", "dtype", "shape",
+//                                               "offset"}]}, "lease": L, "wait_s": W}
 //                                           or {"ok": true, "end": true}
-// A batch is a block (data/FORMAT.md) written to a file in /dev/shm that the process maps (its
-// arrays then view that shared memory); the server removes the file when the process asks for
-// the next batch of that dataset or disconnects (the mapping stays valid). Errors come back as
+// Any request may carry "release": [L, ...].
+//
+// Zero-copy where the block is in the node's object store (made by a data task or a transform
+// stage, viewed there by this process): with "shared", the process maps the same pages itself
+// (the store's memfd through /proc/<pid>/fd/<fd>, copy-on-write) and its arrays view them; the
+// server keeps the batch's block, and so its object, until the process releases the lease (when
+// its arrays are gone) or disconnects. Otherwise (a block made in this process, bytes columns)
+// a batch is a block (data/FORMAT.md) written to a file in /dev/shm that the process maps; the
+// server removes the file when the process asks for the next batch of that dataset or
+// disconnects (the mapping stays valid). Errors come back as
 // {"ok": false, "error": MESSAGE} naming the file and row, as in C++.
 //
 // Threading: one thread of its own, serving one connection at a time; destroying the server
