@@ -12,7 +12,10 @@
 // linear(hidden) - ReLU - dropout - linear(10).
 //
 // Config keys (all optional): lr (0.05), momentum (0.9), weight_decay (0), channels (8), hidden
-// (64), dropout (0), batch_size per worker (64), epochs (5). One epoch is one
+// (64), dropout (0), batch_size per worker (64), epochs (5), batch_norm (false: batch norm after
+// each convolution), augment (0: each training image shifted by up to this many pixels, a new
+// shift each time it is seen), lr_schedule (constant, or cosine: lr annealed towards 0 over
+// the epochs). One epoch is one
 // training_iteration: rank 0 reports the validation accuracy and loss (accuracy, loss), the mean
 // training loss, the epoch's training pace over the gang (samples_per_s), and with a checkpoint
 // (model.pt, epoch) from which a resumed run continues after that epoch, on any number of ranks.
@@ -24,6 +27,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -35,16 +39,25 @@ namespace {
 namespace rt = rayd::train;
 
 struct NetImpl : torch::nn::Module {
-  NetImpl(int64_t channels, int64_t hidden, double dropout)
+  NetImpl(int64_t channels, int64_t hidden, double dropout, bool batch_norm)
       : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, channels, 3).padding(1)))),
         conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 2 * channels, 3).padding(1)))),
         fc1(register_module("fc1", torch::nn::Linear(2 * channels * 7 * 7, hidden))),
         fc2(register_module("fc2", torch::nn::Linear(hidden, 10))),
-        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+        drop(register_module("drop", torch::nn::Dropout(dropout))) {
+    if (batch_norm) {
+      bn1 = register_module("bn1", torch::nn::BatchNorm2d(channels));
+      bn2 = register_module("bn2", torch::nn::BatchNorm2d(2 * channels));
+    }
+  }
 
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    x = conv1(x);
+    if (bn1) x = bn1(x);
+    x = torch::max_pool2d(torch::relu(x), 2);
+    x = conv2(x);
+    if (bn2) x = bn2(x);
+    x = torch::max_pool2d(torch::relu(x), 2);
     x = drop(torch::relu(fc1(x.flatten(1))));
     return fc2(x);
   }
@@ -52,6 +65,7 @@ struct NetImpl : torch::nn::Module {
   torch::nn::Conv2d conv1, conv2;
   torch::nn::Linear fc1, fc2;
   torch::nn::Dropout drop;
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
 };
 TORCH_MODULE(Net);
 
@@ -63,6 +77,23 @@ torch::Tensor Images(const rt::TensorBatch& batch) {
   torch::Tensor x = it->second;
   if (x.scalar_type() == torch::kUInt8) x = x.to(torch::kFloat32).div_(255.0);
   return x.to(torch::kFloat32).view({-1, 1, 28, 28});
+}
+
+// Each image shifted by up to `pixels` in x and y (zero-filled), each its own random shift: the
+// augmentation of the dataset's table's better entries.
+torch::Tensor Shift(const torch::Tensor& x, int64_t pixels) {
+  if (pixels <= 0) return x;
+  const int64_t n = x.size(0), h = x.size(2), w = x.size(3);
+  torch::Tensor padded = torch::nn::functional::pad(
+      x, torch::nn::functional::PadFuncOptions({pixels, pixels, pixels, pixels}));
+  torch::Tensor offsets = torch::randint(0, 2 * pixels + 1, {n, 2}, torch::kInt64);
+  auto at = offsets.accessor<int64_t, 2>();
+  std::vector<torch::Tensor> rows;
+  rows.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    rows.push_back(padded[i].narrow(1, at[i][0], h).narrow(2, at[i][1], w));
+  }
+  return torch::stack(rows);
 }
 
 torch::Tensor Labels(const rt::TensorBatch& batch) {
@@ -104,6 +135,13 @@ void FashionMnistCnn(const nlohmann::json& config) {
   const double dropout = config.value("dropout", 0.0);
   const int64_t batch_size = config.value("batch_size", 64);
   const int epochs = config.value("epochs", 5);
+  const int64_t augment = config.value("augment", 0);
+  const bool batch_norm = config.value("batch_norm", false);
+  const std::string lr_schedule = config.value("lr_schedule", std::string("constant"));
+  if (lr_schedule != "constant" && lr_schedule != "cosine") {
+    throw std::invalid_argument("config.lr_schedule: expected constant or cosine, got '" +
+                                lr_schedule + "'");
+  }
   if (channels < 1 || hidden < 1 || batch_size < 1) {
     throw std::invalid_argument("config: channels, hidden and batch_size must be at least 1");
   }
@@ -112,7 +150,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
   }
 
   torch::manual_seed(42);  // rank 0's initial parameters are broadcast anyway
-  Net model(channels, hidden, dropout);
+  Net model(channels, hidden, dropout, batch_norm);
   int start_epoch = 0;
   if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
     torch::load(model, *checkpoint + "/model.pt");
@@ -126,6 +164,12 @@ void FashionMnistCnn(const nlohmann::json& config) {
   const int rank = rt::GetContext().world_rank;
 
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
+    if (lr_schedule == "cosine") {  // annealed from lr towards 0 over the run's epochs
+      for (auto& group : sgd.param_groups()) {
+        static_cast<torch::optim::SGDOptions&>(group.options())
+            .lr(lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs)));
+      }
+    }
     model->train();
     torch::Tensor train_loss = torch::zeros({});
     int64_t steps = 0, rows = 0;
@@ -133,7 +177,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
     for (rt::TensorBatch& batch : rt::IterTorchBatches(train, {.batch_size = batch_size, .epoch = epoch})) {
       sgd.zero_grad();
       torch::Tensor loss =
-          torch::nn::functional::cross_entropy(model->forward(Images(batch)), Labels(batch));
+          torch::nn::functional::cross_entropy(model->forward(Shift(Images(batch), augment)), Labels(batch));
       loss.backward();
       ddp.FinishBackward();
       sgd.step();
