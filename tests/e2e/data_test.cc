@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "data_yamls.h"
 #include "test_util.h"
 #include "tune_sandbox.h"
 
@@ -174,32 +175,8 @@ TEST_CASE("preprocessing runs on a CPU node apart from the trainers and its bloc
   REQUIRE(heads.size() == 1);
   std::map<std::string, std::string> env = sandbox.Env();
   env["RAYD_TOKEN"] = ReadFile(heads[0] + "/token").substr(0, 64);
-  std::string file = sandbox.WriteYaml("split.yaml", R"(
-name: split
-train_loop: fashion_mnist_cnn
-config: {lr: 0.1, batch_size: 32, epochs: 1}
-scaling: {num_workers: 2, resources_per_worker: {CPU: 1, trainer: 1}}
-datasets:
-  train:
-    format: idx
-    paths: [/usr/share/datasets/fashion-mnist/train-*-ubyte.gz]
-    transforms:
-      - {limit: 2000}
-      - {map_batches: StandardizeImages, paths: [/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz],
-         sample_rows: 2000, label_selector: {kind: cpu}}
-  validation:
-    format: idx
-    paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz]
-    shuffle: false
-    execution: tasks
-    resources: {CPU: 1}
-    label_selector: {kind: cpu}
-    transforms:
-      - {limit: 1000}
-      - {map_batches: StandardizeImages, paths: [/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz],
-         sample_rows: 2000, label_selector: {kind: cpu}}
-run: {storage_path: STORAGE}
-)");
+  std::string file = sandbox.WriteYaml(
+      "split.yaml", rayd::testing::SplitPreprocessingYaml("split", "STORAGE"));
   std::string out;
   const int rc = rayd::testing::RunCommand({RAYD_BINARY, "train", file, "--address", address},
                                            &out, env, std::chrono::seconds(240));

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "data_yamls.h"
 #include "multi_host_cluster.h"
 #include "test_util.h"
 
@@ -37,34 +38,9 @@ TEST_CASE("a stateful map and data tasks run on a CPU host apart from the traine
   cluster.StartHead({"--num-cpus", "2", "--resources", R"({"trainer": 2})"});
   const std::string cpu_node = cluster.StartNode(1, {"--num-cpus", "1", "--labels", "kind=cpu"});
   TempDir work;
-  const std::string images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   const std::string yaml = work.path() + "/split.yaml";
-  std::ofstream(yaml) << R"(
-name: split-hosts
-train_loop: fashion_mnist_cnn
-config: {lr: 0.1, batch_size: 32, epochs: 1}
-scaling: {num_workers: 2, resources_per_worker: {CPU: 1, trainer: 1}}
-datasets:
-  train:
-    format: idx
-    paths: [/usr/share/datasets/fashion-mnist/train-*-ubyte.gz]
-    transforms:
-      - {limit: 2000}
-      - {map_batches: StandardizeImages, paths: [)" << images << R"(], sample_rows: 2000,
-         label_selector: {kind: cpu}}
-  validation:
-    format: idx
-    paths: [/usr/share/datasets/fashion-mnist/t10k-*-ubyte.gz]
-    shuffle: false
-    execution: tasks
-    resources: {CPU: 1}
-    label_selector: {kind: cpu}
-    transforms:
-      - {limit: 1000}
-      - {map_batches: StandardizeImages, paths: [)" << images << R"(], sample_rows: 2000,
-         label_selector: {kind: cpu}}
-run: {storage_path: )" << work.path() << R"(/results}
-)";
+  std::ofstream(yaml) << rayd::testing::SplitPreprocessingYaml("split-hosts",
+                                                               work.path() + "/results");
   ChildProcess driver(
       cluster.bed().In(0, {RAYD_BINARY, "train", yaml, "--address", cluster.head_address()}),
       cluster.Env(0));

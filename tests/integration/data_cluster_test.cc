@@ -22,12 +22,14 @@
 #include <set>
 #include <thread>
 
+#include "runtime_harness.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace rayd::data;
 using nlohmann::json;
+using rayd_runtime_test::EmbeddedRayd;
 namespace fs = std::filesystem;
 constexpr int64_t kMiB = 1 << 20;
 
@@ -76,31 +78,14 @@ rayd::Result<Block> TagPid(const Block& batch, const json&) {
 }
 RAYD_DATA_MAP(TagPid);
 
-class Cluster {
- public:
-  explicit Cluster(int64_t object_store_memory = -1) {
-    ::unsetenv("RAYD_ADDRESS");
-    ::unsetenv("RAYD_TOKEN");
-    rayd::RaydConfig config;
-    config.temp_dir = dir_.path();
-    config.num_cpus = 2;
-    config.object_store_memory = object_store_memory;
-    rayd::Init(config);
-  }
-  ~Cluster() { rayd::Shutdown(); }
-  const std::string& dir() const { return dir_.path(); }
-
-  rayd::NodeStoreSummary Store() const {
-    const auto endpoint = rayd::internal::DriverClusterEndpoint();
-    auto view = rayd::FetchObjects(endpoint.gcs_address, endpoint.token, rayd::Millis(5000));
-    REQUIRE(view.ok());
-    REQUIRE(view->stores.size() == 1);
-    return view->stores[0];
-  }
-
- private:
-  rayd::testing::TempDir dir_;
-};
+// The store of the embedded cluster's one node.
+rayd::NodeStoreSummary Store() {
+  const auto endpoint = rayd::internal::DriverClusterEndpoint();
+  auto view = rayd::FetchObjects(endpoint.gcs_address, endpoint.token, rayd::Millis(5000));
+  REQUIRE(view.ok());
+  REQUIRE(view->stores.size() == 1);
+  return view->stores[0];
+}
 
 std::string WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -123,12 +108,12 @@ rayd::Result<std::vector<Block>> Pass(DatasetShard& shard, int64_t batch_size, i
 TEST_CASE("a stateful map runs on its pool of actors, each built once, and a map with resources "
           "of its own as tasks",
           "[data][integration]") {
-  Cluster cluster;
+  EmbeddedRayd cluster;
   std::string csv = "x\n";
   for (int i = 0; i < 200; ++i) csv += std::to_string(i) + "\n";
   DatasetSpec spec{.name = "numbers", .format = "csv",
-                   .paths = {WriteText(cluster.dir() + "/x.csv", csv)}};
-  const std::string weight = WriteText(cluster.dir() + "/weight", "3\n");
+                   .paths = {WriteText(cluster.Path("x.csv"), csv)}};
+  const std::string weight = WriteText(cluster.Path("weight"), "3\n");
   spec.options["shuffle"] = false;
   spec.options["block_bytes"] = 1;  // a block per batch: 20 blocks a pass
   spec.options["transforms"] = json::parse(R"([
@@ -169,9 +154,9 @@ TEST_CASE("a stateful map runs on its pool of actors, each built once, and a map
 }
 
 TEST_CASE("a stateful map's failures name the dataset and the step", "[data][integration]") {
-  Cluster cluster;
+  EmbeddedRayd cluster;
   DatasetSpec spec{.name = "numbers", .format = "csv",
-                   .paths = {WriteText(cluster.dir() + "/x.csv", "x\n1\n2\n3\n")}};
+                   .paths = {WriteText(cluster.Path("x.csv"), "x\n1\n2\n3\n")}};
   // Its constructor throws: Open fails with the message, and no pass starts.
   spec.options["transforms"] = json::parse(
       R"([{"map_batches": "Scale", "weight_file": "/nonexistent/weight"}])");
@@ -184,7 +169,7 @@ TEST_CASE("a stateful map's failures name the dataset and the step", "[data][int
   // It fails on a batch: the pass ends with the map's message.
   spec.options["transforms"] = json::parse(
       R"([{"limit": 3}, {"map_batches": "Scale", "weight_file": ")" +
-      WriteText(cluster.dir() + "/weight", "13") + R"("}])");
+      WriteText(cluster.Path("weight"), "13") + R"("}])");
   auto failing = DatasetShard::Open(spec, {});
   REQUIRE_FALSE(failing.ok());  // the schema's probe meets it first
   CHECK_THAT(failing.status().message(),
@@ -198,9 +183,9 @@ TEST_CASE("a dataset 4x the object store streams through 2 ranks under the inges
   // A 32 MiB store; 128 MiB of rows (32,768 rows of a 4 KiB image and an id); each rank's
   // budget 6 MiB (the node's 12 MiB, as the Trainer splits a node's budget over its ranks),
   // blocks of 1 MiB made by rayd tasks into the store and viewed there by the ranks.
-  Cluster cluster(32 * kMiB);
+  EmbeddedRayd cluster(32 * kMiB);
   constexpr int64_t kRows = 32768, kRowBytes = 4096, kChunk = 1024;
-  const std::string dir = cluster.dir() + "/big";
+  const std::string dir = cluster.Path("big");
   {
     DatasetWriter writer("npy", dir);
     for (int64_t at = 0; at < kRows; at += kChunk) {
@@ -268,7 +253,7 @@ TEST_CASE("a dataset 4x the object store streams through 2 ranks under the inges
   all.insert(ids[1].begin(), ids[1].end());
   CHECK(static_cast<int64_t>(all.size()) == kRows);
 
-  const rayd::NodeStoreSummary store = cluster.Store();
+  const rayd::NodeStoreSummary store = Store();
   std::printf("4x-store ingest: dataset %lld MiB, store %llu MiB, node ingest budget %lld MiB; "
               "store peak %.1f MiB, spilled %llu; ranks held at most %.1f / %.1f MiB\n",
               static_cast<long long>(kRows * kRowBytes / kMiB),
