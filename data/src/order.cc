@@ -22,25 +22,70 @@ int64_t RowsPerRank(int64_t num_rows, int world) {
   return world > 0 ? std::max<int64_t>(num_rows, 0) / world : 0;
 }
 
-std::vector<int64_t> RankRows(std::span<const int64_t> order, int world, int rank,
-                              int64_t batch_size) {
-  const int64_t per_rank = RowsPerRank(static_cast<int64_t>(order.size()), world);
-  batch_size = std::max<int64_t>(batch_size, 1);
-  std::vector<int64_t> rows;
-  rows.reserve(static_cast<size_t>(per_rank));
-  const int64_t full_steps = per_rank / batch_size;
+namespace {
+
+// The steps of a deal: `full` steps of batch_size rows each, then the last step's rows (0: none),
+// which replace the last full step when the tail was merged into it.
+struct Deal {
+  int64_t full = 0;
+  int64_t last = 0;     // rows of the final, uneven step over all ranks (0: none)
+  bool merged = false;  // the final step is the last full one grown by the tail
+  int64_t left_out = 0;
+};
+
+Deal Plan(int64_t n, int world, int64_t batch_size, bool drop_last) {
+  Deal d;
   const int64_t step_rows = batch_size * world;
-  for (int64_t s = 0; s < full_steps; ++s) {
+  d.full = n / step_rows;
+  const int64_t tail = n - d.full * step_rows;
+  if (tail == 0) return d;
+  if (drop_last || (d.full == 0 && tail < world)) {
+    d.left_out = tail;
+  } else if (tail >= world) {
+    d.last = tail;
+  } else {
+    d.merged = true;
+    d.full -= 1;
+    d.last = step_rows + tail;
+  }
+  return d;
+}
+
+}  // namespace
+
+RankShare DealRank(std::span<const int64_t> order, int world, int rank, int64_t batch_size,
+                   bool drop_last) {
+  batch_size = std::max<int64_t>(batch_size, 1);
+  world = std::max(world, 1);
+  const int64_t n = static_cast<int64_t>(order.size());
+  const Deal d = Plan(n, world, batch_size, drop_last);
+  const int64_t step_rows = batch_size * world;
+  RankShare share;
+  share.left_out = d.left_out;
+  share.rows.reserve(static_cast<size_t>(n / world + 1));
+  for (int64_t s = 0; s < d.full; ++s) {
     const int64_t at = s * step_rows + rank * batch_size;
-    rows.insert(rows.end(), order.begin() + at, order.begin() + at + batch_size);
+    share.rows.insert(share.rows.end(), order.begin() + at, order.begin() + at + batch_size);
+    share.steps.push_back(batch_size);
   }
-  // The last, shorter step: what is left of each rank's share, one even part each.
-  const int64_t tail = per_rank - full_steps * batch_size;
-  if (tail > 0) {
-    const int64_t at = full_steps * step_rows + rank * tail;
-    rows.insert(rows.end(), order.begin() + at, order.begin() + at + tail);
+  if (d.last > 0) {
+    // Ranks below last mod W take one row more; rank r's part starts after the lower ranks'.
+    const int64_t base = d.last / world, extra = d.last % world;
+    const int64_t size = base + (rank < extra ? 1 : 0);
+    const int64_t at = d.full * step_rows + rank * base + std::min<int64_t>(rank, extra);
+    share.rows.insert(share.rows.end(), order.begin() + at, order.begin() + at + size);
+    share.steps.push_back(size);
   }
-  return rows;
+  return share;
+}
+
+int64_t RowsAfterSteps(int64_t num_rows, int world, int64_t batch_size, bool drop_last,
+                       int64_t steps) {
+  batch_size = std::max<int64_t>(batch_size, 1);
+  world = std::max(world, 1);
+  const Deal d = Plan(num_rows, world, batch_size, drop_last);
+  if (steps <= d.full) return steps * batch_size * world;
+  return d.full * batch_size * world + d.last;  // the final step covers the rest it deals
 }
 
 }  // namespace rayd::data

@@ -287,6 +287,8 @@ class DataStages {
 
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
+  // The position of the last pass that started (ShardPosition), updated as it hands out steps.
+  std::atomic<int64_t> epoch{0}, cursor{0};
 };
 
 DatasetShard::~DatasetShard() = default;
@@ -418,7 +420,7 @@ ShardStats DatasetShard::stats() const {
 // One pass: the producer thread and the queue of blocks it made.
 class ShardPass : public BatchIterator {
  public:
-  ShardPass(const DatasetShard& shard, const BatchOptions& options, int64_t epoch)
+  ShardPass(const DatasetShard& shard, const BatchOptions& options, int64_t epoch, int64_t start)
       : spec_(shard.spec_),
         spec_json_(shard.spec_json_),
         tasks_(shard.tasks_),
@@ -427,18 +429,30 @@ class ShardPass : public BatchIterator {
         batch_size_(std::max<int64_t>(options.batch_size, 1)),
         drop_last_(options.drop_last),
         counters_(shard.counters_),
-        stages_(shard.stages_) {
+        stages_(shard.stages_),
+        world_(shard.options_.world_size),
+        epoch_(epoch) {
     const std::vector<int64_t> order =
         EpochOrder(shard.num_rows_, shard.options_.seed, epoch, shard.shuffle_);
-    rows_ = RankRows(order, shard.options_.world_size, shard.options_.rank, batch_size_);
+    start_ = std::clamp<int64_t>(start, 0, static_cast<int64_t>(order.size()));
+    left_ = static_cast<int64_t>(order.size()) - start_;
+    RankShare share = DealRank(std::span<const int64_t>(order).subspan(start_), world_,
+                               shard.options_.rank, batch_size_, drop_last_);
+    rows_ = std::move(share.rows);
+    steps_ = std::move(share.steps);
     for (int64_t& row : rows_) row += shard.first_row_;
-    if (drop_last_) rows_.resize(rows_.size() / batch_size_ * batch_size_);
-    // Blocks of whole batches, about block_bytes each.
-    const int64_t batch_bytes = batch_size_ * shard.row_bytes_;
-    const int64_t per_block = batch_size_ * std::max<int64_t>(1, shard.block_bytes_ / batch_bytes);
-    for (int64_t at = 0; at < static_cast<int64_t>(rows_.size()); at += per_block) {
-      cuts_.emplace_back(at, std::min<int64_t>(at + per_block, rows_.size()));
+    // Blocks of whole steps, about block_bytes each.
+    const int64_t per_block = std::max(batch_size_, shard.block_bytes_ / shard.row_bytes_);
+    for (size_t s = 0, at = 0; s < steps_.size();) {
+      const size_t first = s;
+      int64_t rows = 0;
+      while (s < steps_.size() && (rows == 0 || rows + steps_[s] <= per_block)) rows += steps_[s++];
+      cuts_.emplace_back(at, at + rows);
+      block_steps_.emplace_back(first, s);
+      at += rows;
     }
+    counters_->epoch = epoch_;
+    counters_->cursor = start_;
     row_bytes_ = shard.row_bytes_;
     estimated_.assign(cuts_.size(), 0);
     if (tasks_) {
@@ -468,7 +482,7 @@ class ShardPass : public BatchIterator {
   }
 
   Result<std::optional<Block>> Next() override {
-    while (!current_ || offset_ >= current_->num_rows()) {
+    while (!current_ || step_ == block_steps_[next_block_ - 1].second) {
       current_.reset();
       offset_ = 0;
       if (next_block_ == cuts_.size()) return std::optional<Block>();
@@ -490,9 +504,25 @@ class ShardPass : public BatchIterator {
       }
       current_ = std::move(*block);
     }
-    const int64_t end = std::min(offset_ + batch_size_, current_->num_rows());
-    Block batch = current_->Slice(offset_, end);
-    offset_ = end;
+    // One step's batch. A filter may have left the block fewer rows than its steps dealt: they
+    // are split evenly over its steps, so that every rank still makes the same number of steps.
+    const auto [first, last] = block_steps_[next_block_ - 1];
+    const auto [begin, end] = cuts_[next_block_ - 1];
+    int64_t to = offset_ + steps_[step_];
+    if (current_->num_rows() != end - begin) {
+      to = current_->num_rows() * static_cast<int64_t>(step_ + 1 - first) /
+           static_cast<int64_t>(last - first);
+    }
+    Block batch = current_->Slice(offset_, to);
+    offset_ = to;
+    ++step_;
+    // Where the epoch stands once this batch is trained on: the rows the steps so far dealt,
+    // over every rank (all of them after the last step).
+    counters_->cursor =
+        start_ + (step_ == steps_.size()
+                      ? left_
+                      : RowsAfterSteps(left_, world_, batch_size_, drop_last_,
+                                       static_cast<int64_t>(step_)));
     return std::optional<Block>(std::move(batch));
   }
 
@@ -618,6 +648,12 @@ class ShardPass : public BatchIterator {
   std::map<std::string, std::string> labels_;
   std::vector<int64_t> rows_;
   std::vector<std::pair<int64_t, int64_t>> cuts_;  // each block's [begin, end) in rows_
+  std::vector<int64_t> steps_;                     // each step's batch size
+  std::vector<std::pair<size_t, size_t>> block_steps_;  // each block's [first, last) step
+  const int world_;
+  const int64_t epoch_;
+  int64_t start_ = 0;  // the cursor the pass started at (a resumed epoch's)
+  int64_t left_ = 0;   // the order's rows from there
   int64_t row_bytes_ = 1;
 
   std::mutex mu_;
@@ -629,6 +665,7 @@ class ShardPass : public BatchIterator {
 
   // The loop's side.
   size_t next_block_ = 0;
+  size_t step_ = 0;  // steps handed out
   std::optional<Block> current_;
   int64_t offset_ = 0;
 
@@ -695,10 +732,31 @@ class LocalShuffle : public BatchIterator {
 
 }  // namespace
 
+ShardPosition DatasetShard::position() const {
+  return {counters_->epoch.load(), counters_->cursor.load()};
+}
+
+void DatasetShard::ResumeAt(ShardPosition position) {
+  if (position.cursor >= num_rows_) {  // the epoch was done
+    next_epoch_ = position.epoch + 1;
+    resume_.reset();
+    counters_->epoch = position.epoch;
+    counters_->cursor = num_rows_;
+    return;
+  }
+  next_epoch_ = position.epoch;
+  resume_ = position;
+  counters_->epoch = position.epoch;
+  counters_->cursor = position.cursor;
+}
+
 std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& options) {
   const int64_t epoch = options.epoch >= 0 ? options.epoch : next_epoch_;
   next_epoch_ = epoch + 1;
-  auto pass = std::make_unique<ShardPass>(*this, options, epoch);
+  int64_t start = 0;
+  if (resume_ && resume_->epoch == epoch) start = resume_->cursor;
+  resume_.reset();
+  auto pass = std::make_unique<ShardPass>(*this, options, epoch, start);
   if (options.local_shuffle_buffer_size <= 0) return pass;
   const uint64_t seed = options_.seed * 0x9E3779B97F4A7C15ull ^
                         (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^

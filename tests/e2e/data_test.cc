@@ -260,7 +260,7 @@ run: {storage_path: STORAGE}
     std::set<int64_t> all;
     for (int rank = 0; rank < 2; ++rank) {
       const json ids = json::parse(ReadFile(run + "/ids_" + std::to_string(rank) + ".json"));
-      const std::vector<int64_t> expected = rayd::data::RankRows(order, 2, rank, 8);
+      const std::vector<int64_t> expected = rayd::data::DealRank(order, 2, rank, 8).rows;
       for (const char* mode : {"local", "tasks"}) {
         const std::string key = std::string(mode) + "/" + std::to_string(epoch);
         CHECK(ids.at(key).get<std::vector<int64_t>>() == expected);
@@ -268,17 +268,17 @@ run: {storage_path: STORAGE}
       all.insert(expected.begin(), expected.end());
       // Task-made blocks are mapped where the object store holds them (zero-copy); blocks
       // made in the rank's process come through a file.
-      // 50 rows a rank: 7 batches an epoch, in blocks of 24, 24 and 2 rows (the last one
-      // small enough to be sent inline, and so copied).
+      // 51 or 50 rows a rank: 7 batches an epoch, in blocks of 24, 24 and 3 or 2 rows (the
+      // last one small enough to be sent inline, and so copied).
       CHECK(ids.at("tasks/shared").get<int>() == 2 * 6);
       CHECK(ids.at("tasks/copied").get<int>() == 2 * 1);
       CHECK(ids.at("local/shared").get<int>() == 0);
     }
-    CHECK(all.size() == 100);  // 50 each: one row of 101 left out of this epoch
+    CHECK(all.size() == 101);  // 51 and 50: every row, the last step uneven
   }
   std::vector<json> results = ReadJsonLines(run + "/result.json");
   REQUIRE(results.size() == 1);
-  CHECK(results[0]["rows"] == 50);
+  CHECK(results[0]["rows"] == 51);  // rank 0's
   CHECK(results[0].contains("data_wait_s"));
 }
 

@@ -5,12 +5,17 @@
 
 #define CATCH_CONFIG_RUNNER
 #include <rayd/api.h>
+#include <rayd/train/data.h>
 #include <rayd/train/trainer.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <string>
 
 #include "runtime_harness.h"
@@ -40,7 +45,117 @@ void WhatIsLoaded(const nlohmann::json&) {
 }
 RAYD_TRAIN_LOOP(WhatIsLoaded);
 
+// Takes the batches of dataset `ids` (one column, id) an epoch at a time (IterBatches' next
+// epoch, so a resumed attempt goes on where its checkpoint left the dataset, with no code for
+// it here) and records every id it took in its checkpoints: each rank its own file per attempt
+// (ids_g<generation>_r<rank>.json: [[epoch, id], ...] this attempt), rank 0 carrying the earlier
+// attempts' files forward. Reports with a checkpoint every 2 steps and at each epoch's end.
+// config: epochs; fail_at: [[epoch, step, marker], ...]: the last rank throws after taking that
+// step of that epoch, once (while `marker` does not exist; it creates it).
+void RecordIds(const nlohmann::json& config) {
+  namespace fs = std::filesystem;
+  const int rank = rt::GetContext().world_rank, world = rt::GetContext().world_size;
+  int generation = 0;
+  std::vector<std::string> carried;  // earlier attempts' files, in the restored checkpoint
+  if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
+    std::ifstream(*checkpoint + "/generation") >> generation;
+    ++generation;
+    for (const auto& e : fs::directory_iterator(*checkpoint)) {
+      if (e.path().filename().string().rfind("ids_", 0) == 0) carried.push_back(e.path().string());
+    }
+  }
+  rayd::data::DatasetShard& shard = rt::GetDatasetShard("ids");
+  nlohmann::json mine = nlohmann::json::array();
+  auto report = [&](int epoch, int step) {
+    const std::string dir = rt::NewCheckpointDir();
+    std::ofstream(dir + "/ids_g" + std::to_string(generation) + "_r" + std::to_string(rank) +
+                  ".json")
+        << mine.dump();
+    if (rank == 0) {
+      std::ofstream(dir + "/generation") << generation;
+      for (const std::string& f : carried) fs::copy_file(f, dir + "/" + fs::path(f).filename().string());
+    }
+    rt::Report({{"epoch", epoch}, {"step", step}, {"generation", generation}}, dir);
+  };
+  const int epochs = config.value("epochs", 3);
+  while (shard.next_epoch() < epochs) {
+    const int epoch = static_cast<int>(shard.next_epoch());
+    auto pass = shard.IterBatches({.batch_size = 4});
+    int step = 0;
+    while (std::optional<rayd::data::Block> batch = rt::NextBatch(*pass)) {
+      const rayd::data::Column* id = batch->Find("id");
+      for (int64_t r = 0; r < batch->num_rows(); ++r) mine.push_back({epoch, id->As<int64_t>()[r]});
+      ++step;
+      for (const nlohmann::json& f : config.value("fail_at", nlohmann::json::array())) {
+        const std::string marker = f[2].get<std::string>();
+        if (rank == world - 1 && f[0] == epoch && f[1] == step && !fs::exists(marker)) {
+          std::ofstream(marker) << "failed here\n";
+          throw std::runtime_error("injected failure at epoch " + std::to_string(epoch) + " step " +
+                                   std::to_string(step));
+        }
+      }
+      if (step % 2 == 0) report(epoch, step);
+    }
+    report(epoch, step);
+  }
+}
+RAYD_TRAIN_LOOP(RecordIds);
+
 }  // namespace
+
+TEST_CASE("a dataset resumes exactly after a failure and at another world size, every id of "
+          "every epoch once",
+          "[trainer][data]") {
+  namespace fs = std::filesystem;
+  EmbeddedRayd cluster;
+  TempDir storage;
+  constexpr int kRows = 37, kEpochs = 3;
+  std::ofstream csv(storage.path() + "/ids.csv");
+  csv << "id\n";
+  for (int i = 0; i < kRows; ++i) csv << i << "\n";
+  csv.close();
+  rt::RunConfig run{.name = "exact", .storage_path = storage.path()};
+  run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"}}};
+  const std::string marker = storage.path() + "/failed";
+  // 2 ranks, no failures allowed: the injected one at epoch 1, step 5 ends the run; its last
+  // checkpoint is mid-epoch (step 4).
+  const nlohmann::json first = {{"epochs", kEpochs},
+                                {"fail_at", {{1, 5, marker + "1"}}}};
+  rt::TrainResult failed =
+      rt::Trainer("RecordIds", first, {.num_workers = 2, .collective_timeout_s = 30}, run).Fit();
+  REQUIRE_FALSE(failed.ok());
+  CHECK_THAT(failed.error, Catch::Contains("injected failure at epoch 1 step 5"));
+  // The same run on 1 rank resumes from that checkpoint, fails once more (epoch 2, step 3),
+  // restarts from its last checkpoint, and ends.
+  run.failure.max_failures = 1;
+  const nlohmann::json second = {{"epochs", kEpochs},
+                                 {"fail_at", {{2, 3, marker + "2"}}}};
+  rt::TrainResult done = rt::Trainer("RecordIds", second, {.num_workers = 1}, run).Fit();
+  INFO(done.error);
+  REQUIRE(done.ok());
+  REQUIRE(done.checkpoint);
+  CHECK(done.metrics.at("generation") == 2);  // 2 attempts of 2 ranks' files carried forward
+  // Every id of every epoch once, over the files the last checkpoint holds.
+  std::map<int, std::vector<int64_t>> by_epoch;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(*done.checkpoint)) {
+    if (e.path().filename().string().rfind("ids_", 0) != 0) continue;
+    ++files;
+    std::ifstream in(e.path());
+    for (const nlohmann::json& taken : nlohmann::json::parse(in)) {
+      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
+    }
+  }
+  CHECK(files == 4);  // generation 0: ranks 0 and 1; then 1 rank twice
+  std::vector<int64_t> every(kRows);
+  std::iota(every.begin(), every.end(), 0);
+  REQUIRE(by_epoch.size() == static_cast<size_t>(kEpochs));
+  for (auto& [epoch, ids] : by_epoch) {
+    std::sort(ids.begin(), ids.end());
+    INFO("epoch " << epoch);
+    CHECK(ids == every);  // 0 repeated, 0 missing
+  }
+}
 
 TEST_CASE("a loop that only reports runs on a rank without LibTorch", "[trainer]") {
   REQUIRE_FALSE(Mapped("libtorch_cpu.so"));  // the driver links rayd_train only

@@ -1,5 +1,6 @@
 // GetDatasetShard: the run's datasets in a rank.
 
+#include <fstream>
 #include <rayd/api.h>
 #include <rayd/train/data.h>
 
@@ -66,6 +67,34 @@ Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& dat
                           ")");
 }
 
+Status WriteDataPositions(const std::map<std::string, std::unique_ptr<data::DatasetShard>>& shards,
+                          const std::string& dir) {
+  nlohmann::json positions = nlohmann::json::object();
+  for (const auto& [name, shard] : shards) {
+    const data::ShardPosition p = shard->position();
+    positions[name] = {{"epoch", p.epoch}, {"cursor", p.cursor}};
+  }
+  const std::string path = dir + "/" + kDataPositionsFile;
+  std::ofstream out(path);
+  out << positions.dump() << "\n";
+  out.close();
+  if (!out) return Status::Internal("cannot write the datasets' positions to " + path);
+  return Status::Ok();
+}
+
+void ResumeShard(data::DatasetShard& shard, const std::string& name, const std::string& dir) {
+  std::ifstream in(dir + "/" + kDataPositionsFile);
+  if (!in) return;
+  const nlohmann::json positions = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!positions.is_object() || !positions.contains(name)) return;
+  const nlohmann::json& p = positions[name];
+  if (!p.is_object() || !p.value("epoch", nlohmann::json()).is_number_integer() ||
+      !p.value("cursor", nlohmann::json()).is_number_integer()) {
+    return;
+  }
+  shard.ResumeAt({.epoch = p["epoch"].get<int64_t>(), .cursor = p["cursor"].get<int64_t>()});
+}
+
 }  // namespace internal
 
 data::DatasetShard& GetDatasetShard(const std::string& name) {
@@ -79,6 +108,8 @@ data::DatasetShard& GetDatasetShard(const std::string& name) {
       internal::OpenRankShard(session.datasets_json, name, context.mesh.data,
                               context.mesh.data_rank, context.local_world_size);
   if (!shard.ok()) throw RaydError("GetDatasetShard: " + shard.status().message());
+  // A restarted attempt goes on where its checkpoint's report left the dataset.
+  if (session.checkpoint) internal::ResumeShard(**shard, name, *session.checkpoint);
   return *session.shards.emplace(name, std::move(*shard)).first->second;
 }
 

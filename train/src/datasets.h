@@ -5,6 +5,7 @@
 #include <rayd/base/status.h>
 #include <rayd/data/shard.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -16,5 +17,18 @@ namespace rayd::train::internal {
 Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& datasets_json,
                                                           const std::string& name, int world,
                                                           int rank, int local_world_size);
+
+// Where each shard stood, in a checkpoint: {NAME: {"epoch": E, "cursor": C}} (ShardPosition),
+// written by rank 0 into every checkpoint it reports, read back by the attempt that resumes from
+// it, so that each dataset goes on with the next sample at any world size.
+inline constexpr char kDataPositionsFile[] = ".rayd_data_positions.json";
+
+// Writes the positions of `shards` into checkpoint directory `dir`.
+Status WriteDataPositions(const std::map<std::string, std::unique_ptr<data::DatasetShard>>& shards,
+                          const std::string& dir);
+// Resumes `shard` (dataset `name`) where checkpoint directory `dir` recorded it; nothing when
+// `dir` recorded no position for it (a checkpoint from before rayd recorded them, or of a run
+// without that dataset).
+void ResumeShard(data::DatasetShard& shard, const std::string& name, const std::string& dir);
 
 }  // namespace rayd::train::internal

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,6 +19,7 @@
 #include <utility>
 
 #include "background_writer.h"
+#include "datasets.h"
 #include "launch/command_rank.h"
 #include "launch/horovod_rendezvous.h"
 #include "rank_session.h"
@@ -145,6 +147,13 @@ void Report(const std::map<std::string, double>& metrics,
     reported.try_emplace("data_wait_s", waited - session.data_wait_reported);
     if (skipped > 0) reported.try_emplace("data_skipped_rows", static_cast<double>(skipped));
     session.data_wait_reported = waited;
+  }
+  // Where the datasets stand goes into the checkpoint (rank 0's: every rank is at the same
+  // steps), for the attempt that resumes from it.
+  if (rank == 0 && dir && !session.shards.empty()) {
+    if (Status s = internal::WriteDataPositions(session.shards, *dir); !s.ok()) {
+      throw RaydError("Report: " + s.message());
+    }
   }
   auto ship = [worker = session.worker, rank, index = session.reports++, metrics = std::move(reported),
                checkpoint_dir = dir, taken_over]() -> Status {
@@ -342,6 +351,7 @@ int TrainWorker::Run(RunSpec spec) {
     // A reused rank starts clean: nothing left from an earlier run's reports or stop.
     std::lock_guard lock(mu_);
     finished_ = false;
+    loop_failed_ = false;
     attempt_token_ = spec.attempt_token;
     reports_.clear();
     parts_.clear();
@@ -353,12 +363,16 @@ int TrainWorker::Run(RunSpec spec) {
   }
   // However Run ends, a Poll waiting for reports returns at once: the driver need not wait out
   // its poll to learn that the loop is over.
+  // Whether it ended by failing (an exception leaving Run) goes with it: a checkpoint part the
+  // rank never reported is then lost, not absent by the loop's choice.
   struct MarkFinished {
     TrainWorker* worker;
+    int exceptions = std::uncaught_exceptions();
     ~MarkFinished() {
       {
         std::lock_guard lock(worker->mu_);
         worker->finished_ = true;
+        worker->loop_failed_ = std::uncaught_exceptions() > exceptions;
       }
       worker->reported_.notify_all();
     }
@@ -498,6 +512,7 @@ CheckpointPart TrainWorker::Part(int index, int wait_ms) {
   part.ready = reported_.wait_for(lock, std::chrono::milliseconds(wait_ms),
                                   [&] { return deposited_ > index || finished_; });
   part.reported = deposited_ > index;
+  part.failed = finished_ && loop_failed_;
   if (auto it = parts_.find(index); part.ready && it != parts_.end()) {
     part.files = std::move(it->second);
   }

@@ -58,8 +58,9 @@ struct PollReply {
 struct CheckpointPart {
   bool ready = false;     // the rank has made that Report, or its loop is over
   bool reported = false;  // the rank has made that Report
+  bool failed = false;    // its loop is over, and ended by failing
   CheckpointFiles files;  // empty when it passed no NewCheckpointDir directory
-  MSGPACK_DEFINE(ready, reported, files);
+  MSGPACK_DEFINE(ready, reported, files, failed);
 };
 
 // A command trainable (rayd/train/command.h) as it travels to the ranks.
@@ -181,6 +182,7 @@ class TrainWorker {
   int deposited_ = 0;                  // guarded by mu_: Reports this rank has shipped
   int enqueued_ = 0;                   // guarded by mu_: reports Enqueued this attempt
   bool finished_ = false;              // guarded by mu_: Run has returned or thrown
+  bool loop_failed_ = false;           // guarded by mu_: ... by throwing
   uint64_t attempt_token_ = 0;         // guarded by mu_: the attempt of the latest Run
 };
 

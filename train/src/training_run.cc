@@ -943,8 +943,9 @@ void TrainingRun::Impl::OnPart(size_t rank) {
                    run_.name, rank, name);
     }
   }
-  // A loop that ended without this report has no part in it, unless it ended by failing.
-  if (!part.reported && failed_) part_lost_ = true;
+  // A loop that ended without this report has no part in it, unless it ended by failing (seen
+  // here or by the rank itself, before the driver has heard of the failure).
+  if (!part.reported && (failed_ || part.failed)) part_lost_ = true;
   if (--parts_owed_ > 0) return;
   if (part_lost_) {
     // A rank failed before its part of this checkpoint came: the report is not persisted, so

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -29,31 +30,56 @@ TEST_CASE("an epoch's order is a seeded permutation, fixed across builds", "[dat
   CHECK(EpochOrder(0, 1, 0, true).empty());
 }
 
-TEST_CASE("ranks get equal, disjoint shares, batch-interleaved", "[data][order]") {
+TEST_CASE("ranks make equal steps over disjoint rows, every row dealt", "[data][order]") {
   for (int64_t rows : {0, 1, 7, 100, 101, 1000}) {
     for (int world = 1; world <= 4; ++world) {
       for (int64_t batch : {1, 3, 32}) {
-        const std::vector<int64_t> order = EpochOrder(rows, 3, 2, true);
-        std::set<int64_t> seen;
-        for (int rank = 0; rank < world; ++rank) {
-          const std::vector<int64_t> mine = RankRows(order, world, rank, batch);
-          CHECK(static_cast<int64_t>(mine.size()) == RowsPerRank(rows, world));
-          for (int64_t r : mine) CHECK(seen.insert(r).second);  // disjoint
+        for (bool drop_last : {false, true}) {
+          const std::vector<int64_t> order = EpochOrder(rows, 3, 2, true);
+          std::set<int64_t> seen;
+          size_t steps = 0;
+          int64_t left_out = 0;
+          for (int rank = 0; rank < world; ++rank) {
+            const RankShare mine = DealRank(order, world, rank, batch, drop_last);
+            if (rank == 0) steps = mine.steps.size();
+            CHECK(mine.steps.size() == steps);  // the same number of steps on every rank
+            int64_t sum = 0;
+            for (int64_t s : mine.steps) {
+              CHECK(s >= 1);
+              if (drop_last) CHECK(s == batch);
+              sum += s;
+            }
+            CHECK(sum == static_cast<int64_t>(mine.rows.size()));
+            CHECK(static_cast<int64_t>(mine.rows.size()) >= RowsPerRank(rows, world) - (drop_last ? batch : 0));
+            for (int64_t r : mine.rows) CHECK(seen.insert(r).second);  // disjoint
+            left_out = mine.left_out;
+          }
+          // Every row once, but for drop_last's tail and fewer rows than ranks.
+          CHECK(static_cast<int64_t>(seen.size()) + left_out == rows);
+          if (!drop_last && rows >= world) CHECK(left_out == 0);
+          CHECK(RowsAfterSteps(rows, world, batch, drop_last, static_cast<int64_t>(steps)) ==
+                rows - left_out);
         }
-        // Every row but fewer than `world` of them, each once.
-        CHECK(static_cast<int64_t>(seen.size()) >= rows - world + 1);
-        CHECK(static_cast<int64_t>(seen.size()) == rows / world * world);
       }
     }
   }
   // Global step s hands rank r order[s*W*B + r*B, ... + B).
   const std::vector<int64_t> order = EpochOrder(12, 0, 0, false);
-  CHECK(RankRows(order, 2, 0, 2) == std::vector<int64_t>{0, 1, 4, 5, 8, 9});
-  CHECK(RankRows(order, 2, 1, 2) == std::vector<int64_t>{2, 3, 6, 7, 10, 11});
+  CHECK(DealRank(order, 2, 0, 2).rows == std::vector<int64_t>{0, 1, 4, 5, 8, 9});
+  CHECK(DealRank(order, 2, 1, 2).rows == std::vector<int64_t>{2, 3, 6, 7, 10, 11});
+  CHECK(RowsAfterSteps(12, 2, 2, false, 2) == 8);
   // 10 rows, 2 ranks, batch 4: one full step (0-3, 4-7), then the last 2 split 1 and 1.
   const std::vector<int64_t> ten = EpochOrder(10, 0, 0, false);
-  CHECK(RankRows(ten, 2, 0, 4) == std::vector<int64_t>{0, 1, 2, 3, 8});
-  CHECK(RankRows(ten, 2, 1, 4) == std::vector<int64_t>{4, 5, 6, 7, 9});
+  CHECK(DealRank(ten, 2, 0, 4).rows == std::vector<int64_t>{0, 1, 2, 3, 8});
+  CHECK(DealRank(ten, 2, 1, 4).rows == std::vector<int64_t>{4, 5, 6, 7, 9});
+  CHECK(DealRank(ten, 2, 1, 4).steps == std::vector<int64_t>{4, 1});
+  // 9 rows: the last row (fewer than the ranks) joins the last full step on rank 0.
+  const std::vector<int64_t> nine = EpochOrder(9, 0, 0, false);
+  CHECK(DealRank(nine, 2, 0, 4).rows == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(DealRank(nine, 2, 1, 4).rows == std::vector<int64_t>{5, 6, 7, 8});
+  CHECK(DealRank(nine, 2, 0, 4).steps == std::vector<int64_t>{5});
+  CHECK(DealRank(nine, 2, 0, 4, /*drop_last=*/true).rows == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(DealRank(nine, 2, 0, 4, /*drop_last=*/true).left_out == 1);
 }
 
 namespace {
@@ -116,10 +142,12 @@ TEST_CASE("shards of a CSV cover an epoch once over 1 to 4 ranks", "[data][shard
       std::vector<int64_t> ids = Ids(**shard, {.batch_size = 8, .epoch = 3}, &batches);
       if (steps >= 0) CHECK(batches == steps);  // equal step counts
       steps = batches;
-      CHECK(static_cast<int64_t>(ids.size()) == 103 / world);
+      // 103 / world rows, or one more: the last step is uneven.
+      CHECK(static_cast<int64_t>(ids.size()) >= 103 / world);
+      CHECK(static_cast<int64_t>(ids.size()) <= 103 / world + 1);
       all.insert(ids.begin(), ids.end());
     }
-    CHECK(static_cast<int64_t>(all.size()) == 103 / world * world);
+    CHECK(all.size() == 103);  // every row
     CHECK(std::set<int64_t>(all.begin(), all.end()).size() == all.size());  // each once
   }
 }
@@ -268,4 +296,61 @@ TEST_CASE("a local shuffle buffer mixes a sequential pass's rows, every row once
   // The same (seed, epoch, rank) draws the same batches; another epoch draws others.
   CHECK(Ids(**shard, {.batch_size = 32, .epoch = 0, .local_shuffle_buffer_size = 200}) == mixed);
   CHECK(Ids(**shard, {.batch_size = 32, .epoch = 1, .local_shuffle_buffer_size = 200}) != mixed);
+}
+
+TEST_CASE("a pass resumed at a checkpoint's position deals the rest of the epoch, at any world "
+          "size, every row once",
+          "[data][shard][resume]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 103)}};
+  spec.options["block_bytes"] = 1;
+  for (int before : {1, 2, 3}) {
+    for (int after : {1, 2, 4}) {
+      for (int64_t steps_done : {0, 1, 3}) {
+        // `before` ranks take `steps_done` steps of epoch 1 and checkpoint (every rank is at the
+        // same position: they take the same steps).
+        std::vector<int64_t> consumed;
+        ShardPosition position;
+        for (int rank = 0; rank < before; ++rank) {
+          auto shard = DatasetShard::Open(spec, {.world_size = before, .rank = rank, .seed = 9});
+          REQUIRE(shard.ok());
+          auto pass = (*shard)->IterBatches({.batch_size = 5, .epoch = 1});
+          for (int64_t s = 0; s < steps_done; ++s) {
+            auto batch = pass->Next();
+            REQUIRE(batch.ok());
+            REQUIRE(*batch);
+            const Column* id = (**batch).Find("id");
+            for (int64_t r = 0; r < (**batch).num_rows(); ++r) consumed.push_back(id->As<int64_t>()[r]);
+          }
+          if (rank == 0) position = (*shard)->position();
+          CHECK((*shard)->position() == position);
+        }
+        CHECK(position.epoch == 1);
+        CHECK(position.cursor == steps_done * 5 * before);
+        // `after` ranks resume there: the rest of epoch 1 once, then epoch 2 whole.
+        std::vector<int64_t> rest;
+        for (int rank = 0; rank < after; ++rank) {
+          auto shard = DatasetShard::Open(spec, {.world_size = after, .rank = rank, .seed = 9});
+          REQUIRE(shard.ok());
+          (*shard)->ResumeAt(position);
+          const std::vector<int64_t> ids = Ids(**shard, {.batch_size = 5});  // the next pass: epoch 1
+          rest.insert(rest.end(), ids.begin(), ids.end());
+          CHECK((*shard)->position() == ShardPosition{1, 103});
+          CHECK((*shard)->next_epoch() == 2);
+        }
+        std::vector<int64_t> all = consumed;
+        all.insert(all.end(), rest.begin(), rest.end());
+        std::sort(all.begin(), all.end());
+        std::vector<int64_t> every(103);
+        std::iota(every.begin(), every.end(), 0);
+        INFO("before " << before << " after " << after << " steps " << steps_done);
+        CHECK(all == every);  // 0 repeated, 0 missing
+      }
+    }
+  }
+  // A position at the epoch's end resumes with the next epoch.
+  auto shard = DatasetShard::Open(spec, {.seed = 9});
+  REQUIRE(shard.ok());
+  (*shard)->ResumeAt({.epoch = 4, .cursor = 103});
+  CHECK((*shard)->next_epoch() == 5);
 }

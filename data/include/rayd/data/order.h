@@ -5,11 +5,16 @@
 //
 // How an epoch is dealt: the epoch's order is a permutation of the dataset's rows (the identity
 // without shuffle). Ranks take it a global step at a time: step s hands rank r the rows
-// order[s*W*B + r*B, s*W*B + (r+1)*B) for W ranks and batch size B. Every rank gets the same
-// number of rows, floor(N / W), so every rank makes the same number of steps (DDP needs that):
-// the last global step, shorter than W*B, is split evenly (each rank a batch of the same smaller
-// size), and the N mod W rows at the very end of the order (fewer than W) are left out of that
-// epoch. They differ from epoch to epoch when shuffling.
+// order[s*W*B + r*B, s*W*B + (r+1)*B) for W ranks and batch size B. What is left after the
+// full steps, R < W*B rows, is not dropped: every rank makes the same number of steps (DDP needs
+// that), so
+//   - R >= W: one more, shorter step, R split as evenly as it goes (ranks below R mod W one row
+//     more);
+//   - 0 < R < W: the last full step grows by those rows (ranks below R one row more);
+//   - with drop_last, the R rows are left out and every batch has B rows;
+//   - fewer rows than ranks (no full step and R < W) cannot make equal steps: they are left out.
+// A pass may start at a cursor into the order (the rows a checkpoint's steps covered, over every
+// rank): the rest of the order is dealt the same way, to however many ranks there are now.
 
 #include <cstdint>
 #include <span>
@@ -45,11 +50,23 @@ class SplitMix64 {
 // epoch); the same on every machine and build. The identity without `shuffle`.
 std::vector<int64_t> EpochOrder(int64_t num_rows, uint64_t seed, int64_t epoch, bool shuffle);
 
-// The rows each of `world` ranks takes from one epoch (floor(num_rows / world)).
+// The rows each of `world` ranks takes at least from one epoch (floor(num_rows / world));
+// some take one more.
 int64_t RowsPerRank(int64_t num_rows, int world);
 
-// Rank `rank`'s rows of `order`, in the order it consumes them (see the file's comment).
-std::vector<int64_t> RankRows(std::span<const int64_t> order, int world, int rank,
-                              int64_t batch_size);
+// A rank's part of an order (see the file's comment): its rows in the order it takes them, and
+// its steps' batch sizes (the same count on every rank).
+struct RankShare {
+  std::vector<int64_t> rows;
+  std::vector<int64_t> steps;
+  int64_t left_out = 0;  // rows of the order no rank takes (drop_last, or fewer than ranks)
+};
+RankShare DealRank(std::span<const int64_t> order, int world, int rank, int64_t batch_size,
+                   bool drop_last = false);
+
+// How many rows of an order of `num_rows` the first `steps` steps cover over all `world` ranks:
+// the cursor a checkpoint taken after them records.
+int64_t RowsAfterSteps(int64_t num_rows, int world, int64_t batch_size, bool drop_last,
+                       int64_t steps);
 
 }  // namespace rayd::data

@@ -54,6 +54,15 @@ struct BatchOptions {
   int64_t local_shuffle_buffer_size = 0;
 };
 
+// Where a shard stands in its epochs: `cursor` rows of epoch `epoch`'s order have been dealt to
+// the steps handed out so far, over every rank (rayd/data/order.h). What a checkpoint records,
+// and what a restarted run, of any world size, resumes from.
+struct ShardPosition {
+  int64_t epoch = 0;
+  int64_t cursor = 0;
+  bool operator==(const ShardPosition&) const = default;
+};
+
 // What a pass has cost so far (summed over the shard's passes).
 struct ShardStats {
   double wait_seconds = 0;  // the loop's time blocked in Next for a block not made yet
@@ -89,12 +98,21 @@ class DatasetShard {
   // The dataset's rows, after `rows: [BEGIN, END]` (a range of them: a validation split) and
   // `limit`.
   int64_t num_rows() const { return num_rows_; }
-  // This rank's rows in one epoch (before filters).
+  // This rank's rows in one epoch at least (before filters); some ranks take one more.
   int64_t rows_per_epoch() const;
   bool shuffle() const { return shuffle_; }
   int64_t next_epoch() const { return next_epoch_; }
 
   std::unique_ptr<BatchIterator> IterBatches(const BatchOptions& options);
+
+  // The last pass's position after the batches it has handed out (as every rank takes the same
+  // steps, the same on every rank at a synchronous point such as a report): {0, 0} before any.
+  // A pass with a local shuffle buffer counts its steps, not which rows its buffer drew.
+  ShardPosition position() const;
+  // The next pass of `position.epoch` (IterBatches with that epoch, or the next one) starts at
+  // its cursor, dealing the rest of that epoch's order to this shard's world; a cursor at the
+  // epoch's end makes the next pass the following epoch's.
+  void ResumeAt(ShardPosition position);
 
   ShardStats stats() const;
 
@@ -115,6 +133,7 @@ class DatasetShard {
   int64_t row_bytes_ = 1;  // the read rows' size, to cut blocks
   Schema schema_;
   int64_t next_epoch_ = 0;
+  std::optional<ShardPosition> resume_;  // ResumeAt's, for the next pass of its epoch
   struct Counters;
   std::shared_ptr<Counters> counters_;  // shared with the passes' producers
   // The stages after the first (transforms with a placement: PlanStages), shared with the
