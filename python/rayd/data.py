@@ -128,6 +128,9 @@ class DatasetShard:
         info = client.request({"op": "open", "dataset": name})
         self.num_rows: int = info["num_rows"]
         self.rows_per_epoch: int = info["rows_per_epoch"]
+        # The epoch the next iter_batches() without epoch= is: after a restore, the checkpoint's
+        # (going on from where it stood) or the one after it.
+        self.next_epoch: int = info.get("next_epoch", 0)
         self.columns: List[Dict[str, Any]] = info["columns"]
         self._waited = 0.0
         self._waited_reported = 0.0
@@ -145,10 +148,11 @@ class DatasetShard:
         of at least that many rows: for datasets read in order (``shuffle: false``)."""
         if batch_format not in ("numpy", "torch"):
             raise ValueError(f"batch_format: expected 'numpy' or 'torch', got {batch_format!r}")
-        self._client.request({"op": "iter", "dataset": self.name, "batch_size": int(batch_size),
-                              "drop_last": bool(drop_last),
-                              "epoch": -1 if epoch is None else int(epoch),
-                              "local_shuffle_buffer_size": int(local_shuffle_buffer_size or 0)})
+        started = self._client.request({
+            "op": "iter", "dataset": self.name, "batch_size": int(batch_size),
+            "drop_last": bool(drop_last), "epoch": -1 if epoch is None else int(epoch),
+            "local_shuffle_buffer_size": int(local_shuffle_buffer_size or 0)})
+        self.next_epoch = started["epoch"] + 1
         while True:
             reply = self._client.request({"op": "next", "dataset": self.name,
                                           "shared": _ZERO_COPY})

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "data_yamls.h"
@@ -155,6 +156,91 @@ run: {storage_path: STORAGE}
   // Without skip, the bad row fails the run naming the file, the row and the key.
   CHECK(train("raise", "raise", &out) != 0);
   CHECK(Contains(out, "rows.jsonl: row 10 (line 10): no key 'label'"));
+}
+
+TEST_CASE("a Python trial that fails mid-epoch resumes its dataset exactly, every id once",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  const std::string dir = sandbox.root();
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
+                       "np.save('" + dir + "/id.npy', np.arange(45, dtype=np.int64))\"")
+                          .c_str()) == 0);
+  // Records every id it takes in its checkpoints (each attempt its own file, earlier attempts'
+  // carried forward); iterates the shard's next epoch, with no code for resuming it; fails
+  // once, after taking step 4 of epoch 1 (its last checkpoint was at step 2).
+  std::ofstream(dir + "/ids.py") << R"(import json, os, shutil, tempfile
+import rayd.train as rt
+
+restored = rt.get_checkpoint()
+generation, carried = 0, []
+if restored:
+    generation = int(open(os.path.join(restored, "generation")).read()) + 1
+    carried = [os.path.join(restored, f) for f in os.listdir(restored) if f.startswith("ids_")]
+shard = rt.get_dataset_shard("ids")
+mine = []
+
+def report(epoch, step):
+    d = tempfile.mkdtemp()
+    json.dump(mine, open(os.path.join(d, f"ids_g{generation}.json"), "w"))
+    open(os.path.join(d, "generation"), "w").write(str(generation))
+    for f in carried:
+        shutil.copy(f, d)
+    rt.report({"epoch": epoch, "step": step, "generation": generation}, checkpoint=d)
+
+marker = os.path.join(os.environ["RAYD_TRIAL_DIR"], "failed")
+while shard.next_epoch < 3:
+    epoch = shard.next_epoch
+    step = 0
+    for batch in shard.iter_batches(batch_size=4):
+        mine += [[epoch, int(i)] for i in batch["id"]]
+        step += 1
+        if epoch == 1 and step == 4 and not os.path.exists(marker):
+            open(marker, "w").write("failed here")
+            raise SystemExit("injected failure")
+        if step % 2 == 0:
+            report(epoch, step)
+    report(epoch, step)
+)";
+  std::string file = sandbox.WriteYaml("resume.yaml", R"(
+name: resume
+trainable:
+  command: [/usr/bin/python3, ids.py]
+scaling: {num_workers: 1}
+datasets:
+  ids: {format: npy, paths: [id.npy], seed: 5}
+run: {storage_path: STORAGE, failure: {max_failures: 1}}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(Contains(out, "Finished resume (1 restarts)"));
+  // The last checkpoint's files: every id of every epoch once.
+  std::string last;
+  for (const auto& e : fs::directory_iterator(sandbox.results() + "/resume")) {
+    const std::string name = e.path().filename();
+    if (name.rfind("checkpoint_", 0) == 0 && name > fs::path(last).filename().string()) last = e.path();
+  }
+  REQUIRE(!last.empty());
+  std::map<int, std::vector<int64_t>> by_epoch;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(last)) {
+    if (e.path().filename().string().rfind("ids_", 0) != 0) continue;
+    ++files;
+    for (const json& taken : json::parse(ReadFile(e.path()))) {
+      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
+    }
+  }
+  CHECK(files == 2);  // the failed attempt's, carried forward, and the last one's
+  std::vector<int64_t> every(45);
+  for (int i = 0; i < 45; ++i) every[i] = i;
+  REQUIRE(by_epoch.size() == 3);
+  for (auto& [epoch, ids] : by_epoch) {
+    std::sort(ids.begin(), ids.end());
+    INFO("epoch " << epoch);
+    CHECK(ids == every);  // 0 repeated, 0 missing
+  }
 }
 
 TEST_CASE("preprocessing runs on a CPU node apart from the trainers and its blocks reach them",

@@ -67,16 +67,13 @@ Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& dat
                           ")");
 }
 
-Status WriteDataPositions(const std::map<std::string, std::unique_ptr<data::DatasetShard>>& shards,
+Status WriteDataPositions(const std::map<std::string, data::ShardPosition>& positions,
                           const std::string& dir) {
-  nlohmann::json positions = nlohmann::json::object();
-  for (const auto& [name, shard] : shards) {
-    const data::ShardPosition p = shard->position();
-    positions[name] = {{"epoch", p.epoch}, {"cursor", p.cursor}};
-  }
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& [name, p] : positions) json[name] = {{"epoch", p.epoch}, {"cursor", p.cursor}};
   const std::string path = dir + "/" + kDataPositionsFile;
   std::ofstream out(path);
-  out << positions.dump() << "\n";
+  out << json.dump() << "\n";
   out.close();
   if (!out) return Status::Internal("cannot write the datasets' positions to " + path);
   return Status::Ok();

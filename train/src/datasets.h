@@ -23,8 +23,8 @@ Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& dat
 // it, so that each dataset goes on with the next sample at any world size.
 inline constexpr char kDataPositionsFile[] = ".rayd_data_positions.json";
 
-// Writes the positions of `shards` into checkpoint directory `dir`.
-Status WriteDataPositions(const std::map<std::string, std::unique_ptr<data::DatasetShard>>& shards,
+// Writes `positions` (by dataset) into checkpoint directory `dir`.
+Status WriteDataPositions(const std::map<std::string, data::ShardPosition>& positions,
                           const std::string& dir);
 // Resumes `shard` (dataset `name`) where checkpoint directory `dir` recorded it; nothing when
 // `dir` recorded no position for it (a checkpoint from before rayd recorded them, or of a run

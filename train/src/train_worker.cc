@@ -151,7 +151,9 @@ void Report(const std::map<std::string, double>& metrics,
   // Where the datasets stand goes into the checkpoint (rank 0's: every rank is at the same
   // steps), for the attempt that resumes from it.
   if (rank == 0 && dir && !session.shards.empty()) {
-    if (Status s = internal::WriteDataPositions(session.shards, *dir); !s.ok()) {
+    std::map<std::string, data::ShardPosition> positions;
+    for (const auto& [name, shard] : session.shards) positions[name] = shard->position();
+    if (Status s = internal::WriteDataPositions(positions, *dir); !s.ok()) {
       throw RaydError("Report: " + s.message());
     }
   }

@@ -367,6 +367,7 @@ class RankProcess {
   std::string stderr_tail_;
   std::vector<Client> clients_;
   Spawned spawned_;
+  DataServer* data_server_ = nullptr;  // Run's, while the command runs
 };
 
 Status RankProcess::Listen() {
@@ -481,6 +482,13 @@ std::string RankProcess::Handle(const std::string& line, std::optional<std::stri
     checkpoint = dir.string();
   }
   if (rank_.launch.world_rank == 0) {
+    // Where the datasets stand goes into the checkpoint, for the attempt that resumes from it.
+    if (checkpoint && data_server_ != nullptr) {
+      if (Status s = data_server_->WritePositions(*checkpoint); !s.ok()) {
+        *failure = Who() + ": " + s.message();
+        return nlohmann::json{{"ok", false}, {"error", s.message()}}.dump();
+      }
+    }
     Status kept = report_(values, checkpoint);
     if (!kept.ok()) return reject(kept.message());
   }
@@ -547,9 +555,10 @@ Result<bool> RankProcess::Run() {
     launch.data_socket = scratch.path + "/data.sock";
     Result<std::unique_ptr<DataServer>> started =
         DataServer::Start(launch.data_socket, rank_.datasets_json, launch.world_size,
-                          launch.world_rank, launch.local_world_size);
+                          launch.world_rank, launch.local_world_size, launch.checkpoint_dir);
     if (!started.ok()) return started.status();
     data_server = std::move(*started);
+    data_server_ = data_server.get();
   }
   if (launch.gloo_iface.empty() && launch.world_rank < static_cast<int>(launch.endpoints.size())) {
     launch.gloo_iface = InterfaceOf(HostOf(launch.endpoints[launch.world_rank]));

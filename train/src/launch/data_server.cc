@@ -17,6 +17,7 @@
 #include <cstring>
 #include <optional>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -24,9 +25,11 @@ namespace rayd::train::internal {
 
 class DataServer::Impl {
  public:
-  Impl(int listen_fd, std::string datasets_json, int world_size, int rank, int local_world_size)
+  Impl(int listen_fd, std::string datasets_json, int world_size, int rank, int local_world_size,
+       std::string resume_dir)
       : listen_fd_(listen_fd),
         datasets_json_(std::move(datasets_json)),
+        resume_dir_(std::move(resume_dir)),
         world_size_(world_size),
         rank_(rank),
         local_world_size_(local_world_size) {
@@ -40,6 +43,16 @@ class DataServer::Impl {
     ::close(stop_pipe_[0]);
     ::close(stop_pipe_[1]);
     for (auto& [name, state] : datasets_) RemoveFile(state);
+  }
+
+  Status WritePositions(const std::string& dir) {
+    std::map<std::string, data::ShardPosition> positions;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [name, d] : datasets_) positions[name] = d.shard->position();
+    }
+    if (positions.empty()) return Status::Ok();
+    return WriteDataPositions(positions, dir);
   }
 
  private:
@@ -114,6 +127,8 @@ class DataServer::Impl {
     RAYD_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetShard> shard,
                           OpenRankShard(datasets_json_, name, world_size_, rank_,
                                         local_world_size_));
+    if (!resume_dir_.empty()) ResumeShard(*shard, name, resume_dir_);
+    std::lock_guard lock(mu_);
     Dataset& d = datasets_[name];
     d.shard = std::move(shard);
     return &d;
@@ -144,6 +159,7 @@ class DataServer::Impl {
       return {{"ok", true},
               {"num_rows", d.shard->num_rows()},
               {"rows_per_epoch", d.shard->rows_per_epoch()},
+              {"next_epoch", d.shard->next_epoch()},  // a resumed run's: where it goes on
               {"columns", columns}};
     }
     if (op == "iter") {
@@ -239,7 +255,10 @@ class DataServer::Impl {
 
   const int listen_fd_;
   const std::string datasets_json_;
+  const std::string resume_dir_;
   const int world_size_, rank_, local_world_size_;
+  std::mutex mu_;  // guards datasets_'s entries being added (the server thread) against
+                   // WritePositions (the report's thread)
   int stop_pipe_[2] = {-1, -1};
   std::map<std::string, Dataset> datasets_;  // the server thread's
   uint64_t files_made_ = 0;
@@ -254,10 +273,13 @@ class DataServer::Impl {
 DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DataServer::~DataServer() = default;
 
+Status DataServer::WritePositions(const std::string& dir) { return impl_->WritePositions(dir); }
+
 Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_path,
                                                       const std::string& datasets_json,
                                                       int world_size, int rank,
-                                                      int local_world_size) {
+                                                      int local_world_size,
+                                                      const std::string& resume_dir) {
   // Malformed datasets fail now, not at the process's first request.
   nlohmann::json json = nlohmann::json::parse(datasets_json, nullptr, /*allow_exceptions=*/false);
   RAYD_RETURN_IF_ERROR(DatasetsFromJson(json).status());
@@ -276,7 +298,7 @@ Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_
     return Status::Internal("cannot listen on " + socket_path + ": " + why);
   }
   return std::unique_ptr<DataServer>(new DataServer(
-      std::make_unique<Impl>(fd, datasets_json, world_size, rank, local_world_size)));
+      std::make_unique<Impl>(fd, datasets_json, world_size, rank, local_world_size, resume_dir)));
 }
 
 }  // namespace rayd::train::internal

@@ -41,10 +41,17 @@ class DataServer {
  public:
   // Serves `datasets_json` (DatasetsToJson) sharded for rank `rank` of `world_size` at
   // `socket_path`.
+  // `resume_dir`: the checkpoint the attempt resumes from ("" for none); each dataset opens
+  // where it recorded the dataset (datasets.h).
   static Result<std::unique_ptr<DataServer>> Start(const std::string& socket_path,
                                                    const std::string& datasets_json, int world_size,
-                                                   int rank, int local_world_size);
+                                                   int rank, int local_world_size,
+                                                   const std::string& resume_dir);
   ~DataServer();
+
+  // Records where the datasets the process has opened stand in checkpoint directory `dir`
+  // (rank 0's report, before the checkpoint is taken). Any thread.
+  Status WritePositions(const std::string& dir);
 
  private:
   class Impl;
