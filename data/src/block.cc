@@ -270,22 +270,33 @@ Result<Block> Block::Concat(const std::vector<Block>& blocks) {
 }
 
 Block Block::Take(std::span<const int64_t> rows) const {
+  std::vector<std::pair<int32_t, int64_t>> at;
+  at.reserve(rows.size());
+  for (int64_t r : rows) at.emplace_back(0, r);
+  return Gather({this, 1}, at);
+}
+
+Block Block::Gather(std::span<const Block> blocks,
+                    std::span<const std::pair<int32_t, int64_t>> rows) {
   BlockBuilder out(static_cast<int64_t>(rows.size()));
-  for (const Column& c : columns_) {
-    if (c.is_bytes()) {
+  if (rows.empty()) return std::move(out).Finish();
+  const Block& model = blocks[rows.front().first];  // the schema (other blocks may be emptied)
+  for (size_t i = 0; i < model.columns_.size(); ++i) {
+    const Column& first = model.columns_[i];
+    if (first.is_bytes()) {
       std::string data;
       std::vector<int64_t> offsets{0};
-      for (int64_t r : rows) {
-        data.append(c.BytesAt(r));
+      for (const auto& [b, r] : rows) {
+        data.append(blocks[b].columns_[i].BytesAt(r));
         offsets.push_back(static_cast<int64_t>(data.size()));
       }
-      out.AddBytes(c.name(), std::move(data), std::move(offsets));
+      out.AddBytes(first.name(), std::move(data), std::move(offsets));
       continue;
     }
-    const int64_t row_bytes = c.RowBytes();
-    uint8_t* to = out.AddFixed(c.schema);
-    for (int64_t r : rows) {
-      std::memcpy(to, c.data + r * row_bytes, static_cast<size_t>(row_bytes));
+    const int64_t row_bytes = first.RowBytes();
+    uint8_t* to = out.AddFixedForOverwrite(first.schema);
+    for (const auto& [b, r] : rows) {
+      std::memcpy(to, blocks[b].columns_[i].data + r * row_bytes, static_cast<size_t>(row_bytes));
       to += row_bytes;
     }
   }

@@ -701,20 +701,17 @@ class LocalShuffle : public BatchIterator {
     }
     const int64_t n = std::min<int64_t>(batch_size_, rows_.size());
     if (n == 0 || (drop_last_ && n < batch_size_)) return std::optional<Block>();
-    // Draw n rows (a partial Fisher-Yates from the back), then gather them block by block.
-    std::map<int32_t, std::vector<int64_t>> drawn;
+    // Draw n rows (a partial Fisher-Yates from the back), then gather them in one copy.
+    std::vector<std::pair<int32_t, int64_t>> drawn(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       std::swap(rows_[random_.Below(rows_.size())], rows_.back());
-      drawn[rows_.back().first].push_back(rows_.back().second);
+      drawn[i] = rows_.back();
       rows_.pop_back();
     }
-    std::vector<Block> parts;
-    for (const auto& [b, rows] : drawn) {
-      parts.push_back(blocks_[b].Take(rows));
-      if ((left_[b] -= static_cast<int64_t>(rows.size())) == 0) blocks_[b] = Block();
+    Block batch = Block::Gather(blocks_, drawn);
+    for (const auto& [b, r] : drawn) {
+      if (--left_[b] == 0) blocks_[b] = Block();  // every row of it drawn: its memory may go
     }
-    if (parts.size() == 1) return std::optional<Block>(std::move(parts[0]));
-    RAYD_ASSIGN_OR_RETURN(Block batch, Block::Concat(parts));
     return std::optional<Block>(std::move(batch));
   }
 

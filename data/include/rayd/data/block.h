@@ -101,6 +101,10 @@ class Block {
   static Result<Block> Concat(const std::vector<Block>& blocks);
   // The rows at `rows` (indices into this block, in that order), copied.
   Block Take(std::span<const int64_t> rows) const;
+  // Rows of several blocks of one schema ((block, row) pairs, in that order), copied. Only the
+  // blocks named in `rows` are read.
+  static Block Gather(std::span<const Block> blocks,
+                      std::span<const std::pair<int32_t, int64_t>> rows);
 
   // The layout of data/FORMAT.md.
   size_t SerializedSize() const;
