@@ -13,17 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 epochs="${1:-3}" batch="${2:-64}" channels="${3:-8}" hidden="${4:-64}"
 rayd="${RAYD_BIN:-build/cli/rayd}"
-work="$(mktemp -d /tmp/rayd-bench-ingest.XXXXXX)"
-burners=()
-cleanup() {
-  for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 1 "${BURNERS:-0}"); do
-  (while :; do :; done) &
-  burners+=($!)
-done
+source bench/data/common.sh
+bench_work rayd-bench-ingest
+start_burners
 
 # torchvision's layout: root/FashionMNIST/raw/<un-gzipped files>.
 mkdir -p "$work/tv/FashionMNIST/raw"

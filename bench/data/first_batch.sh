@@ -19,22 +19,14 @@ cd "$(dirname "$0")/../.."
 repeats="${1:-3}" images="${2:-10000}"
 bench="${FIRST_BATCH_BIN:-build/bench/first_batch}"
 here="$(pwd)/bench/data"
-work="$(mktemp -d /tmp/rayd-bench-first-batch.XXXXXX)"
-burners=()
-cleanup() {
-  for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/data/common.sh
+bench_work rayd-bench-first-batch
 /usr/bin/python3 "$here/make_image_folder.py" "$work/images" "$images" 64 2>/dev/null
 mkdir -p "$work/tv/FashionMNIST/raw"
 for f in /usr/share/datasets/fashion-mnist/*.gz; do
   gzip -dc "$f" >"$work/tv/FashionMNIST/raw/$(basename "${f%.gz}")"
 done
-for _ in $(seq 1 "${BURNERS:-0}"); do
-  (while :; do :; done) &
-  burners+=($!)
-done
+start_burners
 
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg); burners: ${BURNERS:-0}"
 RAYD_TEMP_DIR="$work/tmp" "$bench" "$repeats" "$work/images" | tee "$work/rayd.out" | grep -v '^RESULT'

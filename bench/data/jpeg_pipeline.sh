@@ -26,18 +26,10 @@ epochs="${1:-3}" batch="${2:-64}" images="${3:-10000}"
 channels=8 hidden=64 side=56
 rayd="${RAYD_BIN:-build/cli/rayd}"
 here="$(pwd)/bench/data"
-work="$(mktemp -d /tmp/rayd-bench-jpeg.XXXXXX)"
-burners=()
-cleanup() {
-  for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/data/common.sh
+bench_work rayd-bench-jpeg
 /usr/bin/python3 "$here/make_image_folder.py" "$work/images" "$images" 64 2>/dev/null
-for _ in $(seq 1 "${BURNERS:-0}"); do
-  (while :; do :; done) &
-  burners+=($!)
-done
+start_burners
 
 cat >"$work/train.yaml" <<YAML
 name: jpeg
