@@ -8,7 +8,8 @@
 //   resume_bench [ROWS=60000] [BATCH=64] [ROUNDS=5]
 
 #include <rayd/data/shard.h>
-#include <rayd/data/writer.h>
+
+#include "bench_dataset.h"
 
 #include <algorithm>
 #include <chrono>
@@ -62,33 +63,11 @@ int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 60000;
   const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 64;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 5;
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("rayd-resume-bench-" + std::to_string(::getpid())))
-                              .string();
-  {
-    rayd::data::DatasetWriter writer("npy", dir);
-    for (int64_t at = 0; at < rows; at += 4096) {
-      const int64_t n = std::min<int64_t>(4096, rows - at);
-      rayd::data::BlockBuilder b(n);
-      auto* id = reinterpret_cast<int64_t*>(b.AddFixed({"id", rayd::data::DType::kInt64, {}}));
-      uint8_t* image = b.AddFixed({"image", rayd::data::DType::kUInt8, {28, 28}});
-      for (int64_t r = 0; r < n; ++r) {
-        id[r] = at + r;
-        std::memset(image + r * 784, static_cast<int>((at + r) % 251), 784);
-      }
-      if (!writer.Write(std::move(b).Finish()).ok()) return 1;
-    }
-    if (!writer.Close().ok()) return 1;
-  }
+  const std::string dir = rayd::bench::WriteIdImageNpy("rayd-resume-bench", rows);
   DatasetSpec spec{.name = "bench", .format = "npy", .paths = {dir + "/*.npy"}};
-  char load[64] = "?";
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fgets(load, sizeof load, f) == nullptr) load[0] = 0;
-    std::fclose(f);
-  }
-  load[std::strcspn(load, "\n")] = 0;
   std::printf("resume_bench: %lld rows, 2 ranks, batch %lld, median of %d, load %s\n",
-              static_cast<long long>(rows), static_cast<long long>(batch), rounds, load);
+              static_cast<long long>(rows), static_cast<long long>(batch), rounds,
+              rayd::bench::LoadAverage().c_str());
   std::printf("%-10s %14s %22s\n", "epoch at", "resumed (ms)", "skipping batches (ms)");
   const int64_t steps_per_epoch = rows / (2 * batch);
   FirstBatch(spec, batch, 0, false, {1, 0});  // warm the page cache

@@ -13,7 +13,8 @@
 //   shuffle_quality [ROWS=60000] [BATCH=256] [BUFFER=10000] [ROUNDS=3]
 
 #include <rayd/data/shard.h>
-#include <rayd/data/writer.h>
+
+#include "bench_dataset.h"
 
 #include <algorithm>
 #include <chrono>
@@ -82,24 +83,7 @@ int main(int argc, char** argv) {
   const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 256;
   const int64_t buffer = argc > 3 ? std::atoll(argv[3]) : 10000;
   const int rounds = argc > 4 ? std::atoi(argv[4]) : 3;
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("rayd-shuffle-bench-" + std::to_string(::getpid())))
-                              .string();
-  {
-    rayd::data::DatasetWriter writer("npy", dir);
-    for (int64_t at = 0; at < rows; at += 4096) {
-      const int64_t n = std::min<int64_t>(4096, rows - at);
-      rayd::data::BlockBuilder b(n);
-      auto* id = reinterpret_cast<int64_t*>(b.AddFixed({"id", rayd::data::DType::kInt64, {}}));
-      uint8_t* image = b.AddFixed({"image", rayd::data::DType::kUInt8, {28, 28}});
-      for (int64_t r = 0; r < n; ++r) {
-        id[r] = at + r;
-        std::memset(image + r * 784, static_cast<int>((at + r) % 251), 784);
-      }
-      if (!writer.Write(std::move(b).Finish()).ok()) return 1;
-    }
-    if (!writer.Close().ok()) return 1;
-  }
+  const std::string dir = rayd::bench::WriteIdImageNpy("rayd-shuffle-bench", rows);
   rayd::data::DatasetSpec ordered{.name = "bench", .format = "npy", .paths = {dir + "/*.npy"}};
   ordered.options["shuffle"] = false;
   rayd::data::DatasetSpec shuffled = ordered;
@@ -107,15 +91,7 @@ int main(int argc, char** argv) {
 
   std::printf("shuffle_quality: %lld rows of 792 bytes, batch %lld, buffer %lld, load %s\n",
               static_cast<long long>(rows), static_cast<long long>(batch),
-              static_cast<long long>(buffer), [] {
-                static char load[64] = "?";
-                if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-                  if (std::fgets(load, sizeof load, f) == nullptr) load[0] = 0;
-                  std::fclose(f);
-                }
-                load[std::strcspn(load, "\n")] = 0;
-                return load;
-              }());
+              static_cast<long long>(buffer), rayd::bench::LoadAverage().c_str());
   uint64_t sink = 0;
   struct Mode {
     const char* name;
