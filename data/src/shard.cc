@@ -287,6 +287,7 @@ class DataStages {
 
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
+  std::atomic<int64_t> held_blocks{0}, held_bytes{0};  // the current pass's, now
   // The position of the last pass that started (ShardPosition), updated as it hands out steps.
   std::atomic<int64_t> epoch{0}, cursor{0};
 };
@@ -414,6 +415,8 @@ ShardStats DatasetShard::stats() const {
   s.bytes = counters_->bytes.load();
   s.skipped_rows = counters_->skipped.load();
   s.peak_held_bytes = counters_->peak_held.load();
+  s.held_blocks = counters_->held_blocks.load();
+  s.held_bytes = counters_->held_bytes.load();
   return s;
 }
 
@@ -479,6 +482,9 @@ class ShardPass : public BatchIterator {
     }
     changed_.notify_all();
     producer_.join();
+    // What the loop never took is no longer held.
+    counters_->held_blocks -= held_blocks_;
+    counters_->held_bytes -= held_bytes_;
   }
 
   Result<std::optional<Block>> Next() override {
@@ -495,6 +501,9 @@ class ShardPass : public BatchIterator {
       Result<Block> block = std::move(ready_.front());
       ready_.pop_front();
       held_bytes_ -= estimated_[next_block_];
+      --held_blocks_;
+      counters_->held_blocks -= 1;
+      counters_->held_bytes -= estimated_[next_block_];
       ++next_block_;
       lock.unlock();
       changed_.notify_all();
@@ -544,6 +553,9 @@ class ShardPass : public BatchIterator {
     });
     if (stop_) return false;
     held_bytes_ += bytes;
+    ++held_blocks_;
+    counters_->held_blocks += 1;
+    counters_->held_bytes += bytes;
     estimated_[block] = bytes;
     if (held_bytes_ > counters_->peak_held) counters_->peak_held = held_bytes_;
     return true;
@@ -660,6 +672,7 @@ class ShardPass : public BatchIterator {
   std::condition_variable changed_;
   std::deque<Result<Block>> ready_;  // guarded by mu_: made, not yet taken, in block order
   int64_t held_bytes_ = 0;           // guarded by mu_: estimated bytes made or in flight
+  int64_t held_blocks_ = 0;          // guarded by mu_: blocks made or in flight, not taken
   std::vector<int64_t> estimated_;   // guarded by mu_: each started block's estimate
   bool stop_ = false;                // guarded by mu_
 

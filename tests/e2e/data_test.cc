@@ -366,6 +366,10 @@ run: {storage_path: STORAGE}
   REQUIRE(results.size() == 1);
   CHECK(results[0]["rows"] == 51);  // rank 0's
   CHECK(results[0].contains("data_wait_s"));
+  // Each rank's wait, as of its latest publication (rank 1's may come after rank 0's report).
+  const double own = results[0]["data_wait_s"].get<double>();
+  CHECK(results[0]["data_wait_s_rank_0"].get<double>() == Approx(own).margin(1e-6));
+  CHECK(results[0]["data_wait_s_max"].get<double>() >= own - 1e-6);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "runtime_harness.h"
 
@@ -101,6 +103,46 @@ void RecordIds(const nlohmann::json& config) {
 }
 RAYD_TRAIN_LOOP(RecordIds);
 
+// The rows rank `rank`'s dataset feed (data_feed.h) on the head says it took of dataset `ids`
+// (its rayd_data_rows_total sample for /metrics); -1 while it has published none.
+double FeedRows(const std::string& run, int rank) {
+  std::optional<std::string> feed =
+      rayd::KvGet("dashboard", "feed/shard/" + run + ".rank" + std::to_string(rank));
+  if (!feed) return -1;
+  const nlohmann::json summary = nlohmann::json::parse(*feed);
+  for (const nlohmann::json& sample : summary["metrics"]) {
+    if (sample["name"] == "rayd_data_rows_total" && sample["labels"]["dataset"] == "ids" &&
+        sample["labels"]["rank"] == std::to_string(rank)) {
+      return sample["value"].get<double>();
+    }
+  }
+  return -1;
+}
+
+// Every rank takes an epoch of dataset `ids` per report. Rank 0 first waits (polling, 30 s at
+// most) until rank 1's feed shows that epoch's rows, published at rank 1's report, and reports
+// what it saw: so its row has rank 1's wait up to that epoch at least.
+void FeedRanks(const nlohmann::json& config) {
+  const rt::TrainContext& context = rt::GetContext();
+  rayd::data::DatasetShard& shard = rt::GetDatasetShard("ids");
+  for (int epoch = 0; epoch < config.value("epochs", 2); ++epoch) {
+    auto pass = shard.IterBatches({.batch_size = 4});
+    while (rt::NextBatch(*pass)) {
+    }
+    double rank1_rows = -1;
+    if (context.world_rank == 0) {
+      const double want = static_cast<double>((epoch + 1) * shard.rows_per_epoch());
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while ((rank1_rows = FeedRows(context.run_name, 1)) < want &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    rt::Report({{"epoch", epoch}, {"rank1_rows", rank1_rows}});
+  }
+}
+RAYD_TRAIN_LOOP(FeedRanks);
+
 }  // namespace
 
 TEST_CASE("a dataset resumes exactly after a failure and at another world size, every id of "
@@ -155,6 +197,43 @@ TEST_CASE("a dataset resumes exactly after a failure and at another world size, 
     INFO("epoch " << epoch);
     CHECK(ids == every);  // 0 repeated, 0 missing
   }
+}
+
+TEST_CASE("every rank's data wait is in rank 0's rows and its dataset feed on the head, "
+          "gone when the run ends",
+          "[trainer][data]") {
+  EmbeddedRayd cluster;
+  TempDir storage;
+  constexpr int kRows = 40, kEpochs = 2;
+  std::ofstream csv(storage.path() + "/ids.csv");
+  csv << "id\n";
+  for (int i = 0; i < kRows; ++i) csv << i << "\n";
+  csv.close();
+  rt::RunConfig run{.name = "feeds", .storage_path = storage.path()};
+  run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"}}};
+  rt::TrainResult done =
+      rt::Trainer("FeedRanks", {{"epochs", kEpochs}}, {.num_workers = 2}, run).Fit();
+  INFO(done.error);
+  REQUIRE(done.ok());
+  std::ifstream lines(storage.path() + "/feeds/result.json");
+  int rows = 0;
+  for (std::string line; std::getline(lines, line); ++rows) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    INFO(line);
+    CHECK(r["rank1_rows"].get<double>() >= (rows + 1) * kRows / 2);  // rank 1 may be ahead
+    for (const char* column : {"data_wait_s", "data_wait_s_rank_0", "data_wait_s_rank_1",
+                               "data_wait_s_max", "data_wait_max_rank"}) {
+      REQUIRE(r.contains(column));
+      CHECK(r[column].get<double>() >= 0);
+    }
+    CHECK(r["data_wait_s_rank_0"].get<double>() == r["data_wait_s"].get<double>());
+    CHECK(r["data_wait_s_max"].get<double>() ==
+          std::max(r["data_wait_s_rank_0"].get<double>(), r["data_wait_s_rank_1"].get<double>()));
+  }
+  CHECK(rows == kEpochs);
+  // The run is over: its ranks' feeds are gone from the head (and /metrics).
+  CHECK_FALSE(rayd::KvGet("dashboard", "feed/shard/feeds.rank0"));
+  CHECK_FALSE(rayd::KvGet("dashboard", "feed/shard/feeds.rank1"));
 }
 
 TEST_CASE("a loop that only reports runs on a rank without LibTorch", "[trainer]") {

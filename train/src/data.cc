@@ -107,6 +107,10 @@ data::DatasetShard& GetDatasetShard(const std::string& name) {
   if (!shard.ok()) throw RaydError("GetDatasetShard: " + shard.status().message());
   // A restarted attempt goes on where its checkpoint's report left the dataset.
   if (session.checkpoint) internal::ResumeShard(**shard, name, *session.checkpoint);
+  if (!session.data_feed) {
+    session.data_feed = std::make_unique<internal::DataFeed>(context.run_name, context.world_rank,
+                                                             context.world_size);
+  }
   return *session.shards.emplace(name, std::move(*shard)).first->second;
 }
 

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "background_writer.h"
+#include "data_feed.h"
 
 namespace rayd::train::internal {
 
@@ -73,6 +74,7 @@ struct RankSession {
   std::string datasets_json;
   std::map<std::string, std::unique_ptr<data::DatasetShard>> shards;
   double data_wait_reported = 0;  // the shards' wait_seconds at the last Report
+  std::unique_ptr<DataFeed> data_feed;  // made with the first shard
   std::string drain_file;  // NodeDrainFile(), read by each GetContext
   TrainWorker* worker = nullptr;
   GroupSpec group;

@@ -147,6 +147,15 @@ void Report(const std::map<std::string, double>& metrics,
     reported.try_emplace("data_wait_s", waited - session.data_wait_reported);
     if (skipped > 0) reported.try_emplace("data_skipped_rows", static_cast<double>(skipped));
     session.data_wait_reported = waited;
+    // Every rank's datasets on the dashboard; rank 0's row gets each rank's wait (data_feed.h).
+    internal::DataFeed::Shards shards;
+    for (const auto& [name, shard] : session.shards) shards.emplace(name, shard.get());
+    session.data_feed->Publish(shards);
+    if (rank == 0 && session.context.world_size > 1) {
+      for (auto& [name, value] : session.data_feed->RankWaitColumns(waited)) {
+        reported.try_emplace(name, value);
+      }
+    }
   }
   // Where the datasets stand goes into the checkpoint (rank 0's: every rank is at the same
   // steps), for the attempt that resumes from it.
@@ -307,6 +316,7 @@ void TrainWorker::RunCommand(const RunSpec& spec, const std::string& checkpoint_
                  .cpus = spec.cpus};
   rank.config_json = spec.config_json;
   rank.datasets_json = spec.datasets_json;
+  rank.run_name = spec.run_name;
   // Beside the trial's other files when the driver's directory is visible here (this node is
   // the driver's, or they share a filesystem); else in this node's temporary directory.
   const std::string log_name = "rank_" + std::to_string(spec.world_rank) + ".log";

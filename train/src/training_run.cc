@@ -23,6 +23,7 @@
 
 #include "checkpoint_store.h"
 #include "cluster_nodes.h"
+#include "data_feed.h"
 #include "train_worker.h"
 
 namespace rayd::train {
@@ -674,7 +675,11 @@ void TrainingRun::Impl::Launch() {
   common.mesh_pipeline = mesh_.pipeline;
   common.mesh_tensor = mesh_.tensor;
   common.use_gpu = scaling_.use_gpu;
-  if (!run_.datasets.empty()) common.datasets_json = DatasetsToJson(run_.datasets).dump();
+  if (!run_.datasets.empty()) {
+    common.datasets_json = DatasetsToJson(run_.datasets).dump();
+    // The last attempt's ranks' feeds go: this attempt's rank 0 counts its ranks' waits anew.
+    internal::DeleteShardFeeds(run_.name);
+  }
   // Unique among the attempts a reused gang serves (its Polls must not see another's end).
   attempt_token_ = AttemptToken();
   common.attempt_token = attempt_token_;
@@ -1049,6 +1054,7 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
 
 void TrainingRun::Impl::Finish() {
   over_ = true;
+  if (!run_.datasets.empty()) internal::DeleteShardFeeds(run_.name);
   result_.metrics = store_->last_metrics();
   result_.checkpoint = store_->Latest();
   if (tracking_) {

@@ -181,6 +181,12 @@ const server = http.createServer((req, res) => {
   if (Date.now() < downUntil) return req.socket.destroy();
   if (cookies[kCookie] !== opt.token) return send(res, 401, { error: "missing or bad dashboard token" });
   if (url.pathname === "/api/cluster") return send(res, 200, clusterJson());
+  if (url.pathname === "/api/shards") {
+    const rank = (r, waited) => ({ name: `mlp-asha_00000.rank${r}`, run: "mlp-asha_00000", rank: r, wait_s: waited,
+      updated_ms: Date.now(), datasets: { train: { rows: 12800, bytes: 40140800, blocks: 25, wait_s: waited,
+        rows_per_s: 2100, blocks_in_flight: 2, held_bytes: 3211264, peak_held_bytes: 6422528, skipped_rows: 0 } } });
+    return send(res, 200, { shards: [rank(0, 0.4), rank(1, 2.7)] });
+  }
   if (url.pathname === "/api/sweeps") return send(res, 200, { sweeps: sweepsDef.map((d) => sweepJson(d, false)) });
   if (url.pathname.startsWith("/api/sweeps/")) {
     const name = decodeURIComponent(url.pathname.slice("/api/sweeps/".length));

@@ -481,6 +481,12 @@ std::string RankProcess::Handle(const std::string& line, std::optional<std::stri
     }
     checkpoint = dir.string();
   }
+  // Every rank's datasets on the dashboard; rank 0's row gets each rank's wait (data_feed.h).
+  if (data_server_ != nullptr) {
+    for (auto& [name, value] : data_server_->PublishFeed(rank_.launch.world_rank == 0)) {
+      values.try_emplace(name, value);
+    }
+  }
   if (rank_.launch.world_rank == 0) {
     // Where the datasets stand goes into the checkpoint, for the attempt that resumes from it.
     if (checkpoint && data_server_ != nullptr) {
@@ -555,7 +561,8 @@ Result<bool> RankProcess::Run() {
     launch.data_socket = scratch.path + "/data.sock";
     Result<std::unique_ptr<DataServer>> started =
         DataServer::Start(launch.data_socket, rank_.datasets_json, launch.world_size,
-                          launch.world_rank, launch.local_world_size, launch.checkpoint_dir);
+                          launch.world_rank, launch.local_world_size, launch.checkpoint_dir,
+                          rank_.run_name);
     if (!started.ok()) return started.status();
     data_server = std::move(*started);
     data_server_ = data_server.get();

@@ -30,6 +30,7 @@ struct CommandRank {
   RankLaunch launch;  // report_*, config_file and python_dir are filled in by RunCommandRank
   std::string config_json;
   std::string datasets_json;  // the run's datasets, served to the command (data_server.h)
+  std::string run_name;       // names the rank's dataset feed (data_feed.h)
   std::string log_path;  // the rank's stdout and stderr, appended
 };
 

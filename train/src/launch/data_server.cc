@@ -2,6 +2,7 @@
 
 #include "data_server.h"
 
+#include "../data_feed.h"
 #include "../datasets.h"
 #include "shared_pages.h"
 
@@ -26,13 +27,14 @@ namespace rayd::train::internal {
 class DataServer::Impl {
  public:
   Impl(int listen_fd, std::string datasets_json, int world_size, int rank, int local_world_size,
-       std::string resume_dir)
+       std::string resume_dir, std::string run_name)
       : listen_fd_(listen_fd),
         datasets_json_(std::move(datasets_json)),
         resume_dir_(std::move(resume_dir)),
         world_size_(world_size),
         rank_(rank),
-        local_world_size_(local_world_size) {
+        local_world_size_(local_world_size),
+        feed_(std::move(run_name), rank, world_size) {
     if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) stop_pipe_[0] = stop_pipe_[1] = -1;
     thread_ = std::thread([this] { Serve(); });
   }
@@ -55,7 +57,28 @@ class DataServer::Impl {
     return WriteDataPositions(positions, dir);
   }
 
+  std::map<std::string, double> PublishFeed(bool rank_waits) {
+    DataFeed::Shards shards;
+    double waited = 0;
+    {
+      std::lock_guard lock(mu_);
+      shards = Shards();
+      for (const auto& [name, shard] : shards) waited += shard->stats().wait_seconds;
+    }
+    if (shards.empty()) return {};
+    feed_.Publish(shards);
+    if (!rank_waits || world_size_ < 2) return {};
+    return feed_.RankWaitColumns(waited);
+  }
+
  private:
+  // The shards opened so far (the server thread's, or under mu_).
+  DataFeed::Shards Shards() const {
+    DataFeed::Shards shards;
+    for (const auto& [name, d] : datasets_) shards.emplace(name, d.shard.get());
+    return shards;
+  }
+
   struct Dataset {
     std::unique_ptr<data::DatasetShard> shard;
     std::unique_ptr<data::BatchIterator> pass;
@@ -180,12 +203,14 @@ class DataServer::Impl {
       const double waited = d.shard->stats().wait_seconds;
       const double wait_s = waited - d.waited_reported;
       d.waited_reported = waited;
+      feed_.Touch(Shards());
       if (!next.ok()) {
         d.pass.reset();
         return Error(next.status().message());
       }
       if (!*next) {
         d.pass.reset();
+        feed_.Publish(Shards());
         return {{"ok", true}, {"end", true}, {"wait_s", wait_s}};
       }
       if (std::optional<nlohmann::json> shared = DescribeShared(**next);
@@ -257,7 +282,8 @@ class DataServer::Impl {
   const std::string datasets_json_;
   const std::string resume_dir_;
   const int world_size_, rank_, local_world_size_;
-  std::mutex mu_;  // guards datasets_'s entries being added (the server thread) against
+  DataFeed feed_;
+  mutable std::mutex mu_;  // guards datasets_'s entries being added (the server thread) against
                    // WritePositions (the report's thread)
   int stop_pipe_[2] = {-1, -1};
   std::map<std::string, Dataset> datasets_;  // the server thread's
@@ -274,12 +300,16 @@ DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DataServer::~DataServer() = default;
 
 Status DataServer::WritePositions(const std::string& dir) { return impl_->WritePositions(dir); }
+std::map<std::string, double> DataServer::PublishFeed(bool rank_waits) {
+  return impl_->PublishFeed(rank_waits);
+}
 
 Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_path,
                                                       const std::string& datasets_json,
                                                       int world_size, int rank,
                                                       int local_world_size,
-                                                      const std::string& resume_dir) {
+                                                      const std::string& resume_dir,
+                                                      const std::string& run_name) {
   // Malformed datasets fail now, not at the process's first request.
   nlohmann::json json = nlohmann::json::parse(datasets_json, nullptr, /*allow_exceptions=*/false);
   RAYD_RETURN_IF_ERROR(DatasetsFromJson(json).status());
@@ -298,7 +328,8 @@ Result<std::unique_ptr<DataServer>> DataServer::Start(const std::string& socket_
     return Status::Internal("cannot listen on " + socket_path + ": " + why);
   }
   return std::unique_ptr<DataServer>(new DataServer(
-      std::make_unique<Impl>(fd, datasets_json, world_size, rank, local_world_size, resume_dir)));
+      std::make_unique<Impl>(fd, datasets_json, world_size, rank, local_world_size, resume_dir,
+                             run_name)));
 }
 
 }  // namespace rayd::train::internal

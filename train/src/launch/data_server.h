@@ -32,6 +32,7 @@
 
 #include <rayd/base/status.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -46,12 +47,17 @@ class DataServer {
   static Result<std::unique_ptr<DataServer>> Start(const std::string& socket_path,
                                                    const std::string& datasets_json, int world_size,
                                                    int rank, int local_world_size,
-                                                   const std::string& resume_dir);
+                                                   const std::string& resume_dir,
+                                                   const std::string& run_name);
   ~DataServer();
 
   // Records where the datasets the process has opened stand in checkpoint directory `dir`
   // (rank 0's report, before the checkpoint is taken). Any thread.
   Status WritePositions(const std::string& dir);
+  // Publishes the datasets' feed now (a report; data_feed.h); with `rank_waits` (rank 0), returns
+  // each rank's wait as result columns. The server also publishes while it serves batches, at
+  // most every DataFeed::kEverySeconds, and at the end of each pass. Any thread.
+  std::map<std::string, double> PublishFeed(bool rank_waits);
 
  private:
   class Impl;

@@ -73,6 +73,9 @@ struct ShardStats {
   // The most block bytes (estimated from the rows read) a pass held at once, made or in flight
   // and not yet taken by the loop: what backpressure keeps under budget_bytes (plus one block).
   int64_t peak_held_bytes = 0;
+  // Now: blocks made or in flight that the loop has not taken yet, and their estimated bytes.
+  int64_t held_blocks = 0;
+  int64_t held_bytes = 0;
 };
 
 class DatasetShard;
