@@ -4,6 +4,8 @@
 #include <rayd/data/order.h>
 #include <rayd/data/shard.h>
 
+#include "node_cache.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -14,6 +16,10 @@
 
 namespace rayd::data {
 namespace {
+
+using internal::BlockCounts;
+using internal::Prefixed;
+using internal::ViewPrefixed;
 
 // Readers this process has open, by the dataset's spec: a producer thread or a data task reuses
 // its reader across blocks (opening one scans CSV lines, inflates gzip files, ...). A few at
@@ -76,45 +82,32 @@ Result<DatasetSpec> SpecFromKey(const std::string& key) {
   return spec;
 }
 
-// A block made by a task or an actor: a 64-byte prefix (the rows on_error: skip left out, a
-// uint64) and the block (data/FORMAT.md), so the block stays 64-byte aligned in the object store.
-constexpr size_t kTaskPrefix = 64;
-
-std::vector<uint8_t> Prefixed(const Block& block, int64_t skipped) {
-  std::vector<uint8_t> out(kTaskPrefix + block.SerializedSize());
-  const uint64_t s = static_cast<uint64_t>(skipped);
-  std::memcpy(out.data(), &s, sizeof(s));
-  block.SerializeTo(out.data() + kTaskPrefix);
-  return out;
-}
-
-// The block a task or actor made, viewed where the object store holds it. Throws RaydError
-// (the task's error, a lost object).
-Result<Block> ViewPrefixed(const ObjectRef<std::vector<uint8_t>>& ref, int64_t* skipped) {
-  auto view = std::make_shared<ArrayView<uint8_t>>(rayd::GetView(ref));
-  if (view->size() < kTaskPrefix) return Status::Internal("a data task returned no block");
-  uint64_t s = 0;
-  std::memcpy(&s, view->data(), sizeof(s));
-  *skipped = static_cast<int64_t>(s);
-  return Block::View(view, view->data() + kTaskPrefix, view->size() - kTaskPrefix);
-}
-
 Status InDataset(const DatasetSpec& spec, const Status& status) {
   return Status(status.code(), "datasets." + spec.name + ": " + status.message());
 }
 
-// Reads `rows` and applies the steps of stage 0 (the ones that run with the read).
+// Reads `rows` and applies the steps of stage 0 (the ones that run with the read): with a
+// cache step among them, the rows come from the node's cache with the steps before it applied
+// (node_cache.h), and only the steps after it run here.
 Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
-                               std::span<const int64_t> rows, int64_t* skipped) {
+                               std::span<const int64_t> rows, BlockCounts* counts) {
   RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
                         ReaderCache::Get().Open(spec, key));
-  std::lock_guard lock(entry->mu);
-  const int64_t skipped_before = entry->reader->skipped_rows();
-  Result<Block> block = entry->reader->Read(rows);
-  if (skipped != nullptr) *skipped = entry->reader->skipped_rows() - skipped_before;
-  if (!block.ok()) return InDataset(spec, block.status());
-  Result<Block> out = ApplyTransforms(
-      std::span<const TransformStep>(entry->steps).first(entry->stages[0].end), std::move(*block));
+  const std::span<const TransformStep> stage0 =
+      std::span<const TransformStep>(entry->steps).first(entry->stages[0].end);
+  const std::optional<size_t> cache = CacheStep(stage0);
+  Result<Block> block = Status::Internal("unread");
+  if (cache) {
+    block = internal::ReadThroughNodeCache(spec, key, rows, counts);
+    if (!block.ok()) return block.status();
+  } else {
+    std::lock_guard lock(entry->mu);
+    const int64_t skipped_before = entry->reader->skipped_rows();
+    block = entry->reader->Read(rows);
+    counts->skipped += entry->reader->skipped_rows() - skipped_before;
+    if (!block.ok()) return InDataset(spec, block.status());
+  }
+  Result<Block> out = ApplyTransforms(stage0.subspan(cache ? *cache + 1 : 0), std::move(*block));
   if (!out.ok()) return InDataset(spec, out.status());
   return out;
 }
@@ -136,12 +129,12 @@ Result<std::vector<TransformStep>> StageSteps(const DatasetSpec& spec, int64_t b
 std::vector<uint8_t> ApplyStage(const DatasetSpec& spec, std::span<const TransformStep> steps,
                                 BatchMapper* mapper,
                                 const ObjectRef<std::vector<uint8_t>>& input) {
-  int64_t skipped = 0;
-  Result<Block> block = ViewPrefixed(input, &skipped);
+  BlockCounts counts;
+  Result<Block> block = ViewPrefixed(input, &counts);
   if (!block.ok()) throw RaydError(block.status().message());
   Result<Block> out = ApplyTransforms(steps, std::move(*block), mapper);
   if (!out.ok()) throw RaydError(InDataset(spec, out.status()).message());
-  return Prefixed(*out, skipped);
+  return Prefixed(*out, counts);
 }
 
 }  // namespace
@@ -151,10 +144,10 @@ std::vector<uint8_t> ApplyStage(const DatasetSpec& spec, std::span<const Transfo
 std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t> rows) {
   Result<DatasetSpec> spec = SpecFromKey(spec_key);
   if (!spec.ok()) throw RaydError(spec.status().message());
-  int64_t skipped = 0;
-  Result<Block> block = ReadAndTransform(*spec, spec_key, rows, &skipped);
+  BlockCounts counts;
+  Result<Block> block = ReadAndTransform(*spec, spec_key, rows, &counts);
   if (!block.ok()) throw RaydError(block.status().message());
-  return Prefixed(*block, skipped);
+  return Prefixed(*block, counts);
 }
 
 // A later stage of plain steps with a placement of their own, as a task.
@@ -288,6 +281,7 @@ class DataStages {
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
   std::atomic<int64_t> held_blocks{0}, held_bytes{0};  // the current pass's, now
+  std::atomic<int64_t> cache_made{0}, cache_hits{0};
   // The position of the last pass that started (ShardPosition), updated as it hands out steps.
   std::atomic<int64_t> epoch{0}, cursor{0};
 };
@@ -342,6 +336,10 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
   // what one row makes.
   RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
                         ReaderCache::Get().Open(spec, shard->spec_json_));
+  if (CacheStep(entry->steps) && o.value("on_error", nlohmann::json()) == "skip") {
+    return bad("on_error", "no skip with {cache: node}: the cache keeps every row in place, so it "
+                           "cannot leave bad ones out");
+  }
   std::optional<Block> first_block;  // the first row after stage 0
   {
     std::lock_guard lock(entry->mu);
@@ -365,9 +363,13 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
       Result<Block> row = entry->reader->Read({&first, 1});
       if (row.ok() && row->num_rows() == 1) {
         shard->row_bytes_ = std::max<int64_t>(row->nbytes(), 1);
-        Result<Block> out = ApplyTransforms(
-            std::span<const TransformStep>(entry->steps).first(entry->stages[0].end),
-            std::move(*row));
+        const std::span<const TransformStep> stage0 =
+            std::span<const TransformStep>(entry->steps).first(entry->stages[0].end);
+        // Through the node's cache when there is one: its steps run once per node.
+        BlockCounts counts;
+        Result<Block> out = CacheStep(stage0)
+                                ? ReadAndTransform(spec, shard->spec_json_, {&first, 1}, &counts)
+                                : ApplyTransforms(stage0, std::move(*row));
         if (!out.ok()) {
           return Status(out.status().code(), prefix + "transforms: " + out.status().message());
         }
@@ -393,9 +395,9 @@ Status DatasetShard::StartStages(const std::vector<TransformStage>& stages,
   RAYD_RETURN_IF_ERROR(stages_->Start());
   if (!first_row) return Status::Ok();
   try {
-    int64_t skipped = 0;
+    BlockCounts counts;
     RAYD_ASSIGN_OR_RETURN(Block block,
-                          ViewPrefixed(stages_->Submit(rayd::Put(Prefixed(*first_row, 0))), &skipped));
+                          ViewPrefixed(stages_->Submit(rayd::Put(Prefixed(*first_row, {}))), &counts));
     schema_ = block.schema();
   } catch (const std::exception& e) {
     return Status::InvalidArgument(where + ": " + RemoteMessage(e));
@@ -417,6 +419,8 @@ ShardStats DatasetShard::stats() const {
   s.peak_held_bytes = counters_->peak_held.load();
   s.held_blocks = counters_->held_blocks.load();
   s.held_bytes = counters_->held_bytes.load();
+  s.cache_chunks_made = counters_->cache_made.load();
+  s.cache_chunks_hit = counters_->cache_hits.load();
   return s;
 }
 
@@ -578,9 +582,9 @@ class ShardPass : public BatchIterator {
     if (!tasks_ && stages_ == nullptr) {
       for (size_t b = 0; b < cuts_.size(); ++b) {
         if (!WaitForRoom(b, 0)) return;
-        int64_t skipped = 0;
-        Result<Block> block = ReadAndTransform(spec_, spec_json_, RowsOf(b), &skipped);
-        counters_->skipped += skipped;
+        BlockCounts counts;
+        Result<Block> block = ReadAndTransform(spec_, spec_json_, RowsOf(b), &counts);
+        Count(counts);
         const bool failed = !block.ok();
         Deliver(std::move(block));
         if (failed) return;
@@ -620,11 +624,17 @@ class ShardPass : public BatchIterator {
                 .SetLabelSelector(labels_)
                 .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end()));
     } else {
-      int64_t skipped = 0;
-      RAYD_ASSIGN_OR_RETURN(Block block, ReadAndTransform(spec_, spec_json_, rows, &skipped));
-      ref = rayd::Put(Prefixed(block, skipped));
+      BlockCounts counts;
+      RAYD_ASSIGN_OR_RETURN(Block block, ReadAndTransform(spec_, spec_json_, rows, &counts));
+      ref = rayd::Put(Prefixed(block, counts));
     }
     return stages_ == nullptr ? ref : stages_->Submit(std::move(ref));
+  }
+
+  void Count(const BlockCounts& counts) {
+    counters_->skipped += counts.skipped;
+    counters_->cache_made += counts.cache_made;
+    counters_->cache_hits += counts.cache_hits;
   }
 
   bool HasRoom(size_t block, size_t in_flight) {
@@ -637,9 +647,9 @@ class ShardPass : public BatchIterator {
   // The block its last stage made, viewed where the object store holds it.
   Result<Block> Collect(const ObjectRef<std::vector<uint8_t>>& ref) {
     try {
-      int64_t skipped = 0;
-      Result<Block> block = ViewPrefixed(ref, &skipped);
-      counters_->skipped += skipped;
+      BlockCounts counts;
+      Result<Block> block = ViewPrefixed(ref, &counts);
+      Count(counts);
       return block;
     } catch (const std::exception& e) {
       return Status::Unavailable("datasets." + spec_.name + ": a data task failed: " +

@@ -227,6 +227,28 @@ Result<std::vector<TransformStep>> ParseTransforms(const nlohmann::json& transfo
       }
       continue;
     }
+    if (entry.contains("cache")) {
+      if (entry.size() != 1 || entry["cache"] != "node") {
+        return Status::InvalidArgument(where + ".cache: expected {cache: node} (the steps before "
+                                       "it made once per node, shared by every rank and trial "
+                                       "there that reads the same dataset)");
+      }
+      for (const TransformStep& before : steps) {
+        const std::string at = "transforms[" + std::to_string(before.index) + "]";
+        if (before.kind == TransformStep::Kind::kCache) {
+          return Status::InvalidArgument(where + ".cache: a second cache step (the first is " +
+                                         at + ")");
+        }
+        if (before.kind != TransformStep::Kind::kMap || before.placement) {
+          return Status::InvalidArgument(
+              where + ".cache: " + at + " (" + before.name +
+              ") comes before it; only plain map_batches steps (no filter, no stateful map, no "
+              "resources or label_selector of their own) may: the cache keeps rows in place");
+        }
+      }
+      steps.push_back({.kind = TransformStep::Kind::kCache, .name = "cache", .index = i});
+      continue;
+    }
     TransformStep step;
     const char* key = entry.contains("map_batches") ? "map_batches"
                       : entry.contains("filter")    ? "filter"
@@ -260,6 +282,13 @@ Result<std::vector<TransformStep>> ParseTransforms(const nlohmann::json& transfo
     steps.push_back(std::move(step));
   }
   return steps;
+}
+
+std::optional<size_t> CacheStep(std::span<const TransformStep> steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind == TransformStep::Kind::kCache) return i;
+  }
+  return std::nullopt;
 }
 
 std::vector<TransformStage> PlanStages(const std::vector<TransformStep>& steps) {
@@ -307,6 +336,7 @@ Result<Block> ApplyTransforms(std::span<const TransformStep> steps, Block block,
       block = std::move(*out);
       continue;
     }
+    if (step.kind == TransformStep::Kind::kCache) continue;  // where rows are made, not what
     if (step.kind == TransformStep::Kind::kMap) {
       BatchMap fn;
       {

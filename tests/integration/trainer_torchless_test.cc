@@ -6,6 +6,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <rayd/api.h>
 #include <rayd/train/data.h>
+#include <fcntl.h>
+#include <rayd/data/transforms.h>
 #include <rayd/train/trainer.h>
 #include <unistd.h>
 
@@ -103,6 +105,55 @@ void RecordIds(const nlohmann::json& config) {
 }
 RAYD_TRAIN_LOOP(RecordIds);
 
+// The ids RecordIds's checkpoint `dir` holds, by epoch (every rank's, every attempt's), in the
+// order they were taken; `files` counts the id files.
+std::map<int, std::vector<int64_t>> IdsByEpoch(const std::string& dir, int* files = nullptr) {
+  namespace fs = std::filesystem;
+  std::map<int, std::vector<int64_t>> by_epoch;
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("ids_", 0) == 0) paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  if (files != nullptr) *files = static_cast<int>(paths.size());
+  for (const fs::path& path : paths) {
+    std::ifstream in(path);
+    for (const nlohmann::json& taken : nlohmann::json::parse(in)) {
+      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
+    }
+  }
+  return by_epoch;
+}
+
+// Every id in [0, rows) once in each of `epochs` epochs: 0 repeated, 0 missing.
+void CheckEveryIdOnce(std::map<int, std::vector<int64_t>> by_epoch, int rows, int epochs) {
+  std::vector<int64_t> every(static_cast<size_t>(rows));
+  std::iota(every.begin(), every.end(), 0);
+  REQUIRE(by_epoch.size() == static_cast<size_t>(epochs));
+  for (auto& [epoch, ids] : by_epoch) {
+    std::sort(ids.begin(), ids.end());
+    INFO("epoch " << epoch);
+    CHECK(ids == every);
+  }
+}
+
+// A "decode" step that records each row it is given: appends its ids to the file args.log (one
+// write per batch, O_APPEND, so processes appending at once do not interleave within a line).
+rayd::Result<rayd::data::Block> CountDecodes(const rayd::data::Block& batch,
+                                             const nlohmann::json& args) {
+  const rayd::data::Column* id = batch.Find("id");
+  std::string lines;
+  for (int64_t r = 0; r < batch.num_rows(); ++r) lines += std::to_string(id->As<int64_t>()[r]) + "\n";
+  const std::string log = args.at("log").get<std::string>();
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return rayd::Status::Internal("cannot open " + log);
+  const bool written = ::write(fd, lines.data(), lines.size()) == static_cast<ssize_t>(lines.size());
+  ::close(fd);
+  if (!written) return rayd::Status::Internal("cannot append to " + log);
+  return batch;
+}
+RAYD_DATA_MAP(CountDecodes);
+
 // The rows rank `rank`'s dataset feed (data_feed.h) on the head says it took of dataset `ids`
 // (its rayd_data_rows_total sample for /metrics); -1 while it has published none.
 double FeedRows(const std::string& run, int rank) {
@@ -178,25 +229,63 @@ TEST_CASE("a dataset resumes exactly after a failure and at another world size, 
   REQUIRE(done.checkpoint);
   CHECK(done.metrics.at("generation") == 2);  // 2 attempts of 2 ranks' files carried forward
   // Every id of every epoch once, over the files the last checkpoint holds.
-  std::map<int, std::vector<int64_t>> by_epoch;
   int files = 0;
-  for (const auto& e : fs::directory_iterator(*done.checkpoint)) {
-    if (e.path().filename().string().rfind("ids_", 0) != 0) continue;
-    ++files;
-    std::ifstream in(e.path());
-    for (const nlohmann::json& taken : nlohmann::json::parse(in)) {
-      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
-    }
-  }
+  CheckEveryIdOnce(IdsByEpoch(*done.checkpoint, &files), kRows, kEpochs);
   CHECK(files == 4);  // generation 0: ranks 0 and 1; then 1 rank twice
+}
+
+TEST_CASE("trials reading one dataset share its preprocessing on the node: each row decoded "
+          "once, each trial its own order, resumed exactly",
+          "[trainer][data]") {
+  EmbeddedRayd cluster;
+  TempDir storage;
+  constexpr int kRows = 60, kEpochs = 2;
+  std::ofstream csv(storage.path() + "/ids.csv");
+  csv << "id\n";
+  for (int i = 0; i < kRows; ++i) csv << i << "\n";
+  csv.close();
+  const std::string log = storage.path() + "/decoded.log";
+  // 10 rows a chunk (a row is one int64): 6 chunks in the node's cache.
+  auto dataset = [&](int seed) {
+    return rayd::data::DatasetSpec{
+        .name = "ids",
+        .format = "csv",
+        .paths = {storage.path() + "/ids.csv"},
+        .options = {{"seed", seed},
+                    {"block_bytes", 80},
+                    {"transforms", {{{"map_batches", "CountDecodes"}, {"log", log}},
+                                    {{"cache", "node"}}}}}};
+  };
+  // Four trials, one after another, each with its own seed; the first of 2 ranks fails once
+  // mid-epoch and resumes from its checkpoint.
+  std::map<int, std::vector<int64_t>> first_epochs;
+  for (int trial = 0; trial < 4; ++trial) {
+    rt::RunConfig run{.name = "trial" + std::to_string(trial), .storage_path = storage.path()};
+    run.datasets = {dataset(trial)};
+    run.failure.max_failures = trial == 0 ? 1 : 0;
+    nlohmann::json config = {{"epochs", kEpochs}};
+    if (trial == 0) config["fail_at"] = {{1, 3, storage.path() + "/failed"}};
+    rt::TrainResult done =
+        rt::Trainer("RecordIds", config,
+                    {.num_workers = trial == 0 ? 2 : 1, .collective_timeout_s = 30}, run)
+            .Fit();
+    INFO("trial " << trial << ": " << done.error);
+    REQUIRE(done.ok());
+    std::map<int, std::vector<int64_t>> by_epoch = IdsByEpoch(*done.checkpoint);
+    if (trial > 0) first_epochs[trial] = by_epoch[0];
+    CheckEveryIdOnce(std::move(by_epoch), kRows, kEpochs);
+  }
+  // Each seed its own order.
+  CHECK(first_epochs[1] != first_epochs[2]);
+  CHECK(first_epochs[2] != first_epochs[3]);
+  // The decode step ran once for each row, over the four trials and the restart.
+  std::ifstream decoded(log);
+  std::vector<int64_t> ids;
+  for (int64_t id; decoded >> id;) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
   std::vector<int64_t> every(kRows);
   std::iota(every.begin(), every.end(), 0);
-  REQUIRE(by_epoch.size() == static_cast<size_t>(kEpochs));
-  for (auto& [epoch, ids] : by_epoch) {
-    std::sort(ids.begin(), ids.end());
-    INFO("epoch " << epoch);
-    CHECK(ids == every);  // 0 repeated, 0 missing
-  }
+  CHECK(ids == every);
 }
 
 TEST_CASE("every rank's data wait is in rank 0's rows and its dataset feed on the head, "

@@ -31,6 +31,11 @@ constexpr Family kRate{"rayd_data_rows_per_second", "gauge",
                        "publications."};
 constexpr Family kHeld{"rayd_data_blocks_in_flight", "gauge",
                        "Blocks of a dataset made or being made that a rank has not taken yet."};
+constexpr Family kCacheHits{"rayd_data_cache_hits_total", "counter",
+                            "Chunks of a dataset's node cache (cache: node) a rank's blocks found "
+                            "already made, by another rank or trial or an earlier epoch."};
+constexpr Family kCacheMade{"rayd_data_cache_made_total", "counter",
+                            "Chunks of a dataset's node cache made for a rank's blocks."};
 constexpr Family kHeldBytes{"rayd_data_held_bytes", "gauge",
                             "Estimated bytes of those blocks (under the node's ingest budget)."};
 
@@ -67,7 +72,9 @@ nlohmann::json DataFeed::Summary(const std::string& run, int rank,
                       {"blocks_in_flight", s.held_blocks},
                       {"held_bytes", s.held_bytes},
                       {"peak_held_bytes", s.peak_held_bytes},
-                      {"skipped_rows", s.skipped_rows}};
+                      {"skipped_rows", s.skipped_rows},
+                      {"cache_chunks_made", s.cache_chunks_made},
+                      {"cache_chunks_hit", s.cache_chunks_hit}};
     wait_s += s.wait_seconds;
     const nlohmann::json labels{{"run", run}, {"rank", std::to_string(rank)}, {"dataset", name}};
     metrics.push_back(Sample(kWait, labels, s.wait_seconds));
@@ -77,6 +84,10 @@ nlohmann::json DataFeed::Summary(const std::string& run, int rank,
     metrics.push_back(Sample(kRate, labels, rows_per_second));
     metrics.push_back(Sample(kHeld, labels, static_cast<double>(s.held_blocks)));
     metrics.push_back(Sample(kHeldBytes, labels, static_cast<double>(s.held_bytes)));
+    if (s.cache_chunks_made + s.cache_chunks_hit > 0) {
+      metrics.push_back(Sample(kCacheHits, labels, static_cast<double>(s.cache_chunks_hit)));
+      metrics.push_back(Sample(kCacheMade, labels, static_cast<double>(s.cache_chunks_made)));
+    }
   }
   return {{"name", ShardFeedName(run, rank)},
           {"run", run},

@@ -76,6 +76,10 @@ struct ShardStats {
   // Now: blocks made or in flight that the loop has not taken yet, and their estimated bytes.
   int64_t held_blocks = 0;
   int64_t held_bytes = 0;
+  // With `{cache: node}`: the node cache's chunks this shard's blocks needed that the cache made
+  // for it, and that it already held (made for another rank or trial, or an earlier epoch).
+  int64_t cache_chunks_made = 0;
+  int64_t cache_chunks_hit = 0;
 };
 
 class DatasetShard;

@@ -42,6 +42,16 @@
 // stage's block in the object store. Built in: to_float32 {columns, scale (1), mean (0), std (1)}: each column
 // as float32 (x * scale - mean) / std; select_columns {columns}; label_in {column, values}.
 // `limit: N` keeps the dataset's first N rows (before the epoch's order is drawn).
+//
+// `{cache: node}`: the read and the steps before it (plain maps only: decoding, resizing,
+// normalising; nothing random) are made once per node and kept there, in blocks of the
+// dataset's rows in file order in the object store, for every rank and trial on the node that
+// reads the same dataset (the same files, format, options and steps before the cache: its
+// fingerprint, CacheFingerprint in data/src/node_cache.h). Each reader still draws its own
+// order and runs the steps after the cache itself. A node's blocks of one fingerprint are held
+// by a rayd actor on that node and freed when no reader has asked for one for
+// `cache_idle_s` (30) seconds; they are kept under `cache_bytes` (512 MiB), the least
+// recently used let go first (and made again if asked for).
 
 #include <rayd/base/status.h>
 #include <rayd/data/block.h>
@@ -81,7 +91,7 @@ struct StepPlacement {
 };
 
 struct TransformStep {
-  enum class Kind { kMap, kFilter, kStatefulMap };
+  enum class Kind { kMap, kFilter, kStatefulMap, kCache };
   Kind kind = Kind::kMap;
   std::string name;
   nlohmann::json args = nlohmann::json::object();
@@ -101,6 +111,8 @@ struct TransformStage {
   std::string where;        // step `begin` as the user wrote it: "transforms[2] (map_batches Embed)"
 };
 std::vector<TransformStage> PlanStages(const std::vector<TransformStep>& steps);
+// The place of the `{cache: node}` step among `steps`, if there is one.
+std::optional<size_t> CacheStep(std::span<const TransformStep> steps);
 
 // The steps of a dataset's `transforms:` list (its `limit` entries apart: ParseLimit), each
 // name looked up now; InvalidArgument naming the entry (transforms[2].map_batches: unknown
