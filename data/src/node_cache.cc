@@ -120,14 +120,19 @@ Result<std::string> CacheFingerprint(const DatasetSpec& spec) {
 
 }  // namespace internal
 
-// What the node cache returns for a reader's rows: the chunks holding them.
+// How the node cache cuts a dataset: chunks of chunk_rows rows (the last one shorter).
+struct CacheShape {
+  int64_t chunk_rows = 1;
+  int64_t num_rows = 0;
+  MSGPACK_DEFINE(chunk_rows, num_rows);
+};
+
+// The chunks a reader asked for, in the order asked.
 struct CachedChunks {
-  int64_t chunk_rows = 0;
-  std::vector<int64_t> ids;
   std::vector<ObjectRef<std::vector<uint8_t>>> blocks;  // borrowed from the cache's actor
   int64_t made = 0;
   int64_t hits = 0;
-  MSGPACK_DEFINE(chunk_rows, ids, blocks, made, hits);
+  MSGPACK_DEFINE(blocks, made, hits);
 };
 
 // The node cache of one dataset fingerprint (node_cache.h): a detached actor on its node.
@@ -148,20 +153,23 @@ class RaydDataCache {
     return new RaydDataCache(std::move(spec), std::move(*reader), std::move(*steps));
   }
 
-  CachedChunks Chunks(std::vector<int64_t> rows) {
+  CacheShape Shape() {
+    Call call(*this);
+    return {chunk_rows_, num_rows_};
+  }
+
+  // Chunks `ids`, made first where this cache lacks them. No ids: a reader still using chunks
+  // it holds says so (the cache stays while anyone uses it).
+  CachedChunks Chunks(std::vector<int64_t> ids) {
     Call call(*this);
     CachedChunks out;
-    out.chunk_rows = chunk_rows_;
-    for (const int64_t row : rows) {
-      if (row < 0 || row >= num_rows_) {
-        throw RaydError("datasets." + spec_.name + ": row " + std::to_string(row) +
-                        " is out of the dataset's " + std::to_string(num_rows_));
+    for (const int64_t id : ids) {
+      if (id < 0 || id * chunk_rows_ >= num_rows_) {
+        throw RaydError("datasets." + spec_.name + ": no chunk " + std::to_string(id) +
+                        " of the dataset's " + std::to_string(num_rows_) + " rows");
       }
-      if (out.ids.empty() || out.ids.back() != row / chunk_rows_) out.ids.push_back(row / chunk_rows_);
+      out.blocks.push_back(Take(id, &out));
     }
-    std::sort(out.ids.begin(), out.ids.end());
-    out.ids.erase(std::unique(out.ids.begin(), out.ids.end()), out.ids.end());
-    for (const int64_t id : out.ids) out.blocks.push_back(Take(id, &out));
     return out;
   }
 
@@ -306,7 +314,7 @@ class RaydDataCache {
   std::atomic<int64_t> last_call_ns_{0};
 };
 
-RAYD_REMOTE(RaydDataCache::FactoryCreate, &RaydDataCache::Chunks);
+RAYD_REMOTE(RaydDataCache::FactoryCreate, &RaydDataCache::Shape, &RaydDataCache::Chunks);
 
 namespace internal {
 namespace {
@@ -354,6 +362,78 @@ Result<std::string> FingerprintOf(const DatasetSpec& spec, const std::string& sp
   return fingerprint;
 }
 
+// How often a reader that holds every chunk it needs still tells the cache it uses it.
+constexpr auto kKeepAlive = std::chrono::seconds(5);
+
+// The chunks of one fingerprint this process holds, viewed in shared memory (each view pins its
+// object in the store), least recently used first out over `budget` bytes: a reader asks the
+// node's cache only for the chunks it does not hold, so an epoch's blocks (each drawn from many
+// chunks under a global shuffle) cost it a few calls, not one per chunk per block.
+struct HeldChunks {
+  std::mutex mu;
+  std::optional<CacheShape> shape;
+  struct Held {
+    ObjectRef<std::vector<uint8_t>> ref;
+    Block block;
+    std::list<int64_t>::iterator used;
+  };
+  std::map<int64_t, Held> held;
+  std::list<int64_t> used;  // least recently used first
+  int64_t bytes = 0;
+  int64_t budget = kDefaultCacheBytes;
+  std::chrono::steady_clock::time_point last_call{};
+};
+
+HeldChunks& HeldChunksOf(const std::string& fingerprint) {
+  static std::mutex mu;
+  static auto* all = new std::map<std::string, std::unique_ptr<HeldChunks>>();
+  std::lock_guard lock(mu);
+  std::unique_ptr<HeldChunks>& entry = (*all)[fingerprint];
+  if (!entry) entry = std::make_unique<HeldChunks>();
+  return *entry;
+}
+
+// The blocks of chunks `ids` (ascending) for a reader, from those `h` holds and the node cache
+// (asked for the others); `h.mu` held.
+Result<std::vector<Block>> TakeChunks(HeldChunks& h, ActorHandle<RaydDataCache>& actor,
+                                      const std::vector<int64_t>& ids, BlockCounts* counts) {
+  std::vector<int64_t> missing;
+  for (const int64_t id : ids) {
+    if (!h.held.count(id)) missing.push_back(id);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!missing.empty() || now - h.last_call > kKeepAlive) {
+    const std::shared_ptr<CachedChunks> got =
+        rayd::Get(actor.Task(&RaydDataCache::Chunks).Remote(missing));
+    h.last_call = now;
+    counts->cache_made += got->made;
+    counts->cache_hits += got->hits;
+    for (size_t i = 0; i < missing.size(); ++i) {
+      BlockCounts ignored;
+      RAYD_ASSIGN_OR_RETURN(Block block, ViewPrefixed(got->blocks[i], &ignored));
+      h.bytes += block.nbytes();
+      h.held.emplace(missing[i], HeldChunks::Held{got->blocks[i], std::move(block),
+                                                   h.used.insert(h.used.end(), missing[i])});
+    }
+  }
+  counts->cache_hits += static_cast<int64_t>(ids.size() - missing.size());
+  std::vector<Block> blocks;
+  blocks.reserve(ids.size());
+  for (const int64_t id : ids) {
+    HeldChunks::Held& chunk = h.held.at(id);
+    h.used.splice(h.used.end(), h.used, chunk.used);
+    blocks.push_back(chunk.block);  // shares the view: it stays pinned while the gather reads it
+  }
+  // Over budget: the least recently used go (not those of this call: they were used last).
+  while (h.bytes > h.budget && h.used.size() > ids.size()) {
+    auto oldest = h.held.find(h.used.front());
+    h.bytes -= oldest->second.block.nbytes();
+    h.used.pop_front();
+    h.held.erase(oldest);
+  }
+  return blocks;
+}
+
 }  // namespace
 
 Result<Block> ReadThroughNodeCache(const DatasetSpec& spec, const std::string& spec_key,
@@ -364,31 +444,39 @@ Result<Block> ReadThroughNodeCache(const DatasetSpec& spec, const std::string& s
                                         "(a trainer's ranks and a cluster's drivers have it)");
   }
   RAYD_ASSIGN_OR_RETURN(std::string fingerprint, FingerprintOf(spec, spec_key));
+  HeldChunks& h = HeldChunksOf(fingerprint);
   std::string why;
   // A cache that has just exited (idle) or a name taken by a racing reader: start again, twice.
   for (int attempt = 0; attempt < 3; ++attempt) {
     try {
       ActorHandle<RaydDataCache> actor = NodeCacheActor(fingerprint, spec_key, attempt > 0);
-      const std::shared_ptr<CachedChunks> answer =
-          rayd::Get(actor.Task(&RaydDataCache::Chunks)
-                        .Remote(std::vector<int64_t>(rows.begin(), rows.end())));
-      const CachedChunks& got = *answer;
       std::vector<Block> blocks;
-      blocks.reserve(got.blocks.size());
-      for (const auto& ref : got.blocks) {
-        BlockCounts ignored;
-        RAYD_ASSIGN_OR_RETURN(Block block, ViewPrefixed(ref, &ignored));
-        blocks.push_back(std::move(block));
-      }
       std::vector<std::pair<int32_t, int64_t>> where;
-      where.reserve(rows.size());
-      for (const int64_t row : rows) {
-        const int64_t id = row / got.chunk_rows;
-        const auto slot = std::lower_bound(got.ids.begin(), got.ids.end(), id) - got.ids.begin();
-        where.emplace_back(static_cast<int32_t>(slot), row - id * got.chunk_rows);
+      {
+        std::lock_guard lock(h.mu);
+        h.budget = spec.options.value("cache_bytes", kDefaultCacheBytes);
+        if (!h.shape) h.shape = *rayd::Get(actor.Task(&RaydDataCache::Shape).Remote());
+        const int64_t chunk_rows = h.shape->chunk_rows;
+        std::vector<int64_t> ids;
+        ids.reserve(rows.size());
+        for (const int64_t row : rows) {
+          if (row < 0 || row >= h.shape->num_rows) {
+            return Status::InvalidArgument(at + "row " + std::to_string(row) +
+                                           " is out of the dataset's " +
+                                           std::to_string(h.shape->num_rows));
+          }
+          ids.push_back(row / chunk_rows);
+        }
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        RAYD_ASSIGN_OR_RETURN(blocks, TakeChunks(h, actor, ids, counts));
+        where.reserve(rows.size());
+        for (const int64_t row : rows) {
+          const int64_t id = row / chunk_rows;
+          const auto slot = std::lower_bound(ids.begin(), ids.end(), id) - ids.begin();
+          where.emplace_back(static_cast<int32_t>(slot), row - id * chunk_rows);
+        }
       }
-      counts->cache_made += got.made;
-      counts->cache_hits += got.hits;
       return Block::Gather(blocks, where);
     } catch (const RemoteError& e) {
       return Status::InvalidArgument(RemoteText(e));  // the read or a step failed there

@@ -14,7 +14,8 @@
 // Config keys (all optional): lr (0.05), momentum (0.9), weight_decay (0), channels (8), hidden
 // (64), dropout (0), batch_size per worker (64), epochs (5), batch_norm (false: batch norm after
 // each convolution), augment (0: each training image shifted by up to this many pixels, a new
-// shift each time it is seen), lr_schedule (constant, or cosine: lr annealed towards 0 over
+// shift each time it is seen), flip (false: each training image mirrored left to right with
+// probability 1/2, each time it is seen), lr_schedule (constant, or cosine: lr annealed towards 0 over
 // the epochs). One epoch is one
 // training_iteration: rank 0 reports the validation accuracy and loss (accuracy, loss), the mean
 // training loss, the epoch's training pace over the gang (samples_per_s), and with a checkpoint
@@ -96,6 +97,13 @@ torch::Tensor Shift(const torch::Tensor& x, int64_t pixels) {
   return torch::stack(rows);
 }
 
+// Each image mirrored left to right with probability 1/2 (clothes look the same mirrored).
+torch::Tensor Flip(const torch::Tensor& x, bool flip) {
+  if (!flip) return x;
+  const torch::Tensor mirrored = torch::rand({x.size(0), 1, 1, 1}) < 0.5;
+  return torch::where(mirrored, x.flip({3}), x);
+}
+
 torch::Tensor Labels(const rt::TensorBatch& batch) {
   auto it = batch.find("label");
   if (it == batch.end()) throw std::invalid_argument("the dataset has no 'label' column");
@@ -136,6 +144,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
   const int64_t batch_size = config.value("batch_size", 64);
   const int epochs = config.value("epochs", 5);
   const int64_t augment = config.value("augment", 0);
+  const bool flip = config.value("flip", false);
   const bool batch_norm = config.value("batch_norm", false);
   const std::string lr_schedule = config.value("lr_schedule", std::string("constant"));
   if (lr_schedule != "constant" && lr_schedule != "cosine") {
@@ -177,7 +186,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
     for (rt::TensorBatch& batch : rt::IterTorchBatches(train, {.batch_size = batch_size, .epoch = epoch})) {
       sgd.zero_grad();
       torch::Tensor loss =
-          torch::nn::functional::cross_entropy(model->forward(Shift(Images(batch), augment)), Labels(batch));
+          torch::nn::functional::cross_entropy(model->forward(Flip(Shift(Images(batch), augment), flip)), Labels(batch));
       loss.backward();
       ddp.FinishBackward();
       sgd.step();
