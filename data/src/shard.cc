@@ -367,12 +367,16 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
             std::span<const TransformStep>(entry->steps).first(entry->stages[0].end);
         // Through the node's cache when there is one: its steps run once per node.
         BlockCounts counts;
-        Result<Block> out = CacheStep(stage0)
+        const bool cached = CacheStep(stage0).has_value();
+        Result<Block> out = cached
                                 ? ReadAndTransform(spec, shard->spec_json_, {&first, 1}, &counts)
                                 : ApplyTransforms(stage0, std::move(*row));
+        if (!out.ok() && cached) return out.status();  // it names the dataset and the cache
         if (!out.ok()) {
           return Status(out.status().code(), prefix + "transforms: " + out.status().message());
         }
+        shard->counters_->cache_made += counts.cache_made;
+        shard->counters_->cache_hits += counts.cache_hits;
         shard->schema_ = out->schema();
         first_block = std::move(*out);
       }

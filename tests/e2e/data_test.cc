@@ -372,4 +372,55 @@ run: {storage_path: STORAGE}
   CHECK(results[0]["data_wait_s_max"].get<double>() >= own - 1e-6);
 }
 
+TEST_CASE("a sweep's four Python trials at once share one preprocessing of their dataset",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  const std::string dir = sandbox.root();
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
+                       "np.save('" + dir + "/id.npy', np.arange(101, dtype=np.int64))\"")
+                          .c_str()) == 0);
+  std::ofstream(dir + "/reader.py") << R"(import rayd.train as rt
+
+shard = rt.get_dataset_shard("ids")
+ids = [i for batch in shard.iter_batches(batch_size=8) for i in batch["id"].tolist()]
+rt.report({"rows": len(ids), "distinct": len(set(ids))})
+)";
+  // 20 rows a chunk (block_bytes 160, an int64 a row): 6 chunks in the node's cache.
+  std::string file = sandbox.WriteYaml("shared.yaml", R"(
+name: shared
+trainable:
+  command: [/usr/bin/python3, reader.py]
+scaling: {num_workers: 1, resources_per_worker: {CPU: 0.5}}
+param_space:
+  x: {grid_search: [1, 2, 3, 4]}
+tune: {metric: rows, mode: max, max_concurrent_trials: 4}
+datasets:
+  ids: {format: npy, paths: [id.npy], block_bytes: 160, transforms: [{cache: node}]}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/shared";
+  double made = 0, hit = 0;
+  int trials = 0;
+  for (const auto& entry : fs::directory_iterator(experiment)) {
+    if (!entry.is_directory()) continue;
+    std::vector<json> results = ReadJsonLines(entry.path().string() + "/result.json");
+    REQUIRE(results.size() == 1);
+    const json& r = results[0];
+    INFO(r.dump());
+    ++trials;
+    CHECK(r["rows"] == 101);  // every row once
+    CHECK(r["distinct"] == 101);
+    made += r.value("data_cache_chunks_made", 0.0);
+    hit += r.value("data_cache_chunks_hit", 0.0);
+  }
+  CHECK(trials == 4);
+  CHECK(made == 6);  // each chunk made once on the node, for all four trials
+  CHECK(hit > 0);
+}
+
 }  // namespace

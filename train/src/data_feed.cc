@@ -98,6 +98,18 @@ nlohmann::json DataFeed::Summary(const std::string& run, int rank,
           {"metrics", std::move(metrics)}};
 }
 
+std::map<std::string, double> DataFeed::CacheColumns(const Shards& shards) {
+  int64_t made = 0, hit = 0;
+  for (const auto& [name, shard] : shards) {
+    const data::ShardStats s = shard->stats();
+    made += s.cache_chunks_made;
+    hit += s.cache_chunks_hit;
+  }
+  if (made + hit == 0) return {};
+  return {{"data_cache_chunks_made", static_cast<double>(made)},
+          {"data_cache_chunks_hit", static_cast<double>(hit)}};
+}
+
 void DataFeed::Publish(const Shards& shards) {
   std::lock_guard lock(mu_);
   PublishLocked(shards);

@@ -44,6 +44,11 @@ class DataFeed {
   // yet are left out.
   std::map<std::string, double> RankWaitColumns(double own_wait_s);
 
+  // With `{cache: node}`: the node cache's chunks `shards` needed that were made for them, and
+  // that were found made (data_cache_chunks_made, data_cache_chunks_hit: this attempt's), as
+  // result columns; none without a cache.
+  static std::map<std::string, double> CacheColumns(const Shards& shards);
+
   // The feed's summary (what Publish puts), for tests.
   static nlohmann::json Summary(const std::string& run, int rank,
                                 const std::map<std::string, data::ShardStats>& stats,

@@ -151,6 +151,9 @@ void Report(const std::map<std::string, double>& metrics,
     internal::DataFeed::Shards shards;
     for (const auto& [name, shard] : session.shards) shards.emplace(name, shard.get());
     session.data_feed->Publish(shards);
+    for (auto& [name, value] : internal::DataFeed::CacheColumns(shards)) {
+      reported.try_emplace(name, value);
+    }
     if (rank == 0 && session.context.world_size > 1) {
       for (auto& [name, value] : session.data_feed->RankWaitColumns(waited)) {
         reported.try_emplace(name, value);

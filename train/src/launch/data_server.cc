@@ -67,8 +67,9 @@ class DataServer::Impl {
     }
     if (shards.empty()) return {};
     feed_.Publish(shards);
-    if (!rank_waits || world_size_ < 2) return {};
-    return feed_.RankWaitColumns(waited);
+    std::map<std::string, double> columns = DataFeed::CacheColumns(shards);
+    if (rank_waits && world_size_ > 1) columns.merge(feed_.RankWaitColumns(waited));
+    return columns;
   }
 
  private:

@@ -54,8 +54,8 @@ class DataServer {
   // Records where the datasets the process has opened stand in checkpoint directory `dir`
   // (rank 0's report, before the checkpoint is taken). Any thread.
   Status WritePositions(const std::string& dir);
-  // Publishes the datasets' feed now (a report; data_feed.h); with `rank_waits` (rank 0), returns
-  // each rank's wait as result columns. The server also publishes while it serves batches, at
+  // Publishes the datasets' feed now (a report; data_feed.h) and returns the node cache's
+  // columns (DataFeed::CacheColumns); with `rank_waits` (rank 0), each rank's wait too. The server also publishes while it serves batches, at
   // most every DataFeed::kEverySeconds, and at the end of each pass. Any thread.
   std::map<std::string, double> PublishFeed(bool rank_waits);
 
