@@ -158,18 +158,16 @@ run: {storage_path: STORAGE}
   CHECK(Contains(out, "rows.jsonl: row 10 (line 10): no key 'label'"));
 }
 
-TEST_CASE("a Python trial that fails mid-epoch resumes its dataset exactly, every id once",
-          "[data][e2e]") {
-  RequireNumpy();
-  Sandbox sandbox;
-  const std::string dir = sandbox.root();
+// A Python command trial that records every id it takes in its checkpoints (each attempt its
+// own file, earlier attempts' carried forward) and iterates the shard's next epoch, with no code
+// for resuming it. With config fail: true it fails once, after taking step 4 of epoch 1 (its last
+// checkpoint was at step 2); with pace: S it sleeps S seconds after each report. 45 ids (id.npy
+// in the sandbox's root), batches of 4, 3 epochs.
+void WriteIdsTrial(const std::string& dir) {
   REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
                        "np.save('" + dir + "/id.npy', np.arange(45, dtype=np.int64))\"")
                           .c_str()) == 0);
-  // Records every id it takes in its checkpoints (each attempt its own file, earlier attempts'
-  // carried forward); iterates the shard's next epoch, with no code for resuming it; fails
-  // once, after taking step 4 of epoch 1 (its last checkpoint was at step 2).
-  std::ofstream(dir + "/ids.py") << R"(import json, os, shutil, tempfile
+  std::ofstream(dir + "/ids.py") << R"(import json, os, shutil, tempfile, time
 import rayd.train as rt
 
 restored = rt.get_checkpoint()
@@ -178,6 +176,7 @@ if restored:
     generation = int(open(os.path.join(restored, "generation")).read()) + 1
     carried = [os.path.join(restored, f) for f in os.listdir(restored) if f.startswith("ids_")]
 shard = rt.get_dataset_shard("ids")
+score = rt.get_config().get("score", 0)
 mine = []
 
 def report(epoch, step):
@@ -186,7 +185,10 @@ def report(epoch, step):
     open(os.path.join(d, "generation"), "w").write(str(generation))
     for f in carried:
         shutil.copy(f, d)
-    rt.report({"epoch": epoch, "step": step, "generation": generation}, checkpoint=d)
+    rt.report({"epoch": epoch, "step": step, "generation": generation, "score": score},
+              checkpoint=d)
+    shutil.rmtree(d)
+    time.sleep(rt.get_config().get("pace", 0))  # so that PBT sees both trials at its boundaries
 
 marker = os.path.join(os.environ["RAYD_TRIAL_DIR"], "failed")
 while shard.next_epoch < 3:
@@ -195,17 +197,58 @@ while shard.next_epoch < 3:
     for batch in shard.iter_batches(batch_size=4):
         mine += [[epoch, int(i)] for i in batch["id"]]
         step += 1
-        if epoch == 1 and step == 4 and not os.path.exists(marker):
+        if rt.get_config().get("fail") and epoch == 1 and step == 4 and not os.path.exists(marker):
             open(marker, "w").write("failed here")
             raise SystemExit("injected failure")
         if step % 2 == 0:
             report(epoch, step)
     report(epoch, step)
 )";
+}
+
+// The ids the latest checkpoint in run directory `run` holds, by epoch; `files` counts the id
+// files.
+std::map<int, std::vector<int64_t>> LastCheckpointIds(const std::string& run, int* files) {
+  std::string last;
+  for (const auto& e : fs::directory_iterator(run)) {
+    const std::string name = e.path().filename();
+    if (name.rfind("checkpoint_", 0) == 0 && name > fs::path(last).filename().string()) last = e.path();
+  }
+  REQUIRE(!last.empty());
+  std::map<int, std::vector<int64_t>> by_epoch;
+  *files = 0;
+  for (const auto& e : fs::directory_iterator(last)) {
+    if (e.path().filename().string().rfind("ids_", 0) != 0) continue;
+    ++*files;
+    for (const json& taken : json::parse(ReadFile(e.path()))) {
+      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
+    }
+  }
+  return by_epoch;
+}
+
+// Every one of the 45 ids in each of the 3 epochs, once: 0 repeated, 0 missing.
+void CheckEveryIdOnce(std::map<int, std::vector<int64_t>> by_epoch) {
+  std::vector<int64_t> every(45);
+  for (int i = 0; i < 45; ++i) every[i] = i;
+  REQUIRE(by_epoch.size() == 3);
+  for (auto& [epoch, ids] : by_epoch) {
+    std::sort(ids.begin(), ids.end());
+    INFO("epoch " << epoch);
+    CHECK(ids == every);
+  }
+}
+
+TEST_CASE("a Python trial that fails mid-epoch resumes its dataset exactly, every id once",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  WriteIdsTrial(sandbox.root());
   std::string file = sandbox.WriteYaml("resume.yaml", R"(
 name: resume
 trainable:
   command: [/usr/bin/python3, ids.py]
+config: {fail: true}
 scaling: {num_workers: 1}
 datasets:
   ids: {format: npy, paths: [id.npy], seed: 5}
@@ -217,30 +260,60 @@ run: {storage_path: STORAGE, failure: {max_failures: 1}}
   REQUIRE(rc == 0);
   CHECK(Contains(out, "Finished resume (1 restarts)"));
   // The last checkpoint's files: every id of every epoch once.
-  std::string last;
-  for (const auto& e : fs::directory_iterator(sandbox.results() + "/resume")) {
-    const std::string name = e.path().filename();
-    if (name.rfind("checkpoint_", 0) == 0 && name > fs::path(last).filename().string()) last = e.path();
-  }
-  REQUIRE(!last.empty());
-  std::map<int, std::vector<int64_t>> by_epoch;
   int files = 0;
-  for (const auto& e : fs::directory_iterator(last)) {
-    if (e.path().filename().string().rfind("ids_", 0) != 0) continue;
-    ++files;
-    for (const json& taken : json::parse(ReadFile(e.path()))) {
-      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
-    }
-  }
+  CheckEveryIdOnce(LastCheckpointIds(sandbox.results() + "/resume", &files));
   CHECK(files == 2);  // the failed attempt's, carried forward, and the last one's
-  std::vector<int64_t> every(45);
-  for (int i = 0; i < 45; ++i) every[i] = i;
-  REQUIRE(by_epoch.size() == 3);
-  for (auto& [epoch, ids] : by_epoch) {
-    std::sort(ids.begin(), ids.end());
-    INFO("epoch " << epoch);
-    CHECK(ids == every);  // 0 repeated, 0 missing
+}
+
+TEST_CASE("a PBT clone goes on with its donor's dataset where the donor's checkpoint left it, "
+          "every id once",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  WriteIdsTrial(sandbox.root());
+  // Two trials; at every second report the worse (score 0) clones the better's checkpoint, and
+  // its ids, and goes on from where that checkpoint left the dataset.
+  std::string file = sandbox.WriteYaml("pbt.yaml", R"(
+name: pbt
+trainable:
+  command: [/usr/bin/python3, ids.py]
+scaling: {num_workers: 1}
+param_space:
+  score: {grid_search: [0, 1]}
+  lr: 0.1
+  pace: 0.25
+datasets:
+  ids: {format: npy, paths: [id.npy], seed: 5}
+tune:
+  metric: score
+  mode: max
+  max_concurrent_trials: 2
+  seed: 3
+  scheduler:
+    type: pbt
+    time_attr: training_iteration
+    perturbation_interval: 4
+    quantile_fraction: 0.5
+    resample_probability: 0
+    hyperparam_mutations: {lr: {loguniform: [1.0e-3, 1.0]}}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"tune", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string experiment = sandbox.results() + "/pbt";
+  int cloned = 0;
+  for (const auto& e : fs::directory_iterator(experiment)) {
+    if (!e.is_directory()) continue;
+    std::vector<json> results = ReadJsonLines(e.path().string() + "/result.json");
+    REQUIRE(!results.empty());
+    if (results.back()["generation"].get<int>() > 0) ++cloned;
+    INFO(e.path().string());
+    int files = 0;
+    CheckEveryIdOnce(LastCheckpointIds(e.path().string(), &files));
   }
+  CHECK(cloned >= 1);
 }
 
 TEST_CASE("preprocessing runs on a CPU node apart from the trainers and its blocks reach them",
