@@ -22,6 +22,7 @@
 #include <thread>
 #include <chrono>
 
+#include "record_ids.h"
 #include "runtime_harness.h"
 
 namespace {
@@ -29,6 +30,7 @@ namespace {
 namespace rt = rayd::train;
 using rayd_runtime_test::EmbeddedRayd;
 using rayd_runtime_test::TempDir;
+using rayd::testing::IdsByEpoch;
 
 // Whether this process has mapped a library whose file name starts with `name`.
 bool Mapped(const std::string& name) {
@@ -49,81 +51,6 @@ void WhatIsLoaded(const nlohmann::json&) {
 }
 RAYD_TRAIN_LOOP(WhatIsLoaded);
 
-// Takes the batches of dataset `ids` (one column, id) an epoch at a time (IterBatches' next
-// epoch, so a resumed attempt goes on where its checkpoint left the dataset, with no code for
-// it here) and records every id it took in its checkpoints: each rank its own file per attempt
-// (ids_g<generation>_r<rank>.json: [[epoch, id], ...] this attempt), rank 0 carrying the earlier
-// attempts' files forward. Reports with a checkpoint every 2 steps and at each epoch's end.
-// config: epochs; fail_at: [[epoch, step, marker], ...]: the last rank throws after taking that
-// step of that epoch, once (while `marker` does not exist; it creates it).
-void RecordIds(const nlohmann::json& config) {
-  namespace fs = std::filesystem;
-  const int rank = rt::GetContext().world_rank, world = rt::GetContext().world_size;
-  int generation = 0;
-  std::vector<std::string> carried;  // earlier attempts' files, in the restored checkpoint
-  if (std::optional<std::string> checkpoint = rt::GetCheckpoint()) {
-    std::ifstream(*checkpoint + "/generation") >> generation;
-    ++generation;
-    for (const auto& e : fs::directory_iterator(*checkpoint)) {
-      if (e.path().filename().string().rfind("ids_", 0) == 0) carried.push_back(e.path().string());
-    }
-  }
-  rayd::data::DatasetShard& shard = rt::GetDatasetShard("ids");
-  nlohmann::json mine = nlohmann::json::array();
-  auto report = [&](int epoch, int step) {
-    const std::string dir = rt::NewCheckpointDir();
-    std::ofstream(dir + "/ids_g" + std::to_string(generation) + "_r" + std::to_string(rank) +
-                  ".json")
-        << mine.dump();
-    if (rank == 0) {
-      std::ofstream(dir + "/generation") << generation;
-      for (const std::string& f : carried) fs::copy_file(f, dir + "/" + fs::path(f).filename().string());
-    }
-    rt::Report({{"epoch", epoch}, {"step", step}, {"generation", generation}}, dir);
-  };
-  const int epochs = config.value("epochs", 3);
-  while (shard.next_epoch() < epochs) {
-    const int epoch = static_cast<int>(shard.next_epoch());
-    auto pass = shard.IterBatches({.batch_size = 4});
-    int step = 0;
-    while (std::optional<rayd::data::Block> batch = rt::NextBatch(*pass)) {
-      const rayd::data::Column* id = batch->Find("id");
-      for (int64_t r = 0; r < batch->num_rows(); ++r) mine.push_back({epoch, id->As<int64_t>()[r]});
-      ++step;
-      for (const nlohmann::json& f : config.value("fail_at", nlohmann::json::array())) {
-        const std::string marker = f[2].get<std::string>();
-        if (rank == world - 1 && f[0] == epoch && f[1] == step && !fs::exists(marker)) {
-          std::ofstream(marker) << "failed here\n";
-          throw std::runtime_error("injected failure at epoch " + std::to_string(epoch) + " step " +
-                                   std::to_string(step));
-        }
-      }
-      if (step % 2 == 0) report(epoch, step);
-    }
-    report(epoch, step);
-  }
-}
-RAYD_TRAIN_LOOP(RecordIds);
-
-// The ids RecordIds's checkpoint `dir` holds, by epoch (every rank's, every attempt's), in the
-// order they were taken; `files` counts the id files.
-std::map<int, std::vector<int64_t>> IdsByEpoch(const std::string& dir, int* files = nullptr) {
-  namespace fs = std::filesystem;
-  std::map<int, std::vector<int64_t>> by_epoch;
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("ids_", 0) == 0) paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  if (files != nullptr) *files = static_cast<int>(paths.size());
-  for (const fs::path& path : paths) {
-    std::ifstream in(path);
-    for (const nlohmann::json& taken : nlohmann::json::parse(in)) {
-      by_epoch[taken[0].get<int>()].push_back(taken[1].get<int64_t>());
-    }
-  }
-  return by_epoch;
-}
 
 // Every id in [0, rows) once in each of `epochs` epochs: 0 repeated, 0 missing.
 void CheckEveryIdOnce(std::map<int, std::vector<int64_t>> by_epoch, int rows, int epochs) {
