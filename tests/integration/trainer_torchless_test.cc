@@ -215,6 +215,35 @@ TEST_CASE("trials reading one dataset share its preprocessing on the node: each 
   CHECK(ids == every);
 }
 
+TEST_CASE("two runs with the same seed see each epoch in the same order, whatever failures "
+          "come between",
+          "[trainer][data]") {
+  EmbeddedRayd cluster;
+  TempDir storage;
+  constexpr int kRows = 30, kEpochs = 3;
+  std::ofstream csv(storage.path() + "/ids.csv");
+  csv << "id\n";
+  for (int i = 0; i < kRows; ++i) csv << i << "\n";
+  csv.close();
+  auto ids_of = [&](const std::string& name, const nlohmann::json& config) {
+    rt::RunConfig run{.name = name, .storage_path = storage.path()};
+    run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"},
+                     .options = {{"seed", 11}}}};
+    run.failure.max_failures = 2;
+    rt::TrainResult done = rt::Trainer("RecordIds", config, {.num_workers = 1}, run).Fit();
+    INFO(done.error);
+    REQUIRE(done.ok());
+    return IdsByEpoch(*done.checkpoint);  // each attempt's ids in the order taken, in turn
+  };
+  const auto calm = ids_of("calm", {{"epochs", kEpochs}});
+  const auto failing = ids_of(
+      "failing", {{"epochs", kEpochs},
+                  {"fail_at", {{0, 3, storage.path() + "/f1"}, {2, 5, storage.path() + "/f2"}}}});
+  REQUIRE(calm.size() == static_cast<size_t>(kEpochs));
+  CHECK(failing == calm);
+  CHECK(calm.at(0) != calm.at(1));  // and each epoch its own order
+}
+
 TEST_CASE("every rank's data wait is in rank 0's rows and its dataset feed on the head, "
           "gone when the run ends",
           "[trainer][data]") {
