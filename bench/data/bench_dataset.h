@@ -1,9 +1,11 @@
 #pragma once
-// What the rayd Data benchmarks share: an .npy dataset of `rows` rows (an int64 `id` and a 28x28
+// What the rayd Data benchmarks share: opening a shard and taking its batches (exiting with the
+// error), an .npy dataset of `rows` rows (an int64 `id` and a 28x28
 // uint8 `image`, Fashion-MNIST's shape, each image filled with id % 251), written to a fresh
 // directory under the temp dir that the caller removes; and the load average, to print beside a
 // figure.
 
+#include <rayd/data/shard.h>
 #include <rayd/data/writer.h>
 #include <unistd.h>
 
@@ -39,6 +41,31 @@ inline std::string WriteIdImageNpy(const std::string& name, int64_t rows) {
     std::exit(1);
   }
   return dir;
+}
+
+// The shard of `spec`; exits naming the error when it cannot be opened.
+inline std::unique_ptr<rayd::data::DatasetShard> OpenShard(const rayd::data::DatasetSpec& spec,
+                                                           rayd::data::ShardOptions options = {}) {
+  auto shard = rayd::data::DatasetShard::Open(spec, options);
+  if (!shard.ok()) {
+    std::fprintf(stderr, "%s\n", shard.status().message().c_str());
+    std::exit(1);
+  }
+  return std::move(*shard);
+}
+
+// Calls `f` with each batch of `pass` to its end; exits naming the error that ends it early.
+template <typename F>
+void ForEachBatch(rayd::data::BatchIterator& pass, F&& f) {
+  while (true) {
+    auto next = pass.Next();
+    if (!next.ok()) {
+      std::fprintf(stderr, "%s\n", next.status().message().c_str());
+      std::exit(1);
+    }
+    if (!*next) return;
+    f(**next);
+  }
 }
 
 // /proc/loadavg's first line, without its newline.

@@ -27,12 +27,7 @@ using rayd::data::DatasetShard;
 using rayd::data::DatasetSpec;
 
 std::unique_ptr<DatasetShard> Open(const DatasetSpec& spec) {
-  auto shard = DatasetShard::Open(spec, {.world_size = 2, .rank = 0, .seed = 3});
-  if (!shard.ok()) {
-    std::fprintf(stderr, "%s\n", shard.status().message().c_str());
-    std::exit(1);
-  }
-  return std::move(*shard);
+  return rayd::bench::OpenShard(spec, {.world_size = 2, .rank = 0, .seed = 3});
 }
 
 // Seconds from opening the shard to its first batch after `skip` steps of epoch 1: resumed at

@@ -112,25 +112,13 @@ Figures Run(const std::string& folder, int trials, int epochs, int64_t batch, in
                        .format = "images",
                        .paths = {dir},
                        .options = {{"mode", "L"}, {"seed", t}, {"transforms", transforms}}};
-      auto shard = DatasetShard::Open(spec, {.world_size = 1, .rank = 0});
-      if (!shard.ok()) {
-        std::fprintf(stderr, "%s\n", shard.status().message().c_str());
-        std::exit(1);
-      }
+      std::unique_ptr<DatasetShard> shard = rayd::bench::OpenShard(spec);
       for (int epoch = 0; epoch < epochs; ++epoch) {
-        auto pass = (*shard)->IterBatches({.batch_size = batch, .epoch = epoch});
-        while (true) {
-          auto next = pass->Next();
-          if (!next.ok()) {
-            std::fprintf(stderr, "%s\n", next.status().message().c_str());
-            std::exit(1);
-          }
-          if (!*next) break;
-          each[t].rows += (*next)->num_rows();
-        }
+        auto pass = shard->IterBatches({.batch_size = batch, .epoch = epoch});
+        rayd::bench::ForEachBatch(*pass, [&](const rayd::data::Block& b) { each[t].rows += b.num_rows(); });
       }
-      each[t].chunks_made = (*shard)->stats().cache_chunks_made;
-      each[t].chunks_hit = (*shard)->stats().cache_chunks_hit;
+      each[t].chunks_made = shard->stats().cache_chunks_made;
+      each[t].chunks_hit = shard->stats().cache_chunks_hit;
     });
   }
   for (std::thread& t : threads) t.join();

@@ -38,29 +38,19 @@ struct Pass {
 
 Pass RunPass(const rayd::data::DatasetSpec& spec, int64_t batch, int64_t buffer, int64_t epoch,
              uint64_t* sink) {
-  auto shard = rayd::data::DatasetShard::Open(spec, {.seed = 11});
-  if (!shard.ok()) {
-    std::fprintf(stderr, "%s\n", shard.status().message().c_str());
-    std::exit(1);
-  }
+  std::unique_ptr<rayd::data::DatasetShard> shard = rayd::bench::OpenShard(spec, {.seed = 11});
   Pass out;
   const auto start = Clock::now();
-  auto pass = (*shard)->IterBatches(
+  auto pass = shard->IterBatches(
       {.batch_size = batch, .epoch = epoch, .local_shuffle_buffer_size = buffer});
-  while (true) {
-    auto next = pass->Next();
-    if (!next.ok()) {
-      std::fprintf(stderr, "%s\n", next.status().message().c_str());
-      std::exit(1);
-    }
-    if (!*next) break;
-    const rayd::data::Column* id = (*next)->Find("id");
-    const rayd::data::Column* image = (*next)->Find("image");
+  rayd::bench::ForEachBatch(*pass, [&](const rayd::data::Block& b) {
+    const rayd::data::Column* id = b.Find("id");
+    const rayd::data::Column* image = b.Find("image");
     const uint8_t* pixels = image->As<uint8_t>();
-    const int64_t bytes = (*next)->num_rows() * image->RowBytes();
+    const int64_t bytes = b.num_rows() * image->RowBytes();
     for (int64_t i = 0; i < bytes; i += 64) *sink += pixels[i];
-    out.ids.insert(out.ids.end(), id->As<int64_t>(), id->As<int64_t>() + (*next)->num_rows());
-  }
+    out.ids.insert(out.ids.end(), id->As<int64_t>(), id->As<int64_t>() + b.num_rows());
+  });
   out.samples_per_s =
       out.ids.size() / std::chrono::duration<double>(Clock::now() - start).count();
   return out;

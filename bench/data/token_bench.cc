@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_dataset.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -37,26 +39,16 @@ uint64_t Touch(const uint8_t* data, size_t n) {
 }
 
 double PassGBs(const rayd::data::DatasetSpec& spec, int64_t batch, uint64_t* sink) {
-  auto shard = rayd::data::DatasetShard::Open(spec, {});
-  if (!shard.ok()) {
-    std::fprintf(stderr, "%s\n", shard.status().message().c_str());
-    std::exit(1);
-  }
+  std::unique_ptr<rayd::data::DatasetShard> shard = rayd::bench::OpenShard(spec);
   const auto start = Clock::now();
-  auto pass = (*shard)->IterBatches({.batch_size = batch});
+  auto pass = shard->IterBatches({.batch_size = batch});
   size_t bytes = 0;
-  while (true) {
-    auto next = pass->Next();
-    if (!next.ok()) {
-      std::fprintf(stderr, "%s\n", next.status().message().c_str());
-      std::exit(1);
-    }
-    if (!*next) break;
-    const rayd::data::Column& c = (*next)->columns()[0];
-    const size_t n = static_cast<size_t>((*next)->num_rows() * c.RowBytes());
+  rayd::bench::ForEachBatch(*pass, [&](const rayd::data::Block& batch) {
+    const rayd::data::Column& c = batch.columns()[0];
+    const size_t n = static_cast<size_t>(batch.num_rows() * c.RowBytes());
     *sink += Touch(c.data, n);
     bytes += n;
-  }
+  });
   return bytes / Seconds(start) / 1e9;
 }
 

@@ -608,9 +608,7 @@ constexpr int kIds = 240;  // rows of the elastic runs' dataset
 // step, writing under `work`/results/`name`; returns its path.
 std::string ElasticIdsYaml(const std::string& work, const std::string& name, int epochs,
                            int max_failures) {
-  std::ofstream csv(work + "/ids.csv");
-  csv << "id\n";
-  for (int i = 0; i < kIds; ++i) csv << i << "\n";
+  rayd::testing::WriteIdsCsv(work, kIds);
   const std::string yaml = work + "/" + name + ".yaml";
   std::ofstream(yaml) << "name: " << name
                       << "\n"

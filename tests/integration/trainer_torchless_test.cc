@@ -130,10 +130,7 @@ TEST_CASE("a dataset resumes exactly after a failure and at another world size, 
   EmbeddedRayd cluster;
   TempDir storage;
   constexpr int kRows = 37, kEpochs = 3;
-  std::ofstream csv(storage.path() + "/ids.csv");
-  csv << "id\n";
-  for (int i = 0; i < kRows; ++i) csv << i << "\n";
-  csv.close();
+  rayd::testing::WriteIdsCsv(storage.path(), kRows);
   rt::RunConfig run{.name = "exact", .storage_path = storage.path()};
   run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"}}};
   const std::string marker = storage.path() + "/failed";
@@ -167,10 +164,7 @@ TEST_CASE("trials reading one dataset share its preprocessing on the node: each 
   EmbeddedRayd cluster;
   TempDir storage;
   constexpr int kRows = 60, kEpochs = 2;
-  std::ofstream csv(storage.path() + "/ids.csv");
-  csv << "id\n";
-  for (int i = 0; i < kRows; ++i) csv << i << "\n";
-  csv.close();
+  rayd::testing::WriteIdsCsv(storage.path(), kRows);
   const std::string log = storage.path() + "/decoded.log";
   // 10 rows a chunk (a row is one int64): 6 chunks in the node's cache.
   auto dataset = [&](int seed) {
@@ -221,10 +215,7 @@ TEST_CASE("two runs with the same seed see each epoch in the same order, whateve
   EmbeddedRayd cluster;
   TempDir storage;
   constexpr int kRows = 30, kEpochs = 3;
-  std::ofstream csv(storage.path() + "/ids.csv");
-  csv << "id\n";
-  for (int i = 0; i < kRows; ++i) csv << i << "\n";
-  csv.close();
+  rayd::testing::WriteIdsCsv(storage.path(), kRows);
   auto ids_of = [&](const std::string& name, const nlohmann::json& config) {
     rt::RunConfig run{.name = name, .storage_path = storage.path()};
     run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"},
@@ -250,10 +241,7 @@ TEST_CASE("every rank's data wait is in rank 0's rows and its dataset feed on th
   EmbeddedRayd cluster;
   TempDir storage;
   constexpr int kRows = 40, kEpochs = 2;
-  std::ofstream csv(storage.path() + "/ids.csv");
-  csv << "id\n";
-  for (int i = 0; i < kRows; ++i) csv << i << "\n";
-  csv.close();
+  rayd::testing::WriteIdsCsv(storage.path(), kRows);
   rt::RunConfig run{.name = "feeds", .storage_path = storage.path()};
   run.datasets = {{.name = "ids", .format = "csv", .paths = {storage.path() + "/ids.csv"}}};
   rt::TrainResult done =

@@ -88,6 +88,14 @@ std::map<int, std::vector<int64_t>> IdsByEpoch(const std::string& checkpoint_dir
   return by_epoch;
 }
 
+std::string WriteIdsCsv(const std::string& dir, int rows) {
+  const std::string path = dir + "/ids.csv";
+  std::ofstream csv(path);
+  csv << "id\n";
+  for (int i = 0; i < rows; ++i) csv << i << "\n";
+  return path;
+}
+
 std::string LatestCheckpoint(const std::string& run_dir) {
   std::string last;
   std::error_code ec;

@@ -24,6 +24,9 @@ namespace rayd::testing {
 std::map<int, std::vector<int64_t>> IdsByEpoch(const std::string& checkpoint_dir,
                                                int* files = nullptr);
 
+// Writes `dir`/ids.csv: a header `id` and the ids 0 .. rows-1, one a line; returns its path.
+std::string WriteIdsCsv(const std::string& dir, int rows);
+
 // The latest checkpoint_* directory of run directory `run_dir` ("" when there is none).
 std::string LatestCheckpoint(const std::string& run_dir);
 
