@@ -15,7 +15,8 @@
 // (64), dropout (0), batch_size per worker (64), epochs (5), batch_norm (false: batch norm after
 // each convolution), augment (0: each training image shifted by up to this many pixels, a new
 // shift each time it is seen), flip (false: each training image mirrored left to right with
-// probability 1/2, each time it is seen), lr_schedule (constant, or cosine: lr annealed towards 0 over
+// probability 1/2, each time it is seen; scores then average each image's and its mirror's
+// logits), lr_schedule (constant, or cosine: lr annealed towards 0 over
 // the epochs). One epoch is one
 // training_iteration: rank 0 reports the validation accuracy and loss (accuracy, loss), the mean
 // training loss, the epoch's training pace over the gang (samples_per_s), and with a checkpoint
@@ -111,14 +112,19 @@ torch::Tensor Labels(const rt::TensorBatch& batch) {
 }
 
 // Accuracy and mean loss of `model` on this rank's shard of `dataset`, summed over the ranks.
-std::pair<double, double> Score(Net& model, const std::string& dataset, int64_t batch_size) {
+// With `mirrored` (a model trained with flip), each image's logits are the mean of the image's
+// and its mirror image's (test-time augmentation).
+std::pair<double, double> Score(Net& model, const std::string& dataset, int64_t batch_size,
+                                bool mirrored) {
   torch::NoGradGuard no_grad;
   model->eval();
   // [correct, loss sum, rows]
   torch::Tensor totals = torch::zeros({3}, torch::kFloat64);
   rayd::data::DatasetShard& shard = rt::GetDatasetShard(dataset);
   for (rt::TensorBatch& batch : rt::IterTorchBatches(shard, {.batch_size = batch_size, .epoch = 0})) {
-    torch::Tensor logits = model->forward(Images(batch));
+    const torch::Tensor x = Images(batch);
+    torch::Tensor logits = model->forward(x);
+    if (mirrored) logits = (logits + model->forward(x.flip({3}))) / 2;
     torch::Tensor y = Labels(batch);
     totals[0] += logits.argmax(1).eq(y).sum().item<double>();
     totals[1] += torch::nn::functional::cross_entropy(
@@ -196,7 +202,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
     }
     const double train_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const auto [accuracy, val_loss] = Score(model, "validation", 512);
+    const auto [accuracy, val_loss] = Score(model, "validation", 512, flip);
     std::map<std::string, double> metrics = {
         {"accuracy", accuracy},
         {"loss", val_loss},
@@ -206,7 +212,7 @@ void FashionMnistCnn(const nlohmann::json& config) {
         {"samples_per_s", static_cast<double>(rows * rt::GetContext().world_size) / train_s}};
     if (epoch + 1 == epochs) {
       const std::vector<std::string> names = rt::DatasetNames();
-      if (std::find(names.begin(), names.end(), "test") != names.end()) metrics["test_accuracy"] = Score(model, "test", 512).first;
+      if (std::find(names.begin(), names.end(), "test") != names.end()) metrics["test_accuracy"] = Score(model, "test", 512, flip).first;
     }
     std::optional<std::string> checkpoint;
     if (rank == 0) {
