@@ -446,8 +446,10 @@ Result<Block> ReadThroughNodeCache(const DatasetSpec& spec, const std::string& s
   RAYD_ASSIGN_OR_RETURN(std::string fingerprint, FingerprintOf(spec, spec_key));
   HeldChunks& h = HeldChunksOf(fingerprint);
   std::string why;
-  // A cache that has just exited (idle) or a name taken by a racing reader: start again, twice.
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // A cache that has just exited (idle: its name may still be taken for a moment) or a name
+  // taken by a racing reader: look again and start one, backing off, for about 3 s.
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    if (attempt > 1) std::this_thread::sleep_for(std::chrono::milliseconds(200 << (attempt - 2)));
     try {
       ActorHandle<RaydDataCache> actor = NodeCacheActor(fingerprint, spec_key, attempt > 0);
       std::vector<Block> blocks;
