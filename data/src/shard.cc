@@ -330,6 +330,15 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
     *field = o[key].get<int64_t>();
   }
   shard->options_.budget_bytes = options.budget_bytes;
+  // The node cache's own (node_cache.h), checked here where the error can name them.
+  if (o.contains("cache_bytes") &&
+      (!o["cache_bytes"].is_number_integer() || o["cache_bytes"].get<int64_t>() < 1)) {
+    return bad("cache_bytes", "a byte count of at least 1");
+  }
+  if (o.contains("cache_idle_s") &&
+      (!o["cache_idle_s"].is_number() || o["cache_idle_s"].get<double>() <= 0)) {
+    return bad("cache_idle_s", "seconds, more than 0");
+  }
   shard->spec_json_ = SpecKey(spec);
 
   // Open here too (the reader's errors come now, not at the first batch), learn the rows and

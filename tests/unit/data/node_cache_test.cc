@@ -83,7 +83,8 @@ TEST_CASE("a cache's fingerprint is the files, the format, the reader's options 
   CHECK_FALSE(internal::CacheFingerprint(spec).ok());
 }
 
-TEST_CASE("cache: node outside a cluster and with on_error: skip are refused, naming why",
+TEST_CASE("cache: node outside a cluster, with bad cache options or on_error: skip is refused, "
+          "naming why",
           "[data][cache]") {
   rayd::testing::TempDir dir;
   const std::string csv = dir.path() + "/a.csv";
@@ -94,6 +95,16 @@ TEST_CASE("cache: node outside a cluster and with on_error: skip are refused, na
   REQUIRE_FALSE(opened.ok());
   CHECK(Contains(opened.status().message(), "datasets.a: cache: node: the node's cache is a rayd "
                                              "actor: it needs rayd::Init"));
+  spec.options["cache_bytes"] = "lots";
+  opened = DatasetShard::Open(spec, {});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(Contains(opened.status().message(), "datasets.a.cache_bytes: expected a byte count"));
+  spec.options.erase("cache_bytes");
+  spec.options["cache_idle_s"] = 0;
+  opened = DatasetShard::Open(spec, {});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(Contains(opened.status().message(), "datasets.a.cache_idle_s: expected seconds"));
+  spec.options.erase("cache_idle_s");
   spec.options["on_error"] = "skip";
   opened = DatasetShard::Open(spec, {});
   REQUIRE_FALSE(opened.ok());
