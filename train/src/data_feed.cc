@@ -115,10 +115,10 @@ void DataFeed::Publish(const Shards& shards) {
   PublishLocked(shards);
 }
 
-void DataFeed::Touch(const Shards& shards) {
+void DataFeed::Touch(const std::function<Shards()>& shards) {
   std::lock_guard lock(mu_);
   if (Clock::now() - published_at_ < std::chrono::duration<double>(kEverySeconds)) return;
-  PublishLocked(shards);
+  PublishLocked(shards());
 }
 
 void DataFeed::PublishLocked(const Shards& shards) {

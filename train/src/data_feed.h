@@ -20,6 +20,7 @@
 #include <rayd/data/shard.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -37,8 +38,9 @@ class DataFeed {
   using Shards = std::map<std::string, const data::DatasetShard*>;
   // Publishes `shards`' counts now.
   void Publish(const Shards& shards);
-  // Publishes when kEverySeconds have passed since the last publication.
-  void Touch(const Shards& shards);
+  // Publishes `shards()` when kEverySeconds have passed since the last publication (called per
+  // batch: the shards are listed only then).
+  void Touch(const std::function<Shards()>& shards);
   // Rank 0: each rank's wait since the previous call, from the ranks' feeds (this rank's from
   // `own_wait_s`, its shards' total wait), as result columns. Ranks that have published nothing
   // yet are left out.

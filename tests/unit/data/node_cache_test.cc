@@ -91,24 +91,21 @@ TEST_CASE("cache: node outside a cluster, with bad cache options or on_error: sk
   std::ofstream(csv) << "x\n1\n2\n";
   DatasetSpec spec{.name = "a", .format = "csv", .paths = {csv},
                    .options = {{"transforms", json::parse(R"([{"cache": "node"}])")}}};
-  auto opened = DatasetShard::Open(spec, {});
-  REQUIRE_FALSE(opened.ok());
-  CHECK(Contains(opened.status().message(), "datasets.a: cache: node: the node's cache is a rayd "
-                                             "actor: it needs rayd::Init"));
+  auto refusal = [&] {
+    auto opened = DatasetShard::Open(spec, {});
+    REQUIRE_FALSE(opened.ok());
+    return opened.status().message();
+  };
+  CHECK(Contains(refusal(), "datasets.a: cache: node: the node's cache is a rayd actor: it needs "
+                            "rayd::Init"));
   spec.options["cache_bytes"] = "lots";
-  opened = DatasetShard::Open(spec, {});
-  REQUIRE_FALSE(opened.ok());
-  CHECK(Contains(opened.status().message(), "datasets.a.cache_bytes: expected a byte count"));
+  CHECK(Contains(refusal(), "datasets.a.cache_bytes: expected a byte count"));
   spec.options.erase("cache_bytes");
   spec.options["cache_idle_s"] = 0;
-  opened = DatasetShard::Open(spec, {});
-  REQUIRE_FALSE(opened.ok());
-  CHECK(Contains(opened.status().message(), "datasets.a.cache_idle_s: expected seconds"));
+  CHECK(Contains(refusal(), "datasets.a.cache_idle_s: expected seconds"));
   spec.options.erase("cache_idle_s");
   spec.options["on_error"] = "skip";
-  opened = DatasetShard::Open(spec, {});
-  REQUIRE_FALSE(opened.ok());
-  CHECK(Contains(opened.status().message(), "datasets.a.on_error: expected no skip with {cache: node}"));
+  CHECK(Contains(refusal(), "datasets.a.on_error: expected no skip with {cache: node}"));
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ class DataServer::Impl {
       const double waited = d.shard->stats().wait_seconds;
       const double wait_s = waited - d.waited_reported;
       d.waited_reported = waited;
-      feed_.Touch(Shards());
+      feed_.Touch([this] { return Shards(); });
       if (!next.ok()) {
         d.pass.reset();
         return Error(next.status().message());
