@@ -53,28 +53,38 @@ Deal Plan(int64_t n, int world, int64_t batch_size, bool drop_last) {
 
 }  // namespace
 
-RankShare DealRank(std::span<const int64_t> order, int world, int rank, int64_t batch_size,
-                   bool drop_last) {
+int64_t StepCount(int64_t num_rows, int world, int64_t batch_size, bool drop_last) {
+  const Deal d = Plan(num_rows, std::max(world, 1), std::max<int64_t>(batch_size, 1), drop_last);
+  return d.full + (d.last > 0 ? 1 : 0);
+}
+
+StepRows RankStepRows(int64_t num_rows, int world, int rank, int64_t batch_size, bool drop_last,
+                      int64_t step) {
   batch_size = std::max<int64_t>(batch_size, 1);
   world = std::max(world, 1);
-  const int64_t n = static_cast<int64_t>(order.size());
-  const Deal d = Plan(n, world, batch_size, drop_last);
+  const Deal d = Plan(num_rows, world, batch_size, drop_last);
   const int64_t step_rows = batch_size * world;
+  if (step < d.full) return {step * step_rows + rank * batch_size, batch_size};
+  // The final, uneven step: ranks below last mod W take one row more; rank r's part starts
+  // after the lower ranks'.
+  const int64_t base = d.last / world, extra = d.last % world;
+  return {d.full * step_rows + rank * base + std::min<int64_t>(rank, extra),
+          base + (rank < extra ? 1 : 0)};
+}
+
+RankShare DealRank(std::span<const int64_t> order, int world, int rank, int64_t batch_size,
+                   bool drop_last) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t steps = StepCount(n, world, batch_size, drop_last);
   RankShare share;
-  share.left_out = d.left_out;
-  share.rows.reserve(static_cast<size_t>(n / world + 1));
-  for (int64_t s = 0; s < d.full; ++s) {
-    const int64_t at = s * step_rows + rank * batch_size;
-    share.rows.insert(share.rows.end(), order.begin() + at, order.begin() + at + batch_size);
-    share.steps.push_back(batch_size);
-  }
-  if (d.last > 0) {
-    // Ranks below last mod W take one row more; rank r's part starts after the lower ranks'.
-    const int64_t base = d.last / world, extra = d.last % world;
-    const int64_t size = base + (rank < extra ? 1 : 0);
-    const int64_t at = d.full * step_rows + rank * base + std::min<int64_t>(rank, extra);
-    share.rows.insert(share.rows.end(), order.begin() + at, order.begin() + at + size);
-    share.steps.push_back(size);
+  share.left_out =
+      Plan(n, std::max(world, 1), std::max<int64_t>(batch_size, 1), drop_last).left_out;
+  share.rows.reserve(static_cast<size_t>(n / std::max(world, 1) + 1));
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepRows step = RankStepRows(n, world, rank, batch_size, drop_last, s);
+    share.rows.insert(share.rows.end(), order.begin() + step.first,
+                      order.begin() + step.first + step.count);
+    share.steps.push_back(step.count);
   }
   return share;
 }

@@ -6,10 +6,12 @@
 
 #include "node_cache.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -278,12 +280,68 @@ class DataStages {
   std::atomic<size_t> next_{0};  // round-robin over the pools
 };
 
+namespace {
+
+// The rows one pass deals, in the order it deals them (rayd/data/order.h deals them to the
+// ranks): a resumed epoch's pending rows, then the epoch's order from the cursor.
+struct PassOrder {
+  int64_t epoch = 0;
+  int64_t start = 0;    // the cursor the pass started at
+  int64_t pending = 0;  // how many of `rows` are the resumed position's pending rows
+  std::vector<int64_t> rows;
+
+  // The position once the first `dealt` rows are dealt, of which `undrawn` (indices into `rows`,
+  // ascending) no batch has taken yet.
+  ShardPosition After(int64_t dealt, std::span<const int64_t> undrawn = {}) const {
+    ShardPosition p{.epoch = epoch, .cursor = start + std::max<int64_t>(dealt - pending, 0)};
+    p.pending.reserve(undrawn.size() + static_cast<size_t>(std::max<int64_t>(pending - dealt, 0)));
+    for (const int64_t i : undrawn) p.pending.push_back(rows[static_cast<size_t>(i)]);
+    for (int64_t i = dealt; i < pending; ++i) p.pending.push_back(rows[static_cast<size_t>(i)]);
+    return p;
+  }
+};
+
+}  // namespace
+
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
   std::atomic<int64_t> held_blocks{0}, held_bytes{0};  // the current pass's, now
   std::atomic<int64_t> cache_made{0}, cache_hits{0};
-  // The position of the last pass that started (ShardPosition), updated as it hands out steps.
-  std::atomic<int64_t> epoch{0}, cursor{0};
+
+  // Where the last pass stands (position()): its rows and how many its steps handed out dealt,
+  // or, with a local shuffle buffer, what every rank's draws say; before any pass, or after
+  // ResumeAt, `fixed`.
+  ShardPosition Position() {
+    std::lock_guard lock(position_mu);
+    if (drawn) return drawn();
+    return pass ? pass->After(dealt) : fixed;
+  }
+  void StartPass(std::shared_ptr<const PassOrder> order) {
+    std::lock_guard lock(position_mu);
+    pass = std::move(order);
+    dealt = 0;
+    drawn = nullptr;
+  }
+  void Dealt(int64_t rows) {
+    std::lock_guard lock(position_mu);
+    dealt = rows;
+  }
+  void Drawn(std::function<ShardPosition()> from) {
+    std::lock_guard lock(position_mu);
+    drawn = std::move(from);
+  }
+  void Fix(ShardPosition position) {
+    std::lock_guard lock(position_mu);
+    fixed = std::move(position);
+    pass.reset();
+    drawn = nullptr;
+  }
+
+  std::mutex position_mu;
+  ShardPosition fixed;                    // guarded by position_mu
+  std::shared_ptr<const PassOrder> pass;  // guarded by position_mu
+  int64_t dealt = 0;                      // guarded by position_mu
+  std::function<ShardPosition()> drawn;   // guarded by position_mu
 };
 
 DatasetShard::~DatasetShard() = default;
@@ -440,7 +498,8 @@ ShardStats DatasetShard::stats() const {
 // One pass: the producer thread and the queue of blocks it made.
 class ShardPass : public BatchIterator {
  public:
-  ShardPass(const DatasetShard& shard, const BatchOptions& options, int64_t epoch, int64_t start)
+  ShardPass(const DatasetShard& shard, const BatchOptions& options,
+            std::shared_ptr<const PassOrder> order)
       : spec_(shard.spec_),
         spec_json_(shard.spec_json_),
         tasks_(shard.tasks_),
@@ -451,13 +510,9 @@ class ShardPass : public BatchIterator {
         counters_(shard.counters_),
         stages_(shard.stages_),
         world_(shard.options_.world_size),
-        epoch_(epoch) {
-    const std::vector<int64_t> order =
-        EpochOrder(shard.num_rows_, shard.options_.seed, epoch, shard.shuffle_);
-    start_ = std::clamp<int64_t>(start, 0, static_cast<int64_t>(order.size()));
-    left_ = static_cast<int64_t>(order.size()) - start_;
-    RankShare share = DealRank(std::span<const int64_t>(order).subspan(start_), world_,
-                               shard.options_.rank, batch_size_, drop_last_);
+        order_(std::move(order)) {
+    left_ = static_cast<int64_t>(order_->rows.size());
+    RankShare share = DealRank(order_->rows, world_, shard.options_.rank, batch_size_, drop_last_);
     rows_ = std::move(share.rows);
     steps_ = std::move(share.steps);
     for (int64_t& row : rows_) row += shard.first_row_;
@@ -471,8 +526,7 @@ class ShardPass : public BatchIterator {
       block_steps_.emplace_back(first, s);
       at += rows;
     }
-    counters_->epoch = epoch_;
-    counters_->cursor = start_;
+    counters_->StartPass(order_);
     row_bytes_ = shard.row_bytes_;
     estimated_.assign(cuts_.size(), 0);
     if (tasks_) {
@@ -544,11 +598,9 @@ class ShardPass : public BatchIterator {
     ++step_;
     // Where the epoch stands once this batch is trained on: the rows the steps so far dealt,
     // over every rank (all of them after the last step).
-    counters_->cursor =
-        start_ + (step_ == steps_.size()
-                      ? left_
-                      : RowsAfterSteps(left_, world_, batch_size_, drop_last_,
-                                       static_cast<int64_t>(step_)));
+    counters_->Dealt(step_ == steps_.size() ? left_
+                                            : RowsAfterSteps(left_, world_, batch_size_, drop_last_,
+                                                             static_cast<int64_t>(step_)));
     return std::optional<Block>(std::move(batch));
   }
 
@@ -686,9 +738,8 @@ class ShardPass : public BatchIterator {
   std::vector<int64_t> steps_;                     // each step's batch size
   std::vector<std::pair<size_t, size_t>> block_steps_;  // each block's [first, last) step
   const int world_;
-  const int64_t epoch_;
-  int64_t start_ = 0;  // the cursor the pass started at (a resumed epoch's)
-  int64_t left_ = 0;   // the order's rows from there
+  const std::shared_ptr<const PassOrder> order_;
+  int64_t left_ = 0;  // the rows the pass deals
   int64_t row_bytes_ = 1;
 
   std::mutex mu_;
@@ -710,18 +761,129 @@ class ShardPass : public BatchIterator {
 
 namespace {
 
-// A pass's batches drawn at random from a buffer of its rows (BatchOptions::
-// local_shuffle_buffer_size): the buffer refers to rows of the pass's own batches, kept until
-// every row of theirs is drawn, and a drawn batch is gathered from them (a copy).
+// A local shuffle buffer's draws (BatchOptions::local_shuffle_buffer_size): items come in a
+// step's batch at a time, and each draw takes as many as the next step brought, at random (a
+// partial Fisher-Yates from the back over SplitMix64): the same steps and seed draw the same
+// items, and the loop makes as many steps as every other rank. LocalShuffle's holds the rows of
+// its batches; RankDraws replays every rank's with row indices.
+template <typename Item>
+class DrawBuffer {
+ public:
+  explicit DrawBuffer(uint64_t seed) : random_(seed) {}
+  size_t size() const { return items_.size(); }
+  const std::vector<Item>& items() const { return items_; }
+  bool can_draw() const { return !steps_.empty(); }
+  void Add(Item item) { items_.push_back(item); }
+  void EndStep(int64_t items) { steps_.push_back(items); }
+  // The next step's count of items (can_draw()), taken out of the buffer into `out`.
+  void Draw(std::vector<Item>* out) {
+    const size_t n = std::min(static_cast<size_t>(steps_.front()), items_.size());
+    steps_.pop_front();
+    out->clear();
+    for (size_t i = 0; i < n; ++i) {
+      std::swap(items_[random_.Below(items_.size())], items_.back());
+      out->push_back(items_.back());
+      items_.pop_back();
+    }
+  }
+
+ private:
+  SplitMix64 random_;
+  std::deque<int64_t> steps_;  // each step's items not drawn yet, in order
+  std::vector<Item> items_;
+};
+
+uint64_t ShuffleSeed(uint64_t seed, int64_t epoch, int rank) {
+  return seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^
+         (static_cast<uint64_t>(rank) + 1) * 0x165667B19E3779F9ull;
+}
+
+// Every rank's local shuffle over one pass, replayed from the pass's deal with row indices (no
+// data), a draw per step handed out: which rows each rank's buffer has read and not drawn, so
+// that any rank can tell the position (ShardPosition::pending) at a checkpoint. Exact when each
+// batch has the rows its step dealt (a filter that leaves some out makes the loop's draws differ
+// from these: docs/data.md).
+class RankDraws {
+ public:
+  RankDraws(std::shared_ptr<const PassOrder> order, int world, int64_t batch_size, bool drop_last,
+            int64_t buffer, uint64_t seed)
+      : order_(std::move(order)),
+        rows_(static_cast<int64_t>(order_->rows.size())),
+        world_(world),
+        batch_size_(batch_size),
+        drop_last_(drop_last),
+        buffer_(buffer),
+        steps_(StepCount(rows_, world, batch_size, drop_last)) {
+    for (int r = 0; r < world; ++r) {
+      ranks_.push_back({DrawBuffer<int64_t>(ShuffleSeed(seed, order_->epoch, r))});
+    }
+  }
+
+  // Every rank's next draw, as LocalShuffle::Next makes it.
+  void Advance() {
+    std::lock_guard lock(mu_);
+    std::vector<int64_t> drawn;
+    for (int r = 0; r < world_; ++r) {
+      Rank& rank = ranks_[static_cast<size_t>(r)];
+      while (static_cast<int64_t>(rank.buffer.size()) < buffer_ + batch_size_ &&
+             rank.pulled < steps_) {
+        const StepRows step =
+            RankStepRows(rows_, world_, r, batch_size_, drop_last_, rank.pulled++);
+        for (int64_t i = 0; i < step.count; ++i) rank.buffer.Add(step.first + i);
+        rank.buffer.EndStep(step.count);
+      }
+      if (rank.buffer.can_draw()) rank.buffer.Draw(&drawn);
+    }
+  }
+
+  // The rows dealt up to the furthest rank's read-ahead, less those drawn.
+  ShardPosition Position() const {
+    std::lock_guard lock(mu_);
+    int64_t pulled = 0;
+    for (const Rank& rank : ranks_) pulled = std::max(pulled, rank.pulled);
+    std::vector<int64_t> undrawn;
+    for (int r = 0; r < world_; ++r) {
+      const Rank& rank = ranks_[static_cast<size_t>(r)];
+      undrawn.insert(undrawn.end(), rank.buffer.items().begin(), rank.buffer.items().end());
+      for (int64_t s = rank.pulled; s < pulled; ++s) {  // dealt to it, not read ahead yet
+        const StepRows step = RankStepRows(rows_, world_, r, batch_size_, drop_last_, s);
+        for (int64_t i = 0; i < step.count; ++i) undrawn.push_back(step.first + i);
+      }
+    }
+    std::sort(undrawn.begin(), undrawn.end());
+    const int64_t dealt =
+        pulled == steps_ ? rows_ : RowsAfterSteps(rows_, world_, batch_size_, drop_last_, pulled);
+    return order_->After(dealt, undrawn);
+  }
+
+ private:
+  struct Rank {
+    DrawBuffer<int64_t> buffer;  // indices into the pass's rows
+    int64_t pulled = 0;          // steps read into the buffer
+  };
+  const std::shared_ptr<const PassOrder> order_;
+  const int64_t rows_;
+  const int world_;
+  const int64_t batch_size_;
+  const bool drop_last_;
+  const int64_t buffer_;
+  const int64_t steps_;
+  mutable std::mutex mu_;
+  std::vector<Rank> ranks_;  // guarded by mu_
+};
+
+// A pass's batches drawn from a local shuffle buffer of its rows: the buffer refers to rows of
+// the pass's own batches, kept until every row of theirs is drawn, and a drawn batch is gathered
+// from them (a copy).
 class LocalShuffle : public BatchIterator {
  public:
-  LocalShuffle(std::unique_ptr<BatchIterator> pass, int64_t buffer, int64_t batch_size,
-               bool drop_last, uint64_t seed)
+  LocalShuffle(std::unique_ptr<BatchIterator> pass, std::shared_ptr<RankDraws> draws,
+               int64_t buffer, int64_t batch_size, uint64_t seed)
       : pass_(std::move(pass)),
+        draws_(std::move(draws)),
         buffer_(buffer),
         batch_size_(std::max<int64_t>(batch_size, 1)),
-        drop_last_(drop_last),
-        random_(seed) {}
+        rows_(seed) {}
 
   Result<std::optional<Block>> Next() override {
     while (!done_ && static_cast<int64_t>(rows_.size()) < buffer_ + batch_size_) {
@@ -731,71 +893,72 @@ class LocalShuffle : public BatchIterator {
         break;
       }
       const int32_t b = static_cast<int32_t>(blocks_.size());
-      for (int64_t r = 0; r < batch->num_rows(); ++r) rows_.emplace_back(b, r);
+      for (int64_t r = 0; r < batch->num_rows(); ++r) rows_.Add({b, r});
+      rows_.EndStep(batch->num_rows());
       left_.push_back(batch->num_rows());
       blocks_.push_back(std::move(*batch));
     }
-    const int64_t n = std::min<int64_t>(batch_size_, rows_.size());
-    if (n == 0 || (drop_last_ && n < batch_size_)) return std::optional<Block>();
-    // Draw n rows (a partial Fisher-Yates from the back), then gather them in one copy.
-    std::vector<std::pair<int32_t, int64_t>> drawn(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      std::swap(rows_[random_.Below(rows_.size())], rows_.back());
-      drawn[i] = rows_.back();
-      rows_.pop_back();
-    }
-    Block batch = Block::Gather(blocks_, drawn);
-    for (const auto& [b, r] : drawn) {
+    if (!rows_.can_draw()) return std::optional<Block>();
+    rows_.Draw(&drawn_);
+    Block batch = Block::Gather(blocks_, drawn_);
+    for (const auto& [b, r] : drawn_) {
       if (--left_[b] == 0) blocks_[b] = Block();  // every row of it drawn: its memory may go
     }
+    draws_->Advance();
     return std::optional<Block>(std::move(batch));
   }
 
  private:
   std::unique_ptr<BatchIterator> pass_;
+  const std::shared_ptr<RankDraws> draws_;
   const int64_t buffer_;
   const int64_t batch_size_;
-  const bool drop_last_;
-  SplitMix64 random_;
   bool done_ = false;
   std::vector<Block> blocks_;                     // the pass's batches, emptied once drawn
   std::vector<int64_t> left_;                     // each one's rows not drawn yet
-  std::vector<std::pair<int32_t, int64_t>> rows_;  // the buffer: (batch, row) not drawn yet
+  DrawBuffer<std::pair<int32_t, int64_t>> rows_;  // (batch, row) not drawn yet
+  std::vector<std::pair<int32_t, int64_t>> drawn_;
 };
 
 }  // namespace
 
-ShardPosition DatasetShard::position() const {
-  return {counters_->epoch.load(), counters_->cursor.load()};
-}
+ShardPosition DatasetShard::position() const { return counters_->Position(); }
 
 void DatasetShard::ResumeAt(ShardPosition position) {
-  if (position.cursor >= num_rows_) {  // the epoch was done
+  std::erase_if(position.pending, [&](int64_t row) { return row < 0 || row >= num_rows_; });
+  position.cursor = std::clamp<int64_t>(position.cursor, 0, num_rows_);
+  if (position.cursor == num_rows_ && position.pending.empty()) {  // the epoch was done
     next_epoch_ = position.epoch + 1;
     resume_.reset();
-    counters_->epoch = position.epoch;
-    counters_->cursor = num_rows_;
-    return;
+  } else {
+    next_epoch_ = position.epoch;
+    resume_ = position;
   }
-  next_epoch_ = position.epoch;
-  resume_ = position;
-  counters_->epoch = position.epoch;
-  counters_->cursor = position.cursor;
+  counters_->Fix(std::move(position));
 }
 
 std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& options) {
   const int64_t epoch = options.epoch >= 0 ? options.epoch : next_epoch_;
   next_epoch_ = epoch + 1;
-  int64_t start = 0;
-  if (resume_ && resume_->epoch == epoch) start = resume_->cursor;
+  auto order = std::make_shared<PassOrder>();
+  order->epoch = epoch;
+  std::vector<int64_t> rows = EpochOrder(num_rows_, options_.seed, epoch, shuffle_);
+  if (resume_ && resume_->epoch == epoch) {
+    order->start = resume_->cursor;
+    order->pending = static_cast<int64_t>(resume_->pending.size());
+    order->rows = std::move(resume_->pending);
+  }
   resume_.reset();
-  auto pass = std::make_unique<ShardPass>(*this, options, epoch, start);
+  order->rows.insert(order->rows.end(), rows.begin() + order->start, rows.end());
+  auto pass = std::make_unique<ShardPass>(*this, options, order);
   if (options.local_shuffle_buffer_size <= 0) return pass;
-  const uint64_t seed = options_.seed * 0x9E3779B97F4A7C15ull ^
-                        (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^
-                        (static_cast<uint64_t>(options_.rank) + 1) * 0x165667B19E3779F9ull;
-  return std::make_unique<LocalShuffle>(std::move(pass), options.local_shuffle_buffer_size,
-                                        options.batch_size, options.drop_last, seed);
+  auto draws = std::make_shared<RankDraws>(
+      order, options_.world_size, std::max<int64_t>(options.batch_size, 1), options.drop_last,
+      options.local_shuffle_buffer_size, options_.seed);
+  counters_->Drawn([draws] { return draws->Position(); });
+  return std::make_unique<LocalShuffle>(std::move(pass), draws, options.local_shuffle_buffer_size,
+                                        options.batch_size,
+                                        ShuffleSeed(options_.seed, epoch, options_.rank));
 }
 
 }  // namespace rayd::data

@@ -70,7 +70,10 @@ Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& dat
 Status WriteDataPositions(const std::map<std::string, data::ShardPosition>& positions,
                           const std::string& dir) {
   nlohmann::json json = nlohmann::json::object();
-  for (const auto& [name, p] : positions) json[name] = {{"epoch", p.epoch}, {"cursor", p.cursor}};
+  for (const auto& [name, p] : positions) {
+    json[name] = {{"epoch", p.epoch}, {"cursor", p.cursor}};
+    if (!p.pending.empty()) json[name]["pending"] = p.pending;
+  }
   const std::string path = dir + "/" + kDataPositionsFile;
   std::ofstream out(path);
   out << json.dump() << "\n";
@@ -89,7 +92,14 @@ void ResumeShard(data::DatasetShard& shard, const std::string& name, const std::
       !p.value("cursor", nlohmann::json()).is_number_integer()) {
     return;
   }
-  shard.ResumeAt({.epoch = p["epoch"].get<int64_t>(), .cursor = p["cursor"].get<int64_t>()});
+  data::ShardPosition position{.epoch = p["epoch"].get<int64_t>(),
+                               .cursor = p["cursor"].get<int64_t>()};
+  if (const nlohmann::json pending = p.value("pending", nlohmann::json()); pending.is_array()) {
+    for (const nlohmann::json& row : pending) {
+      if (row.is_number_integer()) position.pending.push_back(row.get<int64_t>());
+    }
+  }
+  shard.ResumeAt(std::move(position));
 }
 
 }  // namespace internal

@@ -18,7 +18,8 @@ Result<std::unique_ptr<data::DatasetShard>> OpenRankShard(const std::string& dat
                                                           const std::string& name, int world,
                                                           int rank, int local_world_size);
 
-// Where each shard stood, in a checkpoint: {NAME: {"epoch": E, "cursor": C}} (ShardPosition),
+// Where each shard stood, in a checkpoint: {NAME: {"epoch": E, "cursor": C, "pending": [ROW, ...]}}
+// (ShardPosition; "pending" only when a local shuffle buffer held rows),
 // written by rank 0 into every checkpoint it reports, read back by the attempt that resumes from
 // it, so that each dataset goes on with the next sample at any world size.
 inline constexpr char kDataPositionsFile[] = ".rayd_data_positions.json";

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -298,6 +299,39 @@ TEST_CASE("a local shuffle buffer mixes a sequential pass's rows, every row once
   CHECK(Ids(**shard, {.batch_size = 32, .epoch = 1, .local_shuffle_buffer_size = 200}) != mixed);
 }
 
+// `world` ranks' passes of `epoch`, each from `from` (a checkpoint's position, or none), taking
+// `steps` steps each (-1: to the end) in lockstep; every rank's ids appended to `ids`. Returns
+// rank 0's position after them, checking that every rank reports the same and took as many
+// steps (`from` itself when it says the epoch was done).
+static ShardPosition TakeSteps(const DatasetSpec& spec, int world,
+                               const std::optional<ShardPosition>& from, BatchOptions options,
+                               int64_t steps, std::vector<int64_t>* ids) {
+  std::optional<ShardPosition> position;
+  std::optional<int64_t> taken;
+  for (int rank = 0; rank < world; ++rank) {
+    auto shard = DatasetShard::Open(spec, {.world_size = world, .rank = rank, .seed = 9});
+    REQUIRE(shard.ok());
+    if (from) {
+      (*shard)->ResumeAt(*from);
+      if ((*shard)->next_epoch() != options.epoch) return *from;  // that epoch was done
+    }
+    auto pass = (*shard)->IterBatches(options);
+    int64_t s = 0;
+    for (; steps < 0 || s < steps; ++s) {
+      auto batch = pass->Next();
+      REQUIRE(batch.ok());
+      if (!*batch) break;
+      const Column* id = (**batch).Find("id");
+      for (int64_t r = 0; r < (**batch).num_rows(); ++r) ids->push_back(id->As<int64_t>()[r]);
+    }
+    if (!taken) taken = s;
+    CHECK(s == *taken);  // DDP needs every rank to make the same number of steps
+    if (!position) position = (*shard)->position();
+    CHECK((*shard)->position() == *position);
+  }
+  return *position;
+}
+
 TEST_CASE("a pass resumed at a checkpoint's position deals the rest of the epoch, at any world "
           "size, every row once",
           "[data][shard][resume]") {
@@ -353,4 +387,48 @@ TEST_CASE("a pass resumed at a checkpoint's position deals the rest of the epoch
   REQUIRE(shard.ok());
   (*shard)->ResumeAt({.epoch = 4, .cursor = 103});
   CHECK((*shard)->next_epoch() == 5);
+}
+
+TEST_CASE(
+    "a pass with a local shuffle buffer resumes at a checkpoint's position, at any world "
+    "size, every row once, the buffers' rows included",
+    "[data][shard][resume]") {
+  TempDir dir;
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path, 103)}};
+  spec.options["shuffle"] = false;  // read in order: the buffer does the mixing
+  spec.options["block_bytes"] = 1;
+  const BatchOptions buffered{.batch_size = 5, .epoch = 1, .local_shuffle_buffer_size = 12};
+  std::vector<int64_t> every(103);
+  std::iota(every.begin(), every.end(), 0);
+  for (int before : {1, 2, 3}) {
+    for (int after : {1, 2, 4}) {
+      for (int64_t steps_done : {0, 1, 3, 6}) {
+        INFO("before " << before << " after " << after << " steps " << steps_done);
+        std::vector<int64_t> all;
+        const ShardPosition first =
+            TakeSteps(spec, before, std::nullopt, buffered, steps_done, &all);
+        CHECK(first.epoch == 1);
+        // The buffers read ahead of the draws: rows dealt and not drawn yet are pending.
+        CHECK(static_cast<int64_t>(first.pending.size()) ==
+              first.cursor - static_cast<int64_t>(all.size()));
+        if (steps_done > 0) CHECK(!first.pending.empty());
+        // `after` ranks resume there and checkpoint again two steps on (their buffers now hold
+        // some of the pending rows and some of the order's); two ranks finish the epoch.
+        const ShardPosition second = TakeSteps(spec, after, first, buffered, 2, &all);
+        const ShardPosition end = TakeSteps(spec, 2, second, buffered, -1, &all);
+        CHECK(end == ShardPosition{1, 103, {}});
+        std::sort(all.begin(), all.end());
+        CHECK(all == every);  // 0 repeated, 0 missing
+      }
+    }
+  }
+  // Ranks whose shares differ by a row still make the same number of steps (9 rows, 2 ranks of
+  // batch 4: the last step is 5 rows and 4).
+  std::vector<int64_t> ids;
+  DatasetSpec nine{.name = "rows", .format = "csv", .paths = {WriteCsv(dir.path / "nine", 9)}};
+  nine.options["shuffle"] = false;
+  TakeSteps(nine, 2, std::nullopt, {.batch_size = 4, .epoch = 0, .local_shuffle_buffer_size = 3},
+            -1, &ids);
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8});
 }

@@ -64,6 +64,16 @@ struct RankShare {
 RankShare DealRank(std::span<const int64_t> order, int world, int rank, int64_t batch_size,
                    bool drop_last = false);
 
+// The steps of a deal of `num_rows` rows (the same on every rank), and rank `rank`'s rows in step
+// `step` < StepCount: the `count` rows of the order from `first` (DealRank's, one step at a time).
+int64_t StepCount(int64_t num_rows, int world, int64_t batch_size, bool drop_last = false);
+struct StepRows {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+StepRows RankStepRows(int64_t num_rows, int world, int rank, int64_t batch_size, bool drop_last,
+                      int64_t step);
+
 // How many rows of an order of `num_rows` the first `steps` steps cover over all `world` ranks:
 // the cursor a checkpoint taken after them records.
 int64_t RowsAfterSteps(int64_t num_rows, int world, int64_t batch_size, bool drop_last,

@@ -55,11 +55,15 @@ struct BatchOptions {
 };
 
 // Where a shard stands in its epochs: `cursor` rows of epoch `epoch`'s order have been dealt to
-// the steps handed out so far, over every rank (rayd/data/order.h). What a checkpoint records,
-// and what a restarted run, of any world size, resumes from.
+// the steps handed out so far, over every rank (rayd/data/order.h), and of those, `pending` (the
+// dataset's row numbers, in the order they were dealt) no batch has taken yet: the rows a local
+// shuffle buffer held, on every rank. What a checkpoint records, and what a restarted run, of any
+// world size, resumes from: its next pass of the epoch deals `pending` first, then the order from
+// `cursor`.
 struct ShardPosition {
   int64_t epoch = 0;
   int64_t cursor = 0;
+  std::vector<int64_t> pending;
   bool operator==(const ShardPosition&) const = default;
 };
 
@@ -114,11 +118,12 @@ class DatasetShard {
 
   // The last pass's position after the batches it has handed out (as every rank takes the same
   // steps, the same on every rank at a synchronous point such as a report): {0, 0} before any.
-  // A pass with a local shuffle buffer counts its steps, not which rows its buffer drew.
+  // With a local shuffle buffer, `pending` holds the rows every rank's buffer had read and not
+  // yet drawn (each rank's draws are a function of the pass, so any rank can tell the others').
   ShardPosition position() const;
-  // The next pass of `position.epoch` (IterBatches with that epoch, or the next one) starts at
-  // its cursor, dealing the rest of that epoch's order to this shard's world; a cursor at the
-  // epoch's end makes the next pass the following epoch's.
+  // The next pass of `position.epoch` (IterBatches with that epoch, or the next one) deals its
+  // pending rows, then the rest of that epoch's order from its cursor, to this shard's world; a
+  // cursor at the epoch's end with nothing pending makes the next pass the following epoch's.
   void ResumeAt(ShardPosition position);
 
   ShardStats stats() const;
