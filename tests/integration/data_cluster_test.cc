@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -268,6 +269,75 @@ TEST_CASE("a dataset 4x the object store streams through 2 ranks under the inges
   // The store held no more than the two ranks' budgets, plus the block each rank's loop is on
   // (its view pins it after the producer stops counting it) and the tasks' small arguments.
   CHECK(store.peak_used <= static_cast<uint64_t>(2 * budget + 2 * (kMiB + 64 * 1024) + kMiB));
+}
+
+// This node's data caches (named rayd-data-cache-..., namespace rayd_data) that are alive.
+std::vector<rayd::ActorSummary> LiveCaches() {
+  const auto endpoint = rayd::internal::DriverClusterEndpoint();
+  auto actors = rayd::FetchActors(endpoint.gcs_address, endpoint.token, rayd::Millis(5000));
+  REQUIRE(actors.ok());
+  std::vector<rayd::ActorSummary> live;
+  for (const rayd::ActorSummary& a : *actors) {
+    if (a.ray_namespace == "rayd_data" && a.name.rfind("rayd-data-cache-", 0) == 0 &&
+        a.state != "DEAD") {
+      live.push_back(a);
+    }
+  }
+  return live;
+}
+
+TEST_CASE("a node cache exits once no reader has asked for cache_idle_s, and a later pass "
+          "starts another and reads the same rows",
+          "[data][integration][cache]") {
+  EmbeddedRayd cluster;
+  const std::string csv = WriteText(cluster.Path("rows.csv"), [] {
+    std::string text = "id,x\n";
+    for (int i = 0; i < 500; ++i) text += std::to_string(i) + "," + std::to_string(i * 3) + "\n";
+    return text;
+  }());
+  DatasetSpec spec{.name = "rows", .format = "csv", .paths = {csv}};
+  spec.options["transforms"] = json::parse(R"([{"cache": "node"}])");
+  spec.options["cache_idle_s"] = 1;
+  spec.options["block_bytes"] = 1024;  // several chunks
+  auto shard = DatasetShard::Open(spec, {.seed = 5});
+  REQUIRE(shard.ok());
+  auto check_pass = [&](int64_t epoch) {
+    auto batches = Pass(**shard, 64, epoch);
+    REQUIRE(batches.ok());
+    std::set<int64_t> ids;
+    for (const Block& b : *batches) {
+      for (int64_t r = 0; r < b.num_rows(); ++r) {
+        const int64_t id = b.Find("id")->As<int64_t>()[r];
+        CHECK(b.Find("x")->As<int64_t>()[r] == 3 * id);
+        ids.insert(id);
+      }
+    }
+    CHECK(ids.size() == 500);
+  };
+  check_pass(0);
+  const std::vector<rayd::ActorSummary> first = LiveCaches();
+  REQUIRE(first.size() == 1);
+  CHECK((*shard)->stats().cache_chunks_made > 0);
+
+  // Idle for a second: it exits (polled, with a deadline well past cache_idle_s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!LiveCaches().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(LiveCaches().empty());
+
+  // The chunks this process holds stay intact, and its reads go on; once it tells the cache
+  // again that it uses them (every 5 s), a new cache starts under the same name.
+  int64_t epoch = 1;
+  const auto restart_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (LiveCaches().empty() && std::chrono::steady_clock::now() < restart_deadline) {
+    check_pass(epoch++);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::vector<rayd::ActorSummary> second = LiveCaches();
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].actor_id != first[0].actor_id);
+  CHECK(second[0].name == first[0].name);  // the same node and fingerprint: the same name again
 }
 
 int main(int argc, char** argv) {
