@@ -3,6 +3,8 @@
 #include <rayd/base/logging.h>
 #include <rayd/data/block.h>
 
+#include "copy_rows.h"
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -295,10 +297,10 @@ Block Block::Gather(std::span<const Block> blocks,
     }
     const int64_t row_bytes = first.RowBytes();
     uint8_t* to = out.AddFixedForOverwrite(first.schema);
-    for (const auto& [b, r] : rows) {
-      std::memcpy(to, blocks[b].columns_[i].data + r * row_bytes, static_cast<size_t>(row_bytes));
-      to += row_bytes;
-    }
+    internal::CopyRows(to, rows.size(), static_cast<size_t>(row_bytes), [&](size_t at) {
+      const auto [b, r] = rows[at];
+      return blocks[b].columns_[i].data + r * row_bytes;
+    });
   }
   return std::move(out).Finish();
 }

@@ -2,6 +2,8 @@
 
 #include "fixed_columns.h"
 
+#include "../copy_rows.h"
+
 #include <algorithm>
 #include <cstring>
 #include <regex>
@@ -36,28 +38,32 @@ Result<std::unique_ptr<Reader>> FixedColumnsReader::Make(std::vector<FixedColumn
 }
 
 Result<Block> FixedColumnsReader::Read(std::span<const int64_t> rows) {
+  for (const int64_t row : rows) {
+    if (row < 0 || row >= rows_) {
+      return Status::InvalidArgument("row " + std::to_string(row) + " is outside the dataset's " +
+                                     std::to_string(rows_));
+    }
+  }
   BlockBuilder out(static_cast<int64_t>(rows.size()));
+  std::vector<const uint8_t*> from(rows.size());  // each row's bytes, in the column's files
   for (const FixedColumn& c : columns_) {
     const size_t item = ItemSize(c.schema.dtype);
     Column probe{.schema = c.schema};
     const size_t row_bytes = static_cast<size_t>(probe.RowBytes());
     uint8_t* to = out.AddFixedForOverwrite(c.schema);  // every row is copied in below
-    for (const int64_t row : rows) {
-      if (row < 0 || row >= rows_) {
-        return Status::InvalidArgument("row " + std::to_string(row) + " is outside the dataset's " +
-                                       std::to_string(rows_));
-      }
-      const auto [run, local] = c.index.Locate(row);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto [run, local] = c.index.Locate(rows[i]);
       const ColumnRun& r = c.runs[run];
-      const uint8_t* from = r.first_row + local * r.stride;
-      if (!c.big_endian || item == 1) {
-        std::memcpy(to, from, row_bytes);
-      } else {
-        for (size_t at = 0; at < row_bytes; at += item) {
-          std::reverse_copy(from + at, from + at + item, to + at);
-        }
+      from[i] = r.first_row + local * r.stride;
+    }
+    if (!c.big_endian || item == 1) {
+      CopyRows(to, rows.size(), row_bytes, [&](size_t i) { return from[i]; });
+      continue;
+    }
+    for (size_t i = 0; i < rows.size(); ++i, to += row_bytes) {
+      for (size_t at = 0; at < row_bytes; at += item) {
+        std::reverse_copy(from[i] + at, from[i] + at + item, to + at);
       }
-      to += row_bytes;
     }
   }
   return std::move(out).Finish();
