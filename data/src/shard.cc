@@ -1,6 +1,7 @@
 // DatasetShard and its passes (see shard.h for how they work).
 
 #include <rayd/api.h>
+#include <rayd/base/logging.h>
 #include <rayd/data/order.h>
 #include <rayd/data/shard.h>
 
@@ -280,7 +281,7 @@ class DataStages {
   std::atomic<size_t> next_{0};  // round-robin over the pools
 };
 
-namespace {
+namespace internal {
 
 // The rows one pass deals, in the order it deals them (rayd/data/order.h deals them to the
 // ranks): a resumed epoch's pending rows, then the epoch's order from the cursor.
@@ -301,7 +302,127 @@ struct PassOrder {
   }
 };
 
-}  // namespace
+// A local shuffle buffer's draws (BatchOptions::local_shuffle_buffer_size), over one rank's
+// rows of a pass: the rows come into the buffer a step at a time while it holds fewer than
+// buffer + batch_size, and each draw takes as many as the next step dealt, at random (a partial
+// Fisher-Yates from the back over SplitMix64). So every rank makes the same number of steps,
+// and the draws are a function of the deal and the seed alone: a pass reads its rows in the
+// order they will be drawn (no copy of a buffer; what the producer makes ahead is what the loop
+// takes), and any rank can replay every rank's buffer (RankDraws) to tell which rows dealt so far
+// no batch has taken yet.
+class RankBuffer {
+ public:
+  RankBuffer(const PassOrder& order, int world, int rank, int64_t batch_size, bool drop_last,
+             int64_t buffer, uint64_t seed)
+      : rows_(static_cast<int64_t>(order.rows.size())),
+        world_(world),
+        rank_(rank),
+        batch_size_(batch_size),
+        drop_last_(drop_last),
+        fill_(buffer + batch_size),
+        steps_(StepCount(rows_, world, batch_size, drop_last)),
+        random_(seed) {}
+
+  bool done() const { return drawn_steps_ == steps_; }
+  int64_t pulled() const { return pulled_; }
+  int64_t steps() const { return steps_; }
+  const std::vector<int64_t>& held() const { return held_; }
+  StepRows Step(int64_t step) const {
+    return RankStepRows(rows_, world_, rank_, batch_size_, drop_last_, step);
+  }
+
+  // The next step's draw (not done()): indices into the pass's rows, appended to `out`.
+  void Draw(std::vector<int64_t>* out) {
+    while (static_cast<int64_t>(held_.size()) < fill_ && pulled_ < steps_) {
+      const StepRows step = Step(pulled_++);
+      for (int64_t i = 0; i < step.count; ++i) held_.push_back(step.first + i);
+    }
+    const int64_t n = Step(drawn_steps_++).count;
+    for (int64_t i = 0; i < n && !held_.empty(); ++i) {
+      std::swap(held_[random_.Below(held_.size())], held_.back());
+      out->push_back(held_.back());
+      held_.pop_back();
+    }
+  }
+
+ private:
+  const int64_t rows_;
+  const int world_;
+  const int rank_;
+  const int64_t batch_size_;
+  const bool drop_last_;
+  const int64_t fill_;
+  const int64_t steps_;
+  SplitMix64 random_;
+  int64_t pulled_ = 0;       // steps read into the buffer
+  int64_t drawn_steps_ = 0;  // steps drawn
+  std::vector<int64_t> held_;
+};
+
+uint64_t ShuffleSeed(uint64_t seed, int64_t epoch, int rank) {
+  return seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^
+         (static_cast<uint64_t>(rank) + 1) * 0x165667B19E3779F9ull;
+}
+
+// Every rank's local shuffle buffer over one pass, replayed a step at a time as the loop takes
+// its steps: the position's pending rows (those dealt up to the furthest rank's read-ahead, less
+// those drawn).
+class RankDraws {
+ public:
+  RankDraws(std::shared_ptr<const PassOrder> order, int world, int64_t batch_size, bool drop_last,
+            int64_t buffer, uint64_t seed)
+      : order_(std::move(order)), batch_size_(batch_size), drop_last_(drop_last) {
+    for (int r = 0; r < world; ++r) {
+      ranks_.emplace_back(*order_, world, r, batch_size, drop_last, buffer,
+                          ShuffleSeed(seed, order_->epoch, r));
+    }
+  }
+
+  // Every rank's next step.
+  void Advance() {
+    std::lock_guard lock(mu_);
+    std::vector<int64_t> drawn;
+    for (RankBuffer& rank : ranks_) {
+      drawn.clear();
+      if (!rank.done()) rank.Draw(&drawn);
+    }
+  }
+
+  ShardPosition Position() const {
+    std::lock_guard lock(mu_);
+    int64_t pulled = 0;
+    for (const RankBuffer& rank : ranks_) pulled = std::max(pulled, rank.pulled());
+    std::vector<int64_t> undrawn;
+    for (const RankBuffer& rank : ranks_) {
+      undrawn.insert(undrawn.end(), rank.held().begin(), rank.held().end());
+      for (int64_t s = rank.pulled(); s < pulled; ++s) {  // dealt to it, not in its buffer yet
+        const StepRows step = rank.Step(s);
+        for (int64_t i = 0; i < step.count; ++i) undrawn.push_back(step.first + i);
+      }
+    }
+    std::sort(undrawn.begin(), undrawn.end());
+    const int64_t rows = static_cast<int64_t>(order_->rows.size());
+    const int world = static_cast<int>(ranks_.size());
+    const int64_t dealt = pulled == ranks_.front().steps()
+                              ? rows
+                              : RowsAfterSteps(rows, world, batch_size_, drop_last_, pulled);
+    return order_->After(dealt, undrawn);
+  }
+
+ private:
+  const std::shared_ptr<const PassOrder> order_;
+  const int64_t batch_size_;
+  const bool drop_last_;
+  mutable std::mutex mu_;
+  std::vector<RankBuffer> ranks_;  // guarded by mu_
+};
+
+}  // namespace internal
+
+using internal::PassOrder;
+using internal::RankBuffer;
+using internal::RankDraws;
+using internal::ShuffleSeed;
 
 struct DatasetShard::Counters {
   std::atomic<int64_t> wait_ns{0}, blocks{0}, rows{0}, bytes{0}, skipped{0}, peak_held{0};
@@ -498,8 +619,10 @@ ShardStats DatasetShard::stats() const {
 // One pass: the producer thread and the queue of blocks it made.
 class ShardPass : public BatchIterator {
  public:
+  // `draws`: every rank's local shuffle buffer (null without one); this rank reads its rows in
+  // the order its buffer draws them.
   ShardPass(const DatasetShard& shard, const BatchOptions& options,
-            std::shared_ptr<const PassOrder> order)
+            std::shared_ptr<const PassOrder> order, std::shared_ptr<RankDraws> draws)
       : spec_(shard.spec_),
         spec_json_(shard.spec_json_),
         tasks_(shard.tasks_),
@@ -510,9 +633,22 @@ class ShardPass : public BatchIterator {
         counters_(shard.counters_),
         stages_(shard.stages_),
         world_(shard.options_.world_size),
-        order_(std::move(order)) {
+        order_(std::move(order)),
+        draws_(std::move(draws)) {
     left_ = static_cast<int64_t>(order_->rows.size());
-    RankShare share = DealRank(order_->rows, world_, shard.options_.rank, batch_size_, drop_last_);
+    const int rank = shard.options_.rank;
+    RankShare share = DealRank(order_->rows, world_, rank, batch_size_, drop_last_);
+    if (draws_) {
+      RankBuffer buffer(*order_, world_, rank, batch_size_, drop_last_,
+                        options.local_shuffle_buffer_size,
+                        ShuffleSeed(shard.options_.seed, order_->epoch, rank));
+      std::vector<int64_t> drawn;
+      drawn.reserve(share.rows.size());
+      while (!buffer.done()) buffer.Draw(&drawn);
+      RAYD_CHECK_MSG(drawn.size() == share.rows.size(),
+                     "a local shuffle drew another count of rows");
+      for (size_t i = 0; i < drawn.size(); ++i) share.rows[i] = order_->rows[drawn[i]];
+    }
     rows_ = std::move(share.rows);
     steps_ = std::move(share.steps);
     for (int64_t& row : rows_) row += shard.first_row_;
@@ -601,6 +737,7 @@ class ShardPass : public BatchIterator {
     counters_->Dealt(step_ == steps_.size() ? left_
                                             : RowsAfterSteps(left_, world_, batch_size_, drop_last_,
                                                              static_cast<int64_t>(step_)));
+    if (draws_) draws_->Advance();
     return std::optional<Block>(std::move(batch));
   }
 
@@ -739,6 +876,7 @@ class ShardPass : public BatchIterator {
   std::vector<std::pair<size_t, size_t>> block_steps_;  // each block's [first, last) step
   const int world_;
   const std::shared_ptr<const PassOrder> order_;
+  const std::shared_ptr<RankDraws> draws_;
   int64_t left_ = 0;  // the rows the pass deals
   int64_t row_bytes_ = 1;
 
@@ -758,169 +896,6 @@ class ShardPass : public BatchIterator {
 
   std::thread producer_;  // last: started once everything above is set
 };
-
-namespace {
-
-// A local shuffle buffer's draws (BatchOptions::local_shuffle_buffer_size): items come in a
-// step's batch at a time, and each draw takes as many as the next step brought, at random (a
-// partial Fisher-Yates from the back over SplitMix64): the same steps and seed draw the same
-// items, and the loop makes as many steps as every other rank. LocalShuffle's holds the rows of
-// its batches; RankDraws replays every rank's with row indices.
-template <typename Item>
-class DrawBuffer {
- public:
-  explicit DrawBuffer(uint64_t seed) : random_(seed) {}
-  size_t size() const { return items_.size(); }
-  const std::vector<Item>& items() const { return items_; }
-  bool can_draw() const { return !steps_.empty(); }
-  void Add(Item item) { items_.push_back(item); }
-  void EndStep(int64_t items) { steps_.push_back(items); }
-  // The next step's count of items (can_draw()), taken out of the buffer into `out`.
-  void Draw(std::vector<Item>* out) {
-    const size_t n = std::min(static_cast<size_t>(steps_.front()), items_.size());
-    steps_.pop_front();
-    out->clear();
-    for (size_t i = 0; i < n; ++i) {
-      std::swap(items_[random_.Below(items_.size())], items_.back());
-      out->push_back(items_.back());
-      items_.pop_back();
-    }
-  }
-
- private:
-  SplitMix64 random_;
-  std::deque<int64_t> steps_;  // each step's items not drawn yet, in order
-  std::vector<Item> items_;
-};
-
-uint64_t ShuffleSeed(uint64_t seed, int64_t epoch, int rank) {
-  return seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(epoch) + 1) * 0xC2B2AE3D27D4EB4Full ^
-         (static_cast<uint64_t>(rank) + 1) * 0x165667B19E3779F9ull;
-}
-
-// Every rank's local shuffle over one pass, replayed from the pass's deal with row indices (no
-// data), a draw per step handed out: which rows each rank's buffer has read and not drawn, so
-// that any rank can tell the position (ShardPosition::pending) at a checkpoint. Exact when each
-// batch has the rows its step dealt (a filter that leaves some out makes the loop's draws differ
-// from these: docs/data.md).
-class RankDraws {
- public:
-  RankDraws(std::shared_ptr<const PassOrder> order, int world, int64_t batch_size, bool drop_last,
-            int64_t buffer, uint64_t seed)
-      : order_(std::move(order)),
-        rows_(static_cast<int64_t>(order_->rows.size())),
-        world_(world),
-        batch_size_(batch_size),
-        drop_last_(drop_last),
-        buffer_(buffer),
-        steps_(StepCount(rows_, world, batch_size, drop_last)) {
-    for (int r = 0; r < world; ++r) {
-      ranks_.push_back({DrawBuffer<int64_t>(ShuffleSeed(seed, order_->epoch, r))});
-    }
-  }
-
-  // Every rank's next draw, as LocalShuffle::Next makes it.
-  void Advance() {
-    std::lock_guard lock(mu_);
-    std::vector<int64_t> drawn;
-    for (int r = 0; r < world_; ++r) {
-      Rank& rank = ranks_[static_cast<size_t>(r)];
-      while (static_cast<int64_t>(rank.buffer.size()) < buffer_ + batch_size_ &&
-             rank.pulled < steps_) {
-        const StepRows step =
-            RankStepRows(rows_, world_, r, batch_size_, drop_last_, rank.pulled++);
-        for (int64_t i = 0; i < step.count; ++i) rank.buffer.Add(step.first + i);
-        rank.buffer.EndStep(step.count);
-      }
-      if (rank.buffer.can_draw()) rank.buffer.Draw(&drawn);
-    }
-  }
-
-  // The rows dealt up to the furthest rank's read-ahead, less those drawn.
-  ShardPosition Position() const {
-    std::lock_guard lock(mu_);
-    int64_t pulled = 0;
-    for (const Rank& rank : ranks_) pulled = std::max(pulled, rank.pulled);
-    std::vector<int64_t> undrawn;
-    for (int r = 0; r < world_; ++r) {
-      const Rank& rank = ranks_[static_cast<size_t>(r)];
-      undrawn.insert(undrawn.end(), rank.buffer.items().begin(), rank.buffer.items().end());
-      for (int64_t s = rank.pulled; s < pulled; ++s) {  // dealt to it, not read ahead yet
-        const StepRows step = RankStepRows(rows_, world_, r, batch_size_, drop_last_, s);
-        for (int64_t i = 0; i < step.count; ++i) undrawn.push_back(step.first + i);
-      }
-    }
-    std::sort(undrawn.begin(), undrawn.end());
-    const int64_t dealt =
-        pulled == steps_ ? rows_ : RowsAfterSteps(rows_, world_, batch_size_, drop_last_, pulled);
-    return order_->After(dealt, undrawn);
-  }
-
- private:
-  struct Rank {
-    DrawBuffer<int64_t> buffer;  // indices into the pass's rows
-    int64_t pulled = 0;          // steps read into the buffer
-  };
-  const std::shared_ptr<const PassOrder> order_;
-  const int64_t rows_;
-  const int world_;
-  const int64_t batch_size_;
-  const bool drop_last_;
-  const int64_t buffer_;
-  const int64_t steps_;
-  mutable std::mutex mu_;
-  std::vector<Rank> ranks_;  // guarded by mu_
-};
-
-// A pass's batches drawn from a local shuffle buffer of its rows: the buffer refers to rows of
-// the pass's own batches, kept until every row of theirs is drawn, and a drawn batch is gathered
-// from them (a copy).
-class LocalShuffle : public BatchIterator {
- public:
-  LocalShuffle(std::unique_ptr<BatchIterator> pass, std::shared_ptr<RankDraws> draws,
-               int64_t buffer, int64_t batch_size, uint64_t seed)
-      : pass_(std::move(pass)),
-        draws_(std::move(draws)),
-        buffer_(buffer),
-        batch_size_(std::max<int64_t>(batch_size, 1)),
-        rows_(seed) {}
-
-  Result<std::optional<Block>> Next() override {
-    while (!done_ && static_cast<int64_t>(rows_.size()) < buffer_ + batch_size_) {
-      RAYD_ASSIGN_OR_RETURN(std::optional<Block> batch, pass_->Next());
-      if (!batch) {
-        done_ = true;
-        break;
-      }
-      const int32_t b = static_cast<int32_t>(blocks_.size());
-      for (int64_t r = 0; r < batch->num_rows(); ++r) rows_.Add({b, r});
-      rows_.EndStep(batch->num_rows());
-      left_.push_back(batch->num_rows());
-      blocks_.push_back(std::move(*batch));
-    }
-    if (!rows_.can_draw()) return std::optional<Block>();
-    rows_.Draw(&drawn_);
-    Block batch = Block::Gather(blocks_, drawn_);
-    for (const auto& [b, r] : drawn_) {
-      if (--left_[b] == 0) blocks_[b] = Block();  // every row of it drawn: its memory may go
-    }
-    draws_->Advance();
-    return std::optional<Block>(std::move(batch));
-  }
-
- private:
-  std::unique_ptr<BatchIterator> pass_;
-  const std::shared_ptr<RankDraws> draws_;
-  const int64_t buffer_;
-  const int64_t batch_size_;
-  bool done_ = false;
-  std::vector<Block> blocks_;                     // the pass's batches, emptied once drawn
-  std::vector<int64_t> left_;                     // each one's rows not drawn yet
-  DrawBuffer<std::pair<int32_t, int64_t>> rows_;  // (batch, row) not drawn yet
-  std::vector<std::pair<int32_t, int64_t>> drawn_;
-};
-
-}  // namespace
 
 ShardPosition DatasetShard::position() const { return counters_->Position(); }
 
@@ -950,15 +925,15 @@ std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& opt
   }
   resume_.reset();
   order->rows.insert(order->rows.end(), rows.begin() + order->start, rows.end());
-  auto pass = std::make_unique<ShardPass>(*this, options, order);
-  if (options.local_shuffle_buffer_size <= 0) return pass;
+  if (options.local_shuffle_buffer_size <= 0) {
+    return std::make_unique<ShardPass>(*this, options, order, nullptr);
+  }
   auto draws = std::make_shared<RankDraws>(
       order, options_.world_size, std::max<int64_t>(options.batch_size, 1), options.drop_last,
       options.local_shuffle_buffer_size, options_.seed);
+  auto pass = std::make_unique<ShardPass>(*this, options, order, draws);
   counters_->Drawn([draws] { return draws->Position(); });
-  return std::make_unique<LocalShuffle>(std::move(pass), draws, options.local_shuffle_buffer_size,
-                                        options.batch_size,
-                                        ShuffleSeed(options_.seed, epoch, options_.rank));
+  return pass;
 }
 
 }  // namespace rayd::data

@@ -50,7 +50,8 @@ struct BatchOptions {
   // Rows (Ray's local_shuffle_buffer_size): > 0 draws each batch at random from a buffer of at
   // least this many of the pass's rows, mixing rows across blocks, seeded by (seed, epoch,
   // rank) so a pass repeats exactly. For datasets read in order (`shuffle: false`, as large
-  // sequential files are); the epoch's own shuffle needs none. Costs a copy of each batch.
+  // sequential files are); the epoch's own shuffle needs none. The draws depend on the deal
+  // alone, so the rows are read in the order they will be drawn: no buffer is held or copied.
   int64_t local_shuffle_buffer_size = 0;
 };
 
