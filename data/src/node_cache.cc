@@ -489,5 +489,14 @@ Result<Block> ReadThroughNodeCache(const DatasetSpec& spec, const std::string& s
   return Status::Unavailable(at + "the node's cache did not answer: " + why);
 }
 
+Result<int64_t> NodeCacheRows(const DatasetSpec& spec, const std::string& spec_key) {
+  BlockCounts counts;
+  RAYD_RETURN_IF_ERROR(ReadThroughNodeCache(spec, spec_key, {}, &counts).status());
+  RAYD_ASSIGN_OR_RETURN(std::string fingerprint, FingerprintOf(spec, spec_key));
+  HeldChunks& h = HeldChunksOf(fingerprint);
+  std::lock_guard lock(h.mu);
+  return h.shape ? h.shape->num_rows : 0;
+}
+
 }  // namespace internal
 }  // namespace rayd::data

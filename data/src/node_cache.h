@@ -50,4 +50,8 @@ Result<std::string> CacheFingerprint(const DatasetSpec& spec);
 Result<Block> ReadThroughNodeCache(const DatasetSpec& spec, const std::string& spec_key,
                                    std::span<const int64_t> rows, BlockCounts* counts);
 
+// The rows of dataset `spec` as this node's cache reads them (starting the cache if none runs):
+// a reader with a cache step needs no reader of its own (nor its listing of the files).
+Result<int64_t> NodeCacheRows(const DatasetSpec& spec, const std::string& spec_key);
+
 }  // namespace rayd::data::internal

@@ -36,7 +36,7 @@ class ReaderCache {
   struct Entry {
     std::string key;
     std::mutex mu;
-    std::unique_ptr<Reader> reader;
+    std::unique_ptr<Reader> reader;  // none when stage 0 reads through the node's cache
     std::vector<TransformStep> steps;
     std::vector<TransformStage> stages;  // PlanStages(steps): stage 0 runs with the read
   };
@@ -50,7 +50,6 @@ class ReaderCache {
     }
     auto entry = std::make_shared<Entry>();
     entry->key = key;
-    RAYD_ASSIGN_OR_RETURN(entry->reader, OpenReader(spec));
     Result<std::vector<TransformStep>> steps =
         ParseTransforms(spec.options.value("transforms", nlohmann::json()));
     if (!steps.ok()) {
@@ -58,6 +57,11 @@ class ReaderCache {
     }
     entry->steps = std::move(*steps);
     entry->stages = PlanStages(entry->steps);
+    // With a cache step among the steps run with the read, the node's cache reads the files:
+    // no reader here (a trial does not list a folder of a million images the cache has listed).
+    if (!CacheStep(std::span<const TransformStep>(entry->steps).first(entry->stages[0].end))) {
+      RAYD_ASSIGN_OR_RETURN(entry->reader, OpenReader(spec));
+    }
     entries_.push_front(entry);
     if (entries_.size() > 8) entries_.pop_back();
     return entry;
@@ -529,9 +533,17 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
                            "cannot leave bad ones out");
   }
   std::optional<Block> first_block;  // the first row after stage 0
+  const std::span<const TransformStep> stage0 =
+      std::span<const TransformStep>(entry->steps).first(entry->stages[0].end);
+  const bool cached = CacheStep(stage0).has_value();
   {
     std::lock_guard lock(entry->mu);
-    shard->num_rows_ = entry->reader->num_rows();
+    if (cached) {
+      RAYD_ASSIGN_OR_RETURN(shard->num_rows_, internal::NodeCacheRows(spec, shard->spec_json_));
+    } else {
+      shard->num_rows_ = entry->reader->num_rows();
+      shard->schema_ = entry->reader->schema();
+    }
     if (o.contains("rows")) {
       const nlohmann::json& r = o["rows"];
       if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
@@ -545,26 +557,26 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
     }
     const int64_t limit = ParseLimit(o.value("transforms", nlohmann::json()));
     if (limit >= 0) shard->num_rows_ = std::min(shard->num_rows_, limit);
-    shard->schema_ = entry->reader->schema();
-    if (shard->num_rows_ > 0) {
-      const int64_t first = shard->first_row_;
+    const int64_t first = shard->first_row_;
+    if (shard->num_rows_ > 0 && cached) {
+      // Through the node's cache: its steps run once per node. The rows it hands over are the
+      // ones blocks are cut by.
+      BlockCounts counts;
+      RAYD_ASSIGN_OR_RETURN(Block out,
+                            ReadAndTransform(spec, shard->spec_json_, {&first, 1}, &counts));
+      shard->row_bytes_ = std::max<int64_t>(out.nbytes(), 1);
+      shard->counters_->cache_made += counts.cache_made;
+      shard->counters_->cache_hits += counts.cache_hits;
+      shard->schema_ = out.schema();
+      first_block = std::move(out);
+    } else if (shard->num_rows_ > 0) {
       Result<Block> row = entry->reader->Read({&first, 1});
       if (row.ok() && row->num_rows() == 1) {
         shard->row_bytes_ = std::max<int64_t>(row->nbytes(), 1);
-        const std::span<const TransformStep> stage0 =
-            std::span<const TransformStep>(entry->steps).first(entry->stages[0].end);
-        // Through the node's cache when there is one: its steps run once per node.
-        BlockCounts counts;
-        const bool cached = CacheStep(stage0).has_value();
-        Result<Block> out = cached
-                                ? ReadAndTransform(spec, shard->spec_json_, {&first, 1}, &counts)
-                                : ApplyTransforms(stage0, std::move(*row));
-        if (!out.ok() && cached) return out.status();  // it names the dataset and the cache
+        Result<Block> out = ApplyTransforms(stage0, std::move(*row));
         if (!out.ok()) {
           return Status(out.status().code(), prefix + "transforms: " + out.status().message());
         }
-        shard->counters_->cache_made += counts.cache_made;
-        shard->counters_->cache_hits += counts.cache_hits;
         shard->schema_ = out->schema();
         first_block = std::move(*out);
       }
