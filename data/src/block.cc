@@ -286,8 +286,13 @@ Block Block::Gather(std::span<const Block> blocks,
   for (size_t i = 0; i < model.columns_.size(); ++i) {
     const Column& first = model.columns_[i];
     if (first.is_bytes()) {
+      size_t total = 0;
+      for (const auto& [b, r] : rows) total += blocks[b].columns_[i].BytesAt(r).size();
       std::string data;
-      std::vector<int64_t> offsets{0};
+      data.reserve(total);
+      std::vector<int64_t> offsets;
+      offsets.reserve(rows.size() + 1);
+      offsets.push_back(0);
       for (const auto& [b, r] : rows) {
         data.append(blocks[b].columns_[i].BytesAt(r));
         offsets.push_back(static_cast<int64_t>(data.size()));
