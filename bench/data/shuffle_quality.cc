@@ -10,7 +10,9 @@
 // Streaming's measure of shuffle quality, the entropy (bits) of the differences between
 // neighbouring sample indices (0 for file order; about log2(ROWS) + 1 for a uniform permutation).
 //
-//   shuffle_quality [ROWS=60000] [BATCH=256] [BUFFER=10000] [ROUNDS=3]
+//   shuffle_quality [ROWS=60000] [BATCH=256] [BUFFER=10000] [ROUNDS=20]
+// (each mode's best of ROUNDS passes, interleaved: a pass takes ~10 ms, and this machine's noise
+// is larger than that)
 
 #include <rayd/data/shard.h>
 
@@ -72,7 +74,7 @@ int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 60000;
   const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 256;
   const int64_t buffer = argc > 3 ? std::atoll(argv[3]) : 10000;
-  const int rounds = argc > 4 ? std::atoi(argv[4]) : 3;
+  const int rounds = argc > 4 ? std::atoi(argv[4]) : 20;
   const std::string dir = rayd::bench::WriteIdImageNpy("rayd-shuffle-bench", rows);
   rayd::data::DatasetSpec ordered{.name = "bench", .format = "npy", .paths = {dir + "/*.npy"}};
   ordered.options["shuffle"] = false;
