@@ -61,18 +61,23 @@ std::string FreshExperimentName(const tune::TuneFile& file) {
   return name;
 }
 
-// The example trainables library, if this rayd has one: build/cli/rayd finds
-// build/examples/libexample_trainables.so, <prefix>/bin/rayd finds <prefix>/lib/rayd/.
-std::optional<std::string> ExampleTrainables() {
+// The example loops' libraries this rayd has, torch-free first (examples/CMakeLists.txt):
+// build/cli/rayd finds build/examples/, <prefix>/bin/rayd finds <prefix>/lib/rayd/.
+std::vector<std::string> ExampleLibraries() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return std::nullopt;
-  for (const fs::path& candidate :
-       {exe.parent_path().parent_path() / "examples" / "libexample_trainables.so",
-        exe.parent_path().parent_path() / "lib" / "rayd" / "libexample_trainables.so"}) {
-    if (fs::exists(candidate, ec)) return fs::canonical(candidate, ec).string();
+  if (ec) return {};
+  std::vector<std::string> found;
+  for (const char* name : {"libexample_loops.so", "libexample_trainables.so"}) {
+    for (const fs::path& dir : {exe.parent_path().parent_path() / "examples",
+                                exe.parent_path().parent_path() / "lib" / "rayd"}) {
+      if (fs::exists(dir / name, ec)) {
+        found.push_back(fs::canonical(dir / name, ec).string());
+        break;
+      }
+    }
   }
-  return std::nullopt;
+  return found;
 }
 
 // The library that holds the Trainer's rank actor (librayd_train.so, which this plugin links):
@@ -91,7 +96,8 @@ std::optional<std::string> TrainLibrary() {
 // Loads `libraries` into this process, and the example trainables too when `loop` is set and
 // none of them registers it; returns the list workers load, or an error line. A command needs
 // no loop library, and a loop of the user's needs no example: their ranks then never load the
-// examples (which link LibTorch, ~1 s of CPU per rank process).
+// examples; a torch-free example loop loads only the torch-free examples (the others link
+// LibTorch, ~1 s of CPU per rank process).
 Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& libraries,
                                                const std::optional<std::string>& loop) {
   std::vector<std::string> loaded;
@@ -104,10 +110,11 @@ Result<std::vector<std::string>> LoadLibraries(const std::vector<std::string>& l
     return Status::Ok();
   };
   for (const auto& library : libraries) RAYD_RETURN_IF_ERROR(load(library));
-  if (loop && !train::UnknownTrainLoop(*loop).empty()) {
-    if (std::optional<std::string> examples = ExampleTrainables()) {
-      RAYD_RETURN_IF_ERROR(load(*examples));
-    }
+  // The examples' torch-free library first: a loop found there (toy_objective) keeps LibTorch
+  // out of its ranks.
+  for (const std::string& examples : ExampleLibraries()) {
+    if (!loop || train::UnknownTrainLoop(*loop).empty()) break;
+    RAYD_RETURN_IF_ERROR(load(examples));
   }
   return loaded;
 }

@@ -14,7 +14,7 @@ tests=ON
 if [ "${1:-}" = "--main" ]; then
   shift
   tests=OFF
-  targets=(rayd rayd_cli_tune example_trainables quickstart)
+  targets=(rayd rayd_cli_tune example_loops example_trainables quickstart)
   # No debug info: it is a third of the compile time, and the main job needs none.
   build_type="${RAYD_BUILD_TYPE:-Release}"
 fi

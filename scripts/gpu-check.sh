@@ -36,7 +36,7 @@ export CUDACXX=/usr/local/cuda/bin/nvcc PATH="/usr/local/cuda/bin:$PATH"
 build=build-gpu
 run configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRAYD_WITH_CUDA=ON \
   -DCUDAToolkit_ROOT=/usr/local/cuda || { tail -40 "$out/configure.log"; exit 1; }
-run build cmake --build "$build" -j "$(nproc)" --target rayd rayd_cli_tune example_trainables \
+run build cmake --build "$build" -j "$(nproc)" --target rayd rayd_cli_tune example_loops example_trainables \
   gpu_test gpu_bench || { grep -m 20 -B2 -A8 "error" "$out/build.log"; exit 1; }
 
 export RAYD_GPU_FIGURES="$out/test-figures.txt"

@@ -49,7 +49,7 @@ echo "==> dpkg-deb -c"
 dpkg-deb -c "$deb" | awk '{print $NF}' | sed 's|^\./|/|' >"$work/files"
 for f in /usr/bin/rayd /usr/lib/librayd_runtime.so /usr/lib/librayd_train.so \
     /usr/lib/librayd_tune.so /usr/lib/rayd/librayd_cli_tune.so \
-    /usr/lib/rayd/libexample_trainables.so /usr/include/rayd/api.h \
+    /usr/lib/rayd/libexample_loops.so /usr/lib/rayd/libexample_trainables.so /usr/include/rayd/api.h \
     /usr/lib/cmake/rayd/raydConfig.cmake /usr/lib/cmake/rayd/raydTargets.cmake \
     /usr/share/rayd/python/rayd/train.py /usr/lib/systemd/system/rayd-head.service \
     /usr/lib/systemd/system/rayd-node.service /usr/lib/sysusers.d/rayd.conf \

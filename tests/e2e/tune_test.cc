@@ -10,8 +10,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -327,6 +329,55 @@ run:
     some_restored = some_restored || results.back()["restored_iteration"].get<int>() > 0;
   }
   CHECK(some_restored);
+}
+
+// rayd workers started under `root` (RAYD_TEMP_DIR in their environment) whose memory maps
+// hold `library`, each with its maps.
+std::map<pid_t, std::string> WorkersWith(const std::string& root, const std::string& library) {
+  std::map<pid_t, std::string> found;
+  const std::string temp_dir = "RAYD_TEMP_DIR=" + root + std::string(1, '\0');
+  const std::string worker = std::string("RAYD_WORKER_MODE=1") + '\0';
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const pid_t pid = std::atoi(entry.path().filename().c_str());
+    if (pid <= 0) continue;
+    const std::string environ = ReadFile(entry.path().string() + "/environ");
+    if (!Contains(environ, temp_dir) || !Contains(environ, worker)) continue;
+    const std::string maps = ReadFile(entry.path().string() + "/maps");
+    if (Contains(maps, library)) found.emplace(pid, maps);
+  }
+  return found;
+}
+
+TEST_CASE("a sweep of a torch-free example loop never loads LibTorch into its ranks",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("light.yaml", R"(
+name: light
+trainable: toy_objective
+param_space:
+  x: {grid_search: [1.0, 2.0]}
+  iterations: 8
+  work_ms: 250
+tune: {metric: loss, mode: min, max_concurrent_trials: 2}
+run: {storage_path: STORAGE}
+)");
+  ChildProcess sweep({RAYD_BINARY, "tune", file}, sandbox.Env());
+  // Its ranks while they run: they hold the torch-free examples' library, and nothing of torch.
+  std::map<pid_t, std::string> ranks;
+  REQUIRE(WaitFor(
+      [&] {
+        ranks = WorkersWith(sandbox.root(), "libexample_loops.so");
+        return !ranks.empty();
+      },
+      60s));
+  for (const auto& [pid, maps] : ranks) {
+    INFO("rank process " << pid);
+    CHECK_FALSE(Contains(maps, "libtorch_cpu"));
+    CHECK_FALSE(Contains(maps, "libexample_trainables.so"));
+  }
+  REQUIRE(sweep.WaitExit(120s));
+  INFO(sweep.output());
+  CHECK(sweep.exit_code() == 0);
 }
 
 TEST_CASE("a SIGKILLed driver's sweep resumes from the saved state and checkpoints",
