@@ -86,6 +86,7 @@ struct TuneArgs {
   std::string address;  // empty: RAYD_ADDRESS, else an embedded cluster
   bool resume = false;
   bool overwrite = false;
+  bool allow_failed_trials = false;  // exit 0 with failed trials, if one reported the metric
   double progress_interval_s = 5;
   std::string simulate;  // recorded curves to replay instead of training (rayd/tune/simulator.h)
 };

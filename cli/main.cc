@@ -125,6 +125,9 @@ void AddTune(CLI::App& app, rayd::cli::TuneArgs& a) {
   tune->add_flag("--overwrite", a.overwrite,
                  "Delete an earlier experiment of the same name and storage_path first (with "
                  "neither flag, a sweep whose experiment exists runs as <name>_<start time>)");
+  tune->add_flag("--allow-failed-trials", a.allow_failed_trials,
+                 "Exit 0 when some trials failed, as long as one reported the metric (by "
+                 "default any failed trial makes the exit status 1, as Ray Tune raises TuneError)");
   tune->add_option("--progress-interval", a.progress_interval_s,
                    "Seconds between trial table refreshes (default 5; the file's "
                    "tune.progress_interval_s wins)")

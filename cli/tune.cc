@@ -164,15 +164,18 @@ RaydConfig DriverConfig(const std::string& address, const std::vector<std::strin
   return config;
 }
 
-void PrintBest(const tune::ResultGrid& grid, const tune::TuneFile& file) {
+// Prints the best trial; false when there is none (no trial reported the metric).
+bool PrintBest(const tune::ResultGrid& grid, const tune::TuneFile& file) {
   try {
     const tune::TrialResult& best = grid.GetBestResult();
     std::cout << "Best trial " << best.trial_id << " (" << file.tune.metric << " "
               << file.tune.mode << "): " << FormatMetrics(best.metrics) << "\n"
               << "  config: " << best.config.dump() << "\n"
               << "  checkpoint: " << best.checkpoint.value_or("(none)") << "\n";
+    return true;
   } catch (const RaydError& e) {
     std::cout << "No best trial: " << e.what() << "\n";
+    return false;
   }
 }
 
@@ -317,9 +320,20 @@ int RunTuneCommand(const TuneArgs& args) {
       Shutdown();
       return 130;
     }
-    PrintBest(grid, file);
+    const bool best = PrintBest(grid, file);
     Shutdown();
-    return grid.num_terminated() > 0 ? 0 : 1;
+    // As Ray Tune raises TuneError: a failed trial, or a sweep with no result to rank, fails
+    // the command (scripts and CI see it), with one line saying why.
+    if (!best) {
+      std::cerr << "rayd tune: no trial reported " << file.tune.metric << "\n";
+      return 1;
+    }
+    if (grid.num_errors() > 0 && !args.allow_failed_trials) {
+      std::cerr << "rayd tune: " << grid.num_errors() << " of " << grid.size()
+                << " trials failed (listed above; --allow-failed-trials accepts them)\n";
+      return 1;
+    }
+    return 0;
   } catch (const RaydError& e) {
     std::cerr << "rayd tune: " << e.what() << "\n";
     Shutdown();

@@ -301,12 +301,8 @@ TEST_CASE("a SIGKILLed rank restarts the job from its checkpoint, every epoch re
   CHECK(sandbox.CommandProcesses().empty());
 }
 
-TEST_CASE(
-    "bad commands and bad reports fail their trial with a one-line reason, the sweep "
-    "goes on",
-    "[command][e2e]") {
-  Sandbox sandbox;
-  // One script, one behaviour per trial.
+// modes.sh in the sandbox: one behaviour per trial, by its config's `mode` (ok reports score 1).
+void WriteModesScript(const Sandbox& sandbox) {
   std::ofstream(sandbox.root() + "/modes.sh") << R"(#!/bin/bash
 mode=$(grep -o '"mode":"[a-z_0-9]*"' "$RAYD_CONFIG_FILE" | cut -d'"' -f4)
 exec 3<>"/dev/tcp/${RAYD_REPORT_ADDR%:*}/${RAYD_REPORT_ADDR##*:}"
@@ -320,6 +316,14 @@ case "$mode" in
 esac
 )";
   fs::permissions(sandbox.root() + "/modes.sh", fs::perms::owner_all);
+}
+
+TEST_CASE(
+    "bad commands and bad reports fail their trial with a one-line reason, the sweep "
+    "goes on",
+    "[command][e2e]") {
+  Sandbox sandbox;
+  WriteModesScript(sandbox);
   std::string file = sandbox.WriteYaml("modes.yaml", R"(
 name: modes
 trainable:
@@ -335,7 +339,8 @@ run: {storage_path: STORAGE}
   std::string out;
   int rc = sandbox.Run({"tune", file}, &out);
   INFO(out);
-  CHECK(rc == 0);  // a trial finished
+  CHECK(rc == 1);  // trials failed: the command fails, as Ray Tune raises TuneError
+  CHECK(Contains(out, "rayd tune: 4 of 5 trials failed (listed above; --allow-failed-trials"));
   const std::string experiment = sandbox.results() + "/modes";
   std::map<std::string, std::string> errors;
   for (const json& trial : Trials(experiment)) {
@@ -395,6 +400,37 @@ run: {storage_path: STORAGE}
   std::string refused;
   CHECK(sandbox.Run({"tune", bad}, &refused) == 2);
   CHECK(Contains(refused, "launcher.yaml:4: trainable.launcher: expected one of"));
+}
+
+TEST_CASE("rayd tune exits 0 only when no trial failed (or failures are accepted) and one "
+          "reported the metric",
+          "[command][e2e]") {
+  Sandbox sandbox;
+  WriteModesScript(sandbox);
+  auto sweep = [&](const std::string& name, const std::string& modes,
+                   const std::vector<std::string>& flags, std::string* out) {
+    std::string file = sandbox.WriteYaml(name + ".yaml", "name: " + name + R"(
+trainable:
+  command: [./modes.sh]
+  launcher: none
+param_space:
+  mode: {grid_search: )" + modes + R"(}
+tune: {metric: score, mode: max}
+run: {storage_path: STORAGE}
+)");
+    std::vector<std::string> args = {"tune", file};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const int rc = sandbox.Run(args, out);
+    INFO(*out);
+    return rc;
+  };
+  std::string out;
+  CHECK(sweep("clean", "[ok, ok]", {}, &out) == 0);
+  CHECK(sweep("accepted", "[ok, exit1]", {"--allow-failed-trials"}, &out) == 0);
+  CHECK(Contains(out, "Best trial"));
+  // Nothing to rank: a failure whatever the flag says.
+  CHECK(sweep("none", "[exit1]", {"--allow-failed-trials"}, &out) == 1);
+  CHECK(Contains(out, "rayd tune: no trial reported score"));
 }
 
 }  // namespace
