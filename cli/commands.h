@@ -108,6 +108,9 @@ struct TrainArgs {
   int max_failures = 0;
   int max_preemptions = -1;  // restarts after a drained node (`rayd drain`); -1: unlimited
   std::string config_json = "{}";
+  // The options above given on the command line (by their first name, e.g. "--num-workers"):
+  // with a train.yaml they override its keys (never ignored in silence).
+  std::vector<std::string> given;
 };
 int RunTrain(const TrainArgs& args);
 

@@ -194,7 +194,12 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
                    "Restarts after a drained node took ranks away (rayd drain); -1: unlimited")
       ->check(CLI::Range(-1, 1000000));
   train->add_option("--config", a.config_json, "The config the ranks read (JSON object)");
-  train->callback([&a] {
+  train->callback([&a, train] {
+    for (const char* flag : {"--num-workers", "--use-gpu", "--local-mode", "--cpus-per-worker",
+                             "--launcher", "--name", "--storage-path", "--max-failures",
+                             "--max-preemptions", "--config"}) {
+      if (train->count(flag) > 0) a.given.push_back(flag);
+    }
     if (a.file.empty() == a.command.empty()) {
       std::cerr << "rayd train: give a train.yaml, or a command after `--` (rayd train "
                    "--num-workers 2 -- python3 train.py)\n";

@@ -367,6 +367,66 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
   return job;
 }
 
+// The command-line options given with a train.yaml, applied over its keys; an error naming a
+// flag that cannot apply to it. `applied` lists what changed, for one line on the console.
+Status ApplyTrainFlags(const TrainArgs& args, tune::TrainFile& file,
+                       std::vector<std::string>* applied) {
+  for (const std::string& flag : args.given) {
+    std::string what;
+    if (flag == "--num-workers") {
+      file.scaling.num_workers = args.num_workers;
+      file.scaling.min_workers = args.min_workers;
+      what = "scaling.num_workers " +
+             (args.min_workers > 0 ? std::to_string(args.min_workers) + ":" : std::string()) +
+             std::to_string(args.num_workers);
+    } else if (flag == "--use-gpu") {
+      file.scaling.use_gpu = args.use_gpu;
+      what = std::string("scaling.use_gpu ") + (args.use_gpu ? "true" : "false");
+    } else if (flag == "--local-mode") {
+      file.scaling.local_mode = args.local_mode;
+      what = std::string("scaling.local_mode ") + (args.local_mode ? "true" : "false");
+    } else if (flag == "--cpus-per-worker") {
+      file.scaling.resources_per_worker["CPU"] = args.cpus_per_worker;
+      std::ostringstream cpus;
+      cpus << args.cpus_per_worker;
+      what = "scaling.resources_per_worker.CPU " + cpus.str();
+    } else if (flag == "--launcher") {
+      if (!file.command) {
+        return Status::InvalidArgument(
+            "--launcher: the file's trainable is the loop '" + file.train_loop +
+            "', which no launcher starts (it applies to a command: `-- CMD` or "
+            "trainable.command)");
+      }
+      file.command->launcher = args.launcher;
+      what = "trainable.launcher " + args.launcher;
+    } else if (flag == "--name") {
+      file.run.name = args.name;
+      what = "name " + args.name;
+    } else if (flag == "--storage-path") {
+      file.run.storage_path = args.storage_path;
+      what = "run.storage_path " + args.storage_path;
+    } else if (flag == "--max-failures") {
+      file.run.failure.max_failures = args.max_failures;
+      what = "run.failure.max_failures " + std::to_string(args.max_failures);
+    } else if (flag == "--max-preemptions") {
+      file.run.failure.max_preemptions = args.max_preemptions;
+      what = "run.failure.max_preemptions " + std::to_string(args.max_preemptions);
+    } else if (flag == "--config") {
+      const nlohmann::json config =
+          nlohmann::json::parse(args.config_json, nullptr, /*allow_exceptions=*/false);
+      if (!config.is_object()) {
+        return Status::InvalidArgument("--config: expected a JSON object, got " + args.config_json);
+      }
+      file.config.update(config);  // its keys over the file's
+      what = "config " + config.dump();
+    } else {
+      return Status::Internal(flag + ": not an option rayd train knows how to apply to a file");
+    }
+    applied->push_back(what);
+  }
+  return Status::Ok();
+}
+
 int RunTrainCommand(const TrainArgs& args) {
   tune::TrainFile file;
   if (!args.command.empty()) {
@@ -382,6 +442,16 @@ int RunTrainCommand(const TrainArgs& args) {
     } catch (const tune::ConfigFileError& e) {
       std::cerr << "rayd train: " << e.what() << "\n";
       return 2;
+    }
+    std::vector<std::string> applied;
+    if (Status s = ApplyTrainFlags(args, file, &applied); !s.ok()) {
+      std::cerr << "rayd train: " << args.file << ": " << s.message() << "\n";
+      return 2;
+    }
+    if (!applied.empty()) {
+      std::string line;
+      for (const std::string& a : applied) line += (line.empty() ? "" : ", ") + a;
+      std::cout << "rayd train: over " << args.file << ": " << line << std::endl;
     }
   }
   Result<std::vector<std::string>> libraries =

@@ -805,6 +805,37 @@ run:
   CHECK(checkpoints == 2);
 }
 
+TEST_CASE("rayd train's flags override a train.yaml's keys, and a flag that cannot apply is "
+          "refused naming it",
+          "[train][e2e]") {
+  Sandbox sandbox;
+  std::string file = sandbox.WriteYaml("toy.yaml", R"(
+name: fromfile
+train_loop: toy_objective
+config: {iterations: 2, checkpoint: false}
+scaling: {num_workers: 2, resources_per_worker: {CPU: 0.5}}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const std::string elsewhere = sandbox.root() + "/elsewhere";
+  int rc = sandbox.Run({"train", file, "--num-workers", "1", "--name", "flagged", "--storage-path",
+                        elsewhere, "--config", R"({"iterations": 3})"},
+                       &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(Contains(out, "rayd train: over " + file + ": scaling.num_workers 1, name flagged, "
+                      "run.storage_path " + elsewhere + R"(, config {"iterations":3})"));
+  CHECK_FALSE(fs::exists(sandbox.results() + "/fromfile"));
+  const std::string run = elsewhere + "/flagged";
+  CHECK(ReadLines(run + "/result.json").size() == 3);
+  CHECK(ReadJson(run + "/params.json")["num_workers"] == 1);
+
+  rc = sandbox.Run({"train", file, "--launcher", "none"}, &out);
+  CHECK(rc == 2);
+  CHECK(Contains(out, "rayd train: " + file + ": --launcher: the file's trainable is the loop "
+                      "'toy_objective', which no launcher starts"));
+}
+
 TEST_CASE("a TPE sweep proposes better configs than its random start, and resumes its searcher",
           "[tune][e2e]") {
   Sandbox sandbox;
