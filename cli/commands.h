@@ -107,6 +107,7 @@ struct TrainArgs {
   std::string storage_path = "./rayd_results";
   int max_failures = 0;
   int max_preemptions = -1;  // restarts after a drained node (`rayd drain`); -1: unlimited
+  int num_to_keep = 0;       // checkpoints kept (the newest); 0: every one, as train.yaml's
   std::string config_json = "{}";
   // The options above given on the command line (by their first name, e.g. "--num-workers"):
   // with a train.yaml they override its keys (never ignored in silence).

@@ -364,6 +364,7 @@ Result<tune::TrainFile> CommandJob(const TrainArgs& args) {
   job.run = {.name = name, .storage_path = args.storage_path};
   job.run.failure.max_failures = args.max_failures;
   job.run.failure.max_preemptions = args.max_preemptions;
+  job.run.checkpoint.num_to_keep = args.num_to_keep;
   return job;
 }
 
@@ -411,6 +412,9 @@ Status ApplyTrainFlags(const TrainArgs& args, tune::TrainFile& file,
     } else if (flag == "--max-preemptions") {
       file.run.failure.max_preemptions = args.max_preemptions;
       what = "run.failure.max_preemptions " + std::to_string(args.max_preemptions);
+    } else if (flag == "--num-to-keep") {
+      file.run.checkpoint.num_to_keep = args.num_to_keep;
+      what = "run.checkpoint.num_to_keep " + std::to_string(args.num_to_keep);
     } else if (flag == "--config") {
       const nlohmann::json config =
           nlohmann::json::parse(args.config_json, nullptr, /*allow_exceptions=*/false);

@@ -277,8 +277,8 @@ TEST_CASE("a SIGKILLed rank restarts the job from its checkpoint, every epoch re
   Sandbox sandbox;
   const std::string run = sandbox.results() + "/killed";
   ChildProcess job({RAYD_BINARY, "train", "--num-workers", "2", "--name", "killed",
-                    "--storage-path", sandbox.results(), "--max-failures", "1", "--config",
-                    R"({"epochs": 6, "train_size": 2048, "val_size": 256})", "--",
+                    "--storage-path", sandbox.results(), "--max-failures", "1", "--num-to-keep",
+                    "2", "--config", R"({"epochs": 6, "train_size": 2048, "val_size": 256})", "--",
                     "/usr/bin/python3", kExamples + "/python/mlp_ddp.py"},
                    sandbox.Env());
   REQUIRE(WaitFor([&] { return ReadJsonLines(run + "/result.json").size() >= 2; }, 120s));
@@ -295,6 +295,11 @@ TEST_CASE("a SIGKILLed rank restarts the job from its checkpoint, every epoch re
     CHECK(results[i]["epoch"] == i);
     CHECK(results[i]["training_iteration"] == i + 1);
   }
+  int checkpoints = 0;  // --num-to-keep 2: the two newest of six
+  for (const auto& entry : fs::directory_iterator(run)) {
+    checkpoints += entry.path().filename().string().starts_with("checkpoint_");
+  }
+  CHECK(checkpoints == 2);
   const std::string log = ReadFile(run + "/rank_0.log");
   CHECK(Contains(log, "--- rayd: attempt 2"));
   CHECK(Contains(log, "resumed from epoch"));

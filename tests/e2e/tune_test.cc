@@ -626,6 +626,9 @@ run: {storage_path: STORAGE}
   // Two data replicas of half the batch each: the same global batch, the gradients averaged
   // over the data group; and clipping by the whole model's norm across stages and tensor shards.
   same_curve(train("replicas", 4, ", mesh: {data: 2, tensor: 2}", ", batch_size: 16"), one);
+  // The effective batch is the batch times the data-parallel ranks, not the workers.
+  CHECK(ReadJson(sandbox.results() + "/both/params.json")["effective_batch_size"] == 32);
+  CHECK(ReadJson(sandbox.results() + "/replicas/params.json")["effective_batch_size"] == 32);
   const std::string clip = ", max_grad_norm: 0.05";
   const std::vector<json> one_clipped = train("one_clipped", 1, "", clip);
   same_curve(train("clipped", 4, ", mesh: {pipeline: 2, tensor: 2}", clip), one_clipped);

@@ -120,11 +120,18 @@ std::string ShapeOf(const ScalingConfig& scaling) {
   return shape.dump();
 }
 
-// params.json of a Trainer's own run: the config and the workers, as MLflow-style params.
-nlohmann::json TrainerParams(const nlohmann::json& config, int num_workers) {
-  nlohmann::json params = {{"config", config}, {"num_workers", num_workers}};
+// params.json of a Trainer's own run: the config and the workers (an elastic run's range too),
+// as MLflow-style params. The effective batch is each rank's batch times the data-parallel
+// ranks (a mesh's pipeline stages and tensor shards share one batch), at the start.
+nlohmann::json TrainerParams(const nlohmann::json& config, const ScalingConfig& scaling,
+                             int data_size) {
+  nlohmann::json params = {{"config", config}, {"num_workers", scaling.num_workers}};
+  if (scaling.min_workers > 0 && scaling.min_workers < scaling.num_workers) {
+    params["min_workers"] = scaling.min_workers;
+    params["max_workers"] = scaling.num_workers;
+  }
   if (config.is_object() && config.contains("batch_size") && config["batch_size"].is_number()) {
-    params["effective_batch_size"] = config["batch_size"].get<double>() * num_workers;
+    params["effective_batch_size"] = config["batch_size"].get<double>() * data_size;
   }
   return params;
 }
@@ -392,7 +399,7 @@ void TrainingRun::Impl::Open() {
   if (!store.ok()) throw RaydError(store.status().message());
   store_.emplace(std::move(store).value());
   Status written = RunDirectory(run_dir).WriteParams(
-      options_.params ? *options_.params : TrainerParams(config_, scaling_.num_workers));
+      options_.params ? *options_.params : TrainerParams(config_, scaling_, mesh_.data));
   if (!written.ok()) throw RaydError(written.message());
 
   // MLflow tracking from this driver: rank 0's reports, as they are persisted.
