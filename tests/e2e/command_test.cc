@@ -413,7 +413,8 @@ TEST_CASE("rayd tune exits 0 only when no trial failed (or failures are accepted
   Sandbox sandbox;
   WriteModesScript(sandbox);
   auto sweep = [&](const std::string& name, const std::string& modes,
-                   const std::vector<std::string>& flags, std::string* out) {
+                   const std::vector<std::string>& flags, std::string* out,
+                   const std::string& max_failures = "0") {
     std::string file = sandbox.WriteYaml(name + ".yaml", "name: " + name + R"(
 trainable:
   command: [./modes.sh]
@@ -421,7 +422,7 @@ trainable:
 param_space:
   mode: {grid_search: )" + modes + R"(}
 tune: {metric: score, mode: max}
-run: {storage_path: STORAGE}
+run: {storage_path: STORAGE, failure: {max_failures: )" + max_failures + R"(}}
 )");
     std::vector<std::string> args = {"tune", file};
     args.insert(args.end(), flags.begin(), flags.end());
@@ -436,6 +437,18 @@ run: {storage_path: STORAGE}
   // Nothing to rank: a failure whatever the flag says.
   CHECK(sweep("none", "[exit1]", {"--allow-failed-trials"}, &out) == 1);
   CHECK(Contains(out, "rayd tune: no trial reported score"));
+
+  // A trial restarted once and failed again: both failures in its error.txt.
+  CHECK(sweep("twice", "[exit1]", {}, &out, "1") == 1);
+  const json trial = Trials(sandbox.results() + "/twice").at(0);
+  CHECK(trial["num_failures"] == 2);
+  const std::string errors = ReadFile(TrialDir(sandbox.results() + "/twice", trial) + "/error.txt");
+  size_t found = 0;
+  for (size_t at = errors.find("exited with status 1"); at != std::string::npos;
+       at = errors.find("exited with status 1", at + 1)) {
+    ++found;
+  }
+  CHECK(found == 2);
 }
 
 }  // namespace

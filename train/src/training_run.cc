@@ -1054,6 +1054,7 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
   if (attempt.end == Attempt::End::kFailed && !stop_asked_ && !drained &&
       (max_failures < 0 || result_.restarts < max_failures)) {
     ++result_.restarts;
+    result_.restart_errors.push_back(attempt.error);
     return BeginAttempt();
   }
   Finish();

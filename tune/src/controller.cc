@@ -385,6 +385,9 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
   Trial& t = trials_[index];
   if (ended.checkpoint) t.checkpoint = ended.checkpoint;
   t.num_failures += ended.restarts;
+  for (const std::string& error : ended.restart_errors) {
+    for (auto& sink : sinks_) sink->OnFailure(t, error);
+  }
   if (!ended.stopped && !ended.ok()) {
     // The Trainer already retried within max_failures: the trial failed for good.
     ++t.num_failures;

@@ -39,6 +39,8 @@ class ResultSink {
   virtual void OnExploit(const nlohmann::json& lineage) {}
   // The trial's status changed (to ERROR: `trial.error` says why).
   virtual void OnStatus(const Trial& trial) {}
+  // A failure the trial's run recovered from by restarting (max_failures), as it ended.
+  virtual void OnFailure(const Trial& trial, const std::string& error) {}
   // After every event the controller handled, and last with `view.finished`.
   virtual void OnTick(const SweepView& view) {}
 };

@@ -41,8 +41,11 @@ void TrialFilesSink::OnStatus(const Trial& trial) {
     }
     unflushed_.erase(trial.id);
   }
-  if (trial.status != TrialStatus::kError) return;
-  Status logged = FilesOf(trial).AppendError(trial.error);
+  if (trial.status == TrialStatus::kError) OnFailure(trial, trial.error);
+}
+
+void TrialFilesSink::OnFailure(const Trial& trial, const std::string& error) {
+  Status logged = FilesOf(trial).AppendError(error);
   if (!logged.ok()) std::cerr << "rayd tune: " << logged.message() << "\n";
 }
 

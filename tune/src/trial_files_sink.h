@@ -17,6 +17,8 @@ class TrialFilesSink : public ResultSink {
 
   void OnResult(const Trial& trial, const Metrics& result) override;
   void OnStatus(const Trial& trial) override;
+  // Each failure goes into error.txt: those restarted from, and the last.
+  void OnFailure(const Trial& trial, const std::string& error) override;
   // Writes the rows of this tick's results, a write per trial.
   void OnTick(const SweepView& view) override;
 

@@ -208,6 +208,7 @@ struct TrainResult {
   std::optional<std::string> checkpoint;  // the latest persisted checkpoint directory
   std::string error;                      // empty when the run finished
   int restarts = 0;                       // attempts started after a failure
+  std::vector<std::string> restart_errors;  // why each of those failed, in order
   int resizes = 0;                        // an elastic run's attempts started to grow
   int preemptions = 0;  // attempts started after a drained node (`rayd drain`) took ranks away
   bool stopped = false;                   // FitOptions::on_report asked to stop
