@@ -108,6 +108,10 @@ struct TrainArgs {
   int max_failures = 0;
   int max_preemptions = -1;  // restarts after a drained node (`rayd drain`); -1: unlimited
   int num_to_keep = 0;       // checkpoints kept (the newest); 0: every one, as train.yaml's
+  // A run whose directory holds an earlier run: go on from its checkpoint, or replace it
+  // (neither: this run goes to <name>_<start time>, as `rayd tune`'s sweeps do).
+  bool resume = false;
+  bool overwrite = false;
   std::string config_json = "{}";
   // The options above given on the command line (by their first name, e.g. "--num-workers"):
   // with a train.yaml they override its keys (never ignored in silence).

@@ -204,6 +204,12 @@ void AddTrain(CLI::App& app, rayd::cli::TrainArgs& a) {
                    "run.checkpoint.num_to_keep)")
       ->check(CLI::Range(0, 1000000));
   train->add_option("--config", a.config_json, "The config the ranks read (JSON object)");
+  train->add_flag("--resume", a.resume,
+                  "Go on with the run of the same name and storage path from its latest "
+                  "checkpoint (with neither flag, a run whose directory exists runs as "
+                  "<name>_<start time>)");
+  train->add_flag("--overwrite", a.overwrite, "Delete an earlier run of the same name first")
+      ->excludes("--resume");
   train->callback([&a, train] {
     for (const char* flag :
          {"--num-workers", "--use-gpu", "--local-mode", "--cpus-per-worker", "--launcher", "--name",

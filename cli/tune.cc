@@ -44,21 +44,28 @@ std::string LocalTime(const char* format) {
   return out.str();
 }
 
-// Ray Tune's habit: a sweep whose experiment directory holds an earlier sweep (the quick start's,
-// say) goes to a directory of its own, `<name>_<start time>`, instead of refusing. --resume
-// continues the earlier one and --overwrite replaces it. Returns the name to run under.
+// Ray Tune's habit: a sweep (or run) whose directory holds an earlier one (the quick start's,
+// say) goes to a directory of its own, `<name>_<start time>`, instead of refusing or replaying
+// it. --resume continues the earlier one and --overwrite replaces it. Returns the name to run
+// under; `taken`: whether storage/name holds an earlier one; `what`: "rayd tune: ... sweep".
+std::string FreshName(const fs::path& storage, const std::string& name, bool taken,
+                      const std::string& command, const std::string& what) {
+  if (!taken) return name;
+  const std::string stamped = name + "_" + LocalTime("%Y-%m-%d_%H-%M-%S");
+  std::string fresh = stamped;
+  std::error_code ec;
+  for (int n = 2; fs::exists(storage / fresh, ec); ++n) fresh = stamped + "_" + std::to_string(n);
+  std::cerr << command << ": " << (storage / name).string() << " holds an earlier " << what
+            << " (--resume continues it, --overwrite replaces it); this one goes to "
+            << (storage / fresh).string() << "\n";
+  return fresh;
+}
+
 std::string FreshExperimentName(const tune::TuneFile& file) {
   const fs::path storage(file.run.storage_path);
-  if (!tune::Tuner::CanRestore((storage / file.run.name).string())) return file.run.name;
-  const std::string stamped = file.run.name + "_" + LocalTime("%Y-%m-%d_%H-%M-%S");
-  std::string name = stamped;
-  std::error_code ec;
-  for (int n = 2; fs::exists(storage / name, ec); ++n) name = stamped + "_" + std::to_string(n);
-  std::cerr << "rayd tune: " << (storage / file.run.name).string()
-            << " holds an earlier sweep (--resume continues it, --overwrite replaces it); this "
-               "one goes to "
-            << (storage / name).string() << "\n";
-  return name;
+  return FreshName(storage, file.run.name,
+                   tune::Tuner::CanRestore((storage / file.run.name).string()), "rayd tune",
+                   "sweep");
 }
 
 // The example loops' libraries this rayd has, torch-free first (examples/CMakeLists.txt):
@@ -469,6 +476,21 @@ int RunTrainCommand(const TrainArgs& args) {
       !known.ok()) {
     std::cerr << "rayd train: " << known.message() << "\n";
     return 2;
+  }
+  {
+    const fs::path storage(file.run.storage_path);
+    const fs::path earlier = storage / file.run.name;
+    std::error_code ec;
+    const bool taken = fs::exists(earlier / "params.json", ec) ||
+                       fs::exists(earlier / "result.json", ec);
+    if (args.overwrite) {
+      fs::remove_all(earlier, ec);
+    } else if (!args.resume) {
+      file.run.name = FreshName(storage, file.run.name, taken, "rayd train", "run");
+    } else if (taken) {
+      std::cout << "rayd train: resuming " << fs::absolute(earlier).string()
+                << " from its latest checkpoint" << std::endl;
+    }
   }
   try {
     Init(DriverConfig(args.address, *libraries));

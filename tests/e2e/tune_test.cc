@@ -592,7 +592,7 @@ scaling: {num_workers: )" + std::to_string(workers) +
                             R"(, resources_per_worker: {CPU: 0.5})" + mesh + R"(}
 run: {storage_path: STORAGE}
 )");
-    return sandbox.Run({"train", file}, out);
+    return sandbox.Run({"train", file, "--resume"}, out);  // "resumed" is trained twice
   };
   auto train = [&](const std::string& name, int workers, const std::string& mesh,
                    const std::string& extra = "", int epochs = 2) {
@@ -745,7 +745,7 @@ TEST_CASE("a sharded checkpoint taken on 4 ranks resumes on 2 and the loss curve
         ", resources_per_worker: {CPU: 0.5}}\n"
         "run: {storage_path: STORAGE}\n";
     std::string file = sandbox.WriteYaml("resume.yaml", yaml);
-    return sandbox.Run({"train", file}, out);
+    return sandbox.Run({"train", file, "--resume"}, out);
   };
   const std::string run = sandbox.results() + "/resume";
   std::string out;
@@ -837,6 +837,52 @@ run: {storage_path: STORAGE}
   CHECK(rc == 2);
   CHECK(Contains(out, "rayd train: " + file + ": --launcher: the file's trainable is the loop "
                       "'toy_objective', which no launcher starts"));
+}
+
+TEST_CASE("rayd train of a finished run's file starts a new dated run and says so, --resume goes "
+          "on with it and --overwrite replaces it",
+          "[train][e2e]") {
+  Sandbox sandbox;
+  auto train = [&](int iterations, const std::vector<std::string>& flags, std::string* out) {
+    std::string file = sandbox.WriteYaml("again.yaml", R"(
+name: again
+train_loop: toy_objective
+config: {iterations: )" + std::to_string(iterations) + R"(}
+scaling: {num_workers: 1, resources_per_worker: {CPU: 0.5}}
+run: {storage_path: STORAGE}
+)");
+    std::vector<std::string> args = {"train", file};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const int rc = sandbox.Run(args, out);
+    INFO(*out);
+    return rc;
+  };
+  const std::string first = sandbox.results() + "/again";
+  std::string out;
+  REQUIRE(train(2, {}, &out) == 0);
+  REQUIRE(ReadLines(first + "/result.json").size() == 2);
+  // The same file again: a run of its own, trained from the start, and a line saying where.
+  REQUIRE(train(2, {}, &out) == 0);
+  CHECK(Contains(out, "rayd train: " + first + " holds an earlier run (--resume continues it, "
+                      "--overwrite replaces it); this one goes to " + first + "_"));
+  CHECK(ReadLines(first + "/result.json").size() == 2);
+  int runs = 0;
+  for (const auto& entry : fs::directory_iterator(sandbox.results())) {
+    if (!entry.path().filename().string().starts_with("again_")) continue;
+    ++runs;
+    CHECK(ReadLines(entry.path().string() + "/result.json").size() == 2);
+  }
+  CHECK(runs == 1);
+  // --resume goes on from the first run's checkpoint, to 4 iterations in all.
+  REQUIRE(train(4, {"--resume"}, &out) == 0);
+  CHECK(Contains(out, "rayd train: resuming " + first + " from its latest checkpoint"));
+  std::vector<json> resumed = ReadLines(first + "/result.json");
+  REQUIRE(resumed.size() == 4);
+  CHECK(resumed.back()["restored_iteration"] == 2);
+  // --overwrite starts it over.
+  REQUIRE(train(1, {"--overwrite"}, &out) == 0);
+  CHECK(ReadLines(first + "/result.json").size() == 1);
+  CHECK(train(1, {"--overwrite", "--resume"}, &out) == 2);
 }
 
 TEST_CASE("a TPE sweep proposes better configs than its random start, and resumes its searcher",
