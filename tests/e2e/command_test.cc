@@ -145,8 +145,8 @@ run: {storage_path: STORAGE}
   CHECK(resumed >= 1);
   CHECK(sandbox.CommandProcesses().empty());
 
-  // `rayd train` of the same script resumes the run from its latest checkpoint: a run named
-  // like a finished one goes on after its last step.
+  // `rayd train --resume` of the same script resumes the run from its latest checkpoint: a run
+  // named like a finished one goes on after its last step.
   std::string train_out;
   const std::vector<std::string> train = {"train",
                                           "--name",
@@ -163,6 +163,7 @@ run: {storage_path: STORAGE}
   std::string again_out;
   std::vector<std::string> more = train;
   more[8] = R"({"steps": 4})";
+  more.insert(more.begin() + 1, "--resume");
   REQUIRE(sandbox.Run(more, &again_out) == 0);
   INFO(train_out << again_out);
   std::vector<json> results = ReadJsonLines(sandbox.results() + "/job/result.json");

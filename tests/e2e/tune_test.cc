@@ -516,7 +516,8 @@ scaling: {num_workers: )" + std::to_string(workers) + R"(, resources_per_worker:
 run: {storage_path: STORAGE}
 )");
     std::string out;
-    const int rc = sandbox.Run({"train", file}, &out);
+    // "hop", "wide" and "narrow" go on from their own checkpoints.
+    const int rc = sandbox.Run({"train", file, "--resume"}, &out);
     INFO(out);
     REQUIRE(rc == 0);
     return ReadLines(sandbox.results() + "/" + name + "/result.json");
