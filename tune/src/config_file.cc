@@ -1022,4 +1022,30 @@ TrainFile LoadTrainFile(const std::string& path) {
   return ParseTrainFile(ReadWholeFile(path), path);
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> FileKeys() {
+  const std::vector<std::pair<std::string, const Keys*>> sections = {
+      {"`tune.yaml` (top level)", &kTuneFileKeys},
+      {"`train.yaml` (top level)", &kTrainFileKeys},
+      {"`trainable` (a command)", &kCommandKeys},
+      {"`scaling`", &kScalingKeys},
+      {"`scaling.mesh`", &kMeshKeys},
+      {"`run`", &kRunKeys},
+      {"`run.failure`", &kFailureKeys},
+      {"`run.checkpoint`", &kCheckpointKeys},
+      {"`run.mlflow`", &kMlflowKeys},
+      {"`tune`", &kTuneKeys},
+      {"`tune.simulate`", &kSimulateKeys},
+      {"`tune.search` (type: tpe)", &kTpeKeys},
+      {"`tune.scheduler` (type: asha)", &kAshaKeys},
+      {"`tune.scheduler` (type: pasha)", &kPashaKeys},
+      {"`tune.scheduler` (type: hyperband)", &kHyperBandKeys},
+      {"`tune.scheduler` (type: median_stopping)", &kMedianKeys},
+      {"`tune.scheduler` (type: pbt)", &kPbtKeys}};
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const auto& [name, keys] : sections) {
+    out.emplace_back(name, std::vector<std::string>(keys->begin(), keys->end()));
+  }
+  return out;
+}
+
 }  // namespace rayd::tune

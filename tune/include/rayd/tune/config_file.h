@@ -62,4 +62,9 @@ TuneFile ParseTuneFile(const std::string& text, const std::string& path);
 TrainFile LoadTrainFile(const std::string& path);
 TrainFile ParseTrainFile(const std::string& text, const std::string& path);
 
+// The keys the parser accepts, section by section, each section named as
+// docs/config-reference.md heads it ("`scaling`", "`tune.scheduler` (type: asha)", ...): the
+// reference is checked against these, so it cannot drift from the parser.
+std::vector<std::pair<std::string, std::vector<std::string>>> FileKeys();
+
 }  // namespace rayd::tune
