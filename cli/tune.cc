@@ -47,7 +47,8 @@ std::string LocalTime(const char* format) {
 // Ray Tune's habit: a sweep (or run) whose directory holds an earlier one (the quick start's,
 // say) goes to a directory of its own, `<name>_<start time>`, instead of refusing or replaying
 // it. --resume continues the earlier one and --overwrite replaces it. Returns the name to run
-// under; `taken`: whether storage/name holds an earlier one; `what`: "rayd tune: ... sweep".
+// under; `taken`: whether storage/name holds an earlier one; `command` and `what` name the
+// command and the thing in the line printed ("rayd tune", "sweep").
 std::string FreshName(const fs::path& storage, const std::string& name, bool taken,
                       const std::string& command, const std::string& what) {
   if (!taken) return name;
