@@ -335,7 +335,8 @@ class RankBuffer {
     return RankStepRows(rows_, world_, rank_, batch_size_, drop_last_, step);
   }
 
-  // The next step's draw (not done()): indices into the pass's rows, appended to `out`.
+  // The next step's draw (not done()): indices into the pass's rows, appended to `out` (null:
+  // only taken out of the buffer, as a replay of another rank needs).
   void Draw(std::vector<int64_t>* out) {
     while (static_cast<int64_t>(held_.size()) < fill_ && pulled_ < steps_) {
       const StepRows step = Step(pulled_++);
@@ -344,7 +345,7 @@ class RankBuffer {
     const int64_t n = Step(drawn_steps_++).count;
     for (int64_t i = 0; i < n && !held_.empty(); ++i) {
       std::swap(held_[random_.Below(held_.size())], held_.back());
-      out->push_back(held_.back());
+      if (out != nullptr) out->push_back(held_.back());
       held_.pop_back();
     }
   }
@@ -385,10 +386,8 @@ class RankDraws {
   // Every rank's next step.
   void Advance() {
     std::lock_guard lock(mu_);
-    std::vector<int64_t> drawn;
     for (RankBuffer& rank : ranks_) {
-      drawn.clear();
-      if (!rank.done()) rank.Draw(&drawn);
+      if (!rank.done()) rank.Draw(nullptr);
     }
   }
 
@@ -936,7 +935,12 @@ std::unique_ptr<BatchIterator> DatasetShard::IterBatches(const BatchOptions& opt
     order->rows = std::move(resume_->pending);
   }
   resume_.reset();
-  order->rows.insert(order->rows.end(), rows.begin() + order->start, rows.end());
+  if (order->pending == 0) {  // the usual pass: the order itself, without a copy
+    rows.erase(rows.begin(), rows.begin() + order->start);
+    order->rows = std::move(rows);
+  } else {
+    order->rows.insert(order->rows.end(), rows.begin() + order->start, rows.end());
+  }
   if (options.local_shuffle_buffer_size <= 0) {
     return std::make_unique<ShardPass>(*this, options, order, nullptr);
   }
