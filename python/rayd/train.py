@@ -159,7 +159,8 @@ def _is_bool(value: Any) -> bool:
 
 
 def _check_metrics(metrics: Mapping[str, Any]) -> Dict[str, float]:
-    """The metrics as finite floats; ValueError naming the first bad one."""
+    """The metrics as floats (NaN and infinities included); ValueError naming the first
+    value that is not a number."""
     if not isinstance(metrics, Mapping):
         raise ValueError(f"metrics: expected a dict of name -> number, got {type(metrics).__name__}")
     checked: Dict[str, float] = {}
@@ -172,10 +173,17 @@ def _check_metrics(metrics: Mapping[str, Any]) -> Dict[str, float]:
             number = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"metric {name!r}: {value!r} is not a number") from None
-        if not math.isfinite(number):
-            raise ValueError(f"metric {name!r}: {number!r} is not finite")
         checked[name] = number
     return checked
+
+
+def _wire_number(value: float) -> Any:
+    """A metric as the report wire carries it: a JSON number, or "nan", "inf", "-inf"."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def _parse_addr(addr: str) -> Tuple[str, int]:
@@ -267,8 +275,10 @@ def report(metrics: Mapping[str, Any], checkpoint: Optional[str] = None) -> None
 
     Every rank may call it; only rank 0's results (and checkpoints) are kept.
     Each value is converted with ``float()``, so Python, numpy and torch scalars
-    all work; booleans, strings, other non-numbers, NaN and infinities raise a
-    ValueError naming the metric, before anything is sent.
+    all work; booleans, strings and other non-numbers raise a ValueError naming
+    the metric, before anything is sent. NaN and infinities are results (a
+    diverged run): the trial goes on, ranked below every other, and schedulers
+    such as ASHA stop it where they stop anything.
 
     ``checkpoint`` is a directory; rayd has copied it by the time this returns,
     so the caller may then delete or overwrite it.
@@ -294,9 +304,11 @@ def report(metrics: Mapping[str, Any], checkpoint: Optional[str] = None) -> None
         print(json.dumps(values), flush=True)
         return
 
-    request = {"token": os.environ.get("RAYD_REPORT_TOKEN", ""), "metrics": values,
+    request = {"token": os.environ.get("RAYD_REPORT_TOKEN", ""),
+               "metrics": {name: _wire_number(value) for name, value in values.items()},
                "checkpoint": checkpoint_path}
-    # allow_nan=False: already checked; compact and ASCII, so the request is one line.
+    # allow_nan=False: JSON has no NaN (_wire_number spells it); compact and ASCII, so the
+    # request is one line.
     line = json.dumps(request, allow_nan=False, separators=(",", ":")) + "\n"
     reply = _connection.request(_parse_addr(addr), line.encode("utf-8"))
     if reply.get("ok") is not True:

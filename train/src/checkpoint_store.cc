@@ -3,6 +3,7 @@
 #include <rayd/train/run_directory.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -104,7 +105,9 @@ Result<ReportedResult> CheckpointStore::Persist(const ReportMessage& report,
     if (ec) return Status::Internal("cannot rename " + staging + ": " + ec.message());
     std::optional<double> score;
     auto found = report.metrics.find(config_.score_attribute);
-    if (found != report.metrics.end()) score = found->second;
+    // NaN or an infinity (a diverged run) scores as none: pruned first, and alike after a
+    // restart, where result.json holds it as null.
+    if (found != report.metrics.end() && std::isfinite(found->second)) score = found->second;
     kept_.push_back({index, score});
     row[kCheckpointKey] = RunDirectory::CheckpointName(index);
     persisted.checkpoint = DirOf(index);

@@ -30,12 +30,18 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
   if (order != "min" && order != "max") {
     throw RaydError("GetBestResult: mode must be \"min\" or \"max\", got \"" + order + "\"");
   }
-  // As Ray's: the last result of each trial, NaN values skipped, the first of equals wins.
+  // As Ray's: the last result of each trial, NaN (and here infinities: diverged) skipped, the
+  // first of equals wins.
   const TrialResult* best = nullptr;
   double best_value = 0;
+  size_t diverged = 0;
   for (const TrialResult& trial : trials_) {
     auto it = trial.metrics.find(by);
-    if (it == trial.metrics.end() || std::isnan(it->second)) continue;
+    if (it == trial.metrics.end()) continue;
+    if (!std::isfinite(it->second)) {
+      ++diverged;
+      continue;
+    }
     bool better = order == "min" ? it->second < best_value : it->second > best_value;
     if (best == nullptr || better) {
       best = &trial;
@@ -44,7 +50,10 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
   }
   if (best == nullptr) {
     throw RaydError("GetBestResult: none of the " + std::to_string(trials_.size()) +
-                    " trials reported metric \"" + by + "\"");
+                    " trials reported a finite value of metric \"" + by + "\"" +
+                    (diverged > 0
+                         ? " (" + std::to_string(diverged) + " ended on NaN or an infinity)"
+                         : std::string()));
   }
   return *best;
 }

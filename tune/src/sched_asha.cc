@@ -83,13 +83,12 @@ class AshaScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto metric = Lookup(result.metrics, metric_);
-    if (!t || !metric) return Decision::Continue();  // Ray raises; a sweep should not die of it
+    auto score = Score(result.metrics, metric_, sign_);
+    if (!t || !score) return Decision::Continue();  // Ray raises; a sweep should not die of it
     AshaTrial& trial = State(trial_id);
-    const double score = sign_ * *metric;
-    trial.last = {{*t, score}};
-    Decision decision = config_.promotion ? OnResultPromotion(trial_id, trial, *t, score)
-                                          : OnResultStopping(trial_id, trial, *t, score);
+    trial.last = {{*t, *score}};
+    Decision decision = config_.promotion ? OnResultPromotion(trial_id, trial, *t, *score)
+                                          : OnResultStopping(trial_id, trial, *t, *score);
     if (decision.action == Decision::Action::kStop) {
       ++num_stopped_;
       trial.done = true;

@@ -79,14 +79,14 @@ class HyperBandScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto metric = Lookup(result.metrics, metric_);
-    if (!t || !metric) return Decision::Continue();
+    auto score = Score(result.metrics, metric_, sign_);
+    if (!t || !score) return Decision::Continue();
     if (!trials_.count(trial_id)) OnTrialAdd(trial_id, result.config);
     HyperBandTrial& trial = trials_[trial_id];
     Bracket& bracket = brackets_[trial.bracket];
     if (!IsLive(bracket, trial_id)) return Decision::Stop();  // lost a halving while paused
     trial.time = *t;
-    trial.score = sign_ * *metric;
+    trial.score = *score;
     trial.paused = false;
     if (trial.time < bracket.milestones[bracket.rung]) return Decision::Continue();
     trial.paused = true;

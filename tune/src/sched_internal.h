@@ -55,6 +55,14 @@ std::optional<double> OptionalNumber(const nlohmann::json& j);
 // The value under `key` when present and finite.
 std::optional<double> Lookup(const Metrics& metrics, const std::string& key);
 
+// What a diverged trial scores: below any real score, and far enough from the double's limits
+// that the sums, means and interpolations of thousands of them stay finite (and JSON-writable).
+inline constexpr double kWorstScore = -1e300;
+// A trial's score under the metric `key`, higher is better: `sign` (+1 for mode max, -1 for min)
+// times its value; kWorstScore for NaN or an infinity (a diverged trial is an outcome, ranked
+// below every other and stopped wherever the scheduler stops anything); nullopt when absent.
+std::optional<double> Score(const Metrics& metrics, const std::string& key, double sign);
+
 // "3" for 3.0, "2.5" for 2.5: milestones in summaries.
 std::string FormatNumber(double value);
 

@@ -27,10 +27,12 @@ class MedianStoppingScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto value = Lookup(result.metrics, metric_);
-    if (!t || !value) return Decision::Continue();
+    const double sign = max_mode_ ? 1.0 : -1.0;
+    auto score = Score(result.metrics, metric_, sign);
+    if (!t || !score) return Decision::Continue();
+    const double value = sign * *score;  // a diverged trial's worst value under the mode
     if (stopped_.count(trial_id)) return Decision::Continue();  // Ray: falls back to FIFO
-    results_[trial_id].push_back({*t, *value});
+    results_[trial_id].push_back({*t, value});
     if (*t < config_.grace_period) return Decision::Continue();
 
     std::vector<double> means;

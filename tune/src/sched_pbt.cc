@@ -86,10 +86,10 @@ class PbtScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto metric = Lookup(result.metrics, metric_);
-    if (!t || !metric) return Decision::Continue();
+    auto score = Score(result.metrics, metric_, sign_);
+    if (!t || !score) return Decision::Continue();
     PbtTrial& trial = trials_[trial_id];
-    trial.score = sign_ * *metric;
+    trial.score = *score;
     trial.iteration = Lookup(result.metrics, "training_iteration").value_or(*t);
     trial.has_checkpoint = result.has_checkpoint;
     if (!result.config.is_null()) trial.config = result.config;

@@ -232,6 +232,12 @@ std::optional<double> Lookup(const Metrics& metrics, const std::string& key) {
   return it->second;
 }
 
+std::optional<double> Score(const Metrics& metrics, const std::string& key, double sign) {
+  auto it = metrics.find(key);
+  if (it == metrics.end()) return std::nullopt;
+  return std::isfinite(it->second) ? sign * it->second : kWorstScore;
+}
+
 std::string FormatNumber(double value) {
   std::ostringstream out;
   if (value == std::floor(value) && std::fabs(value) < 1e15) {

@@ -418,17 +418,24 @@ nlohmann::json TpeSearcher::Suggest() {
   return config;
 }
 
+double TpeSearcher::Loss(double value) const {
+  // A diverged trial (NaN, an infinity) is an observation too: the worst loss, so its region
+  // of the space lands with the bad ones rather than being tried again as if unexplored.
+  if (!std::isfinite(value)) return -kWorstScore;
+  return maximize_ ? -value : value;
+}
+
 void TpeSearcher::Observe(const nlohmann::json& config, std::optional<double> value) {
   tried_.insert(config.dump());
   auto it = std::find(pending_.begin(), pending_.end(), config);
   if (it != pending_.end()) pending_.erase(it);
-  if (!value || !std::isfinite(*value)) return;
-  if (auto o = Encode(config, maximize_ ? -*value : *value)) observed_.push_back(std::move(*o));
+  if (!value) return;
+  if (auto o = Encode(config, Loss(*value))) observed_.push_back(std::move(*o));
 }
 
 void TpeSearcher::ObserveAt(const nlohmann::json& config, double value, double budget) {
-  if (!std::isfinite(value) || !std::isfinite(budget)) return;
-  std::optional<Observation> o = Encode(config, maximize_ ? -value : value);
+  if (!std::isfinite(budget)) return;
+  std::optional<Observation> o = Encode(config, Loss(value));
   if (!o) return;
   auto& seen = at_budget_[budget];
   for (auto& [known, earlier] : seen) {

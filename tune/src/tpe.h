@@ -52,7 +52,7 @@ class TpeSearcher {
   // The next config to try; it counts as pending (the constant liar) until observed.
   nlohmann::json Suggest();
   // A config's outcome: its value, or nullopt when it gave none (failed, or no metric): then it
-  // only stops being pending.
+  // only stops being pending. NaN or an infinity (diverged) counts as the worst loss.
   void Observe(const nlohmann::json& config, std::optional<double> value);
   // A running config's value at `budget` (its training_iteration, say): with an early-stopping
   // scheduler, BOHB's rule fits the model on the highest budget that at least
@@ -109,6 +109,8 @@ class TpeSearcher {
   Model FitModel() const;
   double JointLogDensity(const std::vector<Parzen>& side, const std::vector<double>& x) const;
 
+  // What TPE minimises: the value, negated for mode max; diverged values worst of all.
+  double Loss(double value) const;
   std::optional<Observation> Encode(const nlohmann::json& config, double loss) const;
   nlohmann::json Decode(const std::vector<double>& x) const;
   std::vector<double> SampleRandom();

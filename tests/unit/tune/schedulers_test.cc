@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -525,6 +526,67 @@ TEST_CASE("PBT decisions are reproducible from the seed", "[tune]") {
   std::set<std::string> distinct;
   for (const json& j : first) distinct.insert(j.dump());
   CHECK(distinct.size() > 1);
+}
+
+TEST_CASE(
+    "a NaN or infinite metric ranks worst: every scheduler stops or replaces the diverged "
+    "trial, whatever the mode",
+    "[tune]") {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  // ASHA, rung 1: one finite loss recorded; any non-finite one, -inf included (which a plain
+  // "lower is better" would call the best), is below the cut-off.
+  for (double diverged : {nan, inf, -inf}) {
+    INFO(diverged);
+    for (const char* mode : {"min", "max"}) {
+      auto asha = MakeScheduler(Asha(false), "loss", mode, 0);
+      CHECK(asha->OnTrialResult("a", Iter(1, 2)).action == Action::kContinue);
+      CHECK(asha->OnTrialResult("b", Iter(1, diverged)).action == Action::kStop);
+      // And a finite result after a diverged one at the rung is judged against it: it goes on.
+      CHECK(asha->OnTrialResult("c", Iter(1, 1e6)).action == Action::kContinue);
+    }
+  }
+  // HyperBand: a bracket of 9 halves at rung 1 with the diverged trials last.
+  HyperBandConfig c;
+  c.max_t = 9;
+  c.reduction_factor = 3;
+  auto hb = MakeScheduler(c, "loss", "min", 0);
+  for (int i = 0; i < 9; ++i) hb->OnTrialAdd(Id(i), json::object());
+  const std::vector<double> losses = {nan, -inf, 8, inf, 4, 6, nan, 7, 5};
+  for (int i = 0; i < 8; ++i) hb->OnTrialResult(Id(i), Iter(1, losses[i]));
+  // The three kept are the three best finite losses: t4 (4), t8 (5, the last reporter, goes on)
+  // and t5 (6).
+  CHECK(hb->OnTrialResult(Id(8), Iter(1, losses[8])).action == Action::kContinue);
+  CHECK(hb->ChooseTrialToResume() == Id(4));
+  CHECK(hb->ChooseTrialToResume() == Id(5));
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  // Median stopping: the diverged trial's best is the worst value there is.
+  MedianStoppingConfig m;
+  m.time_attr = "training_iteration";
+  m.grace_period = 1;
+  m.min_samples_required = 2;
+  for (const char* mode : {"min", "max"}) {
+    auto ms = MakeScheduler(m, "loss", mode, 0);
+    CHECK(ms->OnTrialResult("a", Iter(1, 1)).action == Action::kContinue);
+    CHECK(ms->OnTrialResult("b", Iter(1, 2)).action == Action::kContinue);
+    CHECK(ms->OnTrialResult("c", Iter(1, nan)).action == Action::kStop);
+    // Its state is written as JSON (numbers, no NaN) and restores.
+    auto restored = MakeScheduler(m, "loss", mode, 0);
+    restored->Restore(json::parse(ms->State().dump()));
+    CHECK(restored->State() == ms->State());
+  }
+  // PBT: the diverged trial is the bottom quantile and clones the top one.
+  auto pbt = MakeScheduler(Pbt(), "acc", "max", 1);
+  const json other = {{"lr", 0.05},  {"layers", 2},    {"opt", {{"name", "sgd"}}},
+                      {"batch", 64}, {"dropout", 0.1}, {"seed", 1}};
+  pbt->OnTrialAdd("t0", DonorConfig());
+  for (const char* id : {"t1", "t2", "t3"}) pbt->OnTrialAdd(id, other);
+  pbt->OnTrialResult("t0", Acc(2, 0.9, true, DonorConfig()));
+  pbt->OnTrialResult("t1", Acc(2, 0.1, true, other));
+  pbt->OnTrialResult("t2", Acc(2, 0.7, true, other));
+  const Decision d = pbt->OnTrialResult("t3", Acc(2, nan, true, other));
+  REQUIRE(d.action == Action::kExploit);
+  CHECK(d.donor == "t0");
 }
 
 TEST_CASE("PBT describes each exploit in Ray's lineage logs", "[tune]") {

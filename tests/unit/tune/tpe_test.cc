@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,38 @@ TEST_CASE("pending proposals count as bad (the constant liar): concurrent propos
   searcher.Observe({{"x", proposed[0]}}, std::nullopt);
   CHECK(searcher.num_pending() == 3);
   CHECK(searcher.num_observations() == 10);
+}
+
+TEST_CASE(
+    "a diverged trial (NaN, an infinity) is TPE's worst observation, so its region is "
+    "proposed less than when it is left out",
+    "[tune][tpe]") {
+  // A learning-rate-like sweep: the higher x the better, until x > 80 diverges. Treated as the
+  // worst loss, the diverged region lands with the bad observations; left out (as a failed
+  // trial is), TPE only sees ever-better results up to 80 and keeps proposing beyond it.
+  const ParamSpace space = {{{"x"}, Domain::Uniform(0, 100)}};
+  auto diverged_proposals = [&](bool worst) {
+    TpeSearcher searcher(space, "min", {.n_startup_trials = 10}, 11);
+    int diverged = 0;
+    for (int i = 0; i < 80; ++i) {
+      json config = searcher.Suggest();
+      const double x = config["x"].get<double>();
+      if (x <= 80) {
+        searcher.Observe(config, 100 - x);
+        continue;
+      }
+      if (i >= 40) ++diverged;
+      const double value = i % 2 ? std::nan("") : HUGE_VAL;
+      searcher.Observe(config, worst ? std::optional<double>(value) : std::nullopt);
+    }
+    // Ranked worst, every diverged trial is an observation.
+    if (worst) CHECK(searcher.num_observations() == 80);
+    return diverged;
+  };
+  const int ranked = diverged_proposals(true);
+  const int left_out = diverged_proposals(false);
+  INFO("proposals beyond 80 in the last 40: ranked worst " << ranked << ", left out " << left_out);
+  CHECK(ranked * 2 <= left_out);
 }
 
 TEST_CASE("TPE repeats for a seed, and continues exactly after State and Restore", "[tune][tpe]") {

@@ -1,7 +1,6 @@
 // A command rank: spawn (through a supervisor), the report wire, logs, stop and failure.
 
 #include "command_rank.h"
-#include "data_server.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -25,10 +24,12 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
+#include "data_server.h"
 #include "rank_session.h"
 
 namespace rayd::train::internal {
@@ -42,6 +43,18 @@ constexpr int kStderrTailLines = 10;
 constexpr size_t kMaxRequestBytes = 1 << 20;  // one report line
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// A reported metric's value: a JSON number, or (JSON has none) NaN and the infinities spelled
+// as strings, as JavaScript and Python print them: a diverged loss is a result, ranked worst.
+std::optional<double> MetricNumber(const nlohmann::json& value) {
+  if (value.is_number()) return value.get<double>();
+  if (!value.is_string()) return std::nullopt;
+  const std::string& text = value.get_ref<const std::string&>();
+  if (text == "nan" || text == "NaN") return std::numeric_limits<double>::quiet_NaN();
+  if (text == "inf" || text == "Infinity") return std::numeric_limits<double>::infinity();
+  if (text == "-inf" || text == "-Infinity") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
 
 // An owned file descriptor.
 class Fd {
@@ -465,12 +478,9 @@ std::string RankProcess::Handle(const std::string& line, std::optional<std::stri
   if (!metrics.is_object()) return reject("\"metrics\" is not an object");
   std::map<std::string, double> values;
   for (const auto& [name, value] : metrics.items()) {
-    if (!value.is_number()) {
-      return reject("metric '" + name + "' is not a number: " + value.dump());
-    }
-    const double number = value.get<double>();
-    if (!std::isfinite(number)) return reject("metric '" + name + "' is not finite");
-    values[name] = number;
+    std::optional<double> number = MetricNumber(value);
+    if (!number) return reject("metric '" + name + "' is not a number: " + value.dump());
+    values[name] = *number;
   }
   std::optional<std::string> checkpoint;
   if (request.contains("checkpoint") && !request["checkpoint"].is_null()) {
