@@ -8,13 +8,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "cli_common.h"
 #include "commands.h"
-#include "rayd/runtime/cluster_json.h"
 #include "rayd/base/event_loop.h"
 #include "rayd/runtime/cluster.h"
+#include "rayd/runtime/cluster_json.h"
 #include "rayd/runtime/session.h"
 #include "rayd/scheduler/placement.h"
 
@@ -59,6 +61,49 @@ std::vector<PlacementGroupInfo> GroupDemands(const std::vector<PlacementGroupInf
   return waiting;
 }
 
+// The training runs and trials on the cluster: each run's feed (train/src/run_feed.h) whose
+// placement group is still there (a dead driver's feed outlives its group), by name.
+std::vector<nlohmann::json> LiveRuns(const std::map<std::string, std::string>& feeds,
+                                     const std::vector<PlacementGroupInfo>& groups) {
+  std::set<std::string> live;
+  for (const auto& g : groups) {
+    if (g.state != "REMOVED" && g.state != "FAILED") live.insert(g.id);
+  }
+  std::vector<nlohmann::json> runs;
+  for (const auto& [key, value] : feeds) {
+    nlohmann::json run = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!run.is_object() || !live.contains(run.value("placement_group", ""))) continue;
+    run.erase("metrics");
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+// "2 workers (elastic 1-4, mesh 2x1x1), attempt 2: 1 restart"
+std::string RunLine(const nlohmann::json& run) {
+  const int world = run.value("world_size", 0);
+  const int least = run.value("min_workers", world);
+  const int most = run.value("max_workers", world);
+  std::string line = std::to_string(world) + (world == 1 ? " worker" : " workers");
+  std::vector<std::string> shape;
+  if (least != most)
+    shape.push_back("elastic " + std::to_string(least) + "-" + std::to_string(most));
+  const nlohmann::json mesh = run.value("mesh", nlohmann::json::array());
+  if (mesh.is_array() && mesh.size() == 3 && (mesh[1] != 1 || mesh[2] != 1)) {
+    shape.push_back("mesh " + mesh[0].dump() + "x" + mesh[1].dump() + "x" + mesh[2].dump() +
+                    " (data x pipeline x tensor)");
+  }
+  for (size_t i = 0; i < shape.size(); ++i) line += (i == 0 ? " (" : ", ") + shape[i];
+  if (!shape.empty()) line += ")";
+  line += ", " + run.value("state", std::string("?")) + ", attempt " +
+          std::to_string(run.value("attempt", 0));
+  for (const char* counted : {"restarts", "resizes", "preemptions"}) {
+    if (const int n = run.value(counted, 0); n > 0)
+      line += ", " + std::to_string(n) + " " + counted;
+  }
+  return line;
+}
+
 bool IsInfeasible(const PlacementGroupInfo& g) { return g.cause.rfind("infeasible:", 0) == 0; }
 
 
@@ -81,7 +126,9 @@ void PrintStatusTable(const ClusterView& view, const std::vector<PlacementGroupI
             << " ========\n"
             << "Cluster " << view.cluster_id.substr(0, 8) << " at " << view.gcs_address
             << " (tables: " << view.storage << ", up since " << FormatTime(view.start_time_ms)
-            << ")\n\nNode status\n"
+            << ")\n"
+            << (view.dashboard_url.empty() ? "" : "Dashboard: " + view.dashboard_url + "\n")
+            << "\nNode status\n"
             << rule << "\nActive:\n";
   ResourceSet total, available;
   size_t alive = 0, dead = 0;
@@ -365,6 +412,7 @@ int RunStatus(const StatusArgs& args) {
   // can't say.
   std::optional<std::map<std::string, int>> actor_counts;
   std::vector<PlacementGroupInfo> groups;
+  std::vector<nlohmann::json> runs;
   if (args.what == "status") {
     auto actors = (*cluster)->Actors();
     if (actors.ok()) {
@@ -373,6 +421,9 @@ int RunStatus(const StatusArgs& args) {
     }
     if (auto all = (*cluster)->PlacementGroups(); all.ok()) {
       groups = std::move(*all);
+    }
+    if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix("run")); feeds.ok()) {
+      runs = LiveRuns(*feeds, groups);
     }
   }
   if (args.format == "json") {
@@ -387,9 +438,13 @@ int RunStatus(const StatusArgs& args) {
         total += n.total;
         available += n.available;
       }
-      nlohmann::json j = {{"cluster_id", view->cluster_id}, {"address", view->gcs_address},
-                          {"storage", view->storage},       {"nodes", nodes},
-                          {"total", Amounts(total)},        {"available", Amounts(available)}};
+      nlohmann::json j = {{"cluster_id", view->cluster_id},
+                          {"address", view->gcs_address},
+                          {"storage", view->storage},
+                          {"nodes", nodes},
+                          {"dashboard_url", view->dashboard_url},
+                          {"total", Amounts(total)},
+                          {"available", Amounts(available)}};
       if (actor_counts) j["actors"] = *actor_counts;
       nlohmann::json demands = nlohmann::json::array();
       for (const auto& g : GroupDemands(groups)) {
@@ -398,6 +453,7 @@ int RunStatus(const StatusArgs& args) {
         demands.push_back(std::move(d));
       }
       j["placement_group_demands"] = std::move(demands);
+      j["training_runs"] = runs;
       std::cout << j.dump(2) << "\n";
     }
     return 0;
@@ -414,6 +470,15 @@ int RunStatus(const StatusArgs& args) {
           std::cout << " " << it->second << " " << state << "\n";
         }
       }
+    }
+    // What the actors are: each training run and sweep trial with its size.
+    std::cout << "\nTraining runs:\n";
+    if (runs.empty()) std::cout << " (none)\n";
+    for (const nlohmann::json& run : runs) {
+      const std::string trial = run.value("trial_id", "");
+      std::cout << " " << run.value("name", std::string("?"))
+                << (trial.empty() ? "" : " (trial " + trial + ")") << ": " << RunLine(run)
+                << "\n    " << run.value("run_dir", std::string()) << "\n";
     }
   }
   return 0;

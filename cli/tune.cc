@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -25,6 +26,7 @@
 
 #include "commands.h"
 #include "rayd/api.h"
+#include "rayd/runtime/cluster.h"
 #include "rayd/train/command.h"
 #include "rayd/train/trainer.h"
 #include "rayd/tune/config_file.h"
@@ -172,6 +174,29 @@ RaydConfig DriverConfig(const std::string& address, const std::vector<std::strin
   return config;
 }
 
+// Init for `rayd tune` and `rayd train`. Joining a running cluster (--address, RAYD_ADDRESS),
+// it prints where the head's dashboard is, as an embedded cluster's start does.
+void InitDriver(const std::string& address, const std::vector<std::string>& libraries) {
+  Init(DriverConfig(address, libraries));
+  const char* env = std::getenv("RAYD_ADDRESS");
+  if (address.empty() && (env == nullptr || *env == '\0')) return;
+  const internal::ClusterEndpoint endpoint = internal::DriverClusterEndpoint();
+  Result<ClusterView> view = FetchClusterView(endpoint.gcs_address, endpoint.token, Millis(5000));
+  if (view.ok() && !view->dashboard_url.empty()) {
+    std::cerr << "rayd: dashboard at " << view->dashboard_url << "\n";
+  }
+}
+
+// Trials whose last `metric` was NaN or infinite.
+size_t Diverged(const tune::ResultGrid& grid, const std::string& metric) {
+  size_t n = 0;
+  for (const auto& trial : grid.trials()) {
+    auto it = trial.metrics.find(metric);
+    if (it != trial.metrics.end() && !std::isfinite(it->second)) ++n;
+  }
+  return n;
+}
+
 // Prints the best trial; false when there is none (no trial reported the metric).
 bool PrintBest(const tune::ResultGrid& grid, const tune::TuneFile& file) {
   try {
@@ -294,7 +319,7 @@ int RunTuneCommand(const TuneArgs& args) {
     file.run.name = FreshExperimentName(file);
   }
   try {
-    Init(DriverConfig(args.address, *libraries));
+    InitDriver(args.address, *libraries);
     tune::Tuner tuner(file.trainable, file.param_space, file.tune, file.run);
     tune::ResultGrid grid = [&] {
       // Ctrl-C stops this Tuner for as long as its Fit runs, however Fit ends.
@@ -323,6 +348,10 @@ int RunTuneCommand(const TuneArgs& args) {
         std::cout << "  " << trial.trial_id << " failed: " << trial.error << "\n";
       }
     }
+    if (const size_t diverged = Diverged(grid, file.tune.metric); diverged > 0) {
+      std::cout << "  " << diverged << (diverged == 1 ? " trial" : " trials") << " ended with "
+                << file.tune.metric << " NaN or infinite (diverged): ranked last, not failed\n";
+    }
     if (unfinished > 0) {
       std::cout << "Interrupted: continue with `rayd tune " << args.file << " --resume`\n";
       Shutdown();
@@ -333,7 +362,7 @@ int RunTuneCommand(const TuneArgs& args) {
     // As Ray Tune raises TuneError: a failed trial, or a sweep with no result to rank, fails
     // the command (scripts and CI see it), with one line saying why.
     if (!best) {
-      std::cerr << "rayd tune: no trial reported " << file.tune.metric << "\n";
+      std::cerr << "rayd tune: no trial reported a finite " << file.tune.metric << "\n";
       return 1;
     }
     if (grid.num_errors() > 0 && !args.allow_failed_trials) {
@@ -494,7 +523,7 @@ int RunTrainCommand(const TrainArgs& args) {
     }
   }
   try {
-    Init(DriverConfig(args.address, *libraries));
+    InitDriver(args.address, *libraries);
     if (file.scaling.num_workers == -1) {
       // HorovodRunner's np=-1: every GPU (the Trainer's -1), or without GPUs every CPU slot.
       file.scaling.num_workers = file.scaling.use_gpu
@@ -512,6 +541,10 @@ int RunTrainCommand(const TrainArgs& args) {
                                           : train::Trainer(file.train_loop, file.config,
                                                            file.scaling, file.run);
     train::FitOptions options;
+    // An elastic run's waits and resizes, and restarts that leave a draining node.
+    options.on_notice = [&file](const std::string& line) {
+      std::cout << "rayd train: " << file.run.name << ": " << line << std::endl;
+    };
     options.on_report = [](const train::ReportedResult& result) {
       auto iteration = result.metrics.find("training_iteration");
       std::cout << "[iteration "

@@ -6,7 +6,8 @@
 # under <prefix>/lib/cmake/rayd:
 #   raydConfig.cmake         finds the public dependencies, then includes the targets
 #   raydConfigVersion.cmake  0.x: a minor version is a compatibility break
-#   raydTargets.cmake        rayd::rayd_protocol, rayd_base, rayd_scheduler, rayd_runtime, rayd
+#   raydTargets.cmake        rayd::rayd_protocol, rayd_base, rayd_scheduler, rayd_runtime, rayd,
+#                            and (shared builds) rayd_data, rayd_train
 # The install RPATH ($ORIGIN/../lib) is set in the top-level CMakeLists.txt, before any target.
 
 include(CMakePackageConfigHelpers)

@@ -162,6 +162,7 @@ struct ClusterInfo {
   startTimeMs @3 :Int64;
   heartbeatPeriodMs @4 :UInt32;
   heartbeatMissedLimit @5 :UInt32;
+  dashboardUrl @6 :Text;         # "http://host:port/"; "" while the head serves none
 }
 
 # Jobs submitted with `rayd job submit`: a driver command the head runs for the user, in a

@@ -437,7 +437,7 @@ run: {storage_path: STORAGE, failure: {max_failures: )" + max_failures + R"(}}
   CHECK(Contains(out, "Best trial"));
   // Nothing to rank: a failure whatever the flag says.
   CHECK(sweep("none", "[exit1]", {"--allow-failed-trials"}, &out) == 1);
-  CHECK(Contains(out, "rayd tune: no trial reported score"));
+  CHECK(Contains(out, "rayd tune: no trial reported a finite score"));
 
   // A trial restarted once and failed again: both failures in its error.txt.
   CHECK(sweep("twice", "[exit1]", {}, &out, "1") == 1);
@@ -453,6 +453,84 @@ run: {storage_path: STORAGE, failure: {max_failures: )" + max_failures + R"(}}
 }
 
 }  // namespace
+
+// A learning-rate sweep where one rate diverges: the Python client reports NaN and infinity as
+// results (over the wire as strings), and the sweep ranks them worst instead of failing them.
+TEST_CASE(
+    "a trial whose loss diverges to NaN is a result ranked worst: ASHA stops it, TPE "
+    "observes it, nothing fails or restarts",
+    "[command][e2e]") {
+  Sandbox sandbox;
+  std::ofstream(sandbox.root() + "/lr.py") << R"(import rayd.train as rt
+lr = rt.get_config()["lr"]
+loss = 1.0
+for epoch in range(4):
+    loss = loss * (1 - lr) if lr < 1 else (float("inf") if epoch == 0 else float("nan"))
+    rt.report({"loss": loss})
+)";
+  std::string asha = sandbox.WriteYaml("asha.yaml", R"(name: asha
+trainable:
+  command: [/usr/bin/python3, lr.py]
+  launcher: none
+param_space:
+  lr: {grid_search: [0.1, 0.5, 3.0]}
+tune:
+  metric: loss
+  mode: min
+  max_concurrent_trials: 1
+  scheduler: {type: asha, time_attr: training_iteration, max_t: 4, grace_period: 1,
+              reduction_factor: 2}
+run: {storage_path: STORAGE, failure: {max_failures: 2}}
+)");
+  std::string out;
+  CHECK(sandbox.Run({"tune", asha}, &out) == 0);
+  INFO(out);
+  CHECK(Contains(out, "Best trial"));
+  CHECK(Contains(out,
+                 "  1 trial ended with loss NaN or infinite (diverged): ranked last, not failed"));
+  for (const json& trial : Trials(sandbox.results() + "/asha")) {
+    INFO(trial.dump());
+    CHECK(trial["status"] == "TERMINATED");
+    CHECK(trial["num_failures"] == 0);
+    if (trial["config"]["lr"] != 3.0) continue;
+    // Stopped at the first rung: its infinite loss was below the two recorded there.
+    const std::vector<json> rows =
+        ReadJsonLines(TrialDir(sandbox.results() + "/asha", trial) + "/result.json");
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0]["loss"].is_null());  // JSON has no infinity: null, as Ray writes NaN
+  }
+
+  // TPE: every trial is an observation, the diverged ones at the worst loss.
+  std::string tpe = sandbox.WriteYaml("tpe.yaml", R"(name: tpe
+trainable:
+  command: [/usr/bin/python3, lr.py]
+  launcher: none
+param_space:
+  lr: {choice: [0.5, 3.0]}
+tune:
+  metric: loss
+  mode: min
+  num_samples: 6
+  seed: 4
+  max_concurrent_trials: 2
+  search: {type: tpe, n_startup_trials: 2}
+run: {storage_path: STORAGE}
+)");
+  CHECK(sandbox.Run({"tune", tpe}, &out) == 0);
+  const json state = ReadJson(sandbox.results() + "/tpe/experiment_state.json");
+  int diverged = 0;
+  for (const json& trial : state.at("trials")) {
+    CHECK(trial["status"] == "TERMINATED");
+    if (trial["config"]["lr"] == 3.0) ++diverged;
+  }
+  CHECK(diverged > 0);
+  const json& observed = state.at("searcher").at("state").at("observed");
+  CHECK(observed.size() == 6);
+  int worst = 0;
+  for (const json& o : observed) worst += o.at("loss").get<double>() >= 1e300 ? 1 : 0;
+  CHECK(worst == diverged);
+  CHECK(sandbox.CommandProcesses().empty());
+}
 
 TEST_CASE(
     "rayd train with np -1 runs a rank per CPU slot of the cluster, as HorovodRunner does, and np "
@@ -495,6 +573,13 @@ TEST_CASE(
   const int fit = std::min(ranks, 4);
   CHECK(Contains(ReadFile(sandbox.results() + "/elastic/rank_0.log"),
                  "rank 0 of " + std::to_string(fit)));
+  // The wait for more than fit is said before it, and the size it starts at.
+  if (fit < 4) {
+    CHECK(Contains(elastic, "rayd train: elastic: " + std::to_string(fit) +
+                                " of 4 workers fit now; waiting up to 5 s for the rest"));
+  }
+  CHECK(Contains(elastic, "rayd train: elastic: starting with " + std::to_string(fit) +
+                              (fit == 1 ? " worker" : " workers") + " (elastic, 1 to 4)"));
   std::string reversed;
   CHECK(sandbox.Run({"train", "--np", "3:2", "--", "/bin/true"}, &reversed) == 2);
   CHECK(Contains(reversed, "--num-workers: MIN:MAX needs 1 <= MIN <= MAX, got 3:2"));
@@ -511,7 +596,8 @@ TEST_CASE(
   const int port = rayd::testing::FreeTcpPort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   sandbox.Start({"--head", "--port", std::to_string(port), "--num-cpus", "0",
-                 "--heartbeat-period-ms", "250", "--missed-heartbeats", "8"});
+                 "--heartbeat-period-ms", "250", "--missed-heartbeats", "8", "--dashboard-port",
+                 "0"});
   sandbox.Start({"--address", address, "--num-cpus", "1"});
   sandbox.Start({"--address", address, "--num-cpus", "1"});
   const std::vector<std::string> heads = sandbox.Sessions("_head");
@@ -562,6 +648,17 @@ for epoch in range(start, 16):
   const bool started = WaitFor([&] { return ranks_after(2, 0); }, 90s);
   INFO(driver.output());
   REQUIRE(started);
+  // A driver that joined by address says where the head's dashboard is, as `rayd status` does;
+  // the status lists the run with its size.
+  const std::string dashboard = "http://127.0.0.1:";
+  CHECK(Contains(driver.output(), "rayd: dashboard at " + dashboard));
+  std::string status;
+  CHECK(sandbox.Rayd({"status", "--address", address}, &status) == 0);
+  INFO(status);
+  CHECK(Contains(status, "Dashboard: " + dashboard));
+  CHECK(
+      Contains(status, "Training runs:\n drained: 2 workers (elastic 1-2), RUNNING, attempt 1\n"));
+  CHECK(Contains(status, "    " + run_dir + "\n"));
   // Rank 0's node, from the notice file it was given (DrainNoticePath: drain-<node id>.json).
   const std::string rank0 = ReadFile(run_dir + "/rank_0.log");
   const size_t at = rank0.find("/drain-");
@@ -581,6 +678,12 @@ for epoch in range(start, 16):
   INFO(driver.output());
   REQUIRE(driver.exit_code() == 0);
   CHECK(Contains(driver.output(), "(0 restarts, 1 preemption)"));
+  // Each size the run takes is said as it happens (FitOptions::on_notice).
+  CHECK(
+      Contains(driver.output(), "rayd train: drained: starting with 2 workers (elastic, 1 to 2)"));
+  CHECK(Contains(driver.output(), "rayd train: drained: node " + node.substr(0, 8) +
+                                      " is draining: restarting from this checkpoint without it"));
+  CHECK(Contains(driver.output(), "rayd train: drained: starting with 1 worker (elastic, 1 to 2)"));
   INFO(ReadFile(run_dir + "/rank_0.log"));
   CHECK(Contains(ReadFile(run_dir + "/rank_0.log"), "DRAIN seen by rank 0: spot preemption, "));
   const std::vector<json> rows = ReadJsonLines(results);

@@ -8,7 +8,9 @@
 #    finds rayd there (not in the build tree), and builds with Ninja;
 # 3. the program runs an embedded cluster (RAYD_TEMP_DIR=<tmp>/session), exits 0 and prints the
 #    right answers;
-# 4. the installed `rayd --help` runs without LD_LIBRARY_PATH and loads the installed libraries.
+# 4. the installed `rayd --help` runs without LD_LIBRARY_PATH and loads the installed libraries;
+# 5. examples/own_loop (a train loop library of one's own, the README's CMake snippet) builds
+#    against the prefix with rayd::rayd_train, and the installed `rayd tune` sweeps its loop.
 # Each step's output is printed; any failure is a FATAL_ERROR and keeps <tmp> for a look.
 
 cmake_minimum_required(VERSION 3.22)
@@ -72,6 +74,8 @@ foreach(f
     lib/librayd_base.so
     lib/librayd_scheduler.so
     lib/librayd_runtime.so
+    lib/librayd_train.so
+    include/rayd/train/trainer.h
     lib/cmake/rayd/raydConfig.cmake
     lib/cmake/rayd/raydConfigVersion.cmake
     lib/cmake/rayd/raydTargets.cmake)
@@ -82,22 +86,23 @@ foreach(f
 endforeach()
 
 # 2. Configure and build the embedding program against the prefix only.
-set(configure_args
-  -S "${RAYD_SOURCE_DIR}/examples/embedded_service" -B "${app_build}" -G Ninja
+set(common_args
+  -G Ninja
   "-DCMAKE_PREFIX_PATH=${prefix}"
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
   # Only the prefix may supply rayd: not a package registry that points at a build tree.
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 if(RAYD_C_COMPILER)
-  list(APPEND configure_args "-DCMAKE_C_COMPILER=${RAYD_C_COMPILER}")
+  list(APPEND common_args "-DCMAKE_C_COMPILER=${RAYD_C_COMPILER}")
 endif()
 if(RAYD_CXX_COMPILER)
-  list(APPEND configure_args "-DCMAKE_CXX_COMPILER=${RAYD_CXX_COMPILER}")
+  list(APPEND common_args "-DCMAKE_CXX_COMPILER=${RAYD_CXX_COMPILER}")
 endif()
 if(RAYD_MAKE_PROGRAM MATCHES "ninja")
-  list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${RAYD_MAKE_PROGRAM}")
+  list(APPEND common_args "-DCMAKE_MAKE_PROGRAM=${RAYD_MAKE_PROGRAM}")
 endif()
-run_step("configure embedded_service" ${CMAKE_COMMAND} ${configure_args})
+run_step("configure embedded_service" ${CMAKE_COMMAND}
+  -S "${RAYD_SOURCE_DIR}/examples/embedded_service" -B "${app_build}" ${common_args})
 file(STRINGS "${app_build}/CMakeCache.txt" rayd_dir_line REGEX "^rayd_DIR:")
 if(NOT rayd_dir_line STREQUAL "rayd_DIR:PATH=${prefix}/lib/cmake/rayd")
   message(FATAL_ERROR "install_and_embed: rayd was found at '${rayd_dir_line}', not in "
@@ -134,6 +139,22 @@ if(LDD)
                         "librayd_runtime.so ('${resolved}'); files kept in ${work}")
   endif()
 endif()
+
+# 5. One's own loop library, as the README's snippet builds it, swept by the installed rayd.
+set(loops_build "${work}/loops")
+run_step("configure own_loop" ${CMAKE_COMMAND}
+  -S "${RAYD_SOURCE_DIR}/examples/own_loop" -B "${loops_build}" ${common_args})
+run_step("build own_loop" ${CMAKE_COMMAND} --build "${loops_build}" -j 2)
+file(READ "${RAYD_SOURCE_DIR}/examples/own_loop/sweep.yaml" sweep)
+string(REPLACE "build/libmy_loops.so" "${loops_build}/libmy_loops.so" sweep "${sweep}")
+string(REPLACE "./rayd_results" "${work}/results" sweep "${sweep}")
+file(WRITE "${work}/sweep.yaml" "${sweep}")
+run_step("rayd tune own_loop"
+  ${CMAKE_COMMAND} -E env --unset=RAYD_ADDRESS --unset=RAYD_TOKEN --unset=LD_LIBRARY_PATH
+  "RAYD_TEMP_DIR=${session}" "${prefix}/bin/rayd" tune "${work}/sweep.yaml"
+  --progress-interval 60)
+expect_match("rayd tune own_loop" "Best trial [^\n]*loss min[^\n]*\n  config: [^\n]*.x.:2[,}]"
+             "${step_output}")
 
 file(REMOVE_RECURSE "${work}")
 string(TIMESTAMP end_s "%s" UTC)

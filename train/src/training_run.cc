@@ -24,6 +24,7 @@
 #include "checkpoint_store.h"
 #include "cluster_nodes.h"
 #include "data_feed.h"
+#include "run_feed.h"
 #include "train_worker.h"
 
 namespace rayd::train {
@@ -268,6 +269,10 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   // After a checkpointed report: when a node of the gang is draining (`rayd drain`), restart
   // from this checkpoint without it, as a preemption rather than a failure.
   void MaybeLeaveDrained();
+  // A line about the run's size for its owner (FitOptions::on_notice) and the log.
+  void Notice(const std::string& line) const;
+  // The run's size and attempt for `rayd status` and the dashboard (run_feed.h).
+  void PublishFeed(bool running);
   // rayd::AvailableResources() (draining nodes left out), or nothing when the head does not
   // answer.
   std::map<std::string, double> FreeResources() const;
@@ -312,6 +317,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   std::optional<MlflowRun> tracking_;
   TrainResult result_;
   bool over_ = false;
+  bool feed_off_ = false;  // the head refused the run's feed (run_feed.h): not tried again
 
   // Run-wide: the answer the owner owes, and the results it has not been handed yet.
   bool awaiting_answer_ = false;
@@ -498,17 +504,28 @@ void TrainingRun::Impl::ReserveGroup() {
     group.bundle_label_selector.assign(group.bundles.size(),
                                        {{rayd::kNodeIdLabel, rayd::GetNodeId()}});
   }
+  const auto timeout = std::chrono::milliseconds(scaling_.placement_timeout_s * 1000);
+  const bool may_shrink = elastic() && world_ > scaling_.min_workers;
+  const auto wait =
+      may_shrink ? std::min(timeout, std::chrono::milliseconds(kElasticWaitMs)) : timeout;
+  if (may_shrink) {
+    // Said before the wait, which may take all of its time; counted before the group takes
+    // what it can.
+    if (const int fit = WorkersThatFit(scaling_, FreeResources()); fit < world_) {
+      Notice(std::to_string(fit) + " of " + std::to_string(world_) +
+             " workers fit now; waiting up to " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
+             " s for the rest, then starting with as many as fit");
+    }
+  }
   try {
     gang_ = std::make_unique<Gang>(rayd::CreatePlacementGroup(group));
   } catch (const RaydError& e) {
     return EndAttempt({Attempt::End::kNoGroup, what_ + ": " + e.what()});
   }
+  PublishFeed(/*running=*/false);
   reserving_ = true;
-  const auto timeout = std::chrono::milliseconds(scaling_.placement_timeout_s * 1000);
-  reserve_deadline_ = std::chrono::steady_clock::now() +
-                      (elastic() && world_ > scaling_.min_workers
-                           ? std::min(timeout, std::chrono::milliseconds(kElasticWaitMs))
-                           : timeout);
+  reserve_deadline_ = std::chrono::steady_clock::now() + wait;
   WaitForGroup();
 }
 
@@ -543,7 +560,7 @@ void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
     gang_.reset();
     const int before = world_;
     world_ = std::min(ElasticWorkers(scaling_, FreeResources()), world_ - 1);
-    spdlog::info("{}: {} workers do not fit now; asking for {}", run_.name, before, world_);
+    Notice(std::to_string(before) + " workers did not fit; asking for " + std::to_string(world_));
     return ReserveGroup();
   }
   if (!ready.ok()) {
@@ -556,6 +573,11 @@ void TrainingRun::Impl::OnReserved(const Result<bool>& ready) {
                                                    " s (the cluster lacks the resources)"});
   }
   sized_at_ = std::chrono::steady_clock::now();
+  if (elastic()) {
+    Notice("starting with " + std::to_string(world_) + (world_ == 1 ? " worker" : " workers") +
+           " (elastic, " + std::to_string(scaling_.min_workers) + " to " +
+           std::to_string(scaling_.num_workers) + ")");
+  }
   StartRanks();
 }
 
@@ -672,6 +694,7 @@ void TrainingRun::Impl::HostHorovod() {
 
 // Starts the loop on every rank, from the latest checkpoint, and the first Poll of rank 0.
 void TrainingRun::Impl::Launch() {
+  PublishFeed(/*running=*/true);
   internal::RunSpec common;
   common.loop = loop_name_;
   common.config_json = config_.dump();
@@ -861,6 +884,33 @@ void TrainingRun::Impl::Deliver() {
   Advance();
 }
 
+void TrainingRun::Impl::Notice(const std::string& line) const {
+  spdlog::info("{}: {}", run_.name, line);
+  if (options_.on_notice) options_.on_notice(line);
+}
+
+void TrainingRun::Impl::PublishFeed(bool running) {
+  internal::RunFeedState s;
+  s.name = run_.name;
+  s.run_dir = std::filesystem::absolute(std::filesystem::path(run_.storage_path) / run_.name)
+                  .lexically_normal()
+                  .string();
+  s.trial_id = options_.result_fields.value("trial_id", "");
+  s.running = running;
+  s.world_size = world_;
+  s.min_workers = elastic() ? scaling_.min_workers : scaling_.num_workers;
+  s.max_workers = scaling_.num_workers;
+  s.mesh[0] = elastic() ? world_ : mesh_.data;
+  s.mesh[1] = mesh_.pipeline;
+  s.mesh[2] = mesh_.tensor;
+  s.placement_group = gang_ ? gang_->group().GetID() : "";
+  s.attempt = static_cast<int>(attempt_);
+  s.restarts = result_.restarts;
+  s.resizes = result_.resizes;
+  s.preemptions = result_.preemptions;
+  internal::PublishRunFeed(s, &feed_off_);
+}
+
 std::map<std::string, double> TrainingRun::Impl::FreeResources() const {
   try {
     return rayd::AvailableResources();
@@ -884,8 +934,7 @@ void TrainingRun::Impl::MaybeLeaveDrained() {
                     [&](const std::string& node) { return !drained.contains(node); }));
   std::string which;
   for (const std::string& node : drained) which += (which.empty() ? "" : ", ") + node.substr(0, 8);
-  spdlog::warn("{}: node {} is draining: restarting from this checkpoint without it", run_.name,
-               which);
+  Notice("node " + which + " is draining: restarting from this checkpoint without it");
   if (elastic()) {
     // The workers left plus what is free elsewhere; a Tuner's trial does not grow by itself.
     const int fit = ElasticWorkers(scaling_, FreeResources(), kept);
@@ -898,8 +947,8 @@ void TrainingRun::Impl::MaybeLeaveDrained() {
 void TrainingRun::Impl::MaybeGrow() {
   if (!elastic() || world_ >= scaling_.num_workers || resizing_) return;
   if (grow_to_ > world_) {  // the owner decided
-    spdlog::info("{}: growing from {} to {} workers from this checkpoint", run_.name, world_,
-                 grow_to_);
+    Notice("growing from " + std::to_string(world_) + " to " + std::to_string(grow_to_) +
+           " workers from this checkpoint");
     resize_to_ = std::exchange(grow_to_, 0);
     resizing_ = true;
     return;
@@ -909,10 +958,9 @@ void TrainingRun::Impl::MaybeGrow() {
   if (since < std::chrono::duration<double>(scaling_.resize_interval_s)) return;
   const int want = ElasticWorkers(scaling_, FreeResources(), world_);
   if (want <= world_) return;
-  spdlog::info(
-      "{}: the cluster has room for {} workers (now {}): restarting from this "
-      "checkpoint at {}",
-      run_.name, want, world_, want);
+  Notice("the cluster has room for " + std::to_string(want) + " workers (now " +
+         std::to_string(world_) + "): growing to " + std::to_string(want) +
+         " from this checkpoint");
   resize_to_ = want;
   resizing_ = true;
 }
@@ -1063,6 +1111,7 @@ void TrainingRun::Impl::EndAttempt(Attempt attempt) {
 void TrainingRun::Impl::Finish() {
   over_ = true;
   if (!run_.datasets.empty()) internal::DeleteShardFeeds(run_.name);
+  if (!feed_off_) internal::DeleteRunFeed(run_.name);
   result_.metrics = store_->last_metrics();
   result_.checkpoint = store_->Latest();
   if (tracking_) {

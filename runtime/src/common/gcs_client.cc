@@ -80,6 +80,7 @@ void GcsClient::GetClusterInfo(Done<ClusterView> done) {
         view.gcs_address = info.getGcsAddress();
         view.storage = info.getStorage();
         view.start_time_ms = info.getStartTimeMs();
+        view.dashboard_url = info.getDashboardUrl();
         done(std::move(view));
       });
 }

@@ -87,6 +87,7 @@ void GcsServer::HandleClusterInfo(const rpc::Incoming<proto::Method::GET_CLUSTER
     info.setStartTimeMs(start_time_ms_);
     info.setHeartbeatPeriodMs(static_cast<uint32_t>(config_.failure.heartbeat_period.count()));
     info.setHeartbeatMissedLimit(static_cast<uint32_t>(config_.failure.missed_heartbeats));
+    info.setDashboardUrl(dashboard_url_);
   });
 }
 

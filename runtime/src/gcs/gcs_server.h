@@ -49,6 +49,8 @@ class GcsServer {
   // The address shown to clients, once the server knows it (a head started on port 0 learns
   // its port when it listens).
   void set_gcs_address(std::string address) { config_.gcs_address = std::move(address); }
+  // The head's dashboard, for clients that connect by address (rayd status, rayd tune).
+  void set_dashboard_url(std::string url) { dashboard_url_ = std::move(url); }
   const GcsNodeManager& node_manager() const { return node_manager_; }
   const GcsActorManager& actor_manager() const { return actor_manager_; }
 
@@ -63,6 +65,7 @@ class GcsServer {
   GcsConfig config_;
   int64_t start_time_ms_;
   std::string cluster_id_;
+  std::string dashboard_url_;
   GcsNodeManager node_manager_;
   NodeClientPool node_clients_;
   GcsJobManager job_manager_;

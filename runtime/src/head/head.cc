@@ -173,6 +173,7 @@ Result<std::string> Head::StartDashboard(const std::string& host, int port) {
   RAYD_ASSIGN_OR_RETURN(dashboard_,
                         Dashboard::Start({host, port, "unix:" + info_.session_dir + "/gcs.sock",
                                           info_.token, info_.session_dir}));
+  gcs_->set_dashboard_url(dashboard_->url());
   return dashboard_->url();
 }
 

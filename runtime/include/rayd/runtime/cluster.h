@@ -87,6 +87,7 @@ struct ClusterView {
   std::string gcs_address;
   std::string storage;  // "memory" or "redis://host:port"
   int64_t start_time_ms = 0;
+  std::string dashboard_url;    // "" when the head serves no dashboard
   std::vector<NodeInfo> nodes;  // alive and dead
 };
 

@@ -196,6 +196,10 @@ struct FitOptions {
   std::optional<nlohmann::json> params;
   // Reuse a finished run's gang from here, and leave this run's there when it finishes.
   std::shared_ptr<GangPool> reuse;
+  // Called on Fit's thread with one line whenever the run's size is in question: an elastic run
+  // waiting for its workers, starting with fewer, growing; a restart that leaves a draining
+  // node. `rayd train` prints them; unset, they go to the driver's log only.
+  std::function<void(const std::string&)> on_notice;
   // An elastic run (ScalingConfig::min_workers) starts with as many workers as fit and grows
   // toward num_workers by itself when the cluster has room. A Tuner turns this off: its trials
   // start at min_workers, and it decides which of them grow (TrainingRun::GrowTo).
