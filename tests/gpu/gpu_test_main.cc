@@ -1,23 +1,23 @@
-// The main of gpu_test (label `gpu`). Node daemons re-run this binary as its own worker
-// (RAYD_WORKER_MODE set): rayd::Init serves the Trainer's rank actors and never returns.
+// What gpu_test (label `gpu`) does before its tests (tests/test_main.h). Node daemons re-run
+// this binary as its own worker (RAYD_WORKER_MODE set): rayd::Init serves the Trainer's rank
+// actors and never returns.
 // Otherwise it runs the Catch2 tests, but only where they can run: a build against CUDA
 // LibTorch on a machine where a CUDA device answers. Elsewhere every test exits with 77, which
 // CTest reports as skipped (SKIP_RETURN_CODE), never as passed. Listing the tests (CTest's
 // discovery at build time) works everywhere.
 
-#define CATCH_CONFIG_RUNNER
 #include <rayd/api.h>
 #include <rayd/train/process_group.h>
 #include <torch/cuda.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <iostream>
 #include <string_view>
 
 #include "gpu_support.h"
+#include "test_main.h"
 
-int main(int argc, char** argv) {
+int RaydTestPreMain(int argc, char** argv) {
   if (std::getenv("RAYD_WORKER_MODE")) rayd::Init(rayd::RaydConfig{}, argc, argv);
   bool listing = false;
   for (int i = 1; i < argc; ++i)
@@ -28,5 +28,5 @@ int main(int argc, char** argv) {
       return rayd::gpu_test::kSkipped;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return kRunTheTests;
 }

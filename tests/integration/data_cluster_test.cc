@@ -7,7 +7,6 @@
 // threads of this driver: the same producers, budget and object store a node's two rank
 // processes use.
 
-#define CATCH_CONFIG_RUNNER
 #include <rayd/api.h>
 #include <rayd/data/shard.h>
 #include <rayd/data/writer.h>
@@ -338,9 +337,4 @@ TEST_CASE("a node cache exits once no reader has asked for cache_idle_s, and a l
   REQUIRE(second.size() == 1);
   CHECK(second[0].actor_id != first[0].actor_id);
   CHECK(second[0].name == first[0].name);  // the same node and fingerprint: the same name again
-}
-
-int main(int argc, char** argv) {
-  if (std::getenv("RAYD_WORKER_MODE")) rayd::Init(rayd::RaydConfig{}, argc, argv);
-  return Catch::Session().run(argc, argv);
 }

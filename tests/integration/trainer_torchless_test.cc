@@ -3,7 +3,6 @@
 // own worker). A single rank runs its loop without LibTorch ever entering its process; a run of
 // several ranks loads rayd_train_torch from beside librayd_train.so to form its process group.
 
-#define CATCH_CONFIG_RUNNER
 #include <rayd/api.h>
 #include <rayd/train/data.h>
 #include <fcntl.h>
@@ -296,9 +295,4 @@ TEST_CASE("a run of two ranks loads rayd's torch half to form its process group"
   CHECK(result.metrics.at("libtorch") == 1);
   CHECK(result.metrics.at("torch_half") == 1);
   CHECK_FALSE(Mapped("libtorch_cpu.so"));  // the driver's process never needed it
-}
-
-int main(int argc, char** argv) {
-  if (std::getenv("RAYD_WORKER_MODE")) rayd::Init(rayd::RaydConfig{}, argc, argv);
-  return Catch::Session().run(argc, argv);
 }
