@@ -197,8 +197,46 @@ size_t Diverged(const tune::ResultGrid& grid, const std::string& metric) {
   return n;
 }
 
-// Prints the best trial; false when there is none (no trial reported the metric).
+// A sweep with several objectives: prints its Pareto front (every trial on it, with the
+// objectives' values and its config) and the hypervolume it dominates; false when it is empty.
+bool PrintFront(const tune::ResultGrid& grid) {
+  std::string how;
+  for (const tune::Objective& o : grid.objectives()) {
+    how += (how.empty() ? "" : ", ") + o.metric + (o.maximize ? " max" : " min");
+  }
+  std::string constraints;
+  for (const tune::Constraint& c : grid.constraints()) {
+    constraints += (constraints.empty() ? "; constraints: " : ", ") + c.text;
+  }
+  const std::vector<size_t> front = grid.ParetoFront();
+  if (front.empty()) {
+    std::cout << "No Pareto front (" << how << constraints << "): "
+              << (grid.constraints().empty() ? "no trial reported the objectives"
+                                             : "no trial met every constraint")
+              << "\n";
+    return false;
+  }
+  std::vector<double> reference;
+  const double volume = grid.FrontHypervolume(&reference);
+  std::cout << "Pareto front: " << front.size() << " of " << grid.size() << " trials (" << how
+            << constraints << "), hypervolume " << volume << " (" << grid.experiment_path()
+            << "/pareto_front.csv)\n";
+  for (size_t i : front) {
+    const tune::TrialResult& t = grid[i];
+    tune::Metrics shown;
+    for (const tune::Objective& o : grid.objectives()) {
+      if (auto it = t.metrics.find(o.metric); it != t.metrics.end()) shown.insert(*it);
+    }
+    std::cout << "  " << t.trial_id << ": " << FormatMetrics(shown) << "  config: " << t.config.dump()
+              << "\n";
+  }
+  return true;
+}
+
+// Prints the best trial, or a sweep's Pareto front; false when there is none (no trial
+// reported the metric).
 bool PrintBest(const tune::ResultGrid& grid, const tune::TuneFile& file) {
+  if (!grid.objectives().empty()) return PrintFront(grid);
   try {
     const tune::TrialResult& best = grid.GetBestResult();
     std::cout << "Best trial " << best.trial_id << " (" << file.tune.metric << " "
@@ -362,7 +400,11 @@ int RunTuneCommand(const TuneArgs& args) {
     // As Ray Tune raises TuneError: a failed trial, or a sweep with no result to rank, fails
     // the command (scripts and CI see it), with one line saying why.
     if (!best) {
-      std::cerr << "rayd tune: no trial reported a finite " << file.tune.metric << "\n";
+      std::cerr << "rayd tune: "
+                << (file.tune.objectives.empty()
+                        ? "no trial reported a finite " + file.tune.metric
+                        : std::string("no trial is on a Pareto front (see above)"))
+                << "\n";
       return 1;
     }
     if (grid.num_errors() > 0 && !args.allow_failed_trials) {

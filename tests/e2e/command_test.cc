@@ -454,6 +454,62 @@ run: {storage_path: STORAGE, failure: {max_failures: )" + max_failures + R"(}}
 
 }  // namespace
 
+// Two objectives and a constraint: accuracy peaks at x = 2, size grows with x, latency must
+// stay within 3. The front is x = 0, 1, 2 (x = 3 is dominated by x = 1, x = 4 misses the
+// constraint), whichever trials MO-ASHA stops early.
+TEST_CASE("rayd tune with two objectives and a constraint writes the Pareto front and its "
+          "hypervolume, and a rule is needed for one best",
+          "[command][e2e]") {
+  Sandbox sandbox;
+  std::ofstream(sandbox.root() + "/mo.py") << R"(import rayd.train as rt
+x = rt.get_config()["x"]
+for epoch in range(3):
+    rt.report({"acc": 1 - (x - 2) ** 2 / 10, "params": 100 * x, "latency": x})
+)";
+  std::string file = sandbox.WriteYaml("mo.yaml", R"(name: mo
+trainable:
+  command: [/usr/bin/python3, mo.py]
+  launcher: none
+param_space:
+  x: {grid_search: [0, 1, 2, 3, 4]}
+tune:
+  metric: [acc, params]
+  mode: [max, min]
+  constraints: ["latency <= 3"]
+  max_concurrent_trials: 1
+  scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 2}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  CHECK(sandbox.Run({"tune", file}, &out) == 0);
+  INFO(out);
+  CHECK(Contains(out, "Pareto front: 3 of 5 trials (acc max, params min; constraints: latency <= "
+                      "3), hypervolume "));
+  const std::string csv = ReadFile(sandbox.results() + "/mo/pareto_front.csv");
+  INFO(csv);
+  CHECK(Contains(csv, "trial_id,acc,params,latency,checkpoint,config\n"));
+  size_t rows = 0;
+  for (const char* x : {"{\"\"x\"\":0}", "{\"\"x\"\":1}", "{\"\"x\"\":2}"}) {
+    CHECK(Contains(csv, x));
+  }
+  for (char c : csv) rows += c == '\n' ? 1 : 0;
+  CHECK(rows == 4);  // the header and three trials
+  for (const json& trial : Trials(sandbox.results() + "/mo")) CHECK(trial["status"] == "TERMINATED");
+
+  // Refused before any trial starts: a mode list of the wrong length, naming key and line.
+  std::string bad = sandbox.WriteYaml("bad.yaml", R"(name: bad
+trainable:
+  command: [/usr/bin/python3, mo.py]
+  launcher: none
+tune:
+  metric: [acc, params]
+  mode: [max]
+run: {storage_path: STORAGE}
+)");
+  CHECK(sandbox.Run({"tune", bad}, &out) == 2);
+  CHECK(Contains(out, "bad.yaml:7: tune.mode: expected 2 modes, one per metric, got 1"));
+}
+
 // A learning-rate sweep where one rate diverges: the Python client reports NaN and infinity as
 // results (over the wire as strings), and the sweep ranks them worst instead of failing them.
 TEST_CASE(

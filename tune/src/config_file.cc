@@ -52,9 +52,9 @@ const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures", "max_preemptions"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
-const Keys kTuneKeys = {"metric", "mode",    "num_samples", "max_concurrent_trials",
-                        "seed",   "stop",    "scheduler",   "progress_interval_s",
-                        "search", "simulate"};
+const Keys kTuneKeys = {"metric", "mode",     "num_samples", "max_concurrent_trials",
+                        "seed",   "stop",     "scheduler",   "progress_interval_s",
+                        "search", "simulate", "constraints"};
 const Keys kSearchTypes = {"random", "grid", "tpe"};
 const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
                        "gamma",        "prior_weight",     "multivariate",
@@ -424,6 +424,9 @@ class Parser {
              ParamSpace& out) const;
   Domain ParseDomain(const std::string& kind, const Field& args) const;
   TuneConfig Tune(const Field& f) const;
+  // `metric`/`mode`, or several objectives (a list of metrics, one mode or a list of modes)
+  // and `constraints`, into `out`.
+  void Objectives(const MapFields& map, const Field& tune, TuneConfig* out) const;
   SchedulerConfig Scheduler(const Field& f) const;
   SearchConfig Search(const Field& f) const;
   AshaConfig Asha(const MapFields& map, const Field& f) const;
@@ -864,11 +867,58 @@ SchedulerConfig Parser::Scheduler(const Field& f) const {
   return Pbt(map, f);
 }
 
+void Parser::Objectives(const MapFields& map, const Field& tune, TuneConfig* out) const {
+  const Field* metric = map.Find("metric");
+  const Field* mode = map.Find("mode");
+  const Field* constraints = map.Find("constraints");
+  const bool several = (metric != nullptr && metric->value.IsSequence()) ||
+                       (mode != nullptr && mode->value.IsSequence()) || constraints != nullptr;
+  if (!several) {
+    if (metric != nullptr) out->metric = NonEmptyString(*metric);
+    if (mode != nullptr) out->mode = OneOf(*mode, {"min", "max"});
+    return;
+  }
+  // Several objectives (or one, under constraints): `metric` a name or a list of names, `mode`
+  // one mode for all or a list as long as `metric`.
+  if (metric == nullptr) {
+    Fail(AtKey(*constraints, ChildPath(tune.path, "metric")), "required with constraints");
+  }
+  std::vector<Field> names = metric->value.IsSequence() ? List(*metric) : std::vector{*metric};
+  if (names.empty()) Fail(*metric, "expected at least one metric");
+  std::vector<std::string> modes;
+  if (mode == nullptr) {
+    modes.assign(names.size(), "min");
+  } else if (!mode->value.IsSequence()) {
+    modes.assign(names.size(), OneOf(*mode, {"min", "max"}));
+  } else {
+    std::vector<Field> listed = List(*mode);
+    if (listed.size() != names.size()) {
+      Fail(*mode, "expected " + std::to_string(names.size()) + " modes, one per metric, got " +
+                      std::to_string(listed.size()));
+    }
+    for (const Field& m : listed) modes.push_back(OneOf(m, {"min", "max"}));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string name = NonEmptyString(names[i]);
+    for (const Objective& o : out->objectives) {
+      if (o.metric == name) Fail(names[i], "metric '" + name + "' is listed twice");
+    }
+    out->objectives.push_back({name, modes[i] == "max"});
+  }
+  if (constraints == nullptr) return;
+  for (const Field& c : List(*constraints)) {
+    try {
+      out->constraints.push_back(ParseConstraint(NonEmptyString(c)));
+    } catch (const std::invalid_argument& e) {
+      Fail(c, e.what());
+    }
+  }
+}
+
 TuneConfig Parser::Tune(const Field& f) const {
   TuneConfig out;
   MapFields map = ReadMap(f, kTuneKeys);
-  if (const Field* x = map.Find("metric")) out.metric = NonEmptyString(*x);
-  if (const Field* x = map.Find("mode")) out.mode = OneOf(*x, {"min", "max"});
+  Objectives(map, f, &out);
   if (const Field* x = map.Find("num_samples")) out.num_samples = Int(*x, 1);
   if (const Field* x = map.Find("max_concurrent_trials")) out.max_concurrent_trials = Int(*x, 0);
   if (const Field* x = map.Find("seed")) {
@@ -884,7 +934,19 @@ TuneConfig Parser::Tune(const Field& f) const {
   }
   if (const Field* x = map.Find("scheduler")) {
     out.scheduler = Scheduler(*x);
-    if (!std::holds_alternative<FifoConfig>(out.scheduler) && out.metric.empty()) {
+    const bool ranks_one = !std::holds_alternative<FifoConfig>(out.scheduler) &&
+                           !std::holds_alternative<AshaConfig>(out.scheduler);
+    if (!out.objectives.empty() && ranks_one) {
+      Fail(*x, std::string(kSchedulerTypes[out.scheduler.index()]) +
+                   " ranks by one metric: with several objectives or constraints use fifo or "
+                   "asha (MO-ASHA)");
+    }
+    if (const auto* asha = std::get_if<AshaConfig>(&out.scheduler);
+        asha && !out.objectives.empty() && asha->promotion) {
+      Fail(*x, "asha: promotion is not available with several objectives yet");
+    }
+    if (!std::holds_alternative<FifoConfig>(out.scheduler) && out.metric.empty() &&
+        out.objectives.empty()) {
       Fail(AtKey(*x, ChildPath(f.path, "metric")),
            "required by the " + std::string(kSchedulerTypes[out.scheduler.index()]) + " scheduler");
     }
@@ -907,6 +969,10 @@ TuneConfig Parser::Tune(const Field& f) const {
   }
   if (const Field* x = map.Find("search")) {
     out.search = Search(*x);
+    if (std::holds_alternative<TpeConfig>(out.search) && !out.objectives.empty()) {
+      Fail(*x, "the tpe searcher ranks by one metric: with several objectives or constraints use "
+               "random or grid");
+    }
     if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty()) {
       Fail(AtKey(*x, ChildPath(f.path, "metric")), "required by the tpe searcher");
     }

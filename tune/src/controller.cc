@@ -8,6 +8,8 @@
 #include <iostream>
 #include <limits>
 
+#include "pareto_report.h"
+
 namespace rayd::tune::internal {
 namespace {
 
@@ -96,7 +98,10 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
   Tick(/*finished=*/true);
   std::vector<TrialResult> results;
   for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
-  return ResultGrid(dir_, std::move(results), tune_.metric, tune_.mode);
+  ResultGrid grid(dir_, std::move(results), tune_.metric, tune_.mode, tune_.objectives,
+                  tune_.constraints);
+  if (!tune_.objectives.empty()) internal::WriteParetoFront(grid);
+  return grid;
 }
 
 void Controller::Step() {

@@ -1,4 +1,5 @@
-// ResultGrid's out-of-line methods: counting trials by status and picking the best one.
+// ResultGrid's out-of-line methods: counting trials by status, picking the best one, and the
+// Pareto front of a sweep with several objectives.
 
 #include <rayd/api/errors.h>
 #include <rayd/tune/tuner.h>
@@ -24,6 +25,11 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
                                              const std::string& mode) const {
   const std::string& by = metric.empty() ? metric_ : metric;
   const std::string& order = mode.empty() ? mode_ : mode;
+  if (by.empty() && !objectives_.empty()) {
+    throw RaydError(
+        "GetBestResult: the sweep has several objectives, so there is no one best trial: name "
+        "the metric and mode to rank by, or take ParetoFront()");
+  }
   if (by.empty()) {
     throw RaydError("GetBestResult: no metric given, and the TuneConfig names none");
   }
@@ -56,6 +62,56 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
                          : std::string()));
   }
   return *best;
+}
+
+bool ResultGrid::Feasible(size_t i) const {
+  return TotalViolation(constraints_, trials_.at(i).metrics) == 0;
+}
+
+std::vector<size_t> ResultGrid::ParetoFront() const {
+  if (objectives_.empty()) return {};
+  std::vector<size_t> reported;  // trials with at least one objective in their last result
+  std::vector<std::vector<double>> points;
+  std::vector<double> violations;
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    const Metrics& m = trials_[i].metrics;
+    const bool any = std::any_of(objectives_.begin(), objectives_.end(),
+                                 [&](const Objective& o) { return m.contains(o.metric); });
+    if (!any) continue;
+    reported.push_back(i);
+    points.push_back(ObjectiveVector(objectives_, m));
+    violations.push_back(TotalViolation(constraints_, m));
+  }
+  std::vector<size_t> front;
+  for (size_t k : tune::ParetoFront(points, violations)) {
+    // With no trial feasible, the least-violating ones are no Pareto front.
+    if (violations[k] == 0) front.push_back(reported[k]);
+  }
+  return front;
+}
+
+double ResultGrid::FrontHypervolume(std::vector<double>* reference) const {
+  const std::vector<Objective>& objectives = objectives_;
+  std::vector<double> worst(objectives.size(), -kWorstObjective);
+  std::vector<double> best(objectives.size(), kWorstObjective);
+  for (const TrialResult& t : trials_) {
+    const std::vector<double> p = ObjectiveVector(objectives, t.metrics);
+    for (size_t d = 0; d < p.size(); ++d) {
+      if (p[d] >= kWorstObjective) continue;  // not reported, or diverged
+      worst[d] = std::max(worst[d], p[d]);
+      best[d] = std::min(best[d], p[d]);
+    }
+  }
+  std::vector<double> ref(objectives.size());
+  for (size_t d = 0; d < ref.size(); ++d) {
+    if (worst[d] < best[d]) return 0;  // no trial reported this objective
+    const double range = worst[d] - best[d];
+    ref[d] = worst[d] + (range > 0 ? 0.1 * range : 1);
+  }
+  std::vector<std::vector<double>> front;
+  for (size_t i : ParetoFront()) front.push_back(ObjectiveVector(objectives, trials_[i].metrics));
+  if (reference != nullptr) *reference = ref;
+  return front.empty() ? 0 : Hypervolume(front, ref);
 }
 
 }  // namespace rayd::tune

@@ -27,6 +27,10 @@ std::unique_ptr<TrialScheduler> MakeHyperBand(const HyperBandConfig& config, std
                                               std::string mode);
 std::unique_ptr<TrialScheduler> MakeMedianStopping(const MedianStoppingConfig& config,
                                                    std::string metric, std::string mode);
+// MO-ASHA (sched_mo_asha.cc): ASHA's stopping form ranking by several objectives.
+std::unique_ptr<TrialScheduler> MakeMoAsha(const AshaConfig& config,
+                                           std::vector<Objective> objectives,
+                                           std::vector<Constraint> constraints);
 std::unique_ptr<TrialScheduler> MakePbt(const PbtConfig& config, std::string metric,
                                         std::string mode, uint64_t seed);
 

@@ -179,6 +179,23 @@ std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std
   return internal::MakePbt(c, std::move(metric), std::move(mode), seed);
 }
 
+std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config,
+                                              const std::vector<Objective>& objectives,
+                                              const std::vector<Constraint>& constraints) {
+  if (objectives.empty()) Invalid("several objectives: none given");
+  if (std::holds_alternative<FifoConfig>(config)) return std::make_unique<FifoScheduler>();
+  const auto* asha = std::get_if<AshaConfig>(&config);
+  if (asha == nullptr) {
+    Invalid(std::string(SchedulerType(config)) +
+            " ranks by one metric: with several objectives or constraints use fifo or asha "
+            "(MO-ASHA)");
+  }
+  CheckAsha(*asha);
+  if (asha->promotion) Invalid("asha: promotion is not available with several objectives yet");
+  if (asha->brackets != 1) Invalid("asha: brackets must be 1 with several objectives");
+  return internal::MakeMoAsha(*asha, objectives, constraints);
+}
+
 namespace internal {
 
 double Percentile(std::vector<double> values, double q) {

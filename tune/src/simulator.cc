@@ -343,7 +343,7 @@ double Duration(const RecordedCurve& curve, size_t i) {
   return 1.0;
 }
 
-constexpr char kStateFile[] = "replay_state";
+constexpr char kReplayStateFile[] = "replay_state";
 constexpr size_t kCheckpointsKept = 2;
 
 }  // namespace
@@ -411,7 +411,7 @@ void ReplayRunner::Start(const RunRequest& request) {
   std::sort(saved.begin(), saved.end());
   for (int index : saved) run.checkpoints.push_back(dir.CheckpointDir(index));
   if (!saved.empty()) {
-    std::ifstream state(fs::path(run.checkpoints.back()) / kStateFile);
+    std::ifstream state(fs::path(run.checkpoints.back()) / kReplayStateFile);
     size_t place = 0;
     if (state >> place) run.place = place;
     run.next_checkpoint = saved.back() + 1;
@@ -543,7 +543,7 @@ void ReplayRunner::Play(size_t trial) {
   const std::string checkpoint = dir.CheckpointDir(run.next_checkpoint++);
   std::error_code ec;
   fs::create_directories(checkpoint, ec);
-  std::ofstream(fs::path(checkpoint) / kStateFile) << run.place << "\n";
+  std::ofstream(fs::path(checkpoint) / kReplayStateFile) << run.place << "\n";
   if (run.grow_to > run.workers) {  // restarts at its new size from this checkpoint
     busy_ += run.workers * (now_ - run.busy_since);
     run.busy_since = now_;

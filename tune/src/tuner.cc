@@ -196,6 +196,15 @@ uint64_t Tuner::Prepare() {
     throw RaydError("the Tuner's RunConfig needs a name and a storage_path");
   }
   if (tune_.num_samples < 1) throw RaydError("num_samples must be at least 1");
+  if (!tune_.objectives.empty() && !tune_.metric.empty()) {
+    throw RaydError("TuneConfig: give metric/mode or objectives, not both");
+  }
+  if (!tune_.constraints.empty() && tune_.objectives.empty()) {
+    throw RaydError("TuneConfig: constraints need objectives (one objective is enough)");
+  }
+  if (!tune_.objectives.empty() && std::holds_alternative<TpeConfig>(tune_.search)) {
+    throw RaydError("the tpe searcher ranks by one metric: with objectives use random or grid");
+  }
   if (auto* pbt = std::get_if<PbtConfig>(&tune_.scheduler); pbt && pbt->log_dir.empty()) {
     pbt->log_dir = (fs::path(run_.storage_path) / run_.name).string();
   }
@@ -243,6 +252,9 @@ ResultGrid Tuner::Fit() {
 
 Simulation Tuner::Simulate(const RecordedCurves& curves) {
   const uint64_t seed = Prepare();
+  if (!tune_.objectives.empty()) {
+    throw RaydError("a simulated sweep ranks by one metric: several objectives are not replayed yet");
+  }
   if (std::optional<ReplayProblem> problem = CheckReplayable(param_space_, tune_, curves)) {
     throw ReplayError(std::move(*problem));
   }
@@ -263,6 +275,9 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
 
 std::unique_ptr<TrialScheduler> Tuner::Scheduler(uint64_t seed) const {
   try {
+    if (!tune_.objectives.empty()) {
+      return MakeScheduler(tune_.scheduler, tune_.objectives, tune_.constraints);
+    }
     return MakeScheduler(tune_.scheduler, tune_.metric, tune_.mode, seed);
   } catch (const std::invalid_argument& e) {
     throw RaydError(std::string("invalid scheduler options: ") + e.what());

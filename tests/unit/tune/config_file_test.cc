@@ -349,6 +349,51 @@ TEST_CASE("scaling.num_workers as a min and max pair makes an elastic run, bound
              Contains("tune.simulate") && Contains("nodes"));
 }
 
+TEST_CASE("Several objectives and constraints parse, and their mistakes name key and line",
+          "[tune]") {
+  TuneFile f = ParseTuneFile(Tune(R"(tune:
+  metric: [val_accuracy, params]
+  mode: [max, min]
+  constraints: ["latency_ms <= 5", "memory_mb<2000"]
+  scheduler: {type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}
+)"),
+                             "tune.yaml");
+  REQUIRE(f.tune.objectives.size() == 2);
+  CHECK(f.tune.objectives[0].metric == "val_accuracy");
+  CHECK(f.tune.objectives[0].maximize);
+  CHECK(f.tune.objectives[1].metric == "params");
+  CHECK_FALSE(f.tune.objectives[1].maximize);
+  CHECK(f.tune.metric.empty());
+  REQUIRE(f.tune.constraints.size() == 2);
+  CHECK(f.tune.constraints[1].metric == "memory_mb");
+  CHECK(f.tune.constraints[1].op == Constraint::Op::kLess);
+  CHECK(f.tune.constraints[1].bound == 2000);
+  // One mode for all; one metric under constraints is one objective.
+  TuneFile one = ParseTuneFile(Tune("tune:\n  metric: loss\n  mode: min\n  constraints: "
+                                    "[\"params <= 1e6\"]\n"),
+                               "tune.yaml");
+  REQUIRE(one.tune.objectives.size() == 1);
+  CHECK(one.tune.objectives[0].metric == "loss");
+  TuneFile all_max = ParseTuneFile(Tune("tune:\n  metric: [a, b]\n  mode: max\n"), "tune.yaml");
+  CHECK(all_max.tune.objectives[1].maximize);
+
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  mode: [max]\n")),
+             Equals("tune.yaml:5: tune.mode: expected 2 modes, one per metric, got 1"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  constraints: [\"a =< 3\"]\n")),
+             Contains("tune.yaml:5: tune.constraints[0]: "));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, a]\n")),
+             Contains("tune.yaml:4: tune.metric[1]: metric 'a' is listed twice"));
+  CHECK_THAT(TuneError(Tune("tune:\n  constraints: [\"a < 3\"]\n")),
+             Contains("tune.metric: required with constraints"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: hyperband}\n")),
+             Contains("tune.yaml:5: tune.scheduler: hyperband ranks by one metric"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: asha, promotion: "
+                            "true}\n")),
+             Contains("promotion is not available with several objectives"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  search: {type: tpe}\n")),
+             Contains("tune.yaml:5: tune.search: the tpe searcher ranks by one metric"));
+}
+
 TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {
   std::string text = kArchitectureExample;
   text.replace(text.find("type: asha"), 10, "type: ashaa");
@@ -392,8 +437,9 @@ TEST_CASE("Values of the wrong type fail with the expected type", "[tune]") {
              Contains("tune.yaml:3: scaling.use_gpu: expected true or false, got 'maybe'"));
   CHECK_THAT(TuneError(Tune("tune:\n  stop: {loss: low}\n")),
              Contains("tune.yaml:4: tune.stop.loss: expected a number, got 'low'"));
-  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n")),
-             Contains("tune.yaml:4: tune.metric: expected a string, got a list"));
+  // A list of metrics is several objectives; a map is nothing.
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: {a: 1}\n")),
+             Contains("tune.yaml:4: tune.metric: expected a string, got a map"));
   CHECK_THAT(TuneError(Tune("tune: 3\n")), Contains("tune.yaml:3: tune: expected a map"));
   CHECK_THAT(TuneError(Tune("libraries: libfoo.so\n")),
              Contains("tune.yaml:3: libraries: expected a list"));

@@ -589,6 +589,54 @@ TEST_CASE(
   CHECK(d.donor == "t0");
 }
 
+TEST_CASE("MO-ASHA keeps the top ceil(n/rf) of a rung by Pareto rank and crowding, feasible "
+          "first",
+          "[tune]") {
+  using rayd::tune::Constraint;
+  using rayd::tune::Objective;
+  AshaConfig c;
+  c.max_t = 4;
+  c.grace_period = 1;
+  c.reduction_factor = 2;  // rungs at 1 and 2
+  const std::vector<Objective> objectives = {{"acc", true}, {"params", false}};
+  const std::vector<Constraint> constraints = {rayd::tune::ParseConstraint("latency <= 5")};
+  auto mo = MakeScheduler(c, objectives, constraints);
+  CHECK(std::string(mo->name()) == "MO-ASHA");
+  auto at = [](double t, double acc, double params, double latency) {
+    SchedulerResult r;
+    r.metrics = {{"training_iteration", t}, {"acc", acc}, {"params", params}, {"latency", latency}};
+    return r;
+  };
+  // Rung 1. a alone goes on. b is dominated by a (less accurate, larger): of 2, the top 1 goes
+  // on, so it stops. c trades size for accuracy: of 3 the top 2 go on, and it shares front 0
+  // with a (both at infinite crowding; a newcomer wins ties). d dominates everyone but misses
+  // the latency bound: infeasible ranks last, of 4 the top 2 go on, so it stops.
+  CHECK(mo->OnTrialResult("a", at(1, 0.9, 100, 1)).action == Action::kContinue);
+  CHECK(mo->OnTrialResult("b", at(1, 0.8, 200, 1)).action == Action::kStop);
+  CHECK(mo->OnTrialResult("c", at(1, 0.95, 300, 1)).action == Action::kContinue);
+  CHECK(mo->OnTrialResult("d", at(1, 0.99, 10, 9)).action == Action::kStop);
+  // Between rungs nothing is decided; max_t stops.
+  CHECK(mo->OnTrialResult("a", at(1.5, 0.1, 1e9, 99)).action == Action::kContinue);
+  CHECK(mo->OnTrialResult("a", at(2, 0.91, 100, 1)).action == Action::kContinue);
+  CHECK(mo->OnTrialResult("c", at(2, 0.5, 400, 1)).action == Action::kStop);  // dominated by a
+  CHECK(mo->OnTrialResult("a", at(4, 0.92, 100, 1)).action == Action::kStop);
+  CHECK(mo->Summary() == "MO-ASHA: rungs 1/2, 4 stopped");
+  // A diverged objective is the worst there is: y's NaN accuracy loses to x's 0.01.
+  auto fresh = MakeScheduler(c, objectives, {});
+  CHECK(fresh->OnTrialResult("x", at(1, 0.01, 100, 0)).action == Action::kContinue);
+  CHECK(fresh->OnTrialResult("y", at(1, std::nan(""), 100, 0)).action == Action::kStop);
+  // Its state (JSON, as the experiment saves it) restores into one that decides alike.
+  auto restored = MakeScheduler(c, objectives, constraints);
+  restored->Restore(json::parse(mo->State().dump()));
+  CHECK(restored->State() == mo->State());
+  CHECK(restored->OnTrialResult("e", at(1, 0.1, 1000, 1)).action == Action::kStop);
+  // Schedulers that rank by one metric are refused, naming them.
+  CHECK_THROWS_WITH(MakeScheduler(HyperBandConfig{}, objectives, {}),
+                    Catch::Matchers::Contains("hyperband ranks by one metric"));
+  CHECK_THROWS_AS(MakeScheduler(c, {}, {}), std::invalid_argument);
+  CHECK(std::string(MakeScheduler(FifoConfig{}, objectives, {})->name()) == "FIFO");
+}
+
 TEST_CASE("PBT describes each exploit in Ray's lineage logs", "[tune]") {
   namespace fs = std::filesystem;
   const fs::path dir =

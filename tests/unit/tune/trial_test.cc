@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using rayd::StatusCode;
 using rayd::tune::Metrics;
+using rayd::tune::ParseConstraint;
 using rayd::tune::ResultGrid;
 using rayd::tune::TrialResult;
 using namespace rayd::tune::internal;
@@ -532,6 +533,44 @@ TEST_CASE("ResultGrid GetBestResult throws without the metric or with a bad mode
   CHECK_THROWS_AS(ResultGrid().GetBestResult(), rayd::RaydError);
   ResultGrid no_metric("/exp", {}, "", "min");
   CHECK_THROWS_WITH(no_metric.GetBestResult(), Catch::Contains("metric"));
+}
+
+TEST_CASE("ResultGrid of several objectives: its Pareto front among the feasible trials, its "
+          "hypervolume, and no single best without a rule",
+          "[tune]") {
+  std::vector<TrialResult> results;
+  auto add = [&](std::string id, Metrics metrics) {
+    TrialResult r;
+    r.trial_id = std::move(id);
+    r.status = "TERMINATED";
+    r.metrics = std::move(metrics);
+    results.push_back(std::move(r));
+  };
+  // acc max, params min, latency <= 5.
+  add("t0", {{"acc", 0.9}, {"params", 100}, {"latency", 1}});   // front
+  add("t1", {{"acc", 0.8}, {"params", 200}, {"latency", 1}});   // dominated by t0
+  add("t2", {{"acc", 0.95}, {"params", 300}, {"latency", 2}});  // front
+  add("t3", {{"acc", 0.99}, {"params", 50}, {"latency", 9}});   // dominates all, infeasible
+  add("t4", {{"loss", 1}});                                     // no objective reported
+  ResultGrid grid("/exp", std::move(results), "", "min", {{"acc", true}, {"params", false}},
+                  {ParseConstraint("latency <= 5")});
+  CHECK(grid.ParetoFront() == std::vector<size_t>{0, 2});
+  CHECK(grid.Feasible(0));
+  CHECK_FALSE(grid.Feasible(3));
+  CHECK_THROWS_WITH(grid.GetBestResult(), Catch::Contains("several objectives"));
+  CHECK(grid.GetBestResult("acc", "max").trial_id == "t3");  // a rule given: ranked by it
+  // Minimised points: t0 (-0.9, 100), t2 (-0.95, 300). Over every trial that reported them,
+  // acc spans -0.99..-0.8 and params 50..300, so the reference is (-0.8 + 0.019, 300 + 25) =
+  // (-0.781, 325). Volume: t0's box (0.119 x 225 = 26.775) plus t2's part below acc -0.9
+  // (0.05 x 25 = 1.25): 28.025.
+  std::vector<double> reference;
+  CHECK(grid.FrontHypervolume(&reference) == Approx(28.025));
+  CHECK(reference[0] == Approx(-0.781));
+  CHECK(reference[1] == Approx(325));
+  // No trial met the constraints: no front.
+  ResultGrid none("/exp", {grid[3]}, "", "min", grid.objectives(), grid.constraints());
+  CHECK(none.ParetoFront().empty());
+  CHECK(none.FrontHypervolume() == 0);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 // Results are flat maps of numbers: the trial's metrics plus "training_iteration",
 // "time_total_s" and "time_this_iter_s", so time_attr may name any of them.
 
+#include <rayd/tune/multi_objective.h>
 #include <rayd/tune/search_space.h>
 
 #include <map>
@@ -160,5 +161,13 @@ const char* SchedulerType(const SchedulerConfig& config);
 // hyperparam_mutations for PBT, ...), naming the option.
 std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std::string metric,
                                               std::string mode, uint64_t seed);
+
+// A scheduler ranking by several objectives under constraints (rayd/tune/multi_objective.h):
+// FIFO, or ASHA as MO-ASHA (its stopping form, one bracket). Throws std::invalid_argument for
+// no objective, a bad ASHA config, or a scheduler type that ranks by one metric only (naming
+// it).
+std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config,
+                                              const std::vector<Objective>& objectives,
+                                              const std::vector<Constraint>& constraints);
 
 }  // namespace rayd::tune

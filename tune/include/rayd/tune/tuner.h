@@ -56,6 +56,14 @@ struct Trainable {
 struct TuneConfig {
   std::string metric;  // what schedulers and GetBestResult rank by
   std::string mode = "min";
+  // Several objectives at once (tune.yaml: `metric: [val_accuracy, params]`, `mode: [max, min]`),
+  // in place of metric/mode: trials rank by Pareto dominance (rayd/tune/multi_objective.h), the
+  // scheduler is fifo or asha (MO-ASHA), and the sweep writes its Pareto front
+  // (pareto_front.csv). Constraints over any reported metric ("latency_ms <= 5") rank a trial
+  // that misses one below every trial that meets them all, by how far it misses; they take
+  // this path with one objective too.
+  std::vector<Objective> objectives;
+  std::vector<Constraint> constraints;
   int num_samples = 1;
   // Trials running at once; 0: as many gangs as the cluster's resources hold at the start.
   int max_concurrent_trials = 0;
@@ -100,11 +108,14 @@ class ResultGrid {
  public:
   ResultGrid() = default;
   ResultGrid(std::string experiment_path, std::vector<TrialResult> trials, std::string metric,
-             std::string mode)
+             std::string mode, std::vector<Objective> objectives = {},
+             std::vector<Constraint> constraints = {})
       : experiment_path_(std::move(experiment_path)),
         trials_(std::move(trials)),
         metric_(std::move(metric)),
-        mode_(std::move(mode)) {}
+        mode_(std::move(mode)),
+        objectives_(std::move(objectives)),
+        constraints_(std::move(constraints)) {}
 
   size_t size() const { return trials_.size(); }
   const TrialResult& operator[](size_t i) const { return trials_[i]; }
@@ -113,15 +124,32 @@ class ResultGrid {
   int num_errors() const;
   int num_terminated() const;
   // The trial whose last result is best by `metric`/`mode` (default: the TuneConfig's);
-  // scope "last" as Ray's default. Throws rayd::RaydError when no trial reported the metric.
+  // scope "last" as Ray's default. Throws rayd::RaydError when no trial reported the metric,
+  // and when the sweep had several objectives and no metric is given (there is no one best:
+  // name the rule, or take ParetoFront).
   const TrialResult& GetBestResult(const std::string& metric = "",
                                    const std::string& mode = "") const;
+  // A sweep with objectives: the trials on its Pareto front by their last results (indices into
+  // trials(), ascending), among those that met every constraint (none when no trial did);
+  // trials that reported no objective are left out. Empty without objectives.
+  std::vector<size_t> ParetoFront() const;
+  // The hypervolume ParetoFront dominates (rayd/tune/multi_objective.h, objectives as points to
+  // minimise) up to a reference point 10% of each objective's range beyond the worst value any
+  // trial reported for it (1 beyond when all reported the same), which `reference` receives:
+  // comparable between sweeps only through the same reference. 0 for an empty front.
+  double FrontHypervolume(std::vector<double>* reference = nullptr) const;
+  // Whether trial `i`'s last result meets every constraint.
+  bool Feasible(size_t i) const;
+  const std::vector<Objective>& objectives() const { return objectives_; }
+  const std::vector<Constraint>& constraints() const { return constraints_; }
 
  private:
   std::string experiment_path_;
   std::vector<TrialResult> trials_;
   std::string metric_;
   std::string mode_;
+  std::vector<Objective> objectives_;
+  std::vector<Constraint> constraints_;
 };
 
 class Tuner {
