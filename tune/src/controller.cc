@@ -100,7 +100,15 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
   for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
   ResultGrid grid(dir_, std::move(results), tune_.metric, tune_.mode, tune_.objectives,
                   tune_.constraints);
-  if (!tune_.objectives.empty()) internal::WriteParetoFront(grid);
+  if (!tune_.objectives.empty()) {
+    // The sweep's results are all on disk already: a report that cannot be written costs a
+    // line, not the grid.
+    try {
+      internal::WriteParetoFront(grid);
+    } catch (const RaydError& e) {
+      std::cerr << "rayd tune: no pareto_front.csv: " << e.what() << "\n";
+    }
+  }
   return grid;
 }
 

@@ -13,7 +13,7 @@ namespace rayd::tune::internal {
 // (ResultGrid::ParetoFront), in trial order: trial_id, each objective's last value (as the
 // trial reported it, not negated), each constraint's metric when not an objective, the trial's
 // latest checkpoint and its config as JSON. A front with no trial writes the header alone.
-// Throws RaydError when the file cannot be written.
+// Throws RaydError when the file cannot be written (the Controller reports it and goes on).
 void WriteParetoFront(const ResultGrid& grid);
 
 }  // namespace rayd::tune::internal

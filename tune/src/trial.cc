@@ -137,18 +137,6 @@ void FlattenConfig(const json& config, const std::string& prefix,
   for (const auto& [key, value] : config.items()) FlattenConfig(value, prefix + "/" + key, out);
 }
 
-// Shortest text that reads back as the same double; integral values without a fraction.
-std::string FormatDouble(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  if (value == std::trunc(value) && std::fabs(value) < 1e15) {
-    return std::to_string(static_cast<long long>(value));
-  }
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, end);
-}
-
 std::string FormatConfigValue(const json& value) {
   switch (value.type()) {
     case json::value_t::null:
@@ -168,6 +156,21 @@ std::string FormatConfigValue(const json& value) {
   }
 }
 
+}  // namespace
+
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, end);
+}
+
+namespace {
+
 std::string CsvField(const std::string& value) {
   if (value.find_first_of(",\"\r\n") == std::string::npos) return value;
   std::string out = "\"";
@@ -178,6 +181,8 @@ std::string CsvField(const std::string& value) {
   return out + "\"";
 }
 
+}  // namespace
+
 std::string CsvLine(const std::vector<std::string>& fields) {
   std::string line;
   for (size_t i = 0; i < fields.size(); ++i) {
@@ -186,8 +191,6 @@ std::string CsvLine(const std::vector<std::string>& fields) {
   }
   return line + "\n";
 }
-
-}  // namespace
 
 // The numeric fields of each parsable line of a trial's result.json; a missing file is an
 // empty history. Lines that do not parse (a crash can cut the last one) are skipped.

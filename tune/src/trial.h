@@ -79,6 +79,11 @@ Result<ExperimentState> LoadExperimentState(const std::string& experiment_dir);
 std::vector<Metrics> ReadHistory(const std::string& result_file);
 // Splits CSV text into records of fields (RFC 4180 quoting; fields may span lines).
 std::vector<std::vector<std::string>> ParseCsv(const std::string& text);
+// One CSV record of `fields`, each quoted (RFC 4180) only when it must be, ending in "\n".
+std::string CsvLine(const std::vector<std::string>& fields);
+// The shortest text that reads back as the same double; integral values without a fraction;
+// "nan", "inf", "-inf".
+std::string FormatDouble(double value);
 
 // The files the Tuner keeps in a trial's run directory beside the Trainer's (result.json,
 // params.json, checkpoints); their names come from train::RunDirectory.
