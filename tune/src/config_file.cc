@@ -934,16 +934,14 @@ TuneConfig Parser::Tune(const Field& f) const {
   }
   if (const Field* x = map.Find("scheduler")) {
     out.scheduler = Scheduler(*x);
-    const bool ranks_one = !std::holds_alternative<FifoConfig>(out.scheduler) &&
-                           !std::holds_alternative<AshaConfig>(out.scheduler);
-    if (!out.objectives.empty() && ranks_one) {
-      Fail(*x, std::string(kSchedulerTypes[out.scheduler.index()]) +
-                   " ranks by one metric: with several objectives or constraints use fifo or "
-                   "asha (MO-ASHA)");
-    }
-    if (const auto* asha = std::get_if<AshaConfig>(&out.scheduler);
-        asha && !out.objectives.empty() && asha->promotion) {
-      Fail(*x, "asha: promotion is not available with several objectives yet");
+    // With several objectives, the schedulers' own rule on which of them rank that way (and
+    // how), placed at this key's line.
+    if (!out.objectives.empty()) {
+      try {
+        MakeScheduler(out.scheduler, out.objectives, out.constraints);
+      } catch (const std::invalid_argument& e) {
+        Fail(*x, e.what());
+      }
     }
     if (!std::holds_alternative<FifoConfig>(out.scheduler) && out.metric.empty() &&
         out.objectives.empty()) {
