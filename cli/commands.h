@@ -1,6 +1,7 @@
 #pragma once
 // The `rayd` subcommands. Each returns the process exit code.
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,11 +29,12 @@ struct StartArgs {
   int heartbeat_period_ms = 1000;
   int missed_heartbeats = 5;
   int join_timeout_ms = 15000;
-  int infeasible_timeout_ms = 60000;
+  std::optional<int> infeasible_timeout_ms;  // unset: 60 s, 10 min with --autoscaler
   std::optional<int> dashboard_port;  // unset: 8265 if free
   std::string dashboard_host = "127.0.0.1";
   bool include_dashboard = true;
   int metrics_port = -1;  // -1: no /metrics on this daemon's own port
+  std::string autoscaler;  // head: an autoscaler config file
 };
 int RunStart(const StartArgs& args);
 
@@ -61,6 +63,20 @@ struct DrainArgs {
   std::string temp_dir;
 };
 int RunDrain(const DrainArgs& args);
+
+// `rayd request-resources`: a floor the autoscaler keeps room for (Ray's request_resources).
+struct RequestResourcesArgs {
+  std::optional<double> cpus;  // that many {CPU: 1} bundles
+  std::string bundles;         // JSON list of resource maps
+  std::string name = "cli";    // each name's request replaces its previous one
+  bool clear = false;
+  std::string address;
+  std::string token;
+  std::string temp_dir;
+};
+int RunRequestResources(const RequestResourcesArgs& args);
+// The "Autoscaler:" section of `rayd status`, from the state the head's autoscaler publishes.
+void PrintAutoscalerStatus(const nlohmann::json& state);
 // "30s", "2m", "500ms", "1h" or plain seconds, as milliseconds; InvalidArgument naming --deadline.
 Result<int64_t> ParseDrainDeadline(const std::string& text);
 

@@ -41,7 +41,8 @@ void AddStart(CLI::App& app, rayd::cli::StartArgs& a) {
       ->check(CLI::Range(100, 3600000));
   start->add_option("--infeasible-timeout-ms", a.infeasible_timeout_ms,
                     "How long a request no node can satisfy waits for one to join before it "
-                    "fails (0: fail at once)")
+                    "fails (0: fail at once; default 60000, 600000 with --autoscaler, which "
+                    "may launch a node for it)")
       ->check(CLI::Range(0, 86400000));
   start->add_option("--dashboard-port", a.dashboard_port,
                     "Head: port of the web dashboard and cluster /metrics (default 8265, "
@@ -55,6 +56,10 @@ void AddStart(CLI::App& app, rayd::cli::StartArgs& a) {
                     "Serve this node's Prometheus /metrics on this port (0: any free port; "
                     "default: not served)")
       ->check(CLI::Range(0, 65535));
+  start->add_option("--autoscaler", a.autoscaler,
+                    "Head: start and stop nodes from demand, as this file says "
+                    "(docs/autoscaler.md)")
+      ->check(CLI::ExistingFile);
   start->callback([&a] { std::exit(rayd::cli::RunStart(a)); });
 }
 
@@ -105,6 +110,24 @@ void AddDrain(CLI::App& app, rayd::cli::DrainArgs& a) {
   drain->add_option("--temp-dir", a.temp_dir,
                     "Root of session directories (default: RAYD_TEMP_DIR, else /tmp/rayd)");
   drain->callback([&a] { std::exit(rayd::cli::RunDrain(a)); });
+}
+
+void AddRequestResources(CLI::App& app, rayd::cli::RequestResourcesArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "request-resources",
+      "Ask the autoscaler to keep room for these resources, whatever runs now (a floor; "
+      "the same name's next request replaces it)");
+  cmd->add_option("--cpus", a.cpus, "That many {CPU: 1} bundles")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--bundles", a.bundles, R"(Bundles as JSON: '[{"CPU": 2}, {"CPU": 2, "GPU": 1}]')");
+  cmd->add_option("--name", a.name, "Whose request this is (default: cli)");
+  cmd->add_flag("--clear", a.clear, "Withdraw the request of this name");
+  cmd->add_option("--address", a.address,
+                  "HOST:PORT of the head (default: RAYD_ADDRESS or the head started on this "
+                  "machine)");
+  cmd->add_option("--token", a.token, "Cluster token (default: RAYD_TOKEN or the local head's)");
+  cmd->add_option("--temp-dir", a.temp_dir,
+                  "Root of session directories (default: RAYD_TEMP_DIR, else /tmp/rayd)");
+  cmd->callback([&a] { std::exit(rayd::cli::RunRequestResources(a)); });
 }
 
 void AddMicrobenchmark(CLI::App& app, rayd::cli::MicrobenchmarkArgs& a) {
@@ -294,6 +317,8 @@ int main(int argc, char** argv) {
   AddStatus(app, status);
   rayd::cli::DrainArgs drain;
   AddDrain(app, drain);
+  rayd::cli::RequestResourcesArgs request_resources;
+  AddRequestResources(app, request_resources);
   rayd::cli::MicrobenchmarkArgs microbenchmark;
   AddMicrobenchmark(app, microbenchmark);
   rayd::cli::TuneArgs tune;

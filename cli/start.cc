@@ -143,7 +143,14 @@ int RunStart(const StartArgs& args) {
     }
     head_options.heartbeat_period = Millis(args.heartbeat_period_ms);
     head_options.missed_heartbeats = args.missed_heartbeats;
-    head_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
+    // With an autoscaler, a request no node holds yet may get one: it waits longer.
+    head_options.infeasible_timeout =
+        Millis(args.infeasible_timeout_ms.value_or(args.autoscaler.empty() ? 60000 : 600000));
+    head_options.autoscaler_config = args.autoscaler;
+    if (!args.autoscaler.empty()) {
+      std::error_code ec;
+      head_options.autoscaler_config = std::filesystem::absolute(args.autoscaler, ec).string();
+    }
     head_options.resources = *resources;
     head_options.dashboard_host = args.dashboard_host;
     head_options.dashboard_port = args.include_dashboard ? args.dashboard_port.value_or(8265) : -1;
@@ -158,7 +165,10 @@ int RunStart(const StartArgs& args) {
     node_options.token = target->token;
     if (!args.node_ip.empty()) node_options.node_ip = args.node_ip;
     node_options.join_timeout = Millis(args.join_timeout_ms);
-    node_options.infeasible_timeout = Millis(args.infeasible_timeout_ms);
+    if (!args.autoscaler.empty()) {
+      return Fail("start", "--autoscaler is the head's: pass it with --head");
+    }
+    node_options.infeasible_timeout = Millis(args.infeasible_timeout_ms.value_or(60000));
     node_options.resources = *resources;
     node_options.metrics_port = args.metrics_port;
   }

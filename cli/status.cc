@@ -413,6 +413,7 @@ int RunStatus(const StatusArgs& args) {
   std::optional<std::map<std::string, int>> actor_counts;
   std::vector<PlacementGroupInfo> groups;
   std::vector<nlohmann::json> runs;
+  std::optional<nlohmann::json> autoscaler;  // a head with --autoscaler publishes its state
   if (args.what == "status") {
     auto actors = (*cluster)->Actors();
     if (actors.ok()) {
@@ -424,6 +425,11 @@ int RunStatus(const StatusArgs& args) {
     }
     if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix("run")); feeds.ok()) {
       runs = LiveRuns(*feeds, groups);
+    }
+    if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix("autoscaler"));
+        feeds.ok() && !feeds->empty()) {
+      auto state = nlohmann::json::parse(feeds->begin()->second, nullptr, false);
+      if (state.is_object()) autoscaler = std::move(state);
     }
   }
   if (args.format == "json") {
@@ -454,6 +460,11 @@ int RunStatus(const StatusArgs& args) {
       }
       j["placement_group_demands"] = std::move(demands);
       j["training_runs"] = runs;
+      if (autoscaler) {
+        autoscaler->erase("metrics");
+        autoscaler->erase("detail_only");
+        j["autoscaler"] = *autoscaler;
+      }
       std::cout << j.dump(2) << "\n";
     }
     return 0;
@@ -480,6 +491,7 @@ int RunStatus(const StatusArgs& args) {
                 << (trial.empty() ? "" : " (trial " + trial + ")") << ": " << RunLine(run)
                 << "\n    " << run.value("run_dir", std::string()) << "\n";
     }
+    if (autoscaler) PrintAutoscalerStatus(*autoscaler);
   }
   return 0;
 }

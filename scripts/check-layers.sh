@@ -26,10 +26,11 @@ declare -A may_use=(
   [core]="core common"
   [gcs]="gcs common"
   [node]="node common"
-  [head]="head gcs node common"
+  [autoscaler]="autoscaler common"
+  [head]="head gcs node autoscaler common"
   [api]="api core head common"
 )
-roles="common core gcs node head api"
+roles="common core gcs node autoscaler head api"
 for role in $roles; do
   [ -d "runtime/src/$role" ] || continue
   while IFS=$'\t' read -r where path; do

@@ -18,7 +18,7 @@ Result<uv_process_t*> SpawnProcess(EventLoop& loop, const SpawnOptions& options)
   stdio[1].flags = UV_INHERIT_FD;
   stdio[1].data.fd = options.log_fd;
   stdio[2].flags = UV_INHERIT_FD;
-  stdio[2].data.fd = options.log_fd;
+  stdio[2].data.fd = options.stderr_fd >= 0 ? options.stderr_fd : options.log_fd;
   uv_process_options_t uv_options{};
   uv_options.file = args[0];
   uv_options.args = args.data();

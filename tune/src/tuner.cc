@@ -228,8 +228,10 @@ ResultGrid Tuner::Fit() {
   }
   std::unique_ptr<TrialScheduler> scheduler = Scheduler(seed);
 
-  // A gang larger than the whole cluster can never run: say so before starting anything.
-  std::map<std::string, double> total = rayd::ClusterResources();
+  // A gang larger than the whole cluster can never run: say so before starting anything. The
+  // cluster is as large as its autoscaler may make it (MaxClusterResources), and as many
+  // trials start at once as that holds: their waiting gangs are what it launches nodes for.
+  std::map<std::string, double> total = rayd::MaxClusterResources();
   const int workers = std::max(trainable_.scaling.num_workers, 1);
   for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
     double have = total.count(name) ? total[name] : 0;

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "rayd/api/actor.h"
+#include "rayd/api/autoscaler.h"
 #include "rayd/api/config.h"
 #include "rayd/api/errors.h"
 #include "rayd/api/kv.h"

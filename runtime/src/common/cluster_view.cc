@@ -85,6 +85,18 @@ Result<std::map<std::string, std::string>> ClusterClient::KvPrefix(const std::st
       [&](auto& r, auto done) { r.gcs().KvPrefix(ns, prefix, done); });
 }
 
+Status ClusterClient::KvPut(const std::string& ns, const std::string& key,
+                            const std::string& value) {
+  return impl_
+      ->Wait<bool>([&](auto& r, auto done) { r.gcs().KvPut(ns, key, value, true, done); })
+      .status();
+}
+
+Status ClusterClient::KvDel(const std::string& ns, const std::string& key) {
+  return impl_->Wait<int>([&](auto& r, auto done) { r.gcs().KvDel(ns, key, false, done); })
+      .status();
+}
+
 Result<JobSubmissionInfo> ClusterClient::SubmitJob(const JobSubmitOptions& options) {
   if (options.entrypoint.empty() || options.entrypoint.front().empty()) {
     return Status::InvalidArgument("no command to run: give it after `--`");

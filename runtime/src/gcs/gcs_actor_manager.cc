@@ -769,4 +769,17 @@ void GcsActorManager::Retire(std::unique_ptr<rpc::RpcClient> client) {
   });
 }
 
+std::vector<GcsActorManager::WaitingActor> GcsActorManager::WaitingActors() const {
+  std::vector<WaitingActor> out;
+  for (const std::string& id : waiting_) {
+    auto it = actors_.find(id);
+    if (it == actors_.end() || !it->second->placement_group_id.empty()) continue;
+    Actor& actor = *it->second;
+    if (actor.state == proto::ActorState::DEAD) continue;
+    out.push_back({actor.id, actor.name, actor.class_name,
+                   {actor.demand, runtime::LabelsFromProto(actor.Scheduling().getLabelSelector())}});
+  }
+  return out;
+}
+
 }  // namespace rayd::gcs

@@ -95,6 +95,16 @@ class GcsActorManager {
 
   size_t num_actors() const { return actors_.size(); }
 
+  // The actors waiting for a node with room or one that fits, outside placement groups (those
+  // wait on their group): the autoscaler's demand.
+  struct WaitingActor {
+    std::string id;
+    std::string name;
+    std::string class_name;
+    scheduler::Bundle bundle;  // its resources and label selector
+  };
+  std::vector<WaitingActor> WaitingActors() const;
+
  private:
   struct Actor;
 

@@ -170,33 +170,39 @@ void GcsNodeManager::HandleDrain(const rpc::Incoming<proto::Method::DRAIN_NODE>&
   auto request = call.params();
   auto id = NodeId::FromHex(request.getNodeId().cStr());
   if (!id.ok()) return call.Fail(id.status());
-  auto it = nodes_.find(*id);
-  if (it == nodes_.end()) return call.Fail(Status::NotFound("no node " + id->Hex()));
-  runtime::NodeInfo& info = it->second;
-  if (!info.alive) {
-    return call.Fail(Status::InvalidArgument("node " + id->Hex() + " is already dead (" +
-                                             info.death_reason + ")"));
-  }
-  if (info.is_head) {
-    return call.Fail(
-        Status::InvalidArgument("node " + id->Hex() +
-                                " is the head's own node and cannot be drained (rayd stop ends "
-                                "the cluster)"));
-  }
-  // Drained again: the new deadline and reason replace the old (a sooner notice, say).
-  info.drain_deadline_ms = std::max<int64_t>(request.getDeadlineMs(), 1);
-  info.drain_reason = request.getReason();
-  spdlog::warn("node {} ({}) is draining: {} (deadline in {} ms)", id->Hex(), info.address,
-               info.drain_reason.empty() ? "no reason given" : info.drain_reason,
-               info.drain_deadline_ms - NowUnixMs());
-  Changed(*id, NodeChange::kResources);  // placement views drop it
-  Persist(info, [call](Status s) {
-    if (s.ok()) {
+  Status s = Drain(*id, request.getDeadlineMs(), request.getReason(), [call](Status stored) {
+    if (stored.ok()) {
       call.Reply();
     } else {
-      call.Fail(s.WithContext("storing the drain"));
+      call.Fail(stored.WithContext("storing the drain"));
     }
   });
+  if (!s.ok()) call.Fail(s);
+}
+
+Status GcsNodeManager::Drain(const NodeId& id, int64_t deadline_ms, const std::string& reason,
+                             std::function<void(Status)> stored) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return Status::NotFound("no node " + id.Hex());
+  runtime::NodeInfo& info = it->second;
+  if (!info.alive) {
+    return Status::InvalidArgument("node " + id.Hex() + " is already dead (" +
+                                   info.death_reason + ")");
+  }
+  if (info.is_head) {
+    return Status::InvalidArgument("node " + id.Hex() +
+                                   " is the head's own node and cannot be drained (rayd stop "
+                                   "ends the cluster)");
+  }
+  // Drained again: the new deadline and reason replace the old (a sooner notice, say).
+  info.drain_deadline_ms = std::max<int64_t>(deadline_ms, 1);
+  info.drain_reason = reason;
+  spdlog::warn("node {} ({}) is draining: {} (deadline in {} ms)", id.Hex(), info.address,
+               info.drain_reason.empty() ? "no reason given" : info.drain_reason,
+               info.drain_deadline_ms - NowUnixMs());
+  Changed(id, NodeChange::kResources);  // placement views drop it
+  Persist(info, stored ? std::move(stored) : [](Status) {});
+  return Status::Ok();
 }
 
 void GcsNodeManager::CheckHeartbeats() {

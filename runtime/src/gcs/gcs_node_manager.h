@@ -42,6 +42,12 @@ class GcsNodeManager {
   // The node if it is known and alive, else null.
   const runtime::NodeInfo* FindAlive(const NodeId& id) const;
 
+  // `rayd drain`: marks an alive node (not the head's) as leaving; its heartbeats' replies tell
+  // it, and placement views see it as taking nothing new (PendingPlacements). NotFound or
+  // InvalidArgument (dead, the head) change nothing; else `stored` once the store has it.
+  Status Drain(const NodeId& id, int64_t deadline_ms, const std::string& reason,
+               std::function<void(Status)> stored = nullptr);
+
   // Runs `listener` (on the loop thread) each time a node is declared dead, after its entry
   // says so. Listeners are called in the order they were added; they must not add listeners.
   using NodeDeathListener = std::function<void(const runtime::NodeInfo&)>;
@@ -63,8 +69,6 @@ class GcsNodeManager {
   void HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEAT>& call);
   void HandleGetAll(const rpc::Incoming<proto::Method::GET_ALL_NODES>& call);
   void HandleUnregister(const rpc::Incoming<proto::Method::UNREGISTER_NODE>& call);
-  // `rayd drain`: marks an alive node (not the head's) as leaving; its heartbeats' replies tell
-  // it, and placement views see it as taking nothing new (PendingPlacements).
   void HandleDrain(const rpc::Incoming<proto::Method::DRAIN_NODE>& call);
   void CheckHeartbeats();
   void MarkDead(const NodeId& id, const std::string& reason);

@@ -681,4 +681,21 @@ void GcsPlacementGroupManager::CancelBundles(const NodeId& node, const std::stri
       });
 }
 
+std::vector<GcsPlacementGroupManager::WaitingGroup> GcsPlacementGroupManager::WaitingGroups()
+    const {
+  std::vector<WaitingGroup> out;
+  for (const auto& [seq, id] : waiting_) {
+    auto it = groups_.find(id);
+    if (it == groups_.end()) continue;
+    const Group& group = *it->second;
+    WaitingGroup w{group.id, group.name, {{}, group.Strategy()}};
+    const bool whole = group.Strategy() == scheduler::GroupStrategy::kStrictPack;
+    for (const Group::Bundle& b : group.bundles) {
+      if (whole || b.node.IsNil()) w.request.bundles.push_back({b.resources, b.label_selector});
+    }
+    if (!w.request.bundles.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
 }  // namespace rayd::gcs

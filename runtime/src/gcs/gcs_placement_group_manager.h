@@ -117,6 +117,16 @@ class GcsPlacementGroupManager {
 
   size_t num_groups() const { return groups_.size(); }
 
+  // The groups waiting for room or for a node that fits (not being reserved now), in creation
+  // order, each with the bundles it still needs (STRICT_PACK: all of them): the autoscaler's
+  // demand.
+  struct WaitingGroup {
+    std::string id;
+    std::string name;
+    scheduler::GroupRequest request;
+  };
+  std::vector<WaitingGroup> WaitingGroups() const;
+
  private:
   // Implementation notes
   // - Every state change is written to the store (table "placement_groups", one JSON record per

@@ -53,6 +53,10 @@ class GcsServer {
   void set_dashboard_url(std::string url) { dashboard_url_ = std::move(url); }
   const GcsNodeManager& node_manager() const { return node_manager_; }
   const GcsActorManager& actor_manager() const { return actor_manager_; }
+  const GcsPlacementGroupManager& placement_group_manager() const {
+    return placement_group_manager_;
+  }
+  GcsNodeManager& mutable_node_manager() { return node_manager_; }
 
  private:
   void HandleClusterInfo(const rpc::Incoming<proto::Method::GET_CLUSTER_INFO>& call);

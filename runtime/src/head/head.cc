@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <optional>
 
+#include "autoscaler/autoscaler.h"
 #include "common/prometheus.h"
 #include "gcs/gcs_server.h"
 #include "gcs/table_store.h"
+#include "head/autoscaler_host.h"
 #include "node/node_daemon.h"
 #include "node/resource_detection.h"
 #include "rayd/base/auth.h"
@@ -164,9 +167,33 @@ Status Head::Compose(const HeadSetup& setup) {
       spdlog::warn("no dashboard: {}", url.status().message());
     }
   }
+  if (!options.autoscaler_config.empty()) {
+    RAYD_RETURN_IF_ERROR(StartAutoscaler(options.autoscaler_config, setup));
+  }
   spdlog::info("head serving at {} (cluster {}, storage {})", gcs_address, gcs_->cluster_id(),
                store_->Describe());
   return Status::Ok();
+}
+
+Status Head::StartAutoscaler(const std::string& path, const HeadSetup& setup) {
+  if (!setup.listen_tcp) {
+    return Status::InvalidArgument("--autoscaler needs a head other nodes can join (rayd start "
+                                   "--head), not an embedded cluster");
+  }
+  RAYD_ASSIGN_OR_RETURN(auto config, autoscaler::LoadAutoscalerConfig(path));
+  autoscaler::ProviderContext context;
+  context.loop = &loop_;
+  context.gcs_address = info_.gcs_address;
+  context.token = info_.token;
+  std::error_code ec;
+  context.rayd_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  context.log_dir = info_.session_dir + "/logs";
+  RAYD_ASSIGN_OR_RETURN(auto provider, autoscaler::MakeNodeProvider(config, context));
+  autoscaler_host_ = std::make_unique<GcsAutoscalerHost>(*gcs_, *store_);
+  autoscaler_ = std::make_unique<autoscaler::Autoscaler>(loop_, std::move(config),
+                                                         std::move(provider), *autoscaler_host_);
+  return Await(loop_, [&](auto done) { autoscaler_->Start(done); }, Millis(30000),
+               "starting the autoscaler").WithContext(path);
 }
 
 Result<std::string> Head::StartDashboard(const std::string& host, int port) {
@@ -180,7 +207,12 @@ Result<std::string> Head::StartDashboard(const std::string& host, int port) {
 void Head::Shutdown(const std::string& reason, std::function<void()> done) {
   jobs_->StopAll("the cluster was stopped (" + reason + ")",
                  [this, reason, done = std::move(done)]() mutable {
-                   node_->Shutdown(reason, std::move(done));
+                   auto stop_node = [this, reason, done = std::move(done)]() mutable {
+                     node_->Shutdown(reason, std::move(done));
+                   };
+                   // The nodes the autoscaler launched go with the cluster.
+                   if (autoscaler_) return autoscaler_->Shutdown(std::move(stop_node));
+                   stop_node();
                  });
 }
 

@@ -25,6 +25,10 @@ class TableStore;
 namespace rayd::node {
 class NodeDaemon;
 }  // namespace rayd::node
+namespace rayd::autoscaler {
+class Autoscaler;
+class AutoscalerHost;
+}  // namespace rayd::autoscaler
 
 namespace rayd::head {
 
@@ -57,6 +61,9 @@ class Head {
   explicit Head(EventLoop& loop);
   Status Compose(const HeadSetup& setup);
 
+  // Starts the autoscaler `path` configures (a head that listens on TCP only).
+  Status StartAutoscaler(const std::string& path, const HeadSetup& setup);
+
   EventLoop& loop_;
   DaemonInfo info_;
   // Destroyed in reverse: the dashboard and /metrics first, the store last.
@@ -68,6 +75,8 @@ class Head {
   std::unique_ptr<node::NodeDaemon> node_;
   std::unique_ptr<http::HttpServer> metrics_;
   std::unique_ptr<Dashboard> dashboard_;
+  std::unique_ptr<autoscaler::AutoscalerHost> autoscaler_host_;
+  std::unique_ptr<autoscaler::Autoscaler> autoscaler_;
 };
 
 // Runs `step` (which calls back with a Status) and the loop until it does; DeadlineExceeded

@@ -19,6 +19,7 @@ struct SpawnOptions {
   std::vector<std::string> env;   // NAME=VALUE, the child's whole environment
   std::string cwd;                // "" : the parent's
   int log_fd = -1;                // stdout and stderr; the caller keeps and closes it
+  int stderr_fd = -1;             // >= 0: stderr goes here instead (the caller's, as log_fd)
   bool own_process_group = false;  // setsid: the child leads a group, to signal as a whole
   uv_exit_cb on_exit = nullptr;
   void* data = nullptr;           // the handle's data, for on_exit

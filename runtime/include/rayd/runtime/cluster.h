@@ -239,6 +239,9 @@ class ClusterClient {
   // Every key under `prefix` in KV namespace `ns` with its value.
   Result<std::map<std::string, std::string>> KvPrefix(const std::string& ns,
                                                       const std::string& prefix);
+  // Sets `key` in namespace `ns` (replacing it), and removes it (Ok if it was not there).
+  Status KvPut(const std::string& ns, const std::string& key, const std::string& value);
+  Status KvDel(const std::string& ns, const std::string& key);
 
   // Jobs run by the head (`rayd job`). SubmitJob ships options.working_dir (at most
   // kMaxWorkingDirBytes, `.git` left out) and returns the job once its driver started, or the
@@ -317,6 +320,8 @@ struct HeadOptions {
   int dashboard_port = 8265;
   bool dashboard_required = false;
   int metrics_port = -1;  // this node's own /metrics (-1: none; 0: any free port)
+  // An autoscaler config file (docs/autoscaler.md): nodes are started and stopped from demand.
+  std::string autoscaler_config;
 };
 
 struct NodeOptions {

@@ -1,0 +1,228 @@
+// `rayd start --head --autoscaler` end to end, with the local provider (real `rayd start`
+// nodes on this machine): a sweep on a head with no CPUs of its own scales the cluster up,
+// never past max_nodes, finishes, and scales back down with every node drained first;
+// demand no node type could hold launches nothing and says so; request-resources is a floor.
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "tune_sandbox.h"
+
+namespace rayd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr char kInstanceLabel[] = "rayd.io/autoscaler-instance";
+
+class Sandbox : public TuneSandbox {
+ public:
+  Sandbox() : TuneSandbox(RAYD_BINARY) {}
+
+  // A head with no CPU of its own and the autoscaler `config` (YAML text).
+  void StartHead(const std::string& config) {
+    const std::string path = WriteYaml("autoscaler.yaml", config);
+    Start({"--head", "--port", "0", "--num-cpus", "0", "--dashboard-port", "0", "--autoscaler",
+           path});
+    std::smatch m;
+    const std::string out = last_start_output();
+    REQUIRE(std::regex_search(out, m, std::regex(R"(Cluster address: (\S+))")));
+    address_ = m[1];
+  }
+  const std::string& address() const { return address_; }
+
+  // `rayd status --format json`, or null when it fails.
+  json Status() {
+    std::string out;
+    if (Run({"status", "--format", "json"}, &out, 20s) != 0) return nullptr;
+    auto j = json::parse(out, nullptr, false);
+    return j.is_discarded() ? json(nullptr) : j;
+  }
+
+ private:
+  std::string address_;
+};
+
+// The alive nodes the autoscaler launched.
+std::set<std::string> LaunchedNodes(const json& status) {
+  std::set<std::string> ids;
+  if (!status.is_object()) return ids;
+  for (const json& n : status.value("nodes", json::array())) {
+    if (n.value("state", "") == "ALIVE" && n.value("labels", json::object()).contains(kInstanceLabel)) {
+      ids.insert(n.value("node_id", ""));
+    }
+  }
+  return ids;
+}
+
+std::vector<std::string> Events(const json& status) {
+  std::vector<std::string> out;
+  if (!status.is_object() || !status.contains("autoscaler")) return out;
+  for (const json& e : status["autoscaler"].value("events", json::array())) {
+    out.push_back(e.value("text", ""));
+  }
+  return out;
+}
+
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+TEST_CASE("an ASHA sweep of 2-worker trials on a head without CPUs scales up to max_nodes "
+          "and finishes and then scales down with every node drained first",
+          "[autoscaler][e2e]") {
+  Sandbox sandbox;
+  sandbox.StartHead(R"(
+provider: {type: local}
+max_nodes: 2
+idle_timeout_s: 3
+update_interval_s: 0.5
+launch_timeout_s: 60
+node_types:
+  cpu2: {resources: {CPU: 2}, min_nodes: 0, max_nodes: 2}
+)");
+  const std::string sweep = sandbox.WriteYaml("sweep.yaml", R"(
+name: scaled
+trainable: toy_objective
+param_space:
+  x: {uniform: [0.0, 4.0]}
+  iterations: 6
+  work_ms: 150
+scaling: {num_workers: 2}
+tune:
+  metric: loss
+  mode: min
+  num_samples: 8
+  seed: 3
+  scheduler: {type: asha, max_t: 6, grace_period: 2, reduction_factor: 2}
+run: {storage_path: STORAGE}
+)");
+  ChildProcess tune({RAYD_BINARY, "tune", sweep, "--address", sandbox.address()}, sandbox.Env());
+  size_t most = 0;
+  std::set<std::string> seen;
+  // The sweep's life, watched: never more than max_nodes at once.
+  REQUIRE(WaitFor(
+      [&] {
+        const auto nodes = LaunchedNodes(sandbox.Status());
+        most = std::max(most, nodes.size());
+        seen.insert(nodes.begin(), nodes.end());
+        return !tune.running();
+      },
+      240s));
+  INFO(tune.output());
+  REQUIRE(tune.exit_code() == 0);
+  CHECK(most >= 1);
+  CHECK(most <= 2);
+  // Every trial ran to its end or was stopped by ASHA: none failed.
+  const json state = ReadJson(sandbox.results() + "/scaled/experiment_state.json");
+  int ended = 0;
+  for (const json& t : state.at("trials")) {
+    CHECK(t.value("status", "") == "TERMINATED");
+    ++ended;
+  }
+  CHECK(ended == 8);
+
+  // Idle past the timeout: every launched node is drained, then terminated, down to min_nodes 0.
+  json status;
+  REQUIRE(WaitFor(
+      [&] {
+        status = sandbox.Status();
+        return status.is_object() && LaunchedNodes(status).empty() &&
+               status["autoscaler"]["node_types"][0].value("running", -1) == 0 &&
+               status["autoscaler"]["node_types"][0].value("draining", -1) == 0;
+      },
+      90s));
+  const auto events = Events(status);
+  INFO(Joined(events));
+  int drained = 0, terminated = 0;
+  for (const std::string& e : events) {
+    if (e.rfind("draining node", 0) == 0) ++drained;
+    if (e.rfind("terminating instance", 0) == 0) {
+      ++terminated;
+      CHECK_THAT(e, Catch::Contains("its node was drained"));
+    }
+  }
+  CHECK(terminated == static_cast<int>(seen.size()));
+  CHECK(drained == terminated);
+  const json counters = status["autoscaler"]["counters"];
+  CHECK(counters.value("launched", 0) == static_cast<int>(seen.size()));
+  CHECK(counters.value("launch_failures", -1) == 0);
+}
+
+TEST_CASE("demand no node type can hold launches nothing and rayd status says why while a "
+          "resource request launches its floor",
+          "[autoscaler][e2e]") {
+  Sandbox sandbox;
+  sandbox.StartHead(R"(
+provider: {type: local}
+max_nodes: 2
+idle_timeout_s: 600
+update_interval_s: 0.5
+node_types:
+  cpu1: {resources: {CPU: 1}, max_nodes: 2}
+)");
+  // A 4-CPU bundle fits no type: infeasible, nothing launched.
+  std::string out;
+  REQUIRE(sandbox.Run({"request-resources", "--bundles", R"([{"CPU": 4}])", "--name", "big"},
+                      &out) == 0);
+  json status;
+  REQUIRE(WaitFor(
+      [&] {
+        status = sandbox.Status();
+        return status.is_object() && status.contains("autoscaler") &&
+               !status["autoscaler"]["unmet"].empty();
+      },
+      30s));
+  const json unmet = status["autoscaler"]["unmet"][0];
+  CHECK(unmet.value("infeasible", false));
+  CHECK_THAT(unmet.value("reason", ""), Catch::Contains("no node type can hold 1 x {CPU: 4}"));
+  CHECK(status["autoscaler"]["counters"].value("launched", -1) == 0);
+  REQUIRE(sandbox.Run({"status"}, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("Autoscaler (local provider") &&
+                      Catch::Contains("Launching nothing for:") &&
+                      Catch::Contains("requested resources (big)"));
+
+  // Withdrawn, and two CPUs asked for instead: two 1-CPU nodes join, and stay while requested.
+  REQUIRE(sandbox.Run({"request-resources", "--name", "big", "--clear"}, &out) == 0);
+  REQUIRE(sandbox.Run({"request-resources", "--cpus", "2"}, &out) == 0);
+  REQUIRE(WaitFor([&] { return LaunchedNodes(sandbox.Status()).size() == 2; }, 60s));
+  // A third CPU would pass max_nodes: the status says so, and nothing more launches.
+  REQUIRE(sandbox.Run({"request-resources", "--cpus", "3"}, &out) == 0);
+  REQUIRE(WaitFor(
+      [&] {
+        status = sandbox.Status();
+        return status.is_object() && !status["autoscaler"]["unmet"].empty();
+      },
+      30s));
+  CHECK_THAT(status["autoscaler"]["unmet"][0].value("reason", ""),
+             Catch::Contains("max_nodes reached"));
+  CHECK(LaunchedNodes(status).size() == 2);
+}
+
+TEST_CASE("rayd start --autoscaler with a bad file says which key and line and starts nothing",
+          "[autoscaler][e2e]") {
+  Sandbox sandbox;
+  const std::string path = sandbox.WriteYaml("bad.yaml", R"(provider: {type: local}
+max_nodes: 2
+node_types:
+  cpu2: {resources: {CPU: 2}, min_nodes: 3}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"start", "--head", "--port", "0", "--autoscaler", path}, &out);
+  INFO(out);
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("bad.yaml:4") && Catch::Contains("min_nodes"));
+  CHECK(sandbox.Run({"start", "--head", "--port", "0", "--autoscaler", "/no/such.yaml"}, &out) != 0);
+  CHECK_THAT(out, Catch::Contains("/no/such.yaml"));
+}
+
+}  // namespace
+}  // namespace rayd::testing
