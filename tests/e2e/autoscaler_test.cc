@@ -11,70 +11,14 @@
 #include <set>
 #include <string>
 
-#include "tune_sandbox.h"
+#include "autoscaler_sandbox.h"
 
 namespace rayd::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-constexpr char kInstanceLabel[] = "rayd.io/autoscaler-instance";
-
-class Sandbox : public TuneSandbox {
- public:
-  Sandbox() : TuneSandbox(RAYD_BINARY) {}
-
-  // A head with no CPU of its own and the autoscaler `config` (YAML text).
-  void StartHead(const std::string& config) {
-    const std::string path = WriteYaml("autoscaler.yaml", config);
-    Start({"--head", "--port", "0", "--num-cpus", "0", "--dashboard-port", "0", "--autoscaler",
-           path});
-    std::smatch m;
-    const std::string out = last_start_output();
-    REQUIRE(std::regex_search(out, m, std::regex(R"(Cluster address: (\S+))")));
-    address_ = m[1];
-  }
-  const std::string& address() const { return address_; }
-
-  // `rayd status --format json`, or null when it fails.
-  json Status() {
-    std::string out;
-    if (Run({"status", "--format", "json"}, &out, 20s) != 0) return nullptr;
-    auto j = json::parse(out, nullptr, false);
-    return j.is_discarded() ? json(nullptr) : j;
-  }
-
- private:
-  std::string address_;
-};
-
-// The alive nodes the autoscaler launched.
-std::set<std::string> LaunchedNodes(const json& status) {
-  std::set<std::string> ids;
-  if (!status.is_object()) return ids;
-  for (const json& n : status.value("nodes", json::array())) {
-    if (n.value("state", "") == "ALIVE" && n.value("labels", json::object()).contains(kInstanceLabel)) {
-      ids.insert(n.value("node_id", ""));
-    }
-  }
-  return ids;
-}
-
-std::vector<std::string> Events(const json& status) {
-  std::vector<std::string> out;
-  if (!status.is_object() || !status.contains("autoscaler")) return out;
-  for (const json& e : status["autoscaler"].value("events", json::array())) {
-    out.push_back(e.value("text", ""));
-  }
-  return out;
-}
-
-std::string Joined(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const auto& l : lines) s += l + "\n";
-  return s;
-}
+using Sandbox = AutoscalerSandbox;
 
 TEST_CASE("an ASHA sweep of 2-worker trials on a head without CPUs scales up to max_nodes "
           "and finishes and then scales down with every node drained first",

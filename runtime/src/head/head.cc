@@ -188,6 +188,8 @@ Status Head::StartAutoscaler(const std::string& path, const HeadSetup& setup) {
   std::error_code ec;
   context.rayd_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   context.log_dir = info_.session_dir + "/logs";
+  // Local nodes keep their sessions beside the head's, so that `rayd stop` there stops them too.
+  context.temp_root = std::filesystem::path(info_.session_dir).parent_path().string();
   RAYD_ASSIGN_OR_RETURN(auto provider, autoscaler::MakeNodeProvider(config, context));
   autoscaler_host_ = std::make_unique<GcsAutoscalerHost>(*gcs_, *store_);
   autoscaler_ = std::make_unique<autoscaler::Autoscaler>(loop_, std::move(config),
