@@ -38,6 +38,12 @@ Result<Instance> ParseInstance(const json& entry, const std::string& default_typ
                                    entry.dump());
   }
   instance.id = id->get<std::string>();
+  for (const char* name : {"node_type", "state", "detail"}) {
+    if (entry.contains(name) && !entry.at(name).is_string()) {
+      return Status::InvalidArgument("instance " + instance.id + ": \"" + name +
+                                     "\" is not a string");
+    }
+  }
   instance.node_type = entry.value("node_type", default_type);
   const std::string state = entry.value("state", "running");
   if (state != "pending" && state != "running") {

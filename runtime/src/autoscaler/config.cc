@@ -39,8 +39,8 @@ const Keys kProviderTypes = {"local", "slurm", "command"};
 const Keys kLocalKeys = {"type", "rayd_binary", "object_store_memory"};
 const Keys kSlurmKeys = {"type",        "partition",   "time_limit",
                          "sbatch_args", "rayd_binary", "drain_before_limit_s"};
-const Keys kSlurmTypeKeys = {"partition", "time_limit", "sbatch_args"};
-const Keys kCommandKeys = {"type", "create", "terminate", "list"};
+const Keys kSlurmTypeKeys = {"partition", "time_limit", "sbatch_args", "rayd_binary"};
+const Keys kCommandKeys = {"type", "create", "terminate", "list", "timeout_s"};
 // Bounds on a `provider:` map converted to JSON: aliases can make the tree cyclic or
 // exponentially large, and the conversion is the only walk here that follows them arbitrarily.
 constexpr int kMaxJsonDepth = 64;
@@ -260,7 +260,8 @@ Result<nlohmann::json> ConfigParser::ProviderKeys(const Fields& map) const {
       Result<int64_t> bytes = scheduler::ParseByteSize(text);
       if (!bytes.ok()) return Fail(f, bytes.status().message());
       value = text;
-    } else if (name == "object_store_memory" || name == "drain_before_limit_s") {
+    } else if (name == "object_store_memory" || name == "drain_before_limit_s" ||
+               name == "timeout_s") {
       RAYD_RETURN_IF_ERROR(Number(f, true).status());
       value = ScalarToJson(f.value);  // an integer stays one
     } else {

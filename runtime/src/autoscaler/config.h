@@ -15,7 +15,8 @@
 //       max_nodes: 4                   # of this type (default: the cluster's max_nodes)
 //       cost: 1.0                      # relative price of one node; demand goes to the
 //                                      # cheapest type that fits it (ties: fewer resources)
-//       provider: {partition: cpu}     # this type's own provider keys (slurm: partition, ...)
+//       provider: {partition: cpu}     # this type's own provider keys (slurm: partition,
+//                                      # time_limit, sbatch_args, rayd_binary)
 //
 // Provider keys (all optional):
 //   local:   rayd_binary (default: this rayd), object_store_memory (e.g. "512MiB")
@@ -23,7 +24,8 @@
 //            drain_before_limit_s (default 120: a node whose job's time left falls below this
 //            is drained before Slurm ends it)
 //   command: create, terminate, list: each an executable path, or a list [exe, arg, ...], to
-//            which rayd appends its own arguments (see node_provider.h)
+//            which rayd appends its own arguments (see node_provider.h); timeout_s (default
+//            120: a command still running then is killed and reported)
 //
 // Every error names the key and its line ("autoscaler.yaml:7: node_types.cpu2.min_nodes: ...").
 

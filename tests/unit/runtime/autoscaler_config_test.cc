@@ -348,7 +348,7 @@ node_types:
     provider: {partition: gpu, qos: high}
 )"),
              StartsWith("autoscaler.yaml:6: node_types.a.provider.qos: unknown key (allowed: "
-                        "partition, time_limit, sbatch_args)"));
+                        "partition, time_limit, sbatch_args, rayd_binary)"));
 }
 
 TEST_CASE("malformed YAML gives its line", "[autoscaler_config]") {
