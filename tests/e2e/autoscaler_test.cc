@@ -1,7 +1,8 @@
 // `rayd start --head --autoscaler` end to end, with the local provider (real `rayd start`
 // nodes on this machine): a sweep on a head with no CPUs of its own scales the cluster up,
 // never past max_nodes, finishes, and scales back down with every node drained first;
-// demand no node type could hold launches nothing and says so; request-resources is a floor.
+// demand no node type could hold launches nothing and says so (in `rayd status`, the dashboard's
+// API and page, and /metrics); request-resources is a floor.
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "autoscaler_sandbox.h"
+#include "test_util.h"
 
 namespace rayd::testing {
 namespace {
@@ -19,6 +21,12 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 using Sandbox = AutoscalerSandbox;
+
+// The value of `series` (a name and its labels) in Prometheus text, or -1.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
 
 TEST_CASE("an ASHA sweep of 2-worker trials on a head without CPUs scales up to max_nodes "
           "and finishes and then scales down with every node drained first",
@@ -133,6 +141,48 @@ node_types:
   CHECK_THAT(out, Catch::Contains("Autoscaler (local provider") &&
                       Catch::Contains("Launching nothing for:") &&
                       Catch::Contains("requested resources (big)"));
+
+  // The dashboard serves the same state: the list without the detail-only members, the feed
+  // with everything; /metrics exports its samples; the page has the panel that shows them.
+  {
+    std::smatch m;
+    const std::string head_out = sandbox.last_start_output();
+    REQUIRE(std::regex_search(
+        head_out, m, std::regex(R"(Dashboard:\s+http://127\.0\.0\.1:(\d+)/\?token=(\w+))")));
+    const int port = std::stoi(m[1]);
+    const std::string bearer = "Authorization: Bearer " + std::string(m[2]) + "\r\n";
+    const HttpReply listed = HttpGet(port, "/api/autoscalers", bearer);
+    INFO("GET /api/autoscalers: " << listed.body);
+    REQUIRE(listed.status == 200);
+    const json list = json::parse(listed.body)["autoscalers"];
+    REQUIRE(list.size() == 1);
+    CHECK(list[0]["name"] == "cluster");
+    CHECK_FALSE(list[0].contains("events"));
+    CHECK_FALSE(list[0].contains("instances"));
+    const HttpReply feed = HttpGet(port, "/api/autoscalers/cluster", bearer);
+    INFO("GET /api/autoscalers/cluster: " << feed.body);
+    REQUIRE(feed.status == 200);
+    const json scaler = json::parse(feed.body);
+    CHECK(scaler["provider"] == "local");
+    CHECK(scaler["node_types"][0]["name"] == "cpu1");
+    CHECK(scaler["instances"].is_array());
+    CHECK(scaler["events"].is_array());
+    REQUIRE(!scaler["unmet"].empty());
+    CHECK(scaler["unmet"][0].value("infeasible", false));
+    CHECK_THAT(scaler["unmet"][0].value("reason", ""),
+               Catch::Contains("no node type can hold 1 x {CPU: 4}"));
+    const HttpReply metrics = HttpGet(port, "/metrics", bearer);
+    INFO("GET /metrics: " << metrics.body);
+    REQUIRE(metrics.status == 200);
+    CHECK_THAT(metrics.body, Catch::Contains("rayd_autoscaler_nodes{"));
+    CHECK(Sample(metrics.body, R"(rayd_autoscaler_nodes{node_type="cpu1",state="running"})") == 0);
+    CHECK(Sample(metrics.body, "rayd_autoscaler_unmet_demand") >= 1);
+    CHECK(Sample(metrics.body, "rayd_autoscaler_launched_total") == 0);
+    const HttpReply page = HttpGet(port, "/", bearer);
+    REQUIRE(page.status == 200);
+    CHECK_THAT(page.body,
+               Catch::Contains("id=\"sec-autoscaler\"") && Catch::Contains("/api/autoscalers/"));
+  }
 
   // Withdrawn, and two CPUs asked for instead: two 1-CPU nodes join, and stay while requested.
   REQUIRE(sandbox.Run({"request-resources", "--name", "big", "--clear"}, &out) == 0);
