@@ -276,6 +276,15 @@ int RunSimulation(const TuneArgs& args, tune::TuneFile& file) {
       std::cout << "Workers: " << file.tune.simulate.workers << ", utilization " << std::fixed
                 << std::setprecision(3) << sim.utilization << std::defaultfloat << ".\n";
     }
+    if (const auto& a = file.tune.simulate.autoscaler; a.max_nodes > 0) {
+      std::cout << "Autoscaled: " << std::fixed << std::setprecision(2)
+                << sim.node_seconds / 3600 << " node-hours, peak " << sim.peak_nodes << " of "
+                << a.max_nodes << " nodes (" << a.workers_per_node << " workers each), "
+                << sim.launches << " launches (latency " << std::setprecision(0)
+                << a.launch_latency_s << " s, idle timeout " << a.idle_timeout_s
+                << " s), utilization " << std::setprecision(3) << sim.utilization
+                << std::defaultfloat << ".\n";
+    }
     std::cout << "Best " << file.tune.metric << " first reported at " << std::fixed
               << std::setprecision(1) << sim.time_to_best_s << " s (simulated).\n"
               << std::defaultfloat;

@@ -47,7 +47,9 @@ const Keys kScalingKeys = {"num_workers",          "num_processes",        "use_
                            "placement_timeout_s",  "collective_timeout_s", "mesh",
                            "resize_interval_s"};
 const Keys kMeshKeys = {"data", "pipeline", "tensor"};
-const Keys kSimulateKeys = {"workers", "speedup", "restart_s", "recorded_workers"};
+const Keys kSimulateKeys = {"workers", "speedup", "restart_s", "recorded_workers", "autoscaler"};
+const Keys kSimulateAutoscalerKeys = {"workers_per_node", "min_nodes", "max_nodes",
+                                      "launch_latency_s", "idle_timeout_s"};
 const Keys kRunKeys = {"storage_path", "failure", "checkpoint", "mlflow"};
 const Keys kMlflowKeys = {"tracking_uri", "experiment_name"};
 const Keys kFailureKeys = {"max_failures", "max_preemptions"};
@@ -964,6 +966,24 @@ TuneConfig Parser::Tune(const Field& f) const {
     if (const Field* y = simulate.Find("recorded_workers")) {
       out.simulate.recorded_workers = Int(*y, 0);
     }
+    if (const Field* y = simulate.Find("autoscaler")) {
+      MapFields a = ReadMap(*y, kSimulateAutoscalerKeys);
+      auto& model = out.simulate.autoscaler;
+      const Field* max_nodes = a.Find("max_nodes");
+      if (max_nodes == nullptr) Fail(*y, "max_nodes: required");
+      model.max_nodes = Int(*max_nodes, 1);
+      if (const Field* z = a.Find("workers_per_node")) model.workers_per_node = Int(*z, 1);
+      if (const Field* z = a.Find("min_nodes")) model.min_nodes = Int(*z, 0);
+      if (model.min_nodes > model.max_nodes) {
+        Fail(*a.Find("min_nodes"), "min_nodes is above max_nodes (" +
+                                       std::to_string(model.max_nodes) + ")");
+      }
+      if (const Field* z = a.Find("launch_latency_s")) model.launch_latency_s = NonNegative(*z);
+      if (const Field* z = a.Find("idle_timeout_s")) model.idle_timeout_s = NonNegative(*z);
+      if (simulate.Find("workers")) {
+        Fail(*y, "give workers (a fixed cluster) or autoscaler, not both");
+      }
+    }
   }
   if (const Field* x = map.Find("search")) {
     out.search = Search(*x);
@@ -1099,6 +1119,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> FileKeys() {
       {"`run.mlflow`", &kMlflowKeys},
       {"`tune`", &kTuneKeys},
       {"`tune.simulate`", &kSimulateKeys},
+      {"`tune.simulate.autoscaler`", &kSimulateAutoscalerKeys},
       {"`tune.search` (type: tpe)", &kTpeKeys},
       {"`tune.scheduler` (type: asha)", &kAshaKeys},
       {"`tune.scheduler` (type: pasha)", &kPashaKeys},

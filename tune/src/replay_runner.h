@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "simulated_nodes.h"
 #include "trial_runner.h"
 
 namespace rayd::tune::internal {
@@ -96,6 +98,8 @@ class ReplayRunner : public TrialRunner {
   void Release(size_t trial);
   void StartWaiting();
   void End(size_t trial, std::string error, bool stopped);
+  // The workers runs may hold now: simulated.workers, the autoscaled nodes' (0: unlimited).
+  int Capacity() const;
   void RequestHandOver();
   void HandOver();
   void Play(size_t trial);
@@ -116,6 +120,7 @@ class ReplayRunner : public TrialRunner {
   int out_ = 0;  // events given to the controller and not yet answered or finished
   bool hand_over_posted_ = false;
   double now_ = 0;
+  std::optional<SimulatedNodes> nodes_;  // simulated.autoscaler set
   int64_t iterations_ = 0;
   std::vector<Simulation::Event> trace_;
   std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);

@@ -385,7 +385,13 @@ ReplayRunner::ReplayRunner(EventLoop& loop, ReplayTable& table, std::string metr
       metric_(std::move(metric)),
       mode_(std::move(mode)),
       scaling_(scaling),
-      simulated_(simulated) {}
+      simulated_(simulated) {
+  if (simulated.autoscaler.max_nodes > 0) nodes_.emplace(simulated.autoscaler);
+}
+
+int ReplayRunner::Capacity() const {
+  return nodes_ ? nodes_->ReadyWorkers() : simulated_.workers;
+}
 
 void ReplayRunner::Start(const RunRequest& request) {
   Run& run = runs_[request.trial];
@@ -429,7 +435,14 @@ void ReplayRunner::StartWaiting() {
   while (!waiting_.empty()) {
     const size_t trial = waiting_.front();
     const int need = StartSize();
-    if (simulated_.workers > 0 && used_ + need > simulated_.workers) return;
+    if ((nodes_ || simulated_.workers > 0) && used_ + need > Capacity()) {
+      // The autoscaler launches nodes for every run that waits; their joining is an event.
+      if (nodes_) {
+        nodes_->Want(now_, used_ + need * static_cast<int>(waiting_.size()));
+        RequestHandOver();
+      }
+      break;
+    }
     waiting_.erase(waiting_.begin());
     Run& run = runs_.at(trial);
     run.workers = need;
@@ -437,6 +450,7 @@ void ReplayRunner::StartWaiting() {
     used_ += need;
     ScheduleNext(trial);
   }
+  if (nodes_) nodes_->Used(now_, used_);
 }
 
 void ReplayRunner::Release(size_t trial) {
@@ -451,7 +465,7 @@ void ReplayRunner::Release(size_t trial) {
 
 int ReplayRunner::FreeWorkers() {
   if (!waiting_.empty()) return 0;  // runs waiting to start come first
-  return simulated_.workers > 0 ? simulated_.workers - used_ : 1 << 20;
+  return nodes_ || simulated_.workers > 0 ? Capacity() - used_ : 1 << 20;
 }
 
 void ReplayRunner::GrowTo(size_t trial, int workers) {
@@ -462,6 +476,7 @@ void ReplayRunner::GrowTo(size_t trial, int workers) {
   if (workers <= held) return;
   used_ += workers - held;  // held from now: the controller counted them as given
   run.grow_to = workers;
+  if (nodes_) nodes_->Used(now_, used_);
 }
 
 double ReplayRunner::Duration(const Run& run) const {
@@ -518,10 +533,21 @@ void ReplayRunner::RequestHandOver() {
   });
 }
 
-// Gives the controller the earliest due result, once it has dealt with everything else.
+// Gives the controller the earliest due result, once it has dealt with everything else. An
+// autoscaled cluster's node events come first when they are earlier, while runs wait or play.
 void ReplayRunner::HandOver() {
   hand_over_posted_ = false;
-  if (out_ > 0 || due_.empty()) return;
+  if (out_ > 0) return;
+  if (nodes_ && (!due_.empty() || !waiting_.empty())) {
+    const double next = nodes_->NextEvent();
+    if (next < (due_.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(due_.top()))) {
+      now_ = std::max(now_, next);
+      nodes_->Advance(now_);
+      StartWaiting();
+      return RequestHandOver();
+    }
+  }
+  if (due_.empty()) return;
   auto [time, order, trial] = due_.top();
   due_.pop();
   now_ = time;
@@ -569,6 +595,15 @@ void ReplayRunner::Fill(Simulation& simulation) const {
   simulation.trace = trace_;
   if (simulated_.workers > 0 && now_ > 0) {
     simulation.utilization = busy_ / (simulated_.workers * now_);
+  }
+  if (nodes_) {
+    simulation.node_seconds = nodes_->NodeSeconds(now_);
+    simulation.peak_nodes = nodes_->peak();
+    simulation.launches = nodes_->launches();
+    if (simulation.node_seconds > 0) {
+      simulation.utilization =
+          busy_ / (simulation.node_seconds * simulated_.autoscaler.workers_per_node);
+    }
   }
   const double sign = mode_ == "max" ? 1.0 : -1.0;
   double best = -std::numeric_limits<double>::infinity();

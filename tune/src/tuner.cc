@@ -260,6 +260,16 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
   if (std::optional<ReplayProblem> problem = CheckReplayable(param_space_, tune_, curves)) {
     throw ReplayError(std::move(*problem));
   }
+  // A trial larger than the whole simulated cluster would wait for ever.
+  const auto& model = tune_.simulate.autoscaler;
+  const int most = model.max_nodes > 0 ? model.max_nodes * std::max(model.workers_per_node, 1)
+                                       : tune_.simulate.workers;
+  const int size = std::max(1, trainable_.scaling.min_workers > 0 ? trainable_.scaling.min_workers
+                                                                  : trainable_.scaling.num_workers);
+  if (most > 0 && size > most) {
+    throw RaydError("tune.simulate: a trial needs " + std::to_string(size) +
+                    " workers but the simulated cluster has at most " + std::to_string(most));
+  }
   std::unique_ptr<TrialScheduler> scheduler = Scheduler(seed);
   Simulation simulation;
   simulation.max_concurrent =

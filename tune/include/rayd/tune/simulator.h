@@ -114,6 +114,11 @@ struct Simulation {
   double utilization = 0;
   // The simulated time the sweep's best value (TuneConfig::metric, mode) was first reported.
   double time_to_best_s = 0;
+  // TuneConfig::simulate.autoscaler set: node-seconds paid (from each launch to its node's
+  // end, or to the end of the sweep), the most nodes at once, and the launches.
+  double node_seconds = 0;
+  int peak_nodes = 0;
+  int launches = 0;
 };
 
 }  // namespace rayd::tune

@@ -89,6 +89,17 @@ struct TuneConfig {
     // The workers the curves were recorded on; 0: the size each trial starts at (num_workers,
     // or an elastic trial's min_workers), so a fixed sweep replays at its recorded speed.
     int recorded_workers = 0;
+    // An autoscaled cluster instead of `workers`: nodes of workers_per_node workers each,
+    // launched when runs wait for workers (up to max_nodes, ready launch_latency_s later) and
+    // terminated after idle_timeout_s idle (down to min_nodes, which are there from the start),
+    // as `rayd start --head --autoscaler` does. max_nodes 0: no autoscaler.
+    struct Autoscaler {
+      int workers_per_node = 1;
+      int min_nodes = 0;
+      int max_nodes = 0;
+      double launch_latency_s = 60;
+      double idle_timeout_s = 60;
+    } autoscaler;
   } simulate;
 };
 
