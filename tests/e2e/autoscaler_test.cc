@@ -220,3 +220,49 @@ node_types:
 
 }  // namespace
 }  // namespace rayd::testing
+
+namespace rayd::testing {
+namespace {
+
+TEST_CASE("an elastic sweep's trial grows onto a node the autoscaler launches for its growth",
+          "[autoscaler][e2e]") {
+  AutoscalerSandbox sandbox;
+  sandbox.StartHead(R"(
+provider: {type: local}
+max_nodes: 2
+idle_timeout_s: 600
+update_interval_s: 0.5
+node_types:
+  cpu2: {resources: {CPU: 2}, max_nodes: 2}
+)");
+  const std::string sweep = sandbox.WriteYaml("grow.yaml", R"(
+name: grow
+trainable: toy_objective
+param_space: {x: 1.0, iterations: 60, work_ms: 200}
+scaling: {num_workers: [2, 4], resize_interval_s: 0.5}
+tune: {metric: loss, mode: min, num_samples: 1}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"tune", sweep, "--address", sandbox.address()}, &out,
+                             std::chrono::seconds(240));
+  INFO(out);
+  REQUIRE(rc == 0);
+  const nlohmann::json status = sandbox.Status();
+  INFO(Joined(Events(status)));
+  CHECK_THAT(Joined(Events(status)), Catch::Contains("elastic trials could grow by 2 worker(s)"));
+  CHECK(LaunchedNodes(status).size() == 2);
+  // The trial reported from 4 workers before it ended.
+  bool grew = false;
+  for (const auto& entry : std::filesystem::directory_iterator(sandbox.results() + "/grow")) {
+    const std::string path = entry.path().string() + "/result.json";
+    if (!std::filesystem::exists(path)) continue;
+    for (const nlohmann::json& line : ReadJsonLines(path)) {
+      grew = grew || line.value("world_size", 0.0) == 4;
+    }
+  }
+  CHECK(grew);
+}
+
+}  // namespace
+}  // namespace rayd::testing

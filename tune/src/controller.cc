@@ -117,6 +117,7 @@ void Controller::Step() {
     GrowElastic(/*before_new=*/true);
     if (!stop_.raised()) LaunchWhatFits();
     GrowElastic(/*before_new=*/false);
+    PublishGrowthWant();
     // Gangs no new trial took: give their resources back, so trials still waiting for their
     // placement group (more slots than the cluster holds) get them.
     runner_.ReleaseIdle();
@@ -222,6 +223,20 @@ void Controller::GrowElastic(bool before_new) {
   }
 }
 
+// What the running elastic trials could still grow by, beyond the workers free now: a hint the
+// runner passes to an autoscaler (TrialRunner::WantWorkers). Counted over every running trial,
+// whatever its resize interval, so the hint does not come and go between resizes.
+void Controller::PublishGrowthWant() {
+  const train::ScalingConfig& scaling = trainable_.scaling;
+  if (scaling.min_workers == 0) return;
+  int want = 0;
+  for (const auto& [index, r] : running_) {
+    if (r.workers > 0) want += scaling.num_workers - std::max(r.workers, r.growing_to);
+  }
+  if (want > 0) want -= std::max(runner_.FreeWorkers(), 0);
+  runner_.WantWorkers(stop_.raised() ? 0 : std::max(want, 0));
+}
+
 // Nothing runs: resume a paused trial the scheduler still wants, else the paused trials are
 // finished (the scheduler will not bring them back). Returns false when the sweep is over.
 bool Controller::FinishStrandedPauses() {
@@ -323,6 +338,7 @@ void Controller::Handle(RunEvent event) {
   if (event.kind == RunEvent::Kind::kResult) {
     runner_.Answer(event.trial, OnResult(event.trial, std::move(event.result)));
     GrowElastic(/*before_new=*/false);  // a trial's size or standing may have changed
+    PublishGrowthWant();
   } else {
     runner_.Finished(event.trial);
     OnDone(event.trial, event.ended);

@@ -78,6 +78,7 @@ class Controller {
   // Elastic trials: the cluster's free workers to the running trials the scheduler ranks best
   // first (see controller.cc).
   void GrowElastic(bool before_new);
+  void PublishGrowthWant();
   // An elastic trial that may grow now: its size known, no answer or growth pending, below its
   // most, its last resize resize_interval_s old.
   bool CanGrowNow(const Running& r, double now) const;

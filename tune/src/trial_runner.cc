@@ -14,7 +14,7 @@ TrainerRunner::TrainerRunner(EventLoop& loop, const Trainable& trainable,
 
 // The controller ends every run before it returns; a run still here (an exception unwound the
 // controller) ends with its gang torn down.
-TrainerRunner::~TrainerRunner() = default;
+TrainerRunner::~TrainerRunner() { WantWorkers(0); }
 
 void TrainerRunner::Start(const RunRequest& request) {
   train::RunConfig config = run_;
@@ -63,6 +63,34 @@ int TrainerRunner::FreeWorkers() {
   } catch (const RaydError& e) {
     spdlog::warn("free workers: {}", e.what());
     return 0;
+  }
+}
+
+void TrainerRunner::WantWorkers(int workers) {
+  const double now = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  // Republished well before it expires (the head ignores it 120 s after), else only on change.
+  if (workers == wanted_ && (workers == 0 || now - wanted_since_ < 30)) return;
+  const std::string key = "tune:" + run_.name;
+  try {
+    if (workers == 0) {
+      rayd::KvDel("autoscaler", key);
+    } else {
+      nlohmann::json bundle = nlohmann::json::object();
+      for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
+        bundle[name] = amount;
+      }
+      const nlohmann::json demand = {
+          {"source", "sweep " + run_.name + ": elastic trials could grow by " +
+                         std::to_string(workers) + " worker(s)"},
+          {"expires_ms", NowUnixMs() + 120'000},
+          {"gangs", {{{"bundles", {bundle}}, {"strategy", "PACK"}, {"count", workers}}}}};
+      rayd::KvPut("autoscaler", key, demand.dump());
+    }
+    wanted_ = workers;
+    wanted_since_ = now;
+  } catch (const RaydError& e) {
+    spdlog::warn("elastic growth for the autoscaler: {}", e.what());
   }
 }
 

@@ -68,6 +68,9 @@ class TrialRunner {
   virtual void GrowTo(size_t trial, int workers) {}
   // Some run waits for its workers (its gang is not placed yet): free workers are its first.
   virtual bool AnyWaitingForWorkers() { return false; }
+  // Elastic trials could use `workers` more workers than the cluster has free now (0: none):
+  // what an autoscaler may launch nodes for. Called with each growth decision.
+  virtual void WantWorkers(int workers) {}
   // Seconds on the runs' clock (a replay's is simulated), for the controller's resize interval.
   virtual double NowSeconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -91,6 +94,9 @@ class TrainerRunner : public TrialRunner {
   int FreeWorkers() override;
   void GrowTo(size_t trial, int workers) override;
   bool AnyWaitingForWorkers() override;
+  // Published for the head's autoscaler (KV "autoscaler", "tune:<run name>"; autoscaler_host.h)
+  // as that many single-worker bundles, refreshed while it stands, withdrawn at 0 and at the end.
+  void WantWorkers(int workers) override;
 
  private:
   struct Run {
@@ -105,6 +111,8 @@ class TrainerRunner : public TrialRunner {
   std::map<size_t, Run> runs_;
   // Gangs finished runs left, for the next runs to take.
   std::vector<std::shared_ptr<train::GangPool>> free_pools_;
+  int wanted_ = 0;            // the growth published for the autoscaler
+  double wanted_since_ = 0;   // when it was last published (steady seconds)
 };
 
 }  // namespace rayd::tune::internal

@@ -9,8 +9,9 @@
 //       "request:<name>"  {"bundles": [{"CPU": 2}, ...]}: a floor (rayd::RequestResources,
 //                         `rayd request-resources`); each bundle placed on its own;
 //       "tune:<name>"     {"source": "...", "expires_ms": N, "gangs": [{"bundles": [...],
-//                         "strategy": "PACK", "count": N}]}: a sweep's trials it will start
-//                         next (the Tuner's queued trials), each a gang; ignored once expired.
+//                         "strategy": "PACK", "count": N}]}: work a sweep will start next,
+//                         each gang a unit (rayd tune publishes its elastic trials' room to
+//                         grow, as single-worker gangs); ignored once expired.
 //     An entry that does not parse is skipped with a warning naming its key.
 // Records go to store table "autoscaler"; the state is published as the dashboard feed
 // ("autoscaler", "cluster"), with samples for /metrics, which `rayd status` reads too.

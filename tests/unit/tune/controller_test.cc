@@ -104,6 +104,10 @@ class ScriptedRunner : public TrialRunner {
              return !plays_.at(entry.second).answered;
            });
   }
+  std::vector<int> wants;  // WantWorkers' hints, as they changed
+  void WantWorkers(int workers) override {
+    if (wants.empty() || wants.back() != workers) wants.push_back(workers);
+  }
   void GrowTo(size_t trial, int workers) override {
     Play& play = plays_.at(running_.at(trial));
     grows.emplace_back(running_.at(trial), workers);
@@ -560,6 +564,11 @@ TEST_CASE(
   CHECK(runner.grows[0] == std::pair<std::string, int>{trials[1].id, 4});
   CHECK(runner.grows[1] == std::pair<std::string, int>{trials[2].id, 2});
   CHECK(runner.free_workers == 0);
+  // What they could still take beyond the free workers went to the autoscaler as a hint: after
+  // the grows, the worst's 3 and mid's 2 (high is at its max); withdrawn when the sweep ended.
+  REQUIRE(runner.wants.size() >= 2);
+  CHECK(std::find(runner.wants.begin(), runner.wants.end(), 5) != runner.wants.end());
+  CHECK(runner.wants.back() == 0);
 
   // A resize interval longer than the sweep: no trial grows.
   ScriptedRunner patient;
