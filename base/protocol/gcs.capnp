@@ -44,6 +44,7 @@ struct NodeInfo {
   # workers are stopped and the node goes. 0: not draining.
   drainDeadlineMs @19 :Int64;    # unix epoch ms
   drainReason @20 :Text;
+  queued @21 :List(ResourceDemand);      # waiting here for room (from heartbeats)
 }
 
 struct ResourceDemand {
@@ -63,6 +64,9 @@ struct HeartbeatRequest {
   nodeId @0 :Text;
   available @1 :List(ResourceAmount);
   infeasible @2 :List(ResourceDemand);
+  # Requests that fit this node but wait for room (not those for a placement group's bundle):
+  # demand an autoscaler may launch nodes for.
+  queued @3 :List(ResourceDemand);
 }
 struct HeartbeatReply {
   # unknown: the GCS has no such node (it lost its state): register again under the same id.

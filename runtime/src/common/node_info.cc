@@ -85,6 +85,7 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   out.setObjectStoreBytes(info.object_store_bytes);
   DemandsToProto(info.infeasible,
                  out.initInfeasible(static_cast<unsigned>(info.infeasible.size())));
+  DemandsToProto(info.queued, out.initQueued(static_cast<unsigned>(info.queued.size())));
   out.setDrainDeadlineMs(info.drain_deadline_ms);
   out.setDrainReason(info.drain_reason);
 }
@@ -110,6 +111,7 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.transfer_address = in.getTransferAddress();
   info.object_store_bytes = in.getObjectStoreBytes();
   info.infeasible = DemandsFromProto(in.getInfeasible());
+  info.queued = DemandsFromProto(in.getQueued());
   info.drain_deadline_ms = in.getDrainDeadlineMs();
   info.drain_reason = in.getDrainReason();
   return info;

@@ -121,6 +121,7 @@ void GcsNodeManager::HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEA
     last_seen_[*id] = Clock::now();
     it->second.last_heartbeat_ms = NowUnixMs();
     it->second.infeasible = runtime::DemandsFromProto(request.getInfeasible());
+    it->second.queued = runtime::DemandsFromProto(request.getQueued());
     scheduler::ResourceSet available = runtime::ResourcesFromProto(request.getAvailable());
     if (available != it->second.available) {
       it->second.available = std::move(available);

@@ -10,6 +10,8 @@ namespace {
 using autoscaler::DemandUnit;
 
 constexpr char kRecordTable[] = "autoscaler";
+// How long tasks queue for room on a node before they count as demand.
+constexpr int64_t kQueuedGraceMs = 2000;
 
 std::string KvTable(const std::string& ns) { return "kv:" + ns; }
 
@@ -92,14 +94,21 @@ std::vector<DemandUnit> GcsAutoscalerHost::TableDemand() const {
     u.source = "actor " + (a.name.empty() ? a.class_name : a.name) + " " + a.id.substr(0, 8);
     out.push_back(std::move(u));
   }
+  const int64_t now = NowUnixMs();
   for (const auto& [id, node] : gcs_.node_manager().nodes()) {
     if (!node.alive) continue;
-    for (const ResourceDemand& d : node.infeasible) {
+    auto add = [&](const ResourceDemand& d, const std::string& what) {
       DemandUnit u;
       u.bundles.push_back({d.resources, {}});
       u.count = std::max(1, d.count);
-      u.source = std::to_string(u.count) + " task(s) waiting on node " + id.Hex().substr(0, 8);
+      u.source = std::to_string(u.count) + " task(s) " + what + " on node " + id.Hex().substr(0, 8);
       out.push_back(std::move(u));
+    };
+    for (const ResourceDemand& d : node.infeasible) add(d, "no node can hold, waiting");
+    // Queued for room: only once they have waited a while, so that the churn of short tasks
+    // (queued a moment while others finish) launches nothing.
+    for (const ResourceDemand& d : node.queued) {
+      if (now - d.waiting_since_ms >= kQueuedGraceMs) add(d, "queued for room");
     }
   }
   return out;

@@ -4,7 +4,8 @@
 // Demand it reads, as autoscaler::DemandUnit:
 //   - placement groups waiting for room or for a node that fits (a gang each);
 //   - actors waiting outside placement groups (their resources and label selector);
-//   - tasks no node can hold, from the nodes' heartbeats (one unit per shape, counted);
+//   - tasks no node can hold, and tasks queued for room on a node for 2 s or more, from the
+//     nodes' heartbeats (one unit per shape, counted);
 //   - KV namespace kAutoscalerKvNamespace ("autoscaler"):
 //       "request:<name>"  {"bundles": [{"CPU": 2}, ...]}: a floor (rayd::RequestResources,
 //                         `rayd request-resources`); each bundle placed on its own;

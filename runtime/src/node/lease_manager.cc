@@ -322,18 +322,33 @@ void LeaseManager::RecheckInfeasible() {
   });
 }
 
+namespace {
+
+// Adds one request of `resources` waiting since `since_ms` to the demands by shape.
+void CountDemand(std::vector<ResourceDemand>& out, const scheduler::ResourceSet& resources,
+                 int64_t since_ms) {
+  auto same = std::find_if(out.begin(), out.end(),
+                           [&](const ResourceDemand& d) { return d.resources == resources; });
+  if (same == out.end()) {
+    out.push_back({resources, 1, since_ms});
+  } else {
+    ++same->count;
+    same->waiting_since_ms = std::min(same->waiting_since_ms, since_ms);
+  }
+}
+
+}  // namespace
+
 std::vector<ResourceDemand> LeaseManager::InfeasibleDemands() const {
   std::vector<ResourceDemand> out;
-  for (const auto& w : infeasible_) {
-    auto same = std::find_if(out.begin(), out.end(), [&](const ResourceDemand& d) {
-      return d.resources == w.request->resources;
-    });
-    if (same == out.end()) {
-      out.push_back({w.request->resources, 1, w.since_ms});
-    } else {
-      ++same->count;
-      same->waiting_since_ms = std::min(same->waiting_since_ms, w.since_ms);
-    }
+  for (const auto& w : infeasible_) CountDemand(out, w.request->resources, w.since_ms);
+  return out;
+}
+
+std::vector<ResourceDemand> LeaseManager::QueuedDemands() const {
+  std::vector<ResourceDemand> out;
+  for (const RequestPtr& r : queue_) {
+    if (r->scheduling.placement_group_id.empty()) CountDemand(out, r->resources, r->arrived_ms);
   }
   return out;
 }

@@ -162,6 +162,9 @@ class LeaseManager {
   void RecheckInfeasible();
   // Requests waiting for a node that could ever satisfy them, grouped by shape.
   std::vector<ResourceDemand> InfeasibleDemands() const;
+  // The requests queued for room here, by shape (those for a placement group's bundle left out:
+  // their group holds what they need); for the heartbeat, as an autoscaler's demand.
+  std::vector<ResourceDemand> QueuedDemands() const;
 
  private:
   struct BundleKey {
@@ -191,6 +194,7 @@ class LeaseManager {
     bool for_actor = false;
     bool grant_or_reject = false;
     internal::SchedulingOptions scheduling;
+    int64_t arrived_ms = NowUnixMs();
   };
   using RequestPtr = std::shared_ptr<Request>;
   struct Lease {

@@ -230,6 +230,8 @@ void NodeDaemon::SendHeartbeat() {
     const auto infeasible = lease_manager_.InfeasibleDemands();
     runtime::DemandsToProto(infeasible,
                             hb.initInfeasible(static_cast<unsigned>(infeasible.size())));
+    const auto queued = lease_manager_.QueuedDemands();
+    runtime::DemandsToProto(queued, hb.initQueued(static_cast<unsigned>(queued.size())));
   };
   lease_manager_.RecheckInfeasible();
   gcs_.Call<proto::Method::HEARTBEAT>(

@@ -350,6 +350,21 @@ ResourceSet ReportedAvailable(EventLoop& loop, rpc::RpcClient& gcs, const std::s
   return available;
 }
 
+// What the GCS last heard from node `node_id` about the requests queued for room there.
+std::vector<ResourceDemand> ReportedQueued(EventLoop& loop, rpc::RpcClient& gcs,
+                                           const std::string& node_id) {
+  std::vector<ResourceDemand> queued;
+  Status s = rpc::CallAndWait<proto::Method::GET_ALL_NODES>(
+      loop, gcs, [](proto::GetAllNodesRequest::Builder) {}, 10000ms,
+      [&](proto::GetAllNodesReply::Reader r) {
+        for (auto n : r.getNodes()) {
+          if (n.getNodeId() == node_id) queued = runtime::DemandsFromProto(n.getQueued());
+        }
+      });
+  REQUIRE(s.ok());
+  return queued;
+}
+
 bool ProcessGone(int pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
 
 bool Contains(const std::string& text, const std::string& part) {
@@ -459,12 +474,22 @@ TEST_CASE("a lease that does not fit waits until resources come back", "[node]")
   auto second = node.RequestLeaseAsync(a);
   REQUIRE(Poll(loop, [&] { return cluster.queued(0) == 1; }));
   CHECK_FALSE(second->has_value());
+  // The heartbeat tells the GCS what waits for room here (an autoscaler's demand).
+  rpc::RpcClient gcs(loop, cluster.gcs_address(), rpc::Options{testing::kTestToken, "test"});
+  gcs.Connect();
+  const std::string node_id = cluster.node_id(0);
+  REQUIRE(Poll(loop, [&] {
+    const auto queued = ReportedQueued(loop, gcs, node_id);
+    return queued.size() == 1 && queued[0].count == 1 &&
+           queued[0].resources == ResourceSet{{"CPU", 1}} && queued[0].waiting_since_ms > 0;
+  }));
   REQUIRE(node.ReturnLease(first.lease_id).ok());
   REQUIRE(Poll(loop, [&] { return second->has_value(); }));
   REQUIRE((*second)->granted);
   CHECK((*second)->worker_id == first.worker_id);
   CHECK(cluster.queued(0) == 0);
   CHECK(cluster.available(0).IsEmpty());
+  REQUIRE(Poll(loop, [&] { return ReportedQueued(loop, gcs, node_id).empty(); }));
 }
 
 TEST_CASE("returning a lease with killWorker ends the worker", "[node]") {

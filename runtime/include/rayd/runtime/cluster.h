@@ -50,6 +50,8 @@ struct NodeInfo {
   // Requests no node can satisfy yet, waiting here for one that can to join (from heartbeats;
   // not persisted).
   std::vector<ResourceDemand> infeasible;
+  // Requests that fit it but wait for room here (from heartbeats; not persisted).
+  std::vector<ResourceDemand> queued;
   // `rayd drain`: when the node leaves (unix ms), and why; 0 while it is not draining. A
   // draining node is alive but takes no new work.
   int64_t drain_deadline_ms = 0;
