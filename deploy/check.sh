@@ -23,6 +23,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 rayd="${RAYD_BIN:-}"
 if [ -z "$rayd" ] && [ -x "$repo/build/cli/rayd" ]; then rayd="$repo/build/cli/rayd"; fi
+# Absolute: the systemd check puts it in ExecStart=, which takes no relative path.
+if [[ "$rayd" == */* ]] && dir="$(cd "$(dirname "$rayd")" 2>/dev/null && pwd)"; then
+  rayd="$dir/$(basename "$rayd")"
+fi
 if [ -n "$rayd" ] && [ ! -x "$rayd" ]; then
   fail "RAYD_BIN=$rayd is not an executable"
   rayd=""
@@ -65,7 +69,7 @@ if not docs and not errors:
 def where(f, d):
     return f"{f}: {d.get('kind')}/{(d.get('metadata') or {}).get('name')}"
 
-secrets = {}
+secrets, configmaps = {}, {}
 for f, d in docs:
     if not isinstance(d, dict):
         errors.append(f"{f}: a document is not a mapping"); continue
@@ -75,6 +79,8 @@ for f, d in docs:
         errors.append(f"{f}: a {d.get('kind')} has no metadata.name")
     if d.get("kind") == "Secret":
         secrets[d["metadata"]["name"]] = set(d.get("stringData") or {}) | set(d.get("data") or {})
+    if d.get("kind") == "ConfigMap":
+        configmaps[d["metadata"]["name"]] = set(d.get("data") or {}) | set(d.get("binaryData") or {})
 
 workloads = [(f, d) for f, d in docs if isinstance(d, dict) and
              d.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
@@ -121,6 +127,18 @@ for f, d in workloads:
                     flag = a.split("=", 1)[0]
                     if flag.startswith("--") and flag not in flags:
                         errors.append(f"{cw}: `rayd start` has no flag {flag}")
+            # An autoscaler file must be a key of a ConfigMap mounted in this container.
+            for i, a in enumerate(args):
+                if a != "--autoscaler" and not a.startswith("--autoscaler="): continue
+                path = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+                found = False
+                for m in c.get("volumeMounts") or []:
+                    root = (m.get("mountPath") or "").rstrip("/") + "/"
+                    cm = ((volumes.get(m.get("name")) or {}).get("configMap") or {}).get("name")
+                    if cm and path.startswith(root) and path[len(root):] in configmaps.get(cm, set()):
+                        found = True
+                if not found:
+                    errors.append(f"{cw}: --autoscaler {path} is no key of a ConfigMap it mounts")
             shm = [m for m in c.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"]
             if not shm or (volumes.get(shm[0]["name"], {}).get("emptyDir") or {}).get("medium") != "Memory":
                 errors.append(f"{cw}: /dev/shm is not an emptyDir with medium: Memory")
@@ -152,8 +170,9 @@ k8s="$deploy/kubernetes"
 mapfile -t manifests < <(find "$k8s/base" -name '*.yaml' ! -name kustomization.yaml | sort)
 if check_k8s "${manifests[@]}"; then pass "kubernetes: base manifests"; else fail "kubernetes: base manifests"; fi
 if command -v kubectl >/dev/null; then
-  # kustomize runs offline: the overlays must render, and cpu-only must drop the GPU request.
-  for overlay in base cpu-only; do
+  # kustomize runs offline: the overlays must render, cpu-only must drop the GPU request, and
+  # autoscaler must give the head --autoscaler with its file mounted from a ConfigMap.
+  for overlay in base cpu-only autoscaler; do
     if kubectl kustomize "$k8s/$overlay" >"$tmp/$overlay.yaml" 2>"$tmp/kustomize.err" &&
       check_k8s "$tmp/$overlay.yaml"; then
       pass "kubernetes: kubectl kustomize $overlay renders and checks"
@@ -164,6 +183,8 @@ if command -v kubectl >/dev/null; then
   done
   grep -q 'nvidia.com/gpu' "$tmp/base.yaml" || fail "kubernetes: base workers request no nvidia.com/gpu"
   ! grep -q 'nvidia.com/gpu' "$tmp/cpu-only.yaml" || fail "kubernetes: cpu-only still requests GPUs"
+  grep -q -- '--autoscaler=' "$tmp/autoscaler.yaml" || fail "kubernetes: the autoscaler overlay's head has no --autoscaler"
+  ! grep -q -- '--autoscaler' "$tmp/base.yaml" || fail "kubernetes: base's head has --autoscaler"
   # A client dry run still asks an API server for the resource types.
   if kubectl --request-timeout=5s get --raw /version >/dev/null 2>&1; then
     if kubectl apply --dry-run=client --validate=false -f "$tmp/base.yaml" >/dev/null; then
@@ -176,6 +197,22 @@ if command -v kubectl >/dev/null; then
   fi
 else
   skip "kubectl not installed: overlays not rendered (kubectl kustomize)"
+fi
+
+# The autoscaler overlay's file: this build's rayd must load it, so a head is started with it
+# (in a scratch temp dir, on free ports) and stopped again. Its provider's programs are the
+# site's and need not exist here.
+if [ -n "$rayd" ]; then
+  as_root="$tmp/autoscaler-head"
+  trap '"$rayd" stop --force --temp-dir "$as_root" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+  if "$rayd" start --head --port 0 --dashboard-port 0 --num-cpus 0 --num-gpus 0 \
+    --temp-dir "$as_root" --autoscaler "$k8s/autoscaler/autoscaler.yaml" >"$tmp/as.out" 2>&1; then
+    pass "kubernetes: rayd start --head --autoscaler loads autoscaler/autoscaler.yaml"
+  else
+    sed 's/^/  /' "$tmp/as.out" >&2
+    fail "kubernetes: rayd start --head --autoscaler autoscaler/autoscaler.yaml"
+  fi
+  "$rayd" stop --temp-dir "$as_root" >/dev/null 2>&1 || fail "kubernetes: rayd stop of the autoscaler check's head"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +300,7 @@ dry() {  # PATH-DIR NODELIST ARGS...
   [ "$bin" = "$tmp/bin-noscontrol" ] && system="$tmp/system-noscontrol"
   env -i PATH="$bin:$system" HOME="$tmp" SLURM_JOB_ID=77 SLURM_JOB_NODELIST="$nodelist" \
     SLURM_CPUS_ON_NODE=8 RAYD_SLURM_DRY_RUN="${RAYD_SLURM_DRY_RUN:-0}" RAYD_HEAD_IP=10.1.2.3 RAYD_TOKEN=sekrit-token-value \
-    bash "$sbatch" "$@"
+    RAYD_AUTOSCALER="${RAYD_AUTOSCALER:-}" bash "$sbatch" "$@"
 }
 expect() {  # FILE REGEX WHAT
   grep -qE -- "$2" "$1" || fail "slurm: $3 (no line matching: $2)"
@@ -292,6 +329,27 @@ else
   sed 's/^/  /' "$tmp/dry.out" >&2
   fail "slurm: the dry run exits non-zero"
 fi
+! grep -q -- '--autoscaler' "$tmp/dry.out" || fail "slurm: --autoscaler without RAYD_AUTOSCALER"
+# RAYD_AUTOSCALER: the head alone gets --autoscaler.
+if RAYD_AUTOSCALER=/shared/autoscaler.yaml dry "$tmp/bin" 'gpu[01-03]' --dry-run sweep.yaml >"$tmp/dry5.out" 2>&1; then
+  expect "$tmp/dry5.out" '^\+ srun .*-w gpu01 rayd start --head .* --autoscaler /shared/autoscaler\.yaml( |$)' \
+    "RAYD_AUTOSCALER: the head starts with --autoscaler FILE"
+  ! grep -q 'start --block --address.*--autoscaler' "$tmp/dry5.out" ||
+    fail "slurm: RAYD_AUTOSCALER reaches the node daemons too"
+else
+  sed 's/^/  /' "$tmp/dry5.out" >&2
+  fail "slurm: the dry run with RAYD_AUTOSCALER exits non-zero"
+fi
+# The flags the script gives `rayd start` (head and nodes; a $(...) inside is the shell's)
+# must be flags of this build's `rayd start`.
+if [ -s "$start_flags" ] && [ -s "$tmp/dry5.out" ]; then
+  sed -n 's/^+ srun .* start \(--.*\)$/\1/p' "$tmp/dry5.out" | sed 's/[$]([^)]*)//g' |
+    grep -oE -- '--[a-z][a-z0-9-]*' | sort -u | while read -r flag; do
+      grep -qxF -- "$flag" "$start_flags" || echo "$flag"
+    done >"$tmp/bad-sbatch-flags"
+  [ ! -s "$tmp/bad-sbatch-flags" ] ||
+    fail "slurm: rayd.sbatch gives rayd start flags it lacks: $(tr '\n' ' ' <"$tmp/bad-sbatch-flags")"
+fi
 # Without scontrol (no Slurm at all) the script expands the node list itself.
 if RAYD_SLURM_DRY_RUN=1 dry "$tmp/bin-noscontrol" 'gpu[08-10],login7' sweep.yaml >"$tmp/dry2.out" 2>&1; then
   expect "$tmp/dry2.out" '-w gpu08 rayd start --head' "without scontrol: head on gpu08"
@@ -312,7 +370,8 @@ if dry "$tmp/bin" 'gpu[01-03]' --dry-run >"$tmp/dry4.out" 2>&1; then
   fail "slurm: no TUNE_YAML and no argument, yet the script succeeds"
 fi
 [ ! -e "$tmp/called" ] || fail "slurm: a dry run called: $(cat "$tmp/called")"
-[ "$failures" -eq "$before" ] && pass "slurm: dry runs print head, nodes, join wait and sweep, run nothing"
+[ "$failures" -eq "$before" ] &&
+  pass "slurm: dry runs print head (with RAYD_AUTOSCALER's file), nodes, join wait and sweep, run nothing; real rayd start flags"
 
 # ---------------------------------------------------------------------------------------------
 # Docker. Building needs a daemon (and minutes on 2 cores); without one check what the file

@@ -208,6 +208,7 @@ void Autoscaler::Reconcile(const ClusterReading& reading, const std::vector<Inst
                              "autoscaler: " + why);
       if (s.ok()) {
         t.phase = Tracked::Phase::kDraining;
+        ++counters_["drained"];
         Event("draining node " + Short(t.node_id) + ": " + why);
         Save(t);
       }
