@@ -45,6 +45,7 @@ struct NodeInfo {
   drainDeadlineMs @19 :Int64;    # unix epoch ms
   drainReason @20 :Text;
   queued @21 :List(ResourceDemand);      # waiting here for room (from heartbeats)
+  primaryObjects @22 :UInt32;            # primary object copies in its store (from heartbeats)
 }
 
 struct ResourceDemand {
@@ -67,6 +68,9 @@ struct HeartbeatRequest {
   # Requests that fit this node but wait for room (not those for a placement group's bundle):
   # demand an autoscaler may launch nodes for.
   queued @3 :List(ResourceDemand);
+  # Primary object copies in this node's store (the copies owners count on): work an autoscaler
+  # must not drain away.
+  primaryObjects @4 :UInt32;
 }
 struct HeartbeatReply {
   # unknown: the GCS has no such node (it lost its state): register again under the same id.

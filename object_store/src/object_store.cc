@@ -343,6 +343,7 @@ StoreStats ObjectStore::Impl::Stats() const {
     ++s.num_objects;
     if (e.in_memory) ++s.num_in_memory;
     if (e.state == ObjectState::kSpilled) ++s.num_spilled;
+    if (e.primary) ++s.num_primary;
   }
   s.spilled_bytes = spilled_bytes_;
   s.total_evicted = total_evicted_;

@@ -124,6 +124,16 @@ std::map<std::string, std::vector<rayd::ObjectSummary>> StoredObjects() {
   return out;
 }
 
+// The primary copies the nodes' heartbeats report to the GCS, over every alive node.
+uint32_t ReportedPrimaryObjects() {
+  const auto endpoint = rayd::internal::DriverClusterEndpoint();
+  auto view = rayd::FetchClusterView(endpoint.gcs_address, endpoint.token, rayd::Millis(5000));
+  REQUIRE(view.ok());
+  uint32_t n = 0;
+  for (const auto& node : view->nodes) n += node.alive ? node.primary_objects : 0;
+  return n;
+}
+
 rayd::NodeStoreSummary StoreOf(const std::string& node_id = "") {
   const auto endpoint = rayd::internal::DriverClusterEndpoint();
   auto view = rayd::FetchObjects(endpoint.gcs_address, endpoint.token, rayd::Millis(5000));
@@ -218,6 +228,8 @@ TEST_CASE("objects: memory is freed once no reference remains", "[integration]")
     CHECK(objects[id].front().state == "SEALED");
     CHECK(objects[id].front().size >= static_cast<uint64_t>(32 * kMiB));
     CHECK(StoreOf().used >= static_cast<uint64_t>(32 * kMiB));
+    // Its node tells the GCS it holds a primary copy (what keeps an autoscaler from draining it).
+    CHECK(WaitFor([&] { return ReportedPrimaryObjects() >= 1; }, 10s));
     // A copy of the ref keeps it; a view keeps it pinned while it lives.
     auto copy = ref;
     auto view = rayd::GetView(copy);
@@ -226,6 +238,7 @@ TEST_CASE("objects: memory is freed once no reference remains", "[integration]")
   // All handles gone: the owner frees it on its node.
   CHECK(WaitFor([&] { return StoredObjects().count(id) == 0; }, 10s));
   CHECK(StoreOf().used < static_cast<uint64_t>(32 * kMiB));
+  CHECK(WaitFor([&] { return ReportedPrimaryObjects() == 0; }, 10s));
 }
 
 TEST_CASE("objects: a borrower that keeps a ref keeps the object until it lets go",

@@ -21,7 +21,11 @@ const char* PhaseName(int phase) {
   return kNames[phase];
 }
 
-bool Idle(const NodeInfo& node) { return node.available == node.total; }
+// Nothing runs there (no lease, bundle or actor holds its resources) and its store holds no
+// primary object copy, which its owner counts on finding there.
+bool Idle(const NodeInfo& node) {
+  return node.available == node.total && node.primary_objects == 0;
+}
 
 std::string Short(const std::string& id) { return id.substr(0, 8); }
 

@@ -39,7 +39,9 @@ nlohmann::json NodeJson(const NodeInfo& n) {
           {"drain_deadline_ms", n.drain_deadline_ms},
           {"drain_reason", n.drain_reason},
           {"pid", n.pid},
-          {"infeasible", DemandsJson(n.infeasible)}};
+          {"infeasible", DemandsJson(n.infeasible)},
+          {"queued", DemandsJson(n.queued)},
+          {"primary_objects", n.primary_objects}};
 }
 
 scheduler::ResourceSet BundleResources(const std::map<std::string, double>& amounts) {

@@ -86,6 +86,7 @@ void NodeInfoToProto(const NodeInfo& info, proto::NodeInfo::Builder out) {
   DemandsToProto(info.infeasible,
                  out.initInfeasible(static_cast<unsigned>(info.infeasible.size())));
   DemandsToProto(info.queued, out.initQueued(static_cast<unsigned>(info.queued.size())));
+  out.setPrimaryObjects(info.primary_objects);
   out.setDrainDeadlineMs(info.drain_deadline_ms);
   out.setDrainReason(info.drain_reason);
 }
@@ -112,6 +113,7 @@ Result<NodeInfo> NodeInfoFromProto(proto::NodeInfo::Reader in) {
   info.object_store_bytes = in.getObjectStoreBytes();
   info.infeasible = DemandsFromProto(in.getInfeasible());
   info.queued = DemandsFromProto(in.getQueued());
+  info.primary_objects = in.getPrimaryObjects();
   info.drain_deadline_ms = in.getDrainDeadlineMs();
   info.drain_reason = in.getDrainReason();
   return info;

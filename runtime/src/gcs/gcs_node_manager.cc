@@ -122,6 +122,7 @@ void GcsNodeManager::HandleHeartbeat(const rpc::Incoming<proto::Method::HEARTBEA
     it->second.last_heartbeat_ms = NowUnixMs();
     it->second.infeasible = runtime::DemandsFromProto(request.getInfeasible());
     it->second.queued = runtime::DemandsFromProto(request.getQueued());
+    it->second.primary_objects = request.getPrimaryObjects();
     scheduler::ResourceSet available = runtime::ResourcesFromProto(request.getAvailable());
     if (available != it->second.available) {
       it->second.available = std::move(available);

@@ -207,6 +207,7 @@ TEST_CASE("store creates, seals, pins, unpins and deletes objects", "[store]") {
   CHECK(stats.used == 1024);
   CHECK(stats.num_objects == 1);
   CHECK(stats.num_in_memory == 1);
+  CHECK(stats.num_primary == 1);
 
   store.Delete(id);
   CHECK_FALSE(store.Contains(id));

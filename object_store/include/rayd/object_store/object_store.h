@@ -69,6 +69,7 @@ struct StoreStats {
   size_t num_objects = 0;               // in memory or spilled
   size_t num_in_memory = 0;
   size_t num_spilled = 0;
+  size_t num_primary = 0;               // primary copies (the owner counts on), in memory or spilled
   size_t spilled_bytes = 0;             // bytes currently held in spill files
   uint64_t total_evicted = 0;           // counts since start
   uint64_t total_spilled = 0;

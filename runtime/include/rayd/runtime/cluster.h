@@ -52,6 +52,7 @@ struct NodeInfo {
   std::vector<ResourceDemand> infeasible;
   // Requests that fit it but wait for room here (from heartbeats; not persisted).
   std::vector<ResourceDemand> queued;
+  uint32_t primary_objects = 0;  // primary copies in its object store (from heartbeats)
   // `rayd drain`: when the node leaves (unix ms), and why; 0 while it is not draining. A
   // draining node is alive but takes no new work.
   int64_t drain_deadline_ms = 0;
