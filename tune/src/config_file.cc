@@ -57,10 +57,12 @@ const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
 const Keys kTuneKeys = {"metric", "mode",     "num_samples", "max_concurrent_trials",
                         "seed",   "stop",     "scheduler",   "progress_interval_s",
                         "search", "simulate", "constraints"};
-const Keys kSearchTypes = {"random", "grid", "tpe"};
+const Keys kSearchTypes = {"random", "grid", "tpe", "nsga2"};
 const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
                        "gamma",        "prior_weight",     "multivariate",
                        "weight_by_bandwidth"};
+const Keys kNsga2Keys = {"type", "population_size", "mutation_prob", "crossover_prob",
+                         "swapping_prob"};
 const Keys kAshaKeys = {"type",         "time_attr",        "max_t",
                         "grace_period", "reduction_factor", "brackets",
                         "promotion",    "stop_last_trials"};
@@ -431,6 +433,7 @@ class Parser {
   void Objectives(const MapFields& map, const Field& tune, TuneConfig* out) const;
   SchedulerConfig Scheduler(const Field& f) const;
   SearchConfig Search(const Field& f) const;
+  Nsga2Config Nsga2(const Field& f) const;
   AshaConfig Asha(const MapFields& map, const Field& f) const;
   HyperBandConfig HyperBand(const MapFields& map) const;
   MedianStoppingConfig MedianStopping(const MapFields& map) const;
@@ -989,7 +992,11 @@ TuneConfig Parser::Tune(const Field& f) const {
     out.search = Search(*x);
     if (std::holds_alternative<TpeConfig>(out.search) && !out.objectives.empty()) {
       Fail(*x, "the tpe searcher ranks by one metric: with several objectives or constraints use "
-               "random or grid");
+               "nsga2, random or grid");
+    }
+    if (std::holds_alternative<Nsga2Config>(out.search) && out.objectives.empty()) {
+      Fail(*x, "the nsga2 searcher ranks by several objectives: give tune.metric as a list, or "
+               "constraints (with one metric use tpe)");
     }
     if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty()) {
       Fail(AtKey(*x, ChildPath(f.path, "metric")), "required by the tpe searcher");
@@ -1001,6 +1008,7 @@ TuneConfig Parser::Tune(const Field& f) const {
 SearchConfig Parser::Search(const Field& f) const {
   MapFields map = ReadMap(f, std::nullopt);
   const std::string type = OneOf(Required(map, f, "type"), kSearchTypes);
+  if (type == "nsga2") return Nsga2(f);
   if (type != "tpe") {
     ReadMap(f, Keys{"type"});
     return RandomSearchConfig{};
@@ -1017,6 +1025,27 @@ SearchConfig Parser::Search(const Field& f) const {
   if (const Field* x = map.Find("multivariate")) tpe.multivariate = Bool(*x);
   if (const Field* x = map.Find("weight_by_bandwidth")) tpe.weight_by_bandwidth = Bool(*x);
   return tpe;
+}
+
+Nsga2Config Parser::Nsga2(const Field& f) const {
+  MapFields map = ReadMap(f, kNsga2Keys);
+  Nsga2Config nsga2;
+  // A probability in [0, 1], or (0, 1] when zero would make the option pointless.
+  auto probability = [&](const Field& x, bool zero_allowed) {
+    const double p = Number(x);
+    if (p > 1 || p < 0 || (p == 0 && !zero_allowed)) {
+      Fail(x, std::string("expected a probability in ") + (zero_allowed ? "[0, 1]" : "(0, 1]") +
+                  ", got " + ExactNumber(p));
+    }
+    return p;
+  };
+  if (const Field* x = map.Find("population_size")) nsga2.population_size = Int(*x, 2);
+  if (const Field* x = map.Find("mutation_prob"); x != nullptr && !x->value.IsNull()) {
+    nsga2.mutation_prob = probability(*x, false);
+  }
+  if (const Field* x = map.Find("crossover_prob")) nsga2.crossover_prob = probability(*x, true);
+  if (const Field* x = map.Find("swapping_prob")) nsga2.swapping_prob = probability(*x, true);
+  return nsga2;
 }
 
 std::string ReadWholeFile(const std::string& path) {
@@ -1046,17 +1075,21 @@ TuneFile ParseTuneFile(const std::string& text, const std::string& path) {
     parser.Space(*x, prefix, /*mutations=*/false, out.param_space);
   }
   if (const Field* x = map.Find("tune")) out.tune = parser.Tune(*x);
-  if (std::holds_alternative<TpeConfig>(out.tune.search)) {
+  // The searchers that propose trials one at a time draw every parameter: no grid_search (and
+  // TPE models bounded domains only, so no randn either).
+  const bool tpe = std::holds_alternative<TpeConfig>(out.tune.search);
+  if (tpe || std::holds_alternative<Nsga2Config>(out.tune.search)) {
     for (const Param& param : out.param_space) {
       const auto* domain = std::get_if<Domain>(&param.value);
       if (domain == nullptr || (domain->kind() != Domain::Kind::kGridSearch &&
-                                domain->kind() != Domain::Kind::kRandn)) {
+                                (!tpe || domain->kind() != Domain::Kind::kRandn))) {
         continue;
       }
       const Field* tune = map.Find("tune");
       MapFields tune_map = parser.ReadMap(*tune, std::nullopt);
       parser.Fail(*tune_map.Find("search"),
-                  "tpe cannot model param_space." + JoinPath(param.path) + " (" + domain->name() +
+                  std::string(tpe ? "tpe cannot model" : "nsga2 cannot draw") + " param_space." +
+                      JoinPath(param.path) + " (" + domain->name() +
                       (domain->kind() == Domain::Kind::kGridSearch ? "; use choice)"
                                                                    : "; give it bounds)"));
     }
@@ -1121,6 +1154,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> FileKeys() {
       {"`tune.simulate`", &kSimulateKeys},
       {"`tune.simulate.autoscaler`", &kSimulateAutoscalerKeys},
       {"`tune.search` (type: tpe)", &kTpeKeys},
+      {"`tune.search` (type: nsga2)", &kNsga2Keys},
       {"`tune.scheduler` (type: asha)", &kAshaKeys},
       {"`tune.scheduler` (type: pasha)", &kPashaKeys},
       {"`tune.scheduler` (type: hyperband)", &kHyperBandKeys},

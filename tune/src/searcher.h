@@ -5,7 +5,8 @@
 // resumed sweep proposes what an uninterrupted one would have.
 //
 // Random and grid search make every trial at the start (GenerateVariants) and need no searcher;
-// TPE proposes each new trial from the results of the trials that ended (tpe.h).
+// TPE proposes each new trial from the results of the trials that ended (tpe.h); with several
+// objectives, NSGA-II breeds it from the best of them (nsga2.h).
 
 #include <rayd/tune/search_space.h>
 
@@ -22,7 +23,7 @@ namespace rayd::tune::internal {
 class Searcher {
  public:
   virtual ~Searcher() = default;
-  // "tpe": what the console and the state file call it.
+  // "tpe", "nsga2": what the console and the state file call it.
   virtual const char* name() const = 0;
   // Whether another trial may be made once `made` trials exist.
   virtual bool HasNext(size_t made) const = 0;

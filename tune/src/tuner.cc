@@ -15,6 +15,7 @@
 #include "console_table.h"
 #include "controller.h"
 #include "dashboard_feed.h"
+#include "nsga2.h"
 #include "pbt_lineage.h"
 #include "replay_runner.h"
 #include "stop_signal.h"
@@ -101,7 +102,7 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
       fs::weakly_canonical(fs::absolute(fs::path(run.storage_path) / run.name), ec).string();
   fs::create_directories(dir, ec);
   if (ec) throw RaydError("cannot create " + dir + ": " + ec.message());
-  // TPE proposes trials as slots free; random and grid search make them all now.
+  // TPE and NSGA-II propose trials as slots free; random and grid search make them all now.
   std::unique_ptr<internal::Searcher> searcher;
   if (const auto* tpe = std::get_if<TpeConfig>(&tune.search)) {
     if (tune.metric.empty()) throw RaydError("the tpe searcher needs TuneConfig::metric");
@@ -115,6 +116,13 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
       }
       searcher = std::make_unique<internal::TpeSearch>(space, tune.metric, tune.mode, *tpe,
                                                        tune.num_samples, seed, budget);
+    } catch (const std::invalid_argument& e) {
+      throw RaydError(std::string("invalid search options: ") + e.what());
+    }
+  } else if (const auto* nsga2 = std::get_if<Nsga2Config>(&tune.search)) {
+    try {
+      searcher = std::make_unique<internal::Nsga2Search>(space, tune.objectives, tune.constraints,
+                                                         *nsga2, tune.num_samples, seed);
     } catch (const std::invalid_argument& e) {
       throw RaydError(std::string("invalid search options: ") + e.what());
     }
@@ -203,7 +211,12 @@ uint64_t Tuner::Prepare() {
     throw RaydError("TuneConfig: constraints need objectives (one objective is enough)");
   }
   if (!tune_.objectives.empty() && std::holds_alternative<TpeConfig>(tune_.search)) {
-    throw RaydError("the tpe searcher ranks by one metric: with objectives use random or grid");
+    throw RaydError(
+        "the tpe searcher ranks by one metric: with objectives use nsga2, random or grid");
+  }
+  if (tune_.objectives.empty() && std::holds_alternative<Nsga2Config>(tune_.search)) {
+    throw RaydError("the nsga2 searcher ranks by TuneConfig::objectives: give them (for one "
+                    "metric use tpe)");
   }
   if (auto* pbt = std::get_if<PbtConfig>(&tune_.scheduler); pbt && pbt->log_dir.empty()) {
     pbt->log_dir = (fs::path(run_.storage_path) / run_.name).string();

@@ -695,8 +695,8 @@ TEST_CASE("tune.search picks random, grid or tpe with its options", "[tune]") {
 
 TEST_CASE("tune.search errors name the key and line", "[tune]") {
   CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  search: {type: bayes}\n")),
-             Contains("tune.yaml:5: tune.search.type: expected one of random, grid, tpe, got "
-                      "'bayes'"));
+             Contains("tune.yaml:5: tune.search.type: expected one of random, grid, tpe, nsga2, "
+                      "got 'bayes'"));
   CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  search: {type: tpe, n_candidates: 3}\n")),
              Contains("tune.yaml:5: tune.search.n_candidates: unknown key 'n_candidates'"));
   CHECK_THAT(TuneError(Tune("tune:\n  search: {type: tpe}\n")),
@@ -714,6 +714,57 @@ TEST_CASE("tune.search errors name the key and line", "[tune]") {
 
 namespace rayd::tune {
 namespace {
+
+TEST_CASE("tune.search type nsga2 takes its options, with several objectives or constraints",
+          "[tune]") {
+  TuneFile f = ParseTuneFile(Tune("param_space: {lr: {loguniform: [1.0e-4, 0.1]}}\n"
+                                  "tune:\n  metric: [loss, params]\n  search: {type: nsga2, "
+                                  "population_size: 8, mutation_prob: 0.3, crossover_prob: 1, "
+                                  "swapping_prob: 0}\n"),
+                             "tune.yaml");
+  const auto* config = std::get_if<Nsga2Config>(&f.tune.search);
+  REQUIRE(config != nullptr);
+  CHECK(config->population_size == 8);
+  CHECK(config->mutation_prob == 0.3);
+  CHECK(config->crossover_prob == 1);
+  CHECK(config->swapping_prob == 0);
+  // The defaults (mutation_prob null: 1 / parameters, resolved by the searcher); one metric under
+  // constraints is enough.
+  TuneFile defaults = ParseTuneFile(Tune("tune:\n  metric: loss\n  constraints: [\"p < 3\"]\n"
+                                         "  search: {type: nsga2, mutation_prob: null}\n"),
+                                    "tune.yaml");
+  const Nsga2Config& d = std::get<Nsga2Config>(defaults.tune.search);
+  CHECK(d.population_size == 50);
+  CHECK_FALSE(d.mutation_prob.has_value());
+  CHECK(d.crossover_prob == 0.9);
+  CHECK(d.swapping_prob == 0.5);
+}
+
+TEST_CASE("tune.search type nsga2 errors name the key and line", "[tune]") {
+  const std::string two = "tune:\n  metric: [a, b]\n  search:\n    type: nsga2\n";
+  CHECK_THAT(TuneError(Tune(two + "    population_size: 1\n")),
+             Contains("tune.yaml:7: tune.search.population_size: expected an integer >= 2, got 1"));
+  CHECK_THAT(TuneError(Tune(two + "    mutation_prob: 0\n")),
+             Contains("tune.yaml:7: tune.search.mutation_prob: expected a probability in (0, 1], "
+                      "got 0"));
+  CHECK_THAT(TuneError(Tune(two + "    crossover_prob: 1.5\n")),
+             Contains("tune.yaml:7: tune.search.crossover_prob: expected a probability in [0, 1], "
+                      "got 1.5"));
+  CHECK_THAT(TuneError(Tune(two + "    swapping_prob: -0.5\n")),
+             Contains("tune.yaml:7: tune.search.swapping_prob: expected a probability in [0, 1]"));
+  CHECK_THAT(TuneError(Tune(two + "    swapping_prob: yes\n")),
+             Contains("tune.yaml:7: tune.search.swapping_prob: expected a number"));
+  CHECK_THAT(TuneError(Tune(two + "    gamma: 0.2\n")),
+             Contains("tune.yaml:7: tune.search.gamma: unknown key 'gamma'"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  search: {type: nsga2}\n")),
+             Contains("tune.yaml:5: tune.search: the nsga2 searcher ranks by several objectives"));
+  CHECK_THAT(TuneError(Tune("param_space:\n  hidden: {grid_search: [64, 128]}\n"
+                            "tune:\n  metric: [a, b]\n  search: {type: nsga2}\n")),
+             Contains("tune.yaml:7: tune.search: nsga2 cannot draw param_space.hidden "
+                      "(grid_search; use choice)"));
+  // randn has no bounds, which TPE needs and NSGA-II (it only draws) does not.
+  CHECK_NOTHROW(ParseTuneFile(Tune("param_space:\n  w: {randn: [0, 1]}\n" + two), "tune.yaml"));
+}
 
 TEST_CASE("scheduler type pasha takes ASHA's options and epsilon", "[tune]") {
   TuneFile f = ParseTuneFile(Tune("tune:\n  metric: loss\n  scheduler: {type: pasha, max_t: 27, "

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <variant>
@@ -123,7 +124,19 @@ struct TpeConfig {
   // (bench/search: median best after 50 trials -2.74 against -2.42, over 40 seeds).
   bool weight_by_bandwidth = true;
 };
-using SearchConfig = std::variant<RandomSearchConfig, TpeConfig>;
+// NSGA-II (Deb et al., 2002) as Optuna's NSGAIISampler: the first population_size trials at
+// random, then each new trial, when a slot frees, bred from the best population_size of the
+// trials that ended (constrained non-dominated sorting, then crowding distance): two parents by
+// binary tournament, uniform crossover, then mutation by redrawing parameters from their
+// domains. Needs TuneConfig::objectives (several objectives, or constraints) and a space
+// without grid_search.
+struct Nsga2Config {
+  int population_size = 50;            // at least 2
+  std::optional<double> mutation_prob;  // in (0, 1]; unset: 1 / the number of drawn parameters
+  double crossover_prob = 0.9;          // in [0, 1]: else the child copies one parent
+  double swapping_prob = 0.5;           // in [0, 1]: per parameter, take the second parent's
+};
+using SearchConfig = std::variant<RandomSearchConfig, TpeConfig, Nsga2Config>;
 
 // The trial configs of a sweep, in order: for each of `num_samples` samples, every combination
 // of the grid-search values (the last grid parameter varies fastest), with every other domain

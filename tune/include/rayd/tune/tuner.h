@@ -58,7 +58,8 @@ struct TuneConfig {
   std::string mode = "min";
   // Several objectives at once (tune.yaml: `metric: [val_accuracy, params]`, `mode: [max, min]`),
   // in place of metric/mode: trials rank by Pareto dominance (rayd/tune/multi_objective.h), the
-  // scheduler is fifo or asha (MO-ASHA), and the sweep writes its Pareto front
+  // scheduler is fifo or asha (MO-ASHA), the search random, grid or nsga2 (Nsga2Config), and
+  // the sweep writes its Pareto front
   // (pareto_front.csv). Constraints over any reported metric ("latency_ms <= 5") rank a trial
   // that misses one below every trial that meets them all, by how far it misses; they take
   // this path with one objective too.
