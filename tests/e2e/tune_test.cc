@@ -1070,3 +1070,34 @@ run: {storage_path: STORAGE}
 }
 
 }  // namespace
+
+TEST_CASE("an NSGA-II sweep over two objectives breeds from its random start and reports the front",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  const std::string file = sandbox.WriteYaml("nsga.yaml", R"(
+name: nsga
+trainable: toy_objective
+param_space:
+  x: {uniform: [0.0, 6.0]}
+  y: {uniform: [-3.0, 1.0]}
+  lr: {loguniform: [0.01, 1.0]}
+  iterations: 3
+tune:
+  metric: [loss, iteration]
+  mode: [min, max]
+  num_samples: 10
+  max_concurrent_trials: 2
+  seed: 4
+  search: {type: nsga2, population_size: 4}
+run: {storage_path: STORAGE}
+)");
+  const json state = sandbox.Sweep(file, "nsga", 10);
+  int bred = 0;
+  for (const json& t : state["trials"]) {
+    CHECK(t["status"] == "TERMINATED");
+    bred += t.value("searcher", "") == "nsga2";
+  }
+  // Four from the random start, the rest bred from the trials that ended.
+  CHECK(bred == 6);
+  CHECK(std::filesystem::exists(sandbox.results() + "/nsga/pareto_front.csv"));
+}
