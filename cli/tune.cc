@@ -22,6 +22,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "commands.h"
@@ -207,6 +208,25 @@ bool PrintFront(const tune::ResultGrid& grid) {
   std::string constraints;
   for (const tune::Constraint& c : grid.constraints()) {
     constraints += (constraints.empty() ? "; constraints: " : ", ") + c.text;
+  }
+  // An objective no trial ever reported (a typo, or a metric the loop does not report) scores
+  // worst everywhere: the front would rank by the others alone and look valid. Refuse it.
+  std::set<std::string> reported;
+  for (const tune::TrialResult& t : grid.trials()) {
+    for (const tune::Metrics& result : t.history) {
+      for (const auto& [name, value] : result) {
+        if (std::isfinite(value)) reported.insert(name);
+      }
+    }
+  }
+  for (const tune::Objective& o : grid.objectives()) {
+    if (reported.count(o.metric)) continue;
+    std::string names;
+    for (const std::string& name : reported) names += (names.empty() ? "" : ", ") + name;
+    std::cout << "No Pareto front (" << how << constraints << "): no trial ever reported the "
+              << "objective " << o.metric << " (the metrics reported: "
+              << (names.empty() ? "none" : names) << ")\n";
+    return false;
   }
   const std::vector<size_t> front = grid.ParetoFront();
   if (front.empty()) {

@@ -1101,3 +1101,19 @@ run: {storage_path: STORAGE}
   CHECK(bred == 6);
   CHECK(std::filesystem::exists(sandbox.results() + "/nsga/pareto_front.csv"));
 }
+
+TEST_CASE("an objective no trial ever reports fails the sweep naming it and the metrics reported",
+          "[tune][e2e]") {
+  Sandbox sandbox;
+  const std::string file = sandbox.WriteYaml("typo.yaml", R"(
+name: typo
+trainable: toy_objective
+param_space: {x: {uniform: [0.0, 6.0]}, iterations: 2}
+tune: {metric: [loss, acuracy], mode: [min, max], num_samples: 2}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  CHECK(sandbox.Run({"tune", file}, &out) == 1);
+  CHECK(Contains(out, "no trial ever reported the objective acuracy (the metrics reported: "));
+  CHECK(Contains(out, "loss"));
+}
