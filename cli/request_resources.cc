@@ -1,7 +1,7 @@
 // `rayd request-resources [--cpus N] [--bundles JSON] [--name NAME] [--clear]`: a floor the
 // autoscaler keeps room for, whatever runs now (Ray's `request_resources`). Stored in the
-// GCS's KV namespace "autoscaler" under "request:NAME" as {"bundles": [...]}, which the head's
-// autoscaler reads (runtime/src/head/autoscaler_host.h); the same name's next request
+// GCS's KV store under AutoscalerRequestKey(NAME) (rayd/runtime/autoscaler_kv.h), which the
+// head's autoscaler reads; the same name's next request
 // replaces it, and --clear withdraws it.
 
 #include <iostream>
@@ -9,6 +9,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "rayd/runtime/autoscaler_kv.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/session.h"
 #include "rayd/scheduler/resources.h"
@@ -66,9 +67,9 @@ int RunRequestResources(const RequestResourcesArgs& args) {
     return Fail(command, "cannot reach the cluster at " + target->address + ": " +
                              cluster.status().message());
   }
-  const std::string key = "request:" + args.name;
-  Status s = args.clear ? (*cluster)->KvDel("autoscaler", key)
-                        : (*cluster)->KvPut("autoscaler", key,
+  const std::string key = AutoscalerRequestKey(args.name);
+  Status s = args.clear ? (*cluster)->KvDel(kAutoscalerKvNamespace, key)
+                        : (*cluster)->KvPut(kAutoscalerKvNamespace, key,
                                             nlohmann::json{{"bundles", *bundles}}.dump());
   if (!s.ok()) return Fail(command, s.message());
   if (args.clear) {

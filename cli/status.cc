@@ -15,6 +15,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "rayd/base/event_loop.h"
+#include "rayd/runtime/autoscaler_kv.h"
 #include "rayd/runtime/cluster.h"
 #include "rayd/runtime/cluster_json.h"
 #include "rayd/runtime/session.h"
@@ -426,7 +427,7 @@ int RunStatus(const StatusArgs& args) {
     if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix("run")); feeds.ok()) {
       runs = LiveRuns(*feeds, groups);
     }
-    if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix("autoscaler"));
+    if (auto feeds = (*cluster)->KvPrefix(kFeedKvNamespace, FeedPrefix(kAutoscalerFeedKind));
         feeds.ok() && !feeds->empty()) {
       auto state = nlohmann::json::parse(feeds->begin()->second, nullptr, false);
       if (state.is_object()) autoscaler = std::move(state);

@@ -1,6 +1,7 @@
 #include "trial_runner.h"
 
 #include <rayd/api.h>
+#include <rayd/runtime/autoscaler_kv.h>
 #include <rayd/tune/tuner.h>
 #include <spdlog/spdlog.h>
 
@@ -71,10 +72,10 @@ void TrainerRunner::WantWorkers(int workers) {
                          std::chrono::steady_clock::now().time_since_epoch()).count();
   // Republished well before it expires (the head ignores it 120 s after), else only on change.
   if (workers == wanted_ && (workers == 0 || now - wanted_since_ < 30)) return;
-  const std::string key = "tune:" + run_.name;
+  const std::string key = AutoscalerSweepKey(run_.name);
   try {
     if (workers == 0) {
-      rayd::KvDel("autoscaler", key);
+      rayd::KvDel(kAutoscalerKvNamespace, key);
     } else {
       nlohmann::json bundle = nlohmann::json::object();
       for (const auto& [name, amount] : train::WorkerBundle(trainable_.scaling)) {
@@ -85,7 +86,7 @@ void TrainerRunner::WantWorkers(int workers) {
                          std::to_string(workers) + " worker(s)"},
           {"expires_ms", NowUnixMs() + 120'000},
           {"gangs", {{{"bundles", {bundle}}, {"strategy", "PACK"}, {"count", workers}}}}};
-      rayd::KvPut("autoscaler", key, demand.dump());
+      rayd::KvPut(kAutoscalerKvNamespace, key, demand.dump());
     }
     wanted_ = workers;
     wanted_since_ = now;

@@ -9,13 +9,14 @@
 
 #include "rayd/api.h"
 #include "rayd/api/kv.h"
+#include "rayd/runtime/autoscaler_kv.h"
 #include "rayd/runtime/cluster.h"
 
 namespace rayd {
 namespace {
 
-constexpr char kNamespace[] = "autoscaler";
-constexpr char kRequestKey[] = "request:api";
+// Every driver's calls share one request, as Ray's request_resources does.
+const std::string kRequestKey = AutoscalerRequestKey("api");
 
 }  // namespace
 
@@ -40,15 +41,15 @@ void RequestResources(std::optional<double> num_cpus,
     list.push_back(std::move(b));
   }
   if (list.empty()) {
-    KvDel(kNamespace, kRequestKey);
+    KvDel(kAutoscalerKvNamespace, kRequestKey);
   } else {
-    KvPut(kNamespace, kRequestKey, nlohmann::json{{"bundles", list}}.dump());
+    KvPut(kAutoscalerKvNamespace, kRequestKey, nlohmann::json{{"bundles", list}}.dump());
   }
 }
 
 std::map<std::string, double> MaxClusterResources() {
   std::map<std::string, double> total = ClusterResources();
-  auto feed = KvGet(kFeedKvNamespace, FeedKey("autoscaler", "cluster"));
+  auto feed = KvGet(kFeedKvNamespace, FeedKey(kAutoscalerFeedKind, kAutoscalerFeedName));
   if (!feed) return total;
   auto state = nlohmann::json::parse(*feed, nullptr, false);
   if (!state.is_object()) return total;

@@ -118,8 +118,8 @@ void GcsAutoscalerHost::KvDemand(const std::map<std::string, std::string>& entri
                                  autoscaler::ClusterReading* reading) {
   const int64_t now = NowUnixMs();
   for (const auto& [key, value] : entries) {
-    const bool request = key.rfind("request:", 0) == 0;
-    const bool sweep = key.rfind("tune:", 0) == 0;
+    const bool request = key.rfind(kAutoscalerRequestPrefix, 0) == 0;
+    const bool sweep = key.rfind(kAutoscalerSweepPrefix, 0) == 0;
     if (!request && !sweep) continue;
     const std::string name = key.substr(key.find(':') + 1);
     auto j = nlohmann::json::parse(value, nullptr, false);

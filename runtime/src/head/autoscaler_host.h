@@ -6,16 +6,15 @@
 //   - actors waiting outside placement groups (their resources and label selector);
 //   - tasks no node can hold, and tasks queued for room on a node for 2 s or more, from the
 //     nodes' heartbeats (one unit per shape, counted);
-//   - KV namespace kAutoscalerKvNamespace ("autoscaler"):
-//       "request:<name>"  {"bundles": [{"CPU": 2}, ...]}: a floor (rayd::RequestResources,
-//                         `rayd request-resources`); each bundle placed on its own;
-//       "tune:<name>"     {"source": "...", "expires_ms": N, "gangs": [{"bundles": [...],
-//                         "strategy": "PACK", "count": N}]}: work a sweep will start next,
-//                         each gang a unit (rayd tune publishes its elastic trials' room to
-//                         grow, as single-worker gangs); ignored once expired.
+//   - the KV entries rayd/runtime/autoscaler_kv.h names:
+//       AutoscalerRequestKey  a floor (rayd::RequestResources, `rayd request-resources`); each
+//                             bundle placed on its own;
+//       AutoscalerSweepKey    work a sweep starts next, each gang a unit (rayd tune publishes
+//                             its elastic trials' room to grow, as single-worker gangs);
+//                             ignored once expired.
 //     An entry that does not parse is skipped with a warning naming its key.
 // Records go to store table "autoscaler"; the state is published as the dashboard feed
-// ("autoscaler", "cluster"), with samples for /metrics, which `rayd status` reads too.
+// (kAutoscalerFeedKind, kAutoscalerFeedName), with samples for /metrics, which `rayd status` reads too.
 //
 // Threading: the loop's thread only. `gcs` and `store` must outlive the host.
 
@@ -24,12 +23,10 @@
 #include "autoscaler/autoscaler.h"
 #include "gcs/gcs_server.h"
 #include "gcs/table_store.h"
+#include "rayd/runtime/autoscaler_kv.h"
 
 namespace rayd::head {
 
-inline constexpr char kAutoscalerKvNamespace[] = "autoscaler";
-inline constexpr char kAutoscalerFeedKind[] = "autoscaler";
-inline constexpr char kAutoscalerFeedName[] = "cluster";
 
 class GcsAutoscalerHost : public autoscaler::AutoscalerHost {
  public:
