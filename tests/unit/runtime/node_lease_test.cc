@@ -336,33 +336,34 @@ class NodeClient {
   rpc::RpcClient rpc_;
 };
 
-// What the GCS last heard from node `node_id` about its available resources.
-ResourceSet ReportedAvailable(EventLoop& loop, rpc::RpcClient& gcs, const std::string& node_id) {
-  ResourceSet available;
+// What the GCS last heard from node `node_id`, as NodeInfo (null when it does not know it).
+std::optional<NodeInfo> ReportedNode(EventLoop& loop, rpc::RpcClient& gcs,
+                                     const std::string& node_id) {
+  std::optional<NodeInfo> node;
   Status s = rpc::CallAndWait<proto::Method::GET_ALL_NODES>(
       loop, gcs, [](proto::GetAllNodesRequest::Builder) {}, 10000ms,
       [&](proto::GetAllNodesReply::Reader r) {
         for (auto n : r.getNodes()) {
-          if (n.getNodeId() == node_id) available = runtime::ResourcesFromProto(n.getAvailable());
+          if (n.getNodeId() != node_id) continue;
+          auto info = runtime::NodeInfoFromProto(n);
+          if (info.ok()) node = std::move(*info);
         }
       });
   REQUIRE(s.ok());
-  return available;
+  return node;
 }
 
-// What the GCS last heard from node `node_id` about the requests queued for room there.
+// Its available resources, as the GCS last heard them.
+ResourceSet ReportedAvailable(EventLoop& loop, rpc::RpcClient& gcs, const std::string& node_id) {
+  auto node = ReportedNode(loop, gcs, node_id);
+  return node ? node->available : ResourceSet();
+}
+
+// The requests queued for room there, as the GCS last heard them.
 std::vector<ResourceDemand> ReportedQueued(EventLoop& loop, rpc::RpcClient& gcs,
                                            const std::string& node_id) {
-  std::vector<ResourceDemand> queued;
-  Status s = rpc::CallAndWait<proto::Method::GET_ALL_NODES>(
-      loop, gcs, [](proto::GetAllNodesRequest::Builder) {}, 10000ms,
-      [&](proto::GetAllNodesReply::Reader r) {
-        for (auto n : r.getNodes()) {
-          if (n.getNodeId() == node_id) queued = runtime::DemandsFromProto(n.getQueued());
-        }
-      });
-  REQUIRE(s.ok());
-  return queued;
+  auto node = ReportedNode(loop, gcs, node_id);
+  return node ? node->queued : std::vector<ResourceDemand>();
 }
 
 bool ProcessGone(int pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
