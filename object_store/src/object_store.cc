@@ -10,7 +10,7 @@
 //     I/O in flight; the front is the least recently used (touch = last unpin, seal, restore).
 //   - `allocated` entries own the range at `offset` in `allocator_`.
 //   - `spilling_bytes_` sums the sizes of entries being written; `spilled_bytes_` those with a
-//     spill file.
+//     spill file; `num_primary_` counts the primary entries not deleted.
 
 #include "rayd/object_store/object_store.h"
 
@@ -111,6 +111,7 @@ struct ObjectStore::Impl {
   bool Contains(const ObjectId& id) const;
   std::vector<ObjectRecord> List() const;
   StoreStats Stats() const;
+  size_t num_primary() const { return num_primary_; }
 
  private:
   void Pin(Entry& e, ClientId client);
@@ -153,6 +154,7 @@ struct ObjectStore::Impl {
   bool reprocess_ = false;   // ... and something changed under it
   size_t spilling_bytes_ = 0;
   size_t spilled_bytes_ = 0;
+  size_t num_primary_ = 0;
   std::optional<Status> spill_error_;  // the last spill failure, until a spill succeeds
   Clock::time_point spill_error_at_;
   std::unordered_set<std::string> spill_files_;  // written (or being written), not yet removed
@@ -190,6 +192,7 @@ void ObjectStore::Impl::CreateObject(const ObjectId& id, size_t size, bool prima
   e.id = id;
   e.size = size;
   e.primary = primary;
+  if (primary) ++num_primary_;
   e.owner = std::move(owner);
   Pending p;
   p.id = id;
@@ -303,6 +306,7 @@ void ObjectStore::Impl::Delete(const ObjectId& id) {
   if (it == entries_.end() || it->second.deleted) return;
   Entry& e = it->second;
   e.deleted = true;
+  if (e.primary) --num_primary_;
   RefreshLru(e);
   std::vector<Waiter> waiters = TakeWaiters(e);
   std::optional<Pending> p;
@@ -343,8 +347,8 @@ StoreStats ObjectStore::Impl::Stats() const {
     ++s.num_objects;
     if (e.in_memory) ++s.num_in_memory;
     if (e.state == ObjectState::kSpilled) ++s.num_spilled;
-    if (e.primary) ++s.num_primary;
   }
+  s.num_primary = num_primary_;
   s.spilled_bytes = spilled_bytes_;
   s.total_evicted = total_evicted_;
   s.total_spilled = total_spilled_;
@@ -397,6 +401,7 @@ void ObjectStore::Impl::FailWaiters(std::vector<Waiter>& waiters, const Status& 
 // Frees everything the entry holds and forgets it. The caller runs ProcessPending afterwards.
 void ObjectStore::Impl::EraseEntry(Entry& e) {
   RAYD_CHECK(e.pins == 0 && e.io == Io::kNone && e.pending_seq == 0);
+  if (e.primary && !e.deleted) --num_primary_;
   if (e.allocated) allocator_.Free(e.offset);
   if (!e.spill_path.empty()) {
     spilled_bytes_ -= e.size;
@@ -683,5 +688,7 @@ void ObjectStore::Delete(const ObjectId& id) { impl_->Delete(id); }
 bool ObjectStore::Contains(const ObjectId& id) const { return impl_->Contains(id); }
 std::vector<ObjectRecord> ObjectStore::List() const { return impl_->List(); }
 StoreStats ObjectStore::Stats() const { return impl_->Stats(); }
+
+size_t ObjectStore::NumPrimary() const { return impl_->num_primary(); }
 
 }  // namespace rayd::object_store

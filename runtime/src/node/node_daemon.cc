@@ -232,7 +232,7 @@ void NodeDaemon::SendHeartbeat() {
                             hb.initInfeasible(static_cast<unsigned>(infeasible.size())));
     const auto queued = lease_manager_.QueuedDemands();
     runtime::DemandsToProto(queued, hb.initQueued(static_cast<unsigned>(queued.size())));
-    if (objects_) hb.setPrimaryObjects(static_cast<uint32_t>(objects_->Stats().num_primary));
+    if (objects_) hb.setPrimaryObjects(static_cast<uint32_t>(objects_->NumPrimary()));
   };
   lease_manager_.RecheckInfeasible();
   gcs_.Call<proto::Method::HEARTBEAT>(

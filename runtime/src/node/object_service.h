@@ -52,6 +52,7 @@ class ObjectService {
   const std::string& transfer_address() const { return transfer_server_->address(); }
   size_t capacity() const { return config_.capacity; }
   object_store::StoreStats Stats() const { return store_->Stats(); }
+  size_t NumPrimary() const { return store_->NumPrimary(); }
 
  private:
   struct Location {

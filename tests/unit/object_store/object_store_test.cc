@@ -208,10 +208,12 @@ TEST_CASE("store creates, seals, pins, unpins and deletes objects", "[store]") {
   CHECK(stats.num_objects == 1);
   CHECK(stats.num_in_memory == 1);
   CHECK(stats.num_primary == 1);
+  CHECK(store.NumPrimary() == 1);
 
   store.Delete(id);
   CHECK_FALSE(store.Contains(id));
   CHECK(store.Stats().used == 0);
+  CHECK(store.NumPrimary() == 0);
   CHECK(store.List().empty());
   CHECK(f.Get(id).status().code() == StatusCode::kNotFound);
   store.Delete(id);  // unknown: no-op

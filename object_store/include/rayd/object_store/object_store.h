@@ -111,7 +111,9 @@ class ObjectStore {
 
   bool Contains(const ObjectId& id) const;  // sealed (in memory or spilled)
   std::vector<ObjectRecord> List() const;
-  StoreStats Stats() const;
+  StoreStats Stats() const;  // O(objects)
+  // Stats().num_primary in O(1), for a caller that asks often (the node's heartbeat).
+  size_t NumPrimary() const;
 
  private:
   ObjectStore(EventLoop& loop, StoreOptions options, std::unique_ptr<Arena> arena);
