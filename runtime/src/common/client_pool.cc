@@ -7,7 +7,7 @@ rpc::RpcClient& ClientPool::Get(const std::string& address) {
   if (!client) {
     client = std::make_unique<rpc::RpcClient>(
         loop_, address, options_, nullptr,
-        rpc::ReconnectBackoff{Millis(10), Millis(1000), kPeerGiveUpAfter});
+        rpc::ReconnectBackoff{Millis(10), Millis(1000), give_up_after_});
     client->Connect();
   }
   return *client;

@@ -18,8 +18,9 @@ inline constexpr Millis kPeerGiveUpAfter{30000};
 
 class ClientPool {
  public:
-  // `loop` must outlive the pool.
-  ClientPool(EventLoop& loop, rpc::Options options) : loop_(loop), options_(std::move(options)) {}
+  // `loop` must outlive the pool. `give_up_after`: how long a call waits for a connection.
+  ClientPool(EventLoop& loop, rpc::Options options, Millis give_up_after = kPeerGiveUpAfter)
+      : loop_(loop), options_(std::move(options)), give_up_after_(give_up_after) {}
 
   // The client for `address`, connecting on first use.
   rpc::RpcClient& Get(const std::string& address);
@@ -32,6 +33,7 @@ class ClientPool {
  private:
   EventLoop& loop_;
   rpc::Options options_;
+  Millis give_up_after_;
   std::map<std::string, std::unique_ptr<rpc::RpcClient>> clients_;
 };
 

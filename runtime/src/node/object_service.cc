@@ -26,7 +26,7 @@ const char* StateName(object_store::ObjectState state) {
 ObjectService::ObjectService(EventLoop& loop, ObjectServiceConfig config)
     : loop_(loop),
       config_(std::move(config)),
-      peers_(loop, rpc::Options{config_.token, "node"}) {}
+      peers_(loop, rpc::Options{config_.token, "node"}, kPeerNodeGiveUpAfter) {}
 
 ObjectService::~ObjectService() {
   // Fetches in flight fail (Cancelled) before the arena they write into goes away.

@@ -94,7 +94,12 @@ class ObjectService {
   std::unique_ptr<object_store::ArenaHandout> handout_;
   std::unique_ptr<object_store::TransferServer> transfer_server_;
   std::unique_ptr<object_store::TransferClient> transfer_client_;
-  core::ClientPool peers_;  // other node daemons and owners
+  // Other node daemons and owners. A node daemon that accepts no connection for
+  // kPeerNodeGiveUpAfter is gone (a live one's kernel accepts at once, however busy it is): a
+  // pull goes on to the next copy, or fails as lost, instead of waiting out its 30 s deadline.
+  // The GCS declares a silent node dead on the same scale (5 missed 1 s heartbeats by default).
+  static constexpr Millis kPeerNodeGiveUpAfter{5000};
+  core::ClientPool peers_;
   std::map<ObjectId, Pull> pulls_;
   std::map<object_store::ClientId, std::set<ObjectId>> creating_;  // unsealed, per client
   std::map<object_store::ClientId, std::string> owner_of_client_;  // learnt from Puts
