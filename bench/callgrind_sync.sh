@@ -9,8 +9,7 @@
 #   bench/callgrind_sync.sh [BUILD_DIR] [--calls N] [--warmup W] [--runs R]
 #                           [--native-calls N] [--keep DIR]
 #
-# BUILD_DIR: default build/ (needs its cli/rayd and bench/sync_call_cost: `ninja rayd
-# sync_call_cost`). --calls: measured calls per phase under callgrind (default 500; the counts
+# BUILD_DIR: default build/ (its cli/rayd and bench/sync_call_cost are built if missing). --calls: measured calls per phase under callgrind (default 500; the counts
 # are per call, and callgrind runs ~50x slower). --runs: callgrind runs, each printed, then
 # their median (default 1). --native-calls: calls per phase of the wall-clock run (default
 # 2000). --keep DIR: keep the callgrind.out.* files there (callgrind_annotate reads them).
@@ -39,6 +38,7 @@ while [[ $# -gt 0 ]]; do
 done
 rayd_bin="$build/cli/rayd"
 bench_bin="$build/bench/sync_call_cost"
+RAYD_BUILD_DIR="$build" "$repo/bench/build.sh" rayd sync_call_cost
 for b in "$rayd_bin" "$bench_bin"; do
   [[ -x "$b" ]] || { echo "callgrind_sync.sh: $b is missing (ninja -C $build rayd sync_call_cost)" >&2; exit 2; }
 done

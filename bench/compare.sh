@@ -12,5 +12,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAYD_BUILD_DIR="${RAYD_BUILD_DIR:-build}"
+bench/build.sh rayd train_bench tune_bench
 # Debian's interpreter: the python on PATH may not see Debian's python3-* packages.
 exec /usr/bin/python3 bench/peers/compare.py "$@"

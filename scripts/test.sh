@@ -9,7 +9,7 @@ phase() { echo "test.sh: $1 took $((SECONDS - start)) s"; start=$SECONDS; }
 ./scripts/install-deps.sh
 phase "install-deps"
 ./scripts/check-layers.sh  # the include rules of ARCHITECTURE.md §2, before spending a build
-./scripts/build.sh
+./scripts/build.sh --tests
 # The dashboard's browser test drives Chromium with playwright-core (pinned in package-lock.json).
 (cd tests/e2e/dashboard && npm ci --no-audit --no-fund --loglevel=error)
 # The Parquet tests' fixtures come from a JavaScript writer (hyparquet-writer, pinned likewise).

@@ -18,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats="${1:-3}" images="${2:-10000}"
 bench="${FIRST_BATCH_BIN:-build/bench/first_batch}"
+[ -n "${FIRST_BATCH_BIN:-}" ] || bench/build.sh first_batch
 here="$(pwd)/bench/data"
 source bench/data/common.sh
 bench_work rayd-bench-first-batch

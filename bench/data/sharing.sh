@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 images="${1:-10000}" trials="${2:-1,4,8}" size="${SIZE:-64}"
 bench="${SHARING_BIN:-build/bench/sharing_bench}"
+[ -n "${SHARING_BIN:-}" ] || bench/build.sh sharing_bench
 source bench/data/common.sh
 bench_work rayd-bench-sharing
 /usr/bin/python3 bench/data/make_image_folder.py "$work/images" "$images" "$size" 2>/dev/null

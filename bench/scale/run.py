@@ -277,6 +277,9 @@ def main():
     bench_dir = os.path.join(build if os.path.isabs(build) else os.path.join(ROOT, build), "bench")
     binaries = {n: os.path.join(bench_dir, n)
                 for n in ("gcs_heartbeat_bench", "placement_bench", "tune_bench")}
+    # The test command's build leaves bench/ out: build them first (bench/build.sh).
+    subprocess.run([os.path.join(ROOT, "bench", "build.sh"), *binaries],
+                   env={**os.environ, "RAYD_BUILD_DIR": build}, cwd=ROOT, check=False)
     missing = [p for p in binaries.values() if not os.access(p, os.X_OK)]
     if missing:
         log("scale: not built: " + ", ".join(missing))

@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seeds="${1:-20}"
 build="${RAYD_BUILD_DIR:-build}"
+RAYD_BUILD_DIR="$build" bench/build.sh search_bench search_replay_bench
 rayd=$("$build/bench/search_bench" --seeds "$seeds" --json)
 optuna=$(/usr/bin/python3 bench/search/optuna_peer.py --seeds "$seeds")
 /usr/bin/python3 - "$rayd" "$optuna" "$seeds" <<'PY'
