@@ -23,6 +23,11 @@
 //  - paused trials are resumed bracket by bracket in order of addition (Ray: least complete
 //    bracket first).
 //
+// With several objectives (MO-HyperBand, after MO-ASHA, Schmucker et al. 2021) a halving ranks
+// the bracket's trials by ParetoRanking (constrained non-dominated sort, then crowding distance;
+// ties to the earlier trial) instead of by one score; everything else is the same. A result
+// counts once it names every objective (a NaN or infinite one is the worst value there is).
+//
 // Invariants: a bracket's `live` trials are all at or below its current rung; to_resume holds
 // only live, paused trials whose time is below the current rung.
 
@@ -52,18 +57,23 @@ struct HyperBandTrial {
   size_t bracket = 0;
   double time = 0;
   std::optional<double> score;  // higher is better
+  // With several objectives instead of `score`.
+  std::optional<ParetoRanking::Standing> standing;
   bool paused = false;
 };
 
 class HyperBandScheduler final : public TrialScheduler {
  public:
-  HyperBandScheduler(const HyperBandConfig& config, std::string metric, std::string mode)
+  // `ranking` set: several objectives, and `metric` and `mode` are unused.
+  HyperBandScheduler(const HyperBandConfig& config, std::string metric, std::string mode,
+                     std::optional<ParetoRanking> ranking = std::nullopt)
       : config_(config),
         metric_(std::move(metric)),
         sign_(mode == "max" ? 1.0 : -1.0),
-        s_max_(FloorLog(config_.max_t, config_.reduction_factor)) {}
+        s_max_(FloorLog(config_.max_t, config_.reduction_factor)),
+        ranking_(std::move(ranking)) {}
 
-  const char* name() const override { return "HyperBand"; }
+  const char* name() const override { return ranking_ ? "MO-HyperBand" : "HyperBand"; }
 
   void OnTrialAdd(const std::string& trial_id, const nlohmann::json&) override {
     if (trials_.count(trial_id)) return;
@@ -79,14 +89,23 @@ class HyperBandScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto score = Score(result.metrics, metric_, sign_);
-    if (!t || !score) return Decision::Continue();
+    if (!t) return Decision::Continue();
+    std::optional<double> score;
+    std::optional<ParetoRanking::Standing> standing;
+    if (ranking_) {
+      if (!ranking_->HasObjectives(result.metrics)) return Decision::Continue();
+      standing = ranking_->Measure(result.metrics);
+    } else {
+      score = Score(result.metrics, metric_, sign_);
+      if (!score) return Decision::Continue();
+    }
     if (!trials_.count(trial_id)) OnTrialAdd(trial_id, result.config);
     HyperBandTrial& trial = trials_[trial_id];
     Bracket& bracket = brackets_[trial.bracket];
     if (!IsLive(bracket, trial_id)) return Decision::Stop();  // lost a halving while paused
     trial.time = *t;
-    trial.score = *score;
+    trial.score = score;
+    trial.standing = std::move(standing);
     trial.paused = false;
     if (trial.time < bracket.milestones[bracket.rung]) return Decision::Continue();
     trial.paused = true;
@@ -122,6 +141,9 @@ class HyperBandScheduler final : public TrialScheduler {
                     {"time", t.time},
                     {"score", OptionalNumber(t.score)},
                     {"paused", t.paused}};
+      if (ranking_) {
+        trials[id]["standing"] = t.standing ? ParetoRanking::ToJson(*t.standing) : nullptr;
+      }
     }
     return {{"brackets", std::move(brackets)},
             {"trials", std::move(trials)},
@@ -153,6 +175,9 @@ class HyperBandScheduler final : public TrialScheduler {
       trial.time = t.at("time").get<double>();
       trial.score = OptionalNumber(t.at("score"));
       trial.paused = t.at("paused").get<bool>();
+      if (ranking_ && !t.at("standing").is_null()) {
+        trial.standing = ranking_->FromJson(t.at("standing"));
+      }
     }
     brackets_ = std::move(brackets);
     trials_ = std::move(trials);
@@ -160,7 +185,7 @@ class HyperBandScheduler final : public TrialScheduler {
   }
 
   std::string Summary() const override {
-    std::string out = "HyperBand: " + std::to_string(brackets_.size()) +
+    std::string out = std::string(name()) + ": " + std::to_string(brackets_.size()) +
                       (brackets_.size() == 1 ? " bracket" : " brackets");
     if (!brackets_.empty()) {
       const Bracket& b = brackets_.back();
@@ -208,6 +233,33 @@ class HyperBandScheduler final : public TrialScheduler {
     return trials_[trial_id].time >= bracket.milestones[bracket.rung];
   }
 
+  // `live`, best first (ties: the earlier trial).
+  std::vector<std::string> Ranked(const std::vector<std::string>& live) {
+    std::vector<std::string> ranked = live;
+    if (!ranking_) {
+      std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+        return trials_[a].score.value_or(-INFINITY) > trials_[b].score.value_or(-INFINITY);
+      });
+      return ranked;
+    }
+    // Trials without a result (none at a rung: only a restored state could hold one) go last.
+    std::vector<std::string> measured, unmeasured;
+    std::vector<const ParetoRanking::Standing*> standings;
+    for (const std::string& id : live) {
+      const HyperBandTrial& trial = trials_[id];
+      if (trial.standing) {
+        measured.push_back(id);
+        standings.push_back(&*trial.standing);
+      } else {
+        unmeasured.push_back(id);
+      }
+    }
+    ranked.clear();
+    for (size_t i : ParetoRanking::Rank(standings)) ranked.push_back(measured[i]);
+    ranked.insert(ranked.end(), unmeasured.begin(), unmeasured.end());
+    return ranked;
+  }
+
   // Halves `bracket` as long as every live trial has reached its current rung. `reporting` is the
   // trial whose result got here, if any: the return value is its decision.
   Decision Process(Bracket& bracket, const std::string* reporting) {
@@ -228,10 +280,7 @@ class HyperBandScheduler final : public TrialScheduler {
         if (!Reached(bracket, id)) return decision;
       }
       // Every live trial is at the rung: keep the best, stop the rest.
-      std::vector<std::string> ranked = bracket.live;
-      std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
-        return trials_[a].score.value_or(-INFINITY) > trials_[b].score.value_or(-INFINITY);
-      });
+      const std::vector<std::string> ranked = Ranked(bracket.live);
       ++bracket.rung;
       const size_t keep = std::min(ranked.size(), static_cast<size_t>(bracket.keep[bracket.rung]));
       bool reporting_lost = false;
@@ -259,6 +308,7 @@ class HyperBandScheduler final : public TrialScheduler {
   const std::string metric_;
   const double sign_;  // +1 for max, -1 for min
   const int s_max_;
+  const std::optional<ParetoRanking> ranking_;  // set: several objectives
   std::vector<Bracket> brackets_;  // in order of creation; the last one takes new trials
   std::map<std::string, HyperBandTrial> trials_;
   int num_stopped_ = 0;
@@ -269,6 +319,11 @@ class HyperBandScheduler final : public TrialScheduler {
 std::unique_ptr<TrialScheduler> MakeHyperBand(const HyperBandConfig& config, std::string metric,
                                               std::string mode) {
   return std::make_unique<HyperBandScheduler>(config, std::move(metric), std::move(mode));
+}
+
+std::unique_ptr<TrialScheduler> MakeMoHyperBand(const HyperBandConfig& config,
+                                                ParetoRanking ranking) {
+  return std::make_unique<HyperBandScheduler>(config, "", "min", std::move(ranking));
 }
 
 }  // namespace rayd::tune::internal

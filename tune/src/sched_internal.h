@@ -27,12 +27,58 @@ std::unique_ptr<TrialScheduler> MakeHyperBand(const HyperBandConfig& config, std
                                               std::string mode);
 std::unique_ptr<TrialScheduler> MakeMedianStopping(const MedianStoppingConfig& config,
                                                    std::string metric, std::string mode);
-// MO-ASHA (sched_mo_asha.cc): ASHA's stopping form ranking by several objectives.
-std::unique_ptr<TrialScheduler> MakeMoAsha(const AshaConfig& config,
-                                           std::vector<Objective> objectives,
-                                           std::vector<Constraint> constraints);
 std::unique_ptr<TrialScheduler> MakePbt(const PbtConfig& config, std::string metric,
                                         std::string mode, uint64_t seed);
+
+// Several objectives under constraints, as the schedulers that rank by Pareto dominance see
+// results (sched_pareto.cc over multi_objective.h). A plain value: each scheduler owns its own.
+class ParetoRanking {
+ public:
+  // A result as it is ranked.
+  struct Standing {
+    std::vector<double> point;  // to minimise (ObjectiveVector)
+    double violation = 0;       // TotalViolation, at most kWorstObjective (JSON has no infinity)
+  };
+
+  // `objectives` is not empty (MakeScheduler checks).
+  ParetoRanking(std::vector<Objective> objectives, std::vector<Constraint> constraints);
+
+  const std::vector<Objective>& objectives() const { return objectives_; }
+  const std::vector<Constraint>& constraints() const { return constraints_; }
+
+  // Whether `metrics` names every objective (a NaN or infinite value counts: it is the worst).
+  bool HasObjectives(const Metrics& metrics) const;
+  Standing Measure(const Metrics& metrics) const;
+
+  // Indices into `standings`, best first: RankByParetoAndCrowding, ties to the lower index.
+  static std::vector<size_t> Rank(const std::vector<const Standing*>& standings);
+  // Indices (ascending) of the constrained front 0: the feasible non-dominated standings when
+  // any is feasible, else the least violating.
+  static std::vector<size_t> Front(const std::vector<const Standing*>& standings);
+
+  // {"point": [...], "violation": v}, and back; FromJson throws std::invalid_argument for a
+  // point of another number of objectives.
+  static nlohmann::json ToJson(const Standing& standing);
+  Standing FromJson(const nlohmann::json& saved) const;
+
+ private:
+  std::vector<Objective> objectives_;
+  std::vector<Constraint> constraints_;
+};
+
+// The schedulers ranking by several objectives (MakeScheduler's second overload), options
+// checked. MO-ASHA (sched_mo_asha.cc): ASHA's stopping form.
+std::unique_ptr<TrialScheduler> MakeMoAsha(const AshaConfig& config, ParetoRanking ranking);
+// HyperBand (sched_hyperband.cc): each halving keeps the best by `ranking`.
+std::unique_ptr<TrialScheduler> MakeMoHyperBand(const HyperBandConfig& config,
+                                                ParetoRanking ranking);
+// Median stopping (sched_median.cc) on config.scalarization, which is set and names objectives
+// of `ranking` only.
+std::unique_ptr<TrialScheduler> MakeMoMedianStopping(const MedianStoppingConfig& config,
+                                                     ParetoRanking ranking);
+// PBT (sched_pbt.cc): the bottom quantile by `ranking` exploits the non-dominated set.
+std::unique_ptr<TrialScheduler> MakeMoPbt(const PbtConfig& config, ParetoRanking ranking,
+                                          uint64_t seed);
 
 // numpy's percentile with linear interpolation (np.nanpercentile without NaNs): `q` in [0, 100].
 // `values` must not be empty.

@@ -8,7 +8,8 @@
 //    goes on; alone at a rung it goes on;
 //  - at max_t it stops (stop_last_trials).
 // A trial that misses a constraint ranks below every one that meets them all, by how far it
-// misses; a missing or diverged objective is the worst value there is.
+// misses; a missing or diverged objective is the worst value there is. The ranking itself is
+// ParetoRanking's (sched_pareto.cc), which HyperBand and PBT share.
 
 #include <algorithm>
 #include <cmath>
@@ -24,10 +25,7 @@
 namespace rayd::tune::internal {
 namespace {
 
-struct MoRecord {
-  std::vector<double> point;  // to minimise (ObjectiveVector)
-  double violation = 0;       // TotalViolation, at most kWorstObjective (JSON has no infinity)
-};
+using MoRecord = ParetoRanking::Standing;
 
 struct MoRung {
   double milestone = 0;
@@ -36,9 +34,8 @@ struct MoRung {
 
 class MoAshaScheduler final : public TrialScheduler {
  public:
-  MoAshaScheduler(const AshaConfig& config, std::vector<Objective> objectives,
-                  std::vector<Constraint> constraints)
-      : config_(config), objectives_(std::move(objectives)), constraints_(std::move(constraints)) {
+  MoAshaScheduler(const AshaConfig& config, ParetoRanking ranking)
+      : config_(config), ranking_(std::move(ranking)) {
     // Ray's rungs: grace_period * rf^k for every k with the milestone below max_t.
     for (double t = config_.grace_period; t < config_.max_t; t *= config_.reduction_factor) {
       rungs_.push_back({t, {}});
@@ -59,8 +56,7 @@ class MoAshaScheduler final : public TrialScheduler {
       MoRung& rung = rungs_[k];
       if (*t < rung.milestone) continue;
       if (rung.recorded.contains(trial_id)) return Decision::Continue();
-      MoRecord record{ObjectiveVector(objectives_, result.metrics),
-                    std::min(TotalViolation(constraints_, result.metrics), kWorstObjective)};
+      MoRecord record = ranking_.Measure(result.metrics);
       const bool kept = Survives(rung, record);
       rung.recorded.emplace(trial_id, std::move(record));
       if (kept) return Decision::Continue();
@@ -82,7 +78,7 @@ class MoAshaScheduler final : public TrialScheduler {
     for (const MoRung& r : rungs_) {
       nlohmann::json recorded = nlohmann::json::object();
       for (const auto& [id, record] : r.recorded) {
-        recorded[id] = {{"point", record.point}, {"violation", record.violation}};
+        recorded[id] = ParetoRanking::ToJson(record);
       }
       rungs.push_back({{"milestone", r.milestone}, {"recorded", std::move(recorded)}});
     }
@@ -100,11 +96,7 @@ class MoAshaScheduler final : public TrialScheduler {
         throw std::invalid_argument("the saved MO-ASHA state has other rungs");
       }
       for (const auto& [id, r] : rungs[k].at("recorded").items()) {
-        MoRecord record{r.at("point").get<std::vector<double>>(), r.at("violation").get<double>()};
-        if (record.point.size() != objectives_.size()) {
-          throw std::invalid_argument("the saved MO-ASHA state has other objectives");
-        }
-        restored[k].recorded.emplace(id, std::move(record));
+        restored[k].recorded.emplace(id, ranking_.FromJson(r));
       }
     }
     rungs_ = std::move(restored);
@@ -116,32 +108,25 @@ class MoAshaScheduler final : public TrialScheduler {
   // comes first in the ranking's index order, so it wins ties.
   bool Survives(const MoRung& rung, const MoRecord& newcomer) const {
     if (rung.recorded.empty()) return true;
-    std::vector<std::vector<double>> points = {newcomer.point};
-    std::vector<double> violations = {newcomer.violation};
-    for (const auto& [id, record] : rung.recorded) {
-      points.push_back(record.point);
-      violations.push_back(record.violation);
-    }
-    const std::vector<size_t> ranked = RankByParetoAndCrowding(points, violations);
+    std::vector<const MoRecord*> standings = {&newcomer};
+    for (const auto& [id, record] : rung.recorded) standings.push_back(&record);
+    const std::vector<size_t> ranked = ParetoRanking::Rank(standings);
     const auto kept = static_cast<size_t>(
-        std::ceil(static_cast<double>(points.size()) / config_.reduction_factor));
+        std::ceil(static_cast<double>(standings.size()) / config_.reduction_factor));
     return std::find(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(kept), 0) !=
            ranked.begin() + static_cast<std::ptrdiff_t>(kept);
   }
 
   const AshaConfig config_;
-  const std::vector<Objective> objectives_;
-  const std::vector<Constraint> constraints_;
+  const ParetoRanking ranking_;
   std::vector<MoRung> rungs_;
   int num_stopped_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<TrialScheduler> MakeMoAsha(const AshaConfig& config,
-                                           std::vector<Objective> objectives,
-                                           std::vector<Constraint> constraints) {
-  return std::make_unique<MoAshaScheduler>(config, std::move(objectives), std::move(constraints));
+std::unique_ptr<TrialScheduler> MakeMoAsha(const AshaConfig& config, ParetoRanking ranking) {
+  return std::make_unique<MoAshaScheduler>(config, std::move(ranking));
 }
 
 }  // namespace rayd::tune::internal

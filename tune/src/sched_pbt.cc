@@ -20,6 +20,13 @@
 //
 // Simplified from Ray: ranks by the latest result (Ray by the one at the last perturbation
 // point) and never pauses a trial to yield to pending ones.
+//
+// With several objectives (MO-PBT) the population is ranked by ParetoRanking (constrained
+// non-dominated sort, then crowding distance) over the same latest results. The lower quantile
+// is the q worst that are not in the non-dominated set (front 0: the feasible non-dominated
+// trials when any is feasible, else the least violating), so a non-dominated trial never
+// exploits; the donors are the non-dominated set itself, whatever its size. A result counts once
+// it names every objective (a NaN or infinite one is the worst value there is).
 
 #include <spdlog/spdlog.h>
 
@@ -35,6 +42,8 @@ namespace {
 struct PbtTrial {
   nlohmann::json config;
   std::optional<double> score;  // higher is better
+  // With several objectives instead of `score`.
+  std::optional<ParetoRanking::Standing> standing;
   double iteration = 0;         // training_iteration of the last result, for the lineage logs
   double last_perturbation_time = 0;
   bool has_checkpoint = false;
@@ -72,13 +81,16 @@ std::optional<nlohmann::json> ClampInto(const Domain& domain, double value, bool
 
 class PbtScheduler final : public TrialScheduler {
  public:
-  PbtScheduler(const PbtConfig& config, std::string metric, std::string mode, uint64_t seed)
+  // `ranking` set: several objectives, and `metric` and `mode` are unused.
+  PbtScheduler(const PbtConfig& config, std::string metric, std::string mode, uint64_t seed,
+               std::optional<ParetoRanking> ranking = std::nullopt)
       : config_(config),
         metric_(std::move(metric)),
         sign_(mode == "max" ? 1.0 : -1.0),
+        ranking_(std::move(ranking)),
         rng_(seed) {}
 
-  const char* name() const override { return "PBT"; }
+  const char* name() const override { return ranking_ ? "MO-PBT" : "PBT"; }
 
   void OnTrialAdd(const std::string& trial_id, const nlohmann::json& config) override {
     trials_[trial_id].config = config;
@@ -86,10 +98,19 @@ class PbtScheduler final : public TrialScheduler {
 
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
-    auto score = Score(result.metrics, metric_, sign_);
-    if (!t || !score) return Decision::Continue();
+    if (!t) return Decision::Continue();
+    std::optional<double> score;
+    std::optional<ParetoRanking::Standing> standing;
+    if (ranking_) {
+      if (!ranking_->HasObjectives(result.metrics)) return Decision::Continue();
+      standing = ranking_->Measure(result.metrics);
+    } else {
+      score = Score(result.metrics, metric_, sign_);
+      if (!score) return Decision::Continue();
+    }
     PbtTrial& trial = trials_[trial_id];
-    trial.score = *score;
+    trial.score = score;
+    trial.standing = std::move(standing);
     trial.iteration = Lookup(result.metrics, "training_iteration").value_or(*t);
     trial.has_checkpoint = result.has_checkpoint;
     if (!result.config.is_null()) trial.config = result.config;
@@ -99,7 +120,7 @@ class PbtScheduler final : public TrialScheduler {
     }
     trial.last_perturbation_time = *t;
 
-    auto [lower, upper] = Quantiles();
+    auto [lower, upper] = ranking_ ? ParetoQuantiles() : Quantiles();
     if (std::find(lower.begin(), lower.end(), trial_id) == lower.end()) {
       return Decision::Continue();
     }
@@ -135,6 +156,9 @@ class PbtScheduler final : public TrialScheduler {
                     {"last_perturbation_time", t.last_perturbation_time},
                     {"has_checkpoint", t.has_checkpoint},
                     {"done", t.done}};
+      if (ranking_) {
+        trials[id]["standing"] = t.standing ? ParetoRanking::ToJson(*t.standing) : nullptr;
+      }
     }
     return {{"trials", std::move(trials)}, {"exploits", num_exploits_}, {"rng", RngState(rng_)}};
   }
@@ -149,6 +173,9 @@ class PbtScheduler final : public TrialScheduler {
       trial.last_perturbation_time = t.at("last_perturbation_time").get<double>();
       trial.has_checkpoint = t.at("has_checkpoint").get<bool>();
       trial.done = t.at("done").get<bool>();
+      if (ranking_ && !t.at("standing").is_null()) {
+        trial.standing = ranking_->FromJson(t.at("standing"));
+      }
     }
     rng_ = RngFromState(state.at("rng"));
     trials_ = std::move(trials);
@@ -159,7 +186,7 @@ class PbtScheduler final : public TrialScheduler {
   void OnTrialError(const std::string& trial_id) override { trials_[trial_id].done = true; }
 
   std::string Summary() const override {
-    return "PBT: " + std::to_string(num_exploits_) +
+    return std::string(name()) + ": " + std::to_string(num_exploits_) +
            (num_exploits_ == 1 ? " exploit" : " exploits");
   }
 
@@ -182,6 +209,32 @@ class PbtScheduler final : public TrialScheduler {
       upper.push_back(ranked[n - count + i].second);
     }
     return {lower, upper};
+  }
+
+  // Quantiles' counterpart with several objectives: (lower, donors). Lower: the q worst by
+  // ParetoRanking that are off the non-dominated set, worst first; donors: that set.
+  std::pair<std::vector<std::string>, std::vector<std::string>> ParetoQuantiles() const {
+    std::vector<std::string> ids;
+    std::vector<const ParetoRanking::Standing*> standings;
+    for (const auto& [id, state] : trials_) {
+      if (state.standing && !state.done) {
+        ids.push_back(id);
+        standings.push_back(&*state.standing);
+      }
+    }
+    const size_t n = ids.size();
+    if (n <= 1) return {};
+    auto count = static_cast<size_t>(std::ceil(static_cast<double>(n) * config_.quantile_fraction));
+    count = std::min(count, n / 2);
+    const std::vector<size_t> front = ParetoRanking::Front(standings);
+    const std::vector<size_t> ranked = ParetoRanking::Rank(standings);
+    std::vector<std::string> lower, donors;
+    for (size_t i = 0; i < count; ++i) {
+      const size_t index = ranked[n - 1 - i];
+      if (std::find(front.begin(), front.end(), index) == front.end()) lower.push_back(ids[index]);
+    }
+    for (size_t index : front) donors.push_back(ids[index]);
+    return {lower, donors};
   }
 
   nlohmann::json Explore(const nlohmann::json& donor_config) {
@@ -238,6 +291,7 @@ class PbtScheduler final : public TrialScheduler {
   const PbtConfig config_;
   const std::string metric_;
   const double sign_;  // +1 for max, -1 for min
+  const std::optional<ParetoRanking> ranking_;  // set: several objectives
   Rng rng_;
   std::map<std::string, PbtTrial> trials_;
   int num_exploits_ = 0;
@@ -248,6 +302,11 @@ class PbtScheduler final : public TrialScheduler {
 std::unique_ptr<TrialScheduler> MakePbt(const PbtConfig& config, std::string metric,
                                         std::string mode, uint64_t seed) {
   return std::make_unique<PbtScheduler>(config, std::move(metric), std::move(mode), seed);
+}
+
+std::unique_ptr<TrialScheduler> MakeMoPbt(const PbtConfig& config, ParetoRanking ranking,
+                                          uint64_t seed) {
+  return std::make_unique<PbtScheduler>(config, "", "max", seed, std::move(ranking));
 }
 
 }  // namespace rayd::tune::internal

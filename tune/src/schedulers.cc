@@ -72,6 +72,45 @@ void CheckMedian(const MedianStoppingConfig& c) {
   }
 }
 
+// `objectives`: the sweep's, which the weights and reference must name.
+void CheckScalarization(const Scalarization& s, const std::vector<Objective>& objectives) {
+  const std::string where = "median_stopping: scalarization: ";
+  std::string names;
+  for (const Objective& o : objectives) names += (names.empty() ? "" : ", ") + o.metric;
+  auto check_objective = [&](const char* key, const std::string& metric) {
+    for (const Objective& o : objectives) {
+      if (o.metric == metric) return;
+    }
+    Invalid(where + key + ": '" + metric + "' is not an objective (the objectives: " + names + ")");
+  };
+  if (s.weights.empty()) Invalid(where + "weights: none given");
+  bool any_positive = false;
+  for (const auto& [metric, weight] : s.weights) {
+    check_objective("weights", metric);
+    if (!(weight >= 0) || !std::isfinite(weight)) {
+      Invalid(where + "weights: '" + metric + "' must be finite and >= 0 (got " + Num(weight) +
+              ")");
+    }
+    any_positive = any_positive || weight > 0;
+  }
+  if (!any_positive) Invalid(where + "weights: at least one must be above 0");
+  if (s.kind != Scalarization::Kind::kChebyshev) {
+    if (!s.reference.empty()) Invalid(where + "reference is for chebyshev only");
+    return;
+  }
+  for (const auto& [metric, value] : s.reference) {
+    check_objective("reference", metric);
+    if (!std::isfinite(value)) {
+      Invalid(where + "reference: '" + metric + "' must be finite (got " + Num(value) + ")");
+    }
+  }
+  for (const auto& [metric, weight] : s.weights) {
+    if (weight > 0 && !s.reference.contains(metric)) {
+      Invalid(where + "reference: chebyshev needs the ideal value of '" + metric + "'");
+    }
+  }
+}
+
 void CheckPbt(const PbtConfig& c) {
   CheckTimeAttr("pbt", c.time_attr);
   if (!(c.perturbation_interval > 0)) {
@@ -129,6 +168,10 @@ const char* ToString(Decision::Action action) {
   return "UNKNOWN";
 }
 
+const char* ToString(Scalarization::Kind kind) {
+  return kind == Scalarization::Kind::kChebyshev ? "chebyshev" : "weighted_sum";
+}
+
 const char* SchedulerType(const SchedulerConfig& config) {
   struct Namer {
     const char* operator()(const FifoConfig&) const { return "fifo"; }
@@ -172,6 +215,11 @@ std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std
   }
   if (const auto* c = std::get_if<MedianStoppingConfig>(&config)) {
     CheckMedian(*c);
+    if (c->scalarization) {
+      Invalid(
+          "median_stopping: scalarization is for several objectives or constraints; with "
+          "one metric leave it out");
+    }
     return internal::MakeMedianStopping(*c, std::move(metric), std::move(mode));
   }
   const auto& c = std::get<PbtConfig>(config);
@@ -181,19 +229,39 @@ std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std
 
 std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config,
                                               const std::vector<Objective>& objectives,
-                                              const std::vector<Constraint>& constraints) {
+                                              const std::vector<Constraint>& constraints,
+                                              uint64_t seed) {
   if (objectives.empty()) Invalid("several objectives: none given");
   if (std::holds_alternative<FifoConfig>(config)) return std::make_unique<FifoScheduler>();
-  const auto* asha = std::get_if<AshaConfig>(&config);
-  if (asha == nullptr) {
-    Invalid(std::string(SchedulerType(config)) +
-            " ranks by one metric: with several objectives or constraints use fifo or asha "
-            "(MO-ASHA)");
+  internal::ParetoRanking ranking(objectives, constraints);
+  if (const auto* c = std::get_if<AshaConfig>(&config)) {
+    CheckAsha(*c);
+    if (c->promotion) Invalid("asha: promotion is not available with several objectives yet");
+    if (c->brackets != 1) Invalid("asha: brackets must be 1 with several objectives");
+    return internal::MakeMoAsha(*c, std::move(ranking));
   }
-  CheckAsha(*asha);
-  if (asha->promotion) Invalid("asha: promotion is not available with several objectives yet");
-  if (asha->brackets != 1) Invalid("asha: brackets must be 1 with several objectives");
-  return internal::MakeMoAsha(*asha, objectives, constraints);
+  if (const auto* c = std::get_if<HyperBandConfig>(&config)) {
+    CheckHyperBand(*c);
+    return internal::MakeMoHyperBand(*c, std::move(ranking));
+  }
+  if (const auto* c = std::get_if<MedianStoppingConfig>(&config)) {
+    CheckMedian(*c);
+    if (!c->scalarization) {
+      Invalid(
+          "median_stopping: scalarization is required with several objectives or "
+          "constraints (e.g. {weights: {" +
+          objectives[0].metric + ": 1}})");
+    }
+    CheckScalarization(*c->scalarization, objectives);
+    return internal::MakeMoMedianStopping(*c, std::move(ranking));
+  }
+  if (const auto* c = std::get_if<PbtConfig>(&config)) {
+    CheckPbt(*c);
+    return internal::MakeMoPbt(*c, std::move(ranking), seed);
+  }
+  Invalid(std::string(SchedulerType(config)) +
+          " ranks by one metric: with several objectives or constraints use fifo, asha, "
+          "hyperband, median_stopping or pbt");
 }
 
 namespace internal {

@@ -631,8 +631,8 @@ TEST_CASE("MO-ASHA keeps the top ceil(n/rf) of a rung by Pareto rank and crowdin
   CHECK(restored->State() == mo->State());
   CHECK(restored->OnTrialResult("e", at(1, 0.1, 1000, 1)).action == Action::kStop);
   // Schedulers that rank by one metric are refused, naming them.
-  CHECK_THROWS_WITH(MakeScheduler(HyperBandConfig{}, objectives, {}),
-                    Catch::Matchers::Contains("hyperband ranks by one metric"));
+  CHECK_THROWS_WITH(MakeScheduler(rayd::tune::PashaConfig{}, objectives, {}),
+                    Catch::Matchers::Contains("pasha ranks by one metric"));
   CHECK_THROWS_AS(MakeScheduler(c, {}, {}), std::invalid_argument);
   CHECK(std::string(MakeScheduler(FifoConfig{}, objectives, {})->name()) == "FIFO");
 }
@@ -1003,4 +1003,224 @@ TEST_CASE("ASHA ranks trials for freed workers by the highest rung reached, then
   CHECK(asha->GrowsBeforeNew(Id(0)));
   CHECK_FALSE(asha->GrowsBeforeNew("new"));
   CHECK_FALSE(fifo->GrowsBeforeNew(Id(1)));
+}
+
+namespace {
+
+// Two objectives (acc up, params down) under "latency <= 5", for the schedulers that rank by
+// several objectives.
+const std::vector<rayd::tune::Objective> kMoObjectives = {{"acc", true}, {"params", false}};
+
+std::vector<rayd::tune::Constraint> MoConstraints() {
+  return {rayd::tune::ParseConstraint("latency <= 5")};
+}
+
+SchedulerResult MoAt(double t, double acc, double params, double latency, bool checkpoint = false,
+                     json config = json()) {
+  SchedulerResult r;
+  r.metrics = {{"training_iteration", t}, {"acc", acc}, {"params", params}, {"latency", latency}};
+  r.has_checkpoint = checkpoint;
+  r.config = std::move(config);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("MO-HyperBand halves a bracket by Pareto rank and crowding, infeasible trials last",
+          "[tune][multi_objective]") {
+  // max_t 4, eta 2: s_max 2, the first bracket takes 4 trials, rungs 1, 2, 4 keeping 4, 2, 1.
+  HyperBandConfig c;
+  c.max_t = 4;
+  c.reduction_factor = 2;
+  auto hb = MakeScheduler(c, kMoObjectives, MoConstraints());
+  CHECK(std::string(hb->name()) == "MO-HyperBand");
+  for (const char* id : {"a", "b", "c", "d"}) hb->OnTrialAdd(id, json::object());
+  // Rung 1. a and c are non-dominated (c trades size for accuracy); b is dominated by a; d would
+  // dominate everyone but misses the latency bound. Keep 2: a and c; b and d stop.
+  CHECK(hb->OnTrialResult("a", MoAt(1, 0.9, 100, 1)).action == Action::kPause);
+  CHECK(hb->OnTrialResult("b", MoAt(1, 0.8, 200, 1)).action == Action::kPause);
+  CHECK(hb->OnTrialResult("c", MoAt(1, 0.95, 300, 1)).action == Action::kPause);
+  // A result without every objective is not counted: d has not reached the rung yet.
+  SchedulerResult partial = MoAt(1, 0.99, 10, 9);
+  partial.metrics.erase("params");
+  CHECK(hb->OnTrialResult("d", partial).action == Action::kContinue);
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  CHECK(hb->OnTrialResult("d", MoAt(1, 0.99, 10, 9)).action == Action::kStop);
+  CHECK(hb->ChooseTrialToResume() == "a");  // front 0, both ends: ties to the earlier trial
+  CHECK(hb->ChooseTrialToResume() == "c");
+  CHECK(hb->ChooseTrialToResume() == std::nullopt);
+  CHECK(hb->OnTrialResult("b", MoAt(1.5, 0.99, 1, 1)).action == Action::kStop);  // lost rung 1
+
+  // Its state (JSON, as the experiment saves it) restores into one that decides alike.
+  auto restored = MakeScheduler(c, kMoObjectives, MoConstraints());
+  restored->Restore(json::parse(hb->State().dump()));
+  CHECK(restored->State() == hb->State());
+
+  // Rung 2 keeps 1: c fell behind a in both objectives and stops; a runs to max_t.
+  for (TrialScheduler* s : {hb.get(), restored.get()}) {
+    CHECK(s->OnTrialResult("a", MoAt(2, 0.91, 100, 1)).action == Action::kPause);
+    CHECK(s->OnTrialResult("c", MoAt(2, 0.5, 400, 1)).action == Action::kStop);
+    CHECK(s->ChooseTrialToResume() == "a");
+    CHECK(s->OnTrialResult("a", MoAt(4, 0.92, 100, 1)).action == Action::kStop);
+    CHECK(s->Summary() == "MO-HyperBand: 1 bracket (latest: 4/4 trials, rung 4), 4 stopped");
+  }
+}
+
+TEST_CASE("MO-HyperBand keeps a feasible trial over an infeasible one that dominates it",
+          "[tune][multi_objective]") {
+  // max_t 2, eta 2: s_max 1, the first bracket takes ceil(2 / 2 * 2) = 2 trials, rungs 1 and 2
+  // keeping 2 and 1.
+  HyperBandConfig c;
+  c.max_t = 2;
+  c.reduction_factor = 2;
+  auto hb = MakeScheduler(c, kMoObjectives, MoConstraints());
+  hb->OnTrialAdd("worse", json::object());
+  hb->OnTrialAdd("infeasible", json::object());
+  CHECK(hb->OnTrialResult("worse", MoAt(1, 0.5, 500, 5)).action == Action::kPause);
+  CHECK(hb->OnTrialResult("infeasible", MoAt(1, 0.99, 1, 5.5)).action == Action::kStop);
+  CHECK(hb->ChooseTrialToResume() == "worse");
+}
+
+TEST_CASE("MO-MedianStopping stops dominated and infeasible trials on a weighted sum",
+          "[tune][multi_objective]") {
+  MedianStoppingConfig c;
+  c.time_attr = "training_iteration";
+  c.grace_period = 1;
+  c.min_samples_required = 2;
+  c.scalarization = rayd::tune::Scalarization{.weights = {{"acc", 1.0}, {"params", 0.001}}};
+  auto ms = MakeScheduler(c, kMoObjectives, MoConstraints());
+  CHECK(std::string(ms->name()) == "MO-MedianStopping");
+  // The value compared: acc - 0.001 * params (both in their mode's direction).
+  CHECK(ms->OnTrialResult("a", MoAt(1, 0.9, 100, 1)).action == Action::kContinue);  // 0.8
+  CHECK(ms->OnTrialResult("b", MoAt(1, 0.8, 100, 1)).action == Action::kContinue);  // 0.7
+  // c dominates a and b: 0.85 beats their median 0.75.
+  CHECK(ms->OnTrialResult("c", MoAt(1, 0.95, 100, 1)).action == Action::kContinue);
+  // d is dominated by a, b and c: 0.5 against the median 0.8 of {0.8, 0.7, 0.85}.
+  CHECK(ms->OnTrialResult("d", MoAt(1, 0.7, 200, 1)).action == Action::kStop);
+  // e would beat everyone on both objectives but misses the latency bound: the worst there is.
+  CHECK(ms->OnTrialResult("e", MoAt(1, 0.99, 10, 9)).action == Action::kStop);
+  // A diverged objective is the worst a feasible result can score.
+  CHECK(ms->OnTrialResult("f", MoAt(1, std::nan(""), 10, 1)).action == Action::kStop);
+  // A result without a weighted objective is not counted.
+  SchedulerResult partial = MoAt(1, 0.1, 100, 1);
+  partial.metrics.erase("acc");
+  CHECK(ms->OnTrialResult("g", partial).action == Action::kContinue);
+  CHECK(ms->Summary() == "MO-MedianStopping (weighted_sum): 3 stopped");
+
+  // Its state restores into one that decides alike. g's 0.75 beats the median 0.6 of
+  // {0.8, 0.7, 0.85, 0.5, e, f}; h's 0.3 does not beat the median 0.7 of those and g's.
+  auto restored = MakeScheduler(c, kMoObjectives, MoConstraints());
+  restored->Restore(json::parse(ms->State().dump()));
+  CHECK(restored->State() == ms->State());
+  CHECK(restored->OnTrialResult("g", MoAt(1, 0.85, 100, 1)).action == Action::kContinue);
+  CHECK(restored->OnTrialResult("h", MoAt(1, 0.6, 300, 1)).action == Action::kStop);
+}
+
+TEST_CASE("MO-MedianStopping on a Chebyshev scalarisation, and its options checked",
+          "[tune][multi_objective]") {
+  MedianStoppingConfig c;
+  c.time_attr = "training_iteration";
+  c.grace_period = 1;
+  c.min_samples_required = 2;
+  c.scalarization = rayd::tune::Scalarization{.kind = rayd::tune::Scalarization::Kind::kChebyshev,
+                                              .weights = {{"acc", 1.0}, {"params", 0.001}},
+                                              .reference = {{"acc", 1.0}, {"params", 0.0}}};
+  auto ms = MakeScheduler(c, kMoObjectives, {});
+  // The value: -max(1 - acc, 0.001 * params).
+  CHECK(ms->OnTrialResult("a", MoAt(1, 0.9, 100, 0)).action == Action::kContinue);   // -0.1
+  CHECK(ms->OnTrialResult("b", MoAt(1, 0.8, 100, 0)).action == Action::kContinue);   // -0.2
+  CHECK(ms->OnTrialResult("c", MoAt(1, 0.95, 100, 0)).action == Action::kContinue);  // -0.1
+  CHECK(ms->OnTrialResult("d", MoAt(1, 0.7, 200, 0)).action == Action::kStop);       // -0.3
+  CHECK(ms->Summary() == "MO-MedianStopping (chebyshev): 1 stopped");
+
+  using Catch::Matchers::Contains;
+  MedianStoppingConfig bad = c;
+  bad.scalarization.reset();
+  CHECK_THROWS_WITH(MakeScheduler(bad, kMoObjectives, {}),
+                    Contains("median_stopping: scalarization is required"));
+  bad.scalarization = rayd::tune::Scalarization{.weights = {{"latency", 1.0}}};
+  CHECK_THROWS_WITH(
+      MakeScheduler(bad, kMoObjectives, {}),
+      Contains("weights: 'latency' is not an objective (the objectives: acc, params)"));
+  bad.scalarization = rayd::tune::Scalarization{.weights = {{"acc", -1.0}}};
+  CHECK_THROWS_WITH(MakeScheduler(bad, kMoObjectives, {}),
+                    Contains("weights: 'acc' must be finite and >= 0"));
+  bad.scalarization = rayd::tune::Scalarization{.weights = {{"acc", 0.0}}};
+  CHECK_THROWS_WITH(MakeScheduler(bad, kMoObjectives, {}),
+                    Contains("at least one must be above 0"));
+  bad.scalarization = c.scalarization;
+  bad.scalarization->reference.erase("params");
+  CHECK_THROWS_WITH(MakeScheduler(bad, kMoObjectives, {}),
+                    Contains("chebyshev needs the ideal value of 'params'"));
+  bad.scalarization->kind = rayd::tune::Scalarization::Kind::kWeightedSum;
+  CHECK_THROWS_WITH(MakeScheduler(bad, kMoObjectives, {}),
+                    Contains("reference is for chebyshev only"));
+  // With one metric a scalarization is refused rather than ignored.
+  CHECK_THROWS_WITH(MakeScheduler(c, "acc", "max", 0),
+                    Contains("scalarization is for several objectives"));
+}
+
+TEST_CASE("MO-PBT replaces dominated and infeasible trials from the non-dominated set",
+          "[tune][multi_objective]") {
+  PbtConfig c = Pbt();
+  c.quantile_fraction = 0.5;  // of 4 trials, the bottom 2 (when off the front)
+  auto pbt = MakeScheduler(c, kMoObjectives, MoConstraints(), 7);
+  CHECK(std::string(pbt->name()) == "MO-PBT");
+  const json other = {{"lr", 0.05},  {"layers", 2},    {"opt", {{"name", "sgd"}}},
+                      {"batch", 64}, {"dropout", 0.1}, {"seed", 1}};
+  // Front 0: t0 and t1 (feasible, neither dominates the other). t3 is dominated by t0; t2
+  // dominates everyone but misses the latency bound, so it ranks last.
+  CHECK(pbt->OnTrialResult("t0", MoAt(1, 0.9, 100, 1, true, DonorConfig())).action ==
+        Action::kContinue);
+  CHECK(pbt->OnTrialResult("t1", MoAt(1, 0.95, 300, 1, true, DonorConfig())).action ==
+        Action::kContinue);
+  CHECK(pbt->OnTrialResult("t2", MoAt(1, 0.99, 10, 9, true, other)).action == Action::kContinue);
+  CHECK(pbt->OnTrialResult("t3", MoAt(1, 0.8, 200, 1, true, other)).action == Action::kContinue);
+  // At their perturbation points the non-dominated ones go on; the others exploit one of them.
+  CHECK(pbt->OnTrialResult("t0", MoAt(2, 0.9, 100, 1, true, DonorConfig())).action ==
+        Action::kContinue);
+  const Decision dominated = pbt->OnTrialResult("t3", MoAt(2, 0.8, 200, 1, true, other));
+  REQUIRE(dominated.action == Action::kExploit);
+  CHECK((dominated.donor == "t0" || dominated.donor == "t1"));
+  CHECK(dominated.config["seed"] == 3);  // the donor's config, explored
+  const Decision infeasible = pbt->OnTrialResult("t2", MoAt(2, 0.99, 10, 9, true, other));
+  REQUIRE(infeasible.action == Action::kExploit);
+  CHECK((infeasible.donor == "t0" || infeasible.donor == "t1"));
+  CHECK(pbt->OnTrialResult("t1", MoAt(2, 0.95, 300, 1, true, DonorConfig())).action ==
+        Action::kContinue);
+  CHECK(pbt->Summary() == "MO-PBT: 2 exploits");
+
+  // Its state restores into one that decides alike.
+  auto restored = MakeScheduler(c, kMoObjectives, MoConstraints(), 7);
+  restored->Restore(json::parse(pbt->State().dump()));
+  CHECK(restored->State() == pbt->State());
+  const Decision original = pbt->OnTrialResult("t3", MoAt(4, 0.1, 900, 1, true, other));
+  const Decision again = restored->OnTrialResult("t3", MoAt(4, 0.1, 900, 1, true, other));
+  REQUIRE(original.action == Action::kExploit);
+  CHECK(again.action == original.action);
+  CHECK(again.donor == original.donor);
+  CHECK(again.config == original.config);
+}
+
+TEST_CASE("MO-PBT never replaces a non-dominated trial, nor from a donor without a checkpoint",
+          "[tune][multi_objective]") {
+  PbtConfig c = Pbt();
+  c.quantile_fraction = 0.5;
+  auto pbt = MakeScheduler(c, kMoObjectives, {}, 7);
+  // Every trial is on the front: nobody exploits, however they rank by crowding.
+  const std::vector<std::pair<double, double>> front = {
+      {0.9, 100}, {0.95, 300}, {0.8, 50}, {0.99, 1000}};
+  for (int step : {1, 2}) {
+    for (size_t i = 0; i < front.size(); ++i) {
+      CHECK(pbt->OnTrialResult(Id(static_cast<int>(i)),
+                               MoAt(step, front[i].first, front[i].second, 0, true, DonorConfig()))
+                .action == Action::kContinue);
+    }
+  }
+  // A dominated trial whose only possible donor has no checkpoint goes on.
+  auto lone = MakeScheduler(c, kMoObjectives, {}, 7);
+  lone->OnTrialResult("best", MoAt(1, 0.9, 100, 0, false, DonorConfig()));
+  CHECK(lone->OnTrialResult("worst", MoAt(2, 0.5, 200, 0, true, DonorConfig())).action ==
+        Action::kContinue);
+  CHECK(lone->Summary() == "MO-PBT: 0 exploits");
 }

@@ -113,12 +113,37 @@ struct HyperBandConfig {
   bool stop_last_trials = true;
 };
 
+// How median stopping turns several objectives into the one number it compares, higher being
+// better. Each objective first takes its mode's direction, d = value for a maximised metric and
+// -value for a minimised one, so weights are importances, never signs:
+//   kWeightedSum:  sum over the objectives of weight * d
+//   kChebyshev:    -max over the weighted objectives of weight * (ideal's d - d), where the ideal
+//                  is `reference` (the best value one could hope for, in the metric's units)
+// A result lacking a weighted objective is not counted (as a single metric's result without the
+// metric); a NaN or infinite one scores the worst a feasible result can. A result that misses a
+// constraint scores below every result that meets them all, lower the more it misses.
+struct Scalarization {
+  enum class Kind { kWeightedSum, kChebyshev };
+  Kind kind = Kind::kWeightedSum;
+  // By objective metric: each finite and >= 0, at least one above 0; an objective not listed
+  // weighs 0. A metric that is not an objective is refused.
+  std::map<std::string, double> weights;
+  // kChebyshev only, and required there: a finite value for every objective weighted above 0.
+  std::map<std::string, double> reference;
+};
+
+// "weighted_sum", "chebyshev": tune.yaml's spellings.
+const char* ToString(Scalarization::Kind kind);
+
 struct MedianStoppingConfig {
   std::string time_attr = "time_total_s";
   double grace_period = 60;
   int min_samples_required = 3;
   // Ray's hard_stop: stop a trial below the median (false: pause it instead).
   bool hard_stop = true;
+  // With several objectives or constraints: required, and what the rule compares (the running
+  // means and best results of the scalarised value). With one metric: must be absent.
+  std::optional<Scalarization> scalarization;
 };
 
 struct PbtConfig {
@@ -162,12 +187,20 @@ const char* SchedulerType(const SchedulerConfig& config);
 std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config, std::string metric,
                                               std::string mode, uint64_t seed);
 
-// A scheduler ranking by several objectives under constraints (rayd/tune/multi_objective.h):
-// FIFO, or ASHA as MO-ASHA (its stopping form, one bracket). Throws std::invalid_argument for
-// no objective, a bad ASHA config, or a scheduler type that ranks by one metric only (naming
-// it).
+// A scheduler ranking by several objectives under constraints (rayd/tune/multi_objective.h),
+// each named "MO-" and its type's name:
+//  - fifo;
+//  - asha as MO-ASHA (its stopping form, one bracket): a trial goes on from a rung when it is
+//    among the top ceil(n / rf) there by constrained non-dominated sort and crowding distance;
+//  - hyperband: each bracket keeps, at each rung, its best by the same ranking;
+//  - median_stopping on MedianStoppingConfig::scalarization (required);
+//  - pbt: a trial in the bottom quantile by that ranking, and off the non-dominated set (front
+//    0), exploits a donor drawn from the non-dominated set (feasible ones when any is).
+// `seed` drives PBT's draws, as in the other overload. Throws std::invalid_argument for no
+// objective, bad options (naming them), or pasha, which ranks by one metric only.
 std::unique_ptr<TrialScheduler> MakeScheduler(const SchedulerConfig& config,
                                               const std::vector<Objective>& objectives,
-                                              const std::vector<Constraint>& constraints);
+                                              const std::vector<Constraint>& constraints,
+                                              uint64_t seed = 0);
 
 }  // namespace rayd::tune
