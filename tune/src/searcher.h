@@ -5,8 +5,9 @@
 // resumed sweep proposes what an uninterrupted one would have.
 //
 // Random and grid search make every trial at the start (GenerateVariants) and need no searcher;
-// TPE proposes each new trial from the results of the trials that ended (tpe.h); with several
-// objectives, NSGA-II breeds it from the best of them (nsga2.h).
+// TPE proposes each new trial from the results of the trials that ended (tpe.h; with several
+// objectives or constraints, MOTPE: mo_tpe.h); NSGA-II breeds it from the best of them
+// (nsga2.h).
 
 #include <rayd/tune/search_space.h>
 

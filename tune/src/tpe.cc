@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "mo_tpe.h"
 #include "sched_internal.h"
 
 namespace rayd::tune::internal {
@@ -318,19 +319,25 @@ TpeSearcher::Model TpeSearcher::FitModel() const {
   for (const nlohmann::json& config : liars) {
     if (auto o = Encode(config, kInf)) lies.push_back(std::move(*o));
   }
+  const size_t seen = all.size();
   for (const Observation& o : lies) all.push_back(&o);
-  std::vector<size_t> rank(all.size());
-  std::iota(rank.begin(), rank.end(), 0);
-  std::stable_sort(rank.begin(), rank.end(),
-                   [&](size_t a, size_t b) { return all[a]->loss < all[b]->loss; });
-  const size_t n_below = std::min<size_t>(
-      static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(all.size()))),
-      static_cast<size_t>(options_.gamma_cap));
-  std::vector<bool> is_below(all.size(), false);
-  for (size_t k = 0; k < n_below; ++k) is_below[rank[k]] = true;
   std::vector<const Observation*> below, above;
-  for (size_t i = 0; i < all.size(); ++i) (is_below[i] ? below : above).push_back(all[i]);
-  const std::vector<double> w_below = ObservationWeights(below.size());
+  std::vector<double> w_below;
+  if (options_.objectives > 0) {
+    SplitOutcomes(all, seen, below, w_below, above);
+  } else {
+    std::vector<size_t> rank(all.size());
+    std::iota(rank.begin(), rank.end(), 0);
+    std::stable_sort(rank.begin(), rank.end(),
+                     [&](size_t a, size_t b) { return all[a]->loss < all[b]->loss; });
+    const size_t n_below = std::min<size_t>(
+        static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(all.size()))),
+        static_cast<size_t>(options_.gamma_cap));
+    std::vector<bool> is_below(all.size(), false);
+    for (size_t k = 0; k < n_below; ++k) is_below[rank[k]] = true;
+    for (size_t i = 0; i < all.size(); ++i) (is_below[i] ? below : above).push_back(all[i]);
+    w_below = ObservationWeights(below.size());
+  }
   const std::vector<double> w_above = ObservationWeights(above.size());
 
   Model model;
@@ -339,6 +346,30 @@ TpeSearcher::Model TpeSearcher::FitModel() const {
     model.g.push_back(Fit(d, above, w_above));
   }
   return model;
+}
+
+// Unlike the single-objective split, gamma counts observations only (as Optuna, which leaves
+// running trials out of a multi-objective study's split): the pending configs join "above".
+void TpeSearcher::SplitOutcomes(const std::vector<const Observation*>& all, size_t seen,
+                                std::vector<const Observation*>& below,
+                                std::vector<double>& w_below,
+                                std::vector<const Observation*>& above) const {
+  std::vector<std::vector<double>> points;
+  std::vector<double> violations;
+  points.reserve(seen);
+  violations.reserve(seen);
+  for (size_t i = 0; i < seen; ++i) {
+    points.push_back(all[i]->outcome.point);
+    violations.push_back(all[i]->outcome.violation);
+  }
+  const size_t n_below =
+      std::min<size_t>(static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(seen))),
+                       static_cast<size_t>(options_.gamma_cap));
+  const TpeSplit split = SplitByFrontsAndHypervolume(points, violations, n_below);
+  for (size_t i : split.below) below.push_back(all[i]);
+  w_below = BelowWeights(points, violations, split.below);
+  for (size_t i : split.above) above.push_back(all[i]);
+  for (size_t i = seen; i < all.size(); ++i) above.push_back(all[i]);
 }
 
 // log of the joint density of `x` under one side's estimators (multivariate: one component of
@@ -426,6 +457,11 @@ double TpeSearcher::Loss(double value) const {
 }
 
 void TpeSearcher::Observe(const nlohmann::json& config, std::optional<double> value) {
+  if (value && options_.objectives > 0) {
+    throw std::invalid_argument("this TPE searcher ranks outcomes of " +
+                                std::to_string(options_.objectives) +
+                                " objectives: observe a TpeOutcome, not a value");
+  }
   tried_.insert(config.dump());
   auto it = std::find(pending_.begin(), pending_.end(), config);
   if (it != pending_.end()) pending_.erase(it);
@@ -433,18 +469,64 @@ void TpeSearcher::Observe(const nlohmann::json& config, std::optional<double> va
   if (auto o = Encode(config, Loss(*value))) observed_.push_back(std::move(*o));
 }
 
+void TpeSearcher::CheckOutcome(const TpeOutcome& outcome) const {
+  if (options_.objectives == 0) {
+    throw std::invalid_argument("this TPE searcher ranks values: observe a value, not an outcome");
+  }
+  if (outcome.point.size() != options_.objectives) {
+    throw std::invalid_argument("an outcome of " + std::to_string(outcome.point.size()) +
+                                " objectives, the searcher ranks " +
+                                std::to_string(options_.objectives));
+  }
+  for (double v : outcome.point) {
+    if (!std::isfinite(v)) throw std::invalid_argument("an outcome's objective is not finite");
+  }
+  if (!(outcome.violation >= 0)) {
+    throw std::invalid_argument("an outcome's violation must be >= 0 (not NaN)");
+  }
+}
+
+void TpeSearcher::Observe(const nlohmann::json& config, const TpeOutcome& outcome) {
+  CheckOutcome(outcome);
+  tried_.insert(config.dump());
+  auto it = std::find(pending_.begin(), pending_.end(), config);
+  if (it != pending_.end()) pending_.erase(it);
+  if (auto o = Encode(config, 0)) {
+    o->outcome = outcome;
+    observed_.push_back(std::move(*o));
+  }
+}
+
 void TpeSearcher::ObserveAt(const nlohmann::json& config, double value, double budget) {
+  if (options_.objectives > 0) {
+    throw std::invalid_argument("this TPE searcher ranks outcomes: observe a TpeOutcome");
+  }
   if (!std::isfinite(budget)) return;
-  std::optional<Observation> o = Encode(config, Loss(value));
-  if (!o) return;
+  if (std::optional<Observation> o = Encode(config, Loss(value))) {
+    AddAtBudget(config, std::move(*o), budget);
+  }
+}
+
+void TpeSearcher::ObserveAt(const nlohmann::json& config, const TpeOutcome& outcome,
+                            double budget) {
+  CheckOutcome(outcome);
+  if (!std::isfinite(budget)) return;
+  if (std::optional<Observation> o = Encode(config, 0)) {
+    o->outcome = outcome;
+    AddAtBudget(config, std::move(*o), budget);
+  }
+}
+
+// Replaces the config's earlier observation at the same budget.
+void TpeSearcher::AddAtBudget(const nlohmann::json& config, Observation o, double budget) {
   auto& seen = at_budget_[budget];
   for (auto& [known, earlier] : seen) {
     if (known == config) {
-      earlier = std::move(*o);
+      earlier = std::move(o);
       return;
     }
   }
-  seen.emplace_back(config, std::move(*o));
+  seen.emplace_back(config, std::move(o));
 }
 
 std::optional<double> TpeSearcher::ModelBudget() const {
@@ -454,14 +536,56 @@ std::optional<double> TpeSearcher::ModelBudget() const {
   return std::nullopt;
 }
 
+// An observation as the state file keeps it: {x, loss} for a value, {x, point, violation} for an
+// outcome (JSON has no infinity: an infinite violation is written as null).
+nlohmann::json TpeSearcher::ObservationJson(const Observation& o) const {
+  if (options_.objectives == 0) return {{"x", o.x}, {"loss", o.loss}};
+  const double v = o.outcome.violation;
+  return {{"x", o.x},
+          {"point", o.outcome.point},
+          {"violation", std::isinf(v) ? nlohmann::json() : nlohmann::json(v)}};
+}
+
+TpeSearcher::Observation TpeSearcher::ObservationFromJson(const nlohmann::json& j) const {
+  Observation o;
+  o.x = j.at("x").get<std::vector<double>>();
+  if (o.x.size() != dims_.size()) {
+    throw std::invalid_argument("the saved TPE state is for another search space");
+  }
+  if (options_.objectives == 0) {
+    if (j.contains("point")) {
+      throw std::invalid_argument(
+          "the saved TPE state ranks several objectives, the sweep one "
+          "metric");
+    }
+    o.loss = j.at("loss").get<double>();
+    return o;
+  }
+  if (!j.contains("point")) {
+    throw std::invalid_argument("the saved TPE state ranks one metric, the sweep " +
+                                std::to_string(options_.objectives) + " objectives");
+  }
+  o.outcome.point = j.at("point").get<std::vector<double>>();
+  const nlohmann::json& v = j.at("violation");
+  o.outcome.violation = v.is_null() ? std::numeric_limits<double>::infinity() : v.get<double>();
+  try {
+    CheckOutcome(o.outcome);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("the saved TPE state: ") + e.what());
+  }
+  return o;
+}
+
 nlohmann::json TpeSearcher::State() const {
   nlohmann::json observed = nlohmann::json::array();
-  for (const Observation& o : observed_) observed.push_back({{"x", o.x}, {"loss", o.loss}});
+  for (const Observation& o : observed_) observed.push_back(ObservationJson(o));
   nlohmann::json budgets = nlohmann::json::array();
   for (const auto& [budget, seen] : at_budget_) {
     nlohmann::json entries = nlohmann::json::array();
     for (const auto& [config, o] : seen) {
-      entries.push_back({{"config", config}, {"x", o.x}, {"loss", o.loss}});
+      nlohmann::json entry = ObservationJson(o);
+      entry["config"] = config;
+      entries.push_back(std::move(entry));
     }
     budgets.push_back({{"budget", budget}, {"observed", std::move(entries)}});
   }
@@ -474,26 +598,21 @@ nlohmann::json TpeSearcher::State() const {
 
 void TpeSearcher::Restore(const nlohmann::json& state) {
   std::vector<Observation> observed;
-  for (const nlohmann::json& o : state.at("observed")) {
-    Observation obs{o.at("x").get<std::vector<double>>(), o.at("loss").get<double>()};
-    if (obs.x.size() != dims_.size()) {
-      throw std::invalid_argument("the saved TPE state is for another search space");
-    }
-    observed.push_back(std::move(obs));
-  }
+  for (const nlohmann::json& o : state.at("observed")) observed.push_back(ObservationFromJson(o));
   const Rng restored = RngFromState(state.at("rng"));
   std::map<double, std::vector<std::pair<nlohmann::json, Observation>>> at_budget;
   for (const nlohmann::json& b : state.value("at_budget", nlohmann::json::array())) {
     auto& seen = at_budget[b.at("budget").get<double>()];
     for (const nlohmann::json& o : b.at("observed")) {
-      seen.emplace_back(o.at("config"), Observation{o.at("x").get<std::vector<double>>(),
-                                                    o.at("loss").get<double>()});
+      seen.emplace_back(o.at("config"), ObservationFromJson(o));
     }
   }
+  std::vector<nlohmann::json> pending = state.at("pending").get<std::vector<nlohmann::json>>();
+  std::set<std::string> tried = state.value("tried", std::set<std::string>{});
   observed_ = std::move(observed);
   at_budget_ = std::move(at_budget);
-  pending_ = state.at("pending").get<std::vector<nlohmann::json>>();
-  tried_ = state.value("tried", std::set<std::string>{});
+  pending_ = std::move(pending);
+  tried_ = std::move(tried);
   rng_ = restored;
 }
 

@@ -15,6 +15,12 @@
 // "above" (the constant liar), so that concurrent trials spread out. A proposal already tried is
 // replaced by an untried random config when one turns up.
 //
+// With several objectives, constraints or both (TpeOptions::objectives), each observation is an
+// outcome (TpeOutcome: a point to minimise and a constraint violation) and the split is
+// MOTPE's, as Optuna's TPESampler makes it for a multi-objective study: "below" filled by
+// constrained Pareto front and hypervolume, and weighted by hypervolume contribution
+// (mo_tpe.h). The estimators, candidates and ratio are the same.
+//
 // Models uniform, quniform, loguniform, qloguniform, randint, qrandint and choice domains,
 // nested paths and constants; grid_search and randn are refused (construction throws
 // std::invalid_argument naming the parameter). Seeded: the same seed, observations and
@@ -41,6 +47,18 @@ struct TpeOptions {
   double prior_weight = 1.0;
   bool multivariate = false;
   bool weight_by_bandwidth = true;  // TpeConfig::weight_by_bandwidth
+  // 0: observations are values ranked by `mode` (Observe(config, value)). k >= 1: they are
+  // outcomes with k objectives (Observe(config, TpeOutcome)), split by constrained Pareto front
+  // and hypervolume (MOTPE, mo_tpe.h); `mode` is then unused.
+  size_t objectives = 0;
+};
+
+// What a trial achieved, for a searcher of outcomes: the point to minimise (ObjectiveVector,
+// TpeOptions::objectives finite coordinates) and its TotalViolation (0 = feasible, +infinity
+// allowed, not NaN).
+struct TpeOutcome {
+  std::vector<double> point;
+  double violation = 0;
 };
 
 class TpeSearcher {
@@ -53,12 +71,19 @@ class TpeSearcher {
   nlohmann::json Suggest();
   // A config's outcome: its value, or nullopt when it gave none (failed, or no metric): then it
   // only stops being pending. NaN or an infinity (diverged) counts as the worst loss.
+  // A searcher of outcomes takes nullopt only (std::invalid_argument otherwise).
   void Observe(const nlohmann::json& config, std::optional<double> value);
+  // A config's outcome, for a searcher of outcomes (TpeOptions::objectives > 0); throws
+  // std::invalid_argument on a searcher of values, or for a point of another size, not finite,
+  // or a NaN or negative violation.
+  void Observe(const nlohmann::json& config, const TpeOutcome& outcome);
   // A running config's value at `budget` (its training_iteration, say): with an early-stopping
   // scheduler, BOHB's rule fits the model on the highest budget that at least
   // min_points_in_model configs have reached, rather than on final values (which stopped trials
   // reach early). Replaces the config's earlier value at the same budget.
   void ObserveAt(const nlohmann::json& config, double value, double budget);
+  // The same for a searcher of outcomes (its checks as Observe's).
+  void ObserveAt(const nlohmann::json& config, const TpeOutcome& outcome, double budget);
   // The budget the next proposal's model is fitted on; nullopt: final values.
   std::optional<double> ModelBudget() const;
 
@@ -91,6 +116,8 @@ class TpeSearcher {
   struct Observation {
     std::vector<double> x;  // per Dim: internal value, or the category's index
     double loss = 0;        // lower is better; +inf for a pending config
+    // A searcher of outcomes': what it achieved (loss unused); a pending config has none.
+    TpeOutcome outcome;
   };
 
   // One side's estimator for one dimension.
@@ -107,6 +134,15 @@ class TpeSearcher {
     std::vector<Parzen> l, g;
   };
   Model FitModel() const;
+  // MOTPE's split of `all`, whose first `seen` are observations and the rest pending configs
+  // (always "above"): "below" with its weights, and "above".
+  void SplitOutcomes(const std::vector<const Observation*>& all, size_t seen,
+                     std::vector<const Observation*>& below, std::vector<double>& w_below,
+                     std::vector<const Observation*>& above) const;
+  void CheckOutcome(const TpeOutcome& outcome) const;
+  void AddAtBudget(const nlohmann::json& config, Observation o, double budget);
+  nlohmann::json ObservationJson(const Observation& o) const;
+  Observation ObservationFromJson(const nlohmann::json& j) const;
   double JointLogDensity(const std::vector<Parzen>& side, const std::vector<double>& x) const;
 
   // What TPE minimises: the value, negated for mode max; diverged values worst of all.
