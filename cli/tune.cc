@@ -238,9 +238,16 @@ bool PrintFront(const tune::ResultGrid& grid) {
   }
   std::vector<double> reference;
   const double volume = grid.FrontHypervolume(&reference);
+  std::string at;  // the reference point, in the objectives' own units
+  for (size_t d = 0; d < reference.size() && d < grid.objectives().size(); ++d) {
+    const tune::Objective& o = grid.objectives()[d];
+    std::ostringstream value;
+    value << (o.maximize ? -reference[d] : reference[d]);
+    at += (at.empty() ? "" : ", ") + o.metric + " " + value.str();
+  }
   std::cout << "Pareto front: " << front.size() << " of " << grid.size() << " trials (" << how
-            << constraints << "), hypervolume " << volume << " (" << grid.experiment_path()
-            << "/pareto_front.csv)\n";
+            << constraints << "), hypervolume " << volume << " at (" << at << ") ("
+            << grid.experiment_path() << "/pareto_front.csv; over time in progress.csv)\n";
   for (size_t i : front) {
     const tune::TrialResult& t = grid[i];
     tune::Metrics shown;

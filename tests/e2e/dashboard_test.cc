@@ -283,3 +283,64 @@ done
   const HttpReply page = Get(port, "/", "Cookie: rayd_token=" + token + "\r\n");
   CHECK(page.body.find("trial-logs") != std::string::npos);
 }
+
+TEST_CASE("the dashboard plots a sweep's Pareto front and hypervolume and /metrics exports it",
+          "[e2e][dashboard]") {
+  rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
+  sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
+  const std::string head_out = sandbox.last_start_output();
+  std::smatch m;
+  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
+  const std::string address = m[1];
+  REQUIRE(std::regex_search(head_out, m,
+                            std::regex(R"(Dashboard:\s+(http://127\.0\.0\.1:(\d+)/\?token=(\w+)))")));
+  const std::string url = m[1];
+  const int port = std::stoi(m[2]);
+  const std::string token = m[3];
+
+  const std::string yaml = sandbox.root() + "/front.yaml";
+  std::ofstream(yaml) << "name: front\ntrainable: toy_objective\n"
+                         "param_space:\n  x: {uniform: [0.0, 6.0]}\n  y: {uniform: [-3.0, 1.0]}\n"
+                         "  lr: {loguniform: [0.01, 1.0]}\n  iterations: {choice: [1, 2, 3]}\n"
+                         "tune:\n  metric: [loss, iteration]\n  mode: [min, max]\n"
+                         "  reference_point: [100, 0]\n  num_samples: 6\n  seed: 3\n"
+                         "run: {storage_path: "
+                      << sandbox.root() << "/results}\n";
+  std::string out;
+  const int rc = RunCommand({RAYD_BINARY, "tune", yaml, "--address", address}, &out,
+                            sandbox.Env(), 120s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::smatch printed;
+  REQUIRE(std::regex_search(out, printed, std::regex(R"(hypervolume (\S+) at \(loss 100, iteration 0\))")));
+
+  const HttpReply reply = Get(port, "/api/sweeps/front", Bearer(token));
+  REQUIRE(reply.status == 200);
+  const json front = json::parse(reply.body).at("front");
+  CHECK(front["objectives"][0]["metric"] == "loss");
+  CHECK(front["objectives"][1]["mode"] == "max");
+  CHECK(front["reference"] == json::array({100, 0}));
+  CHECK(front["points"].size() == 6);
+  int on_front = 0;
+  for (const json& p : front["points"]) on_front += p["on_front"].get<bool>() ? 1 : 0;
+  CHECK(on_front >= 1);
+  REQUIRE_FALSE(front["hypervolume"].empty());
+  const double hypervolume = front["hypervolume"].back()[1].get<double>();
+  CHECK(hypervolume == Approx(std::stod(printed[1])).epsilon(1e-5));
+  CHECK(Sample(Get(port, "/metrics", Bearer(token)).body,
+               "rayd_tune_hypervolume{sweep=\"front\"}") == Approx(hypervolume));
+  // The sweep's progress.csv ends at the same hypervolume.
+  const std::string progress = rayd::testing::ReadFile(sandbox.root() + "/results/front/progress.csv");
+  CHECK(progress.starts_with("elapsed_s,results,trials_reported,front_size,hypervolume,"
+                             "reference/loss,reference/iteration\n"));
+
+  const std::string artifacts = std::string(RAYD_ARTIFACT_DIR);
+  std::filesystem::create_directories(artifacts);
+  std::string browser;
+  const int checked = RunCommand({RAYD_NODE_EXECUTABLE, std::string(RAYD_DASHBOARD_CHECK), "--url",
+                                  url, "--screenshot", artifacts + "/dashboard_front.png",
+                                  "--sweep", "front", "--expect-front", "--timeout-ms", "60000"},
+                                 &browser, {}, 90s);
+  INFO("check.mjs said:\n" << browser);
+  CHECK(checked == 0);
+}

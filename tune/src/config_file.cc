@@ -56,7 +56,7 @@ const Keys kFailureKeys = {"max_failures", "max_preemptions"};
 const Keys kCheckpointKeys = {"num_to_keep", "score_attribute", "score_order"};
 const Keys kTuneKeys = {"metric", "mode",     "num_samples", "max_concurrent_trials",
                         "seed",   "stop",     "scheduler",   "progress_interval_s",
-                        "search", "simulate", "constraints"};
+                        "search", "simulate", "constraints", "reference_point"};
 const Keys kSearchTypes = {"random", "grid", "tpe", "nsga2"};
 const Keys kTpeKeys = {"type",         "n_startup_trials", "n_ei_candidates",
                        "gamma",        "prior_weight",     "multivariate",
@@ -69,7 +69,11 @@ const Keys kAshaKeys = {"type",         "time_attr",        "max_t",
 const Keys kPashaKeys = {"type",         "time_attr",        "max_t",
                          "grace_period", "reduction_factor", "epsilon"};
 const Keys kHyperBandKeys = {"type", "time_attr", "max_t", "reduction_factor", "stop_last_trials"};
-const Keys kMedianKeys = {"type", "time_attr", "grace_period", "min_samples_required", "hard_stop"};
+const Keys kMedianKeys = {"type",      "time_attr",    "grace_period", "min_samples_required",
+                          "hard_stop", "scalarization"};
+const Keys kScalarizationKeys = {"type", "weights", "reference"};
+// In Scalarization::Kind's order.
+const Keys kScalarizationTypes = {"weighted_sum", "chebyshev"};
 const Keys kPbtKeys = {"type",
                        "time_attr",
                        "perturbation_interval",
@@ -431,12 +435,19 @@ class Parser {
   // `metric`/`mode`, or several objectives (a list of metrics, one mode or a list of modes)
   // and `constraints`, into `out`.
   void Objectives(const MapFields& map, const Field& tune, TuneConfig* out) const;
-  SchedulerConfig Scheduler(const Field& f) const;
+  // `objectives`: the sweep's, when several (median stopping's scalarization names them).
+  SchedulerConfig Scheduler(const Field& f, const std::vector<Objective>& objectives) const;
   SearchConfig Search(const Field& f) const;
   Nsga2Config Nsga2(const Field& f) const;
   AshaConfig Asha(const MapFields& map, const Field& f) const;
   HyperBandConfig HyperBand(const MapFields& map) const;
-  MedianStoppingConfig MedianStopping(const MapFields& map) const;
+  MedianStoppingConfig MedianStopping(const MapFields& map, const Field& f,
+                                      const std::vector<Objective>& objectives) const;
+  Scalarization ParseScalarization(const Field& f, const std::vector<Objective>& objectives) const;
+  // A map of numbers keyed by objective metrics (scalarization's weights and reference).
+  std::map<std::string, double> ObjectiveNumbers(const Field& f,
+                                                 const std::vector<Objective>& objectives,
+                                                 bool non_negative) const;
   PbtConfig Pbt(const MapFields& map, const Field& f) const;
   PashaConfig Pasha(const MapFields& map, const Field& f) const;
 
@@ -836,16 +847,78 @@ HyperBandConfig Parser::HyperBand(const MapFields& map) const {
   return c;
 }
 
-MedianStoppingConfig Parser::MedianStopping(const MapFields& map) const {
+MedianStoppingConfig Parser::MedianStopping(const MapFields& map, const Field& f,
+                                            const std::vector<Objective>& objectives) const {
   MedianStoppingConfig c;
   if (const Field* x = map.Find("time_attr")) c.time_attr = NonEmptyString(*x);
   if (const Field* x = map.Find("grace_period")) c.grace_period = NonNegative(*x);
   if (const Field* x = map.Find("min_samples_required")) c.min_samples_required = Int(*x, 1);
   if (const Field* x = map.Find("hard_stop")) c.hard_stop = Bool(*x);
+  if (const Field* x = map.Find("scalarization")) {
+    c.scalarization = ParseScalarization(*x, objectives);
+  } else if (!objectives.empty()) {
+    Fail(AtKey(f, ChildPath(f.path, "scalarization")),
+         "required with several objectives or constraints, e.g. {weights: {" +
+             objectives[0].metric + ": 1}}");
+  }
   return c;
 }
 
-SchedulerConfig Parser::Scheduler(const Field& f) const {
+Scalarization Parser::ParseScalarization(const Field& f,
+                                         const std::vector<Objective>& objectives) const {
+  if (objectives.empty()) {
+    Fail(f,
+         "only with several objectives (tune.metric a list) or tune.constraints; with one "
+         "metric leave it out");
+  }
+  MapFields map = ReadMap(f, kScalarizationKeys, "scalarization key");
+  Scalarization s;
+  if (const Field* x = map.Find("type")) {
+    s.kind = OneOf(*x, kScalarizationTypes) == "chebyshev" ? Scalarization::Kind::kChebyshev
+                                                           : Scalarization::Kind::kWeightedSum;
+  }
+  const Field& weights = Required(map, f, "weights");
+  s.weights = ObjectiveNumbers(weights, objectives, /*non_negative=*/true);
+  if (s.weights.empty()) Fail(weights, "expected at least one objective's weight");
+  if (std::none_of(s.weights.begin(), s.weights.end(),
+                   [](const auto& w) { return w.second > 0; })) {
+    Fail(weights, "expected at least one weight above 0");
+  }
+  const Field* reference = map.Find("reference");
+  if (s.kind != Scalarization::Kind::kChebyshev) {
+    if (reference != nullptr) Fail(*reference, "only for type: chebyshev");
+    return s;
+  }
+  const Field& ideal = Required(map, f, "reference");
+  s.reference = ObjectiveNumbers(ideal, objectives, /*non_negative=*/false);
+  for (const auto& [metric, weight] : s.weights) {
+    if (weight > 0 && !s.reference.contains(metric)) {
+      Fail(AtKey(ideal, ChildPath(ideal.path, metric)),
+           "required: chebyshev needs the ideal value of every objective weighted above 0");
+    }
+  }
+  return s;
+}
+
+std::map<std::string, double> Parser::ObjectiveNumbers(const Field& f,
+                                                       const std::vector<Objective>& objectives,
+                                                       bool non_negative) const {
+  std::string names;
+  for (const Objective& o : objectives) names += (names.empty() ? "" : ", ") + o.metric;
+  std::map<std::string, double> out;
+  const MapFields map = ReadMap(f, std::nullopt);
+  for (const auto& [name, value] : map.entries()) {
+    bool objective = false;
+    for (const Objective& o : objectives) objective = objective || o.metric == name;
+    if (!objective) {
+      Fail(value, "'" + name + "' is not an objective (the objectives: " + names + ")");
+    }
+    out[name] = non_negative ? NonNegative(value) : Number(value);
+  }
+  return out;
+}
+
+SchedulerConfig Parser::Scheduler(const Field& f, const std::vector<Objective>& objectives) const {
   // `scheduler: asha` is short for `scheduler: {type: asha}`.
   const bool shorthand = f.value.IsScalar();
   MapFields map = shorthand ? MapFields() : ReadMap(f, std::nullopt);
@@ -866,7 +939,7 @@ SchedulerConfig Parser::Scheduler(const Field& f) const {
   if (type == "fifo") return FifoConfig{};
   if (type == "asha") return Asha(map, f);
   if (type == "hyperband") return HyperBand(map);
-  if (type == "median_stopping") return MedianStopping(map);
+  if (type == "median_stopping") return MedianStopping(map, f, objectives);
   if (type == "pasha") return Pasha(map, f);
   if (shorthand) Fail(type_at, "the pbt scheduler needs hyperparam_mutations: give a map");
   return Pbt(map, f);
@@ -876,8 +949,12 @@ void Parser::Objectives(const MapFields& map, const Field& tune, TuneConfig* out
   const Field* metric = map.Find("metric");
   const Field* mode = map.Find("mode");
   const Field* constraints = map.Find("constraints");
+  const Field* reference = map.Find("reference_point");
   const bool several = (metric != nullptr && metric->value.IsSequence()) ||
                        (mode != nullptr && mode->value.IsSequence()) || constraints != nullptr;
+  if (!several && reference != nullptr) {
+    Fail(*reference, "only with several objectives (tune.metric a list) or tune.constraints");
+  }
   if (!several) {
     if (metric != nullptr) out->metric = NonEmptyString(*metric);
     if (mode != nullptr) out->mode = OneOf(*mode, {"min", "max"});
@@ -910,6 +987,14 @@ void Parser::Objectives(const MapFields& map, const Field& tune, TuneConfig* out
     }
     out->objectives.push_back({name, modes[i] == "max"});
   }
+  if (reference != nullptr) {
+    std::vector<Field> values = List(*reference);
+    if (values.size() != out->objectives.size()) {
+      Fail(*reference, "expected " + std::to_string(out->objectives.size()) +
+                           " values, one per metric, got " + std::to_string(values.size()));
+    }
+    for (const Field& v : values) out->reference_point.push_back(Number(v));
+  }
   if (constraints == nullptr) return;
   for (const Field& c : List(*constraints)) {
     try {
@@ -938,7 +1023,7 @@ TuneConfig Parser::Tune(const Field& f) const {
     }
   }
   if (const Field* x = map.Find("scheduler")) {
-    out.scheduler = Scheduler(*x);
+    out.scheduler = Scheduler(*x, out.objectives);
     // With several objectives, the schedulers' own rule on which of them rank that way (and
     // how), placed at this key's line.
     if (!out.objectives.empty()) {
@@ -990,15 +1075,13 @@ TuneConfig Parser::Tune(const Field& f) const {
   }
   if (const Field* x = map.Find("search")) {
     out.search = Search(*x);
-    if (std::holds_alternative<TpeConfig>(out.search) && !out.objectives.empty()) {
-      Fail(*x, "the tpe searcher ranks by one metric: with several objectives or constraints use "
-               "nsga2, random or grid");
-    }
     if (std::holds_alternative<Nsga2Config>(out.search) && out.objectives.empty()) {
       Fail(*x, "the nsga2 searcher ranks by several objectives: give tune.metric as a list, or "
                "constraints (with one metric use tpe)");
     }
-    if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty()) {
+    // With several objectives or constraints, tpe is MOTPE (tune/src/mo_tpe.h).
+    if (std::holds_alternative<TpeConfig>(out.search) && out.metric.empty() &&
+        out.objectives.empty()) {
       Fail(AtKey(*x, ChildPath(f.path, "metric")), "required by the tpe searcher");
     }
   }
@@ -1159,6 +1242,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> FileKeys() {
       {"`tune.scheduler` (type: pasha)", &kPashaKeys},
       {"`tune.scheduler` (type: hyperband)", &kHyperBandKeys},
       {"`tune.scheduler` (type: median_stopping)", &kMedianKeys},
+      {"`tune.scheduler.scalarization`", &kScalarizationKeys},
       {"`tune.scheduler` (type: pbt)", &kPbtKeys}};
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   for (const auto& [name, keys] : sections) {

@@ -99,7 +99,7 @@ ResultGrid Controller::Run(std::vector<Trial> trials, int max_concurrent) {
   std::vector<TrialResult> results;
   for (const Trial& t : trials_) results.push_back(t.ToResult(dir_));
   ResultGrid grid(dir_, std::move(results), tune_.metric, tune_.mode, tune_.objectives,
-                  tune_.constraints);
+                  tune_.constraints, tune_.reference_point);
   if (!tune_.objectives.empty()) {
     // The sweep's results are all on disk already: a report that cannot be written costs a
     // line, not the grid.

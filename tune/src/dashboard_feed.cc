@@ -5,6 +5,7 @@
 #include <rayd/runtime/cluster.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -26,12 +27,14 @@ nlohmann::json Sample(const char* name, const char* type, const char* help,
 }  // namespace
 
 DashboardFeed::DashboardFeed(std::string name, std::string metric, std::string mode,
-                             std::string scheduler, std::string experiment_dir)
+                             std::string scheduler, std::string experiment_dir,
+                             const FrontProgress* front)
     : name_(std::move(name)),
       metric_(std::move(metric)),
       mode_(std::move(mode)),
       scheduler_(std::move(scheduler)),
       experiment_dir_(std::move(experiment_dir)),
+      front_(front),
       started_ms_(NowUnixMs()) {}
 
 void DashboardFeed::OnResult(const Trial& trial, const Metrics& result) {
@@ -85,8 +88,8 @@ nlohmann::json DashboardFeed::Summary(const std::vector<Trial>& trials, bool fin
   metrics.push_back(Sample("rayd_tune_sweep_running", "gauge",
                            "1 while the sweep runs, 0 once it ended.", {{"sweep", name_}},
                            finished ? 0 : 1));
-  return {{"name", name_},
-          {"detail_only", {"trials"}},
+  nlohmann::json summary = {{"name", name_},
+          {"detail_only", {"trials", "front"}},
           {"metrics", std::move(metrics)},
           {"state", finished ? "FINISHED" : "RUNNING"},
           {"metric", metric_},
@@ -98,6 +101,49 @@ nlohmann::json DashboardFeed::Summary(const std::vector<Trial>& trials, bool fin
           {"started_ms", started_ms_},
           {"updated_ms", NowUnixMs()},
           {"trials", std::move(table)}};
+  if (front_ != nullptr) {
+    summary["front"] = FrontJson();
+    const auto& history = summary["front"]["hypervolume"];
+    if (!history.empty()) {
+      summary["metrics"].push_back(Sample("rayd_tune_hypervolume", "gauge",
+                                          "The hypervolume of each sweep's Pareto front.",
+                                          {{"sweep", name_}}, history.back()[1].get<double>()));
+    }
+  }
+  return summary;
+}
+
+nlohmann::json DashboardFeed::FrontJson() const {
+  nlohmann::json objectives = nlohmann::json::array();
+  for (const Objective& o : front_->objectives()) {
+    objectives.push_back({{"metric", o.metric}, {"mode", o.maximize ? "max" : "min"}});
+  }
+  nlohmann::json points = nlohmann::json::array();
+  for (const FrontProgress::Point& p : front_->points()) {
+    nlohmann::json values = nlohmann::json::array();
+    for (double v : p.values) values.push_back(std::isfinite(v) ? nlohmann::json(v) : nullptr);
+    points.push_back({{"trial_id", p.trial_id},
+                      {"values", std::move(values)},
+                      {"feasible", p.feasible},
+                      {"on_front", p.on_front}});
+  }
+  nlohmann::json reference = nlohmann::json::array();
+  for (size_t d = 0; d < front_->reference().size(); ++d) {
+    const double r = front_->reference()[d];
+    reference.push_back(front_->objectives()[d].maximize ? -r : r);
+  }
+  // At most ~kMaxCurvePoints / 4 rows, evenly spaced, the last always: each costs a hypervolume.
+  nlohmann::json history = nlohmann::json::array();
+  const auto& rows = front_->rows();
+  const size_t step = std::max<size_t>(1, rows.size() / (kMaxCurvePoints / 4));
+  for (size_t i = 0; i < rows.size(); i += step) {
+    if (i + step >= rows.size()) i = rows.size() - 1;
+    history.push_back({rows[i].elapsed_s, front_->Hypervolume(rows[i])});
+  }
+  return {{"objectives", std::move(objectives)},
+          {"points", std::move(points)},
+          {"reference", std::move(reference)},
+          {"hypervolume", std::move(history)}};
 }
 
 void DashboardFeed::Publish(const std::vector<Trial>& trials, bool finished) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "front_progress.h"
 #include "result_sink.h"
 #include "trial.h"
 
@@ -28,8 +29,10 @@ class DashboardFeed : public ResultSink {
   // The last this many bytes of each rank log are shown.
   static constexpr size_t kLogTailBytes = 8192;
 
+  // `front`: a sweep with several objectives publishes its front and hypervolume from it (it
+  // must outlive the feed and come before it among the sinks); null for one metric.
   DashboardFeed(std::string name, std::string metric, std::string mode, std::string scheduler,
-                std::string experiment_dir);
+                std::string experiment_dir, const FrontProgress* front = nullptr);
 
   // A trial reported `result` (before a resume, too: its curve is shown whole).
   void OnResult(const Trial& trial, const Metrics& result) override;
@@ -44,10 +47,15 @@ class DashboardFeed : public ResultSink {
   using Curve = std::vector<std::pair<double, double>>;
 
   nlohmann::json Summary(const std::vector<Trial>& trials, bool finished) const;
+  // {"objectives": [{metric, mode}], "points": [{trial_id, values, feasible, on_front}],
+  //  "reference": [...], "hypervolume": [[elapsed_s, value], ...]}: values and the reference in
+  // the objectives' units, the hypervolume at the reference as it is now.
+  nlohmann::json FrontJson() const;
   // The rank logs of running trials (and of trials that ended since) that grew since last time.
   void PublishLogs(const std::vector<Trial>& trials);
 
   std::string name_, metric_, mode_, scheduler_, experiment_dir_;
+  const FrontProgress* front_;
   std::map<std::string, uintmax_t> log_bytes_;  // by trial id: its rank logs' total size
   std::set<std::string> logs_final_;  // trials whose logs were published after they ended
   int64_t started_ms_;

@@ -353,4 +353,25 @@ double Hypervolume(const std::vector<std::vector<double>>& points,
   return Volume(std::move(inside), reference, reference.size());
 }
 
+std::vector<double> DerivedReferencePoint(const std::vector<std::vector<double>>& points) {
+  if (points.empty()) return {};
+  const size_t dims = points.front().size();
+  std::vector<double> worst(dims, -kWorstObjective), best(dims, kWorstObjective);
+  for (const auto& p : points) {
+    if (p.size() != dims) BadInput("DerivedReferencePoint: points of different sizes");
+    for (size_t d = 0; d < dims; ++d) {
+      if (p[d] >= kWorstObjective) continue;  // not reported, or diverged
+      worst[d] = std::max(worst[d], p[d]);
+      best[d] = std::min(best[d], p[d]);
+    }
+  }
+  std::vector<double> reference(dims);
+  for (size_t d = 0; d < dims; ++d) {
+    if (worst[d] < best[d]) return {};  // no point has this coordinate
+    const double range = worst[d] - best[d];
+    reference[d] = worst[d] + (range > 0 ? 0.1 * range : 1);
+  }
+  return reference;
+}
+
 }  // namespace rayd::tune

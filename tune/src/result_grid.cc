@@ -92,22 +92,18 @@ std::vector<size_t> ResultGrid::ParetoFront() const {
 
 double ResultGrid::FrontHypervolume(std::vector<double>* reference) const {
   const std::vector<Objective>& objectives = objectives_;
-  std::vector<double> worst(objectives.size(), -kWorstObjective);
-  std::vector<double> best(objectives.size(), kWorstObjective);
-  for (const TrialResult& t : trials_) {
-    const std::vector<double> p = ObjectiveVector(objectives, t.metrics);
-    for (size_t d = 0; d < p.size(); ++d) {
-      if (p[d] >= kWorstObjective) continue;  // not reported, or diverged
-      worst[d] = std::max(worst[d], p[d]);
-      best[d] = std::min(best[d], p[d]);
+  if (objectives.empty()) return 0;
+  std::vector<double> ref;
+  if (reference_point_.size() == objectives.size()) {
+    for (size_t d = 0; d < objectives.size(); ++d) {
+      ref.push_back(objectives[d].maximize ? -reference_point_[d] : reference_point_[d]);
     }
+  } else {
+    std::vector<std::vector<double>> points;
+    for (const TrialResult& t : trials_) points.push_back(ObjectiveVector(objectives, t.metrics));
+    ref = DerivedReferencePoint(points);
   }
-  std::vector<double> ref(objectives.size());
-  for (size_t d = 0; d < ref.size(); ++d) {
-    if (worst[d] < best[d]) return 0;  // no trial reported this objective
-    const double range = worst[d] - best[d];
-    ref[d] = worst[d] + (range > 0 ? 0.1 * range : 1);
-  }
+  if (ref.empty()) return 0;  // some objective no trial reported
   std::vector<std::vector<double>> front;
   for (size_t i : ParetoFront()) front.push_back(ObjectiveVector(objectives, trials_[i].metrics));
   if (reference != nullptr) *reference = ref;

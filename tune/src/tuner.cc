@@ -15,6 +15,8 @@
 #include "console_table.h"
 #include "controller.h"
 #include "dashboard_feed.h"
+#include "front_progress.h"
+#include "mo_tpe.h"
 #include "nsga2.h"
 #include "pbt_lineage.h"
 #include "replay_runner.h"
@@ -105,7 +107,9 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
   // TPE and NSGA-II propose trials as slots free; random and grid search make them all now.
   std::unique_ptr<internal::Searcher> searcher;
   if (const auto* tpe = std::get_if<TpeConfig>(&tune.search)) {
-    if (tune.metric.empty()) throw RaydError("the tpe searcher needs TuneConfig::metric");
+    if (tune.metric.empty() && tune.objectives.empty()) {
+      throw RaydError("the tpe searcher needs TuneConfig::metric or objectives");
+    }
     try {
       // With an early-stopping scheduler, BOHB's rule: fit on the highest budget reached.
       std::optional<std::string> budget;
@@ -114,8 +118,15 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
       if (const auto* pasha = std::get_if<PashaConfig>(&tune.scheduler)) {
         budget = pasha->time_attr;
       }
-      searcher = std::make_unique<internal::TpeSearch>(space, tune.metric, tune.mode, *tpe,
-                                                       tune.num_samples, seed, budget);
+      // Several objectives or constraints: MOTPE (mo_tpe.h).
+      if (!tune.objectives.empty()) {
+        searcher = std::make_unique<internal::MoTpeSearch>(space, tune.objectives,
+                                                           tune.constraints, *tpe,
+                                                           tune.num_samples, seed, budget);
+      } else {
+        searcher = std::make_unique<internal::TpeSearch>(space, tune.metric, tune.mode, *tpe,
+                                                         tune.num_samples, seed, budget);
+      }
     } catch (const std::invalid_argument& e) {
       throw RaydError(std::string("invalid search options: ") + e.what());
     }
@@ -174,13 +185,25 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
   std::vector<std::unique_ptr<internal::ResultSink>> sinks;
   sinks.push_back(std::make_unique<internal::TrialFilesSink>(dir));
   sinks.push_back(std::make_unique<internal::TensorBoardSink>(dir));
+  const internal::FrontProgress* front = nullptr;
+  if (!tune.objectives.empty()) {
+    auto progress = std::make_unique<internal::FrontProgress>(dir, tune.objectives,
+                                                              tune.constraints,
+                                                              tune.reference_point);
+    front = progress.get();
+    sinks.push_back(std::move(progress));
+  }
   if (!simulated) {
     Result<internal::TrialTracking> tracking =
         internal::TrialTracking::Open(run, scheduler->name(), dir);
     if (!tracking.ok()) throw RaydError("MLflow tracking: " + tracking.status().message());
     sinks.push_back(std::make_unique<internal::TrialTracking>(std::move(tracking).value()));
-    sinks.push_back(std::make_unique<internal::DashboardFeed>(run.name, tune.metric, tune.mode,
-                                                              scheduler->name(), dir));
+    // With several objectives the curves are the first objective's.
+    const bool several = !tune.objectives.empty();
+    sinks.push_back(std::make_unique<internal::DashboardFeed>(
+        run.name, several ? tune.objectives[0].metric : tune.metric,
+        several ? (tune.objectives[0].maximize ? "max" : "min") : tune.mode, scheduler->name(),
+        dir, front));
   }
   if (const auto* pbt = std::get_if<PbtConfig>(&tune.scheduler); pbt && !pbt->log_dir.empty()) {
     sinks.push_back(std::make_unique<internal::PbtLineageLog>(pbt->log_dir));
@@ -210,9 +233,15 @@ uint64_t Tuner::Prepare() {
   if (!tune_.constraints.empty() && tune_.objectives.empty()) {
     throw RaydError("TuneConfig: constraints need objectives (one objective is enough)");
   }
-  if (!tune_.objectives.empty() && std::holds_alternative<TpeConfig>(tune_.search)) {
-    throw RaydError(
-        "the tpe searcher ranks by one metric: with objectives use nsga2, random or grid");
+  if (!tune_.reference_point.empty()) {
+    if (tune_.reference_point.size() != tune_.objectives.size()) {
+      throw RaydError("TuneConfig: reference_point has " +
+                      std::to_string(tune_.reference_point.size()) + " values for " +
+                      std::to_string(tune_.objectives.size()) + " objectives");
+    }
+    for (double x : tune_.reference_point) {
+      if (!std::isfinite(x)) throw RaydError("TuneConfig: reference_point values must be finite");
+    }
   }
   if (tune_.objectives.empty() && std::holds_alternative<Nsga2Config>(tune_.search)) {
     throw RaydError("the nsga2 searcher ranks by TuneConfig::objectives: give them (for one "
@@ -301,7 +330,7 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
 std::unique_ptr<TrialScheduler> Tuner::Scheduler(uint64_t seed) const {
   try {
     if (!tune_.objectives.empty()) {
-      return MakeScheduler(tune_.scheduler, tune_.objectives, tune_.constraints);
+      return MakeScheduler(tune_.scheduler, tune_.objectives, tune_.constraints, seed);
     }
     return MakeScheduler(tune_.scheduler, tune_.metric, tune_.mode, seed);
   } catch (const std::invalid_argument& e) {

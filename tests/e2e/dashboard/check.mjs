@@ -2,7 +2,8 @@
 // driven by playwright-core).
 //
 //   node check.mjs --url 'http://127.0.0.1:PORT/?token=T' --screenshot OUT.png \
-//       --nodes ID1,ID2 --sweep NAME [--timeout-ms 60000] [--expect-live] [--chromium PATH]
+//       --nodes ID1,ID2 --sweep NAME [--timeout-ms 60000] [--expect-live] [--expect-front]
+//       [--chromium PATH]
 //
 // Checks, all within one deadline (no fixed sleeps: every step waits on a condition):
 //   1. a fresh browser context opening the bare URL (no ?token, so no cookie) gets the
@@ -11,6 +12,8 @@
 //   3. the sweep NAME is in the sweeps list; after clicking it, the detail shows that sweep,
 //      the curves SVG has a polyline with data-points >= 2 and the trials table has a row;
 //   4. with --expect-live, the curves then gain points without a reload (the 1 s refresh);
+//      with --expect-front (a sweep with several objectives), the Pareto front plot shows a mark
+//      per trial that reported, at least one of them on the front, and the hypervolume;
 //   5. no uncaught exception was thrown in the page.
 // Then writes a full-page screenshot to OUT and prints one JSON line of what it saw.
 //
@@ -22,7 +25,7 @@ import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 
 const kUsage = "usage: node check.mjs --url URL --screenshot OUT.png --nodes ID1,ID2 --sweep NAME " +
-  "[--timeout-ms 60000] [--expect-live] [--chromium /usr/bin/chromium]";
+  "[--timeout-ms 60000] [--expect-live] [--expect-front] [--chromium /usr/bin/chromium]";
 
 let opt;
 try {
@@ -34,6 +37,7 @@ try {
       sweep: { type: "string" },
       "timeout-ms": { type: "string", default: "60000" },
       "expect-live": { type: "boolean", default: false },
+      "expect-front": { type: "boolean", default: false },
       job: { type: "string" },
       "job-log": { type: "string" },
       chromium: { type: "string", default: process.env.CHROMIUM || "/usr/bin/chromium" },
@@ -174,8 +178,28 @@ async function checkAuthenticated(page) {
         .reduce((m, p) => m + Number(p.getAttribute("data-points")), 0) > n, before, { timeout: left(), polling: 200 }));
     seen.live = { points_before: before, points_after: await total() };
   }
+  if (opt["expect-front"]) await checkFront(page);
   if (opt.job) await checkSubmittedJob(page);
   if (seen.page_errors.length) throw new CheckFailed(`uncaught exception in the page: ${seen.page_errors[0]}`);
+}
+
+// A sweep with several objectives: its front plot has marks, one or more on the front, and the
+// hypervolume line.
+async function checkFront(page) {
+  const front = () => page.evaluate(() => {
+    const svg = document.querySelector('svg[data-testid="pareto-front"]');
+    const marks = svg ? [...svg.querySelectorAll("[data-trial-id]")] : [];
+    return { kind: svg?.getAttribute("data-kind") ?? null, marks: marks.length,
+      on_front: marks.filter((m) => m.getAttribute("data-on-front") === "true").length,
+      hypervolume: document.querySelector('[data-testid="hypervolume"]')?.textContent ?? null };
+  });
+  await expect(async () => `the Pareto front plot never showed a trial on the front (it shows ${JSON.stringify(await front())})`,
+    () => page.waitForFunction(() => {
+      const svg = document.querySelector('svg[data-testid="pareto-front"]');
+      const hv = document.querySelector('[data-testid="hypervolume"]');
+      return svg && svg.querySelector('[data-on-front="true"]') && hv && hv.textContent.includes("hypervolume");
+    }, null, { timeout: left(), polling: 200 }));
+  seen.front = await front();
 }
 
 // A job submitted with `rayd job submit` is listed; a click shows its log (--job-log in it).

@@ -385,13 +385,42 @@ TEST_CASE("Several objectives and constraints parse, and their mistakes name key
              Contains("tune.yaml:4: tune.metric[1]: metric 'a' is listed twice"));
   CHECK_THAT(TuneError(Tune("tune:\n  constraints: [\"a < 3\"]\n")),
              Contains("tune.metric: required with constraints"));
-  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: hyperband}\n")),
-             Contains("tune.yaml:5: tune.scheduler: hyperband ranks by one metric"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: pasha}\n")),
+             Contains("tune.yaml:5: tune.scheduler: pasha ranks by one metric"));
   CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: asha, promotion: "
                             "true}\n")),
              Contains("promotion is not available with several objectives"));
-  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  search: {type: tpe}\n")),
-             Contains("tune.yaml:5: tune.search: the tpe searcher ranks by one metric"));
+}
+
+TEST_CASE("tune.reference_point gives one value per objective in its units, refused otherwise",
+          "[tune]") {
+  TuneFile f = ParseTuneFile(
+      Tune("tune:\n  metric: [acc, params]\n  mode: [max, min]\n  reference_point: [0, 1e6]\n"),
+      "tune.yaml");
+  CHECK(f.tune.reference_point == std::vector<double>{0, 1e6});
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  reference_point: [1]\n")),
+             Equals("tune.yaml:5: tune.reference_point: expected 2 values, one per metric, got 1"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  reference_point: [1, x]\n")),
+             Contains("tune.yaml:5: tune.reference_point[1]: expected a number"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: a\n  reference_point: [1]\n")),
+             Contains("tune.yaml:5: tune.reference_point: only with several objectives"));
+}
+
+TEST_CASE("search type tpe with several objectives or constraints loads (MOTPE)", "[tune]") {
+  TuneFile two = ParseTuneFile(
+      Tune("tune:\n  metric: [a, b]\n  mode: [max, min]\n  search: {type: tpe, gamma: 0.2}\n"),
+      "tune.yaml");
+  const auto* tpe = std::get_if<TpeConfig>(&two.tune.search);
+  REQUIRE(tpe != nullptr);
+  CHECK(tpe->gamma == 0.2);
+  REQUIRE(two.tune.objectives.size() == 2);
+  CHECK(two.tune.objectives[0].maximize);
+  CHECK(two.tune.metric.empty());
+  TuneFile constrained = ParseTuneFile(
+      Tune("tune:\n  metric: loss\n  constraints: [\"params <= 1e6\"]\n  search: {type: tpe}\n"),
+      "tune.yaml");
+  CHECK(std::holds_alternative<TpeConfig>(constrained.tune.search));
+  CHECK(constrained.tune.constraints.size() == 1);
 }
 
 TEST_CASE("An unknown scheduler type names its line and the choices", "[tune]") {
@@ -819,6 +848,100 @@ TEST_CASE("datasets: parse in tune.yaml and train.yaml, paths against the file's
   CHECK(TuneError(Tune("datasets:\n  train:\n    format: idx\n")) ==
         "tune.yaml:4: datasets.train.paths: required (a list of globs)");
   CHECK(TuneError(Tune("datasets: [a, b]\n")).rfind("tune.yaml:3: datasets: expected a map", 0) == 0);
+}
+
+TEST_CASE("Schedulers rank by several objectives, median stopping on its scalarization",
+          "[tune][multi_objective]") {
+  TuneFile f = ParseTuneFile(Tune(R"(tune:
+  metric: [val_accuracy, params]
+  mode: [max, min]
+  constraints: ["latency_ms <= 5"]
+  scheduler:
+    type: median_stopping
+    grace_period: 2
+    scalarization: {weights: {val_accuracy: 1.0, params: 1.0e-6}}
+)"),
+                             "tune.yaml");
+  const auto& median = std::get<MedianStoppingConfig>(f.tune.scheduler);
+  CHECK(median.grace_period == 2);
+  REQUIRE(median.scalarization);
+  CHECK(median.scalarization->kind == Scalarization::Kind::kWeightedSum);
+  CHECK(median.scalarization->weights ==
+        std::map<std::string, double>{{"params", 1e-6}, {"val_accuracy", 1.0}});
+  CHECK(median.scalarization->reference.empty());
+
+  TuneFile chebyshev = ParseTuneFile(
+      Tune("tune:\n  metric: [a, b]\n  mode: [max, min]\n  scheduler: {type: median_stopping, "
+           "scalarization: {type: chebyshev, weights: {a: 1, b: 0.5}, reference: {a: 1, b: 0}}}\n"),
+      "tune.yaml");
+  const auto& cheb = *std::get<MedianStoppingConfig>(chebyshev.tune.scheduler).scalarization;
+  CHECK(cheb.kind == Scalarization::Kind::kChebyshev);
+  CHECK(cheb.weights == std::map<std::string, double>{{"a", 1}, {"b", 0.5}});
+  CHECK(cheb.reference == std::map<std::string, double>{{"a", 1}, {"b", 0}});
+
+  // HyperBand and PBT take several objectives with their usual options.
+  CHECK(std::holds_alternative<HyperBandConfig>(
+      ParseTuneFile(Tune("tune:\n  metric: [a, b]\n  scheduler: hyperband\n"), "tune.yaml")
+          .tune.scheduler));
+  CHECK(std::holds_alternative<PbtConfig>(
+      ParseTuneFile(Tune("tune:\n  metric: [a, b]\n  constraints: [\"c < 1\"]\n  scheduler: "
+                         "{type: pbt, hyperparam_mutations: {lr: [0.1, 0.2]}}\n"),
+                    "tune.yaml")
+          .tune.scheduler));
+}
+
+TEST_CASE("A missing or malformed scalarization names its key and line",
+          "[tune][multi_objective]") {
+  // The scalarization sits on line 7.
+  auto error = [](const std::string& scalarization) {
+    return TuneError(
+        Tune("tune:\n  metric: [a, b]\n  scheduler:\n    type: median_stopping\n"
+             "    scalarization: " +
+             scalarization + "\n"));
+  };
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: [a, b]\n  scheduler: {type: median_stopping}\n")),
+             Equals("tune.yaml:5: tune.scheduler.scalarization: required with several objectives "
+                    "or constraints, e.g. {weights: {a: 1}}"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  constraints: [\"x < 1\"]\n"
+                            "  scheduler: median_stopping\n")),
+             Contains("tune.yaml:6: tune.scheduler.scalarization: required"));
+  CHECK_THAT(error("{weights: {a: 1, c: 2}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.weights.c: 'c' is not an "
+                    "objective (the objectives: a, b)"));
+  CHECK_THAT(error("{weights: {a: -1}}"),
+             Contains("tune.yaml:7: tune.scheduler.scalarization.weights.a: must not be negative"));
+  CHECK_THAT(error("{weights: {a: fast}}"),
+             Contains("tune.yaml:7: tune.scheduler.scalarization.weights.a: expected a number"));
+  CHECK_THAT(error("{weights: {a: 0, b: 0}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.weights: expected at least one "
+                    "weight above 0"));
+  CHECK_THAT(error("{weights: {}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.weights: expected at least one "
+                    "objective's weight"));
+  CHECK_THAT(error("{type: chebyshev}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.weights: required"));
+  CHECK_THAT(error("{type: tchebycheff, weights: {a: 1}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.type: expected one of "
+                    "weighted_sum, chebyshev, got 'tchebycheff'"));
+  CHECK_THAT(error("{type: chebyshev, weights: {a: 1, b: 1}, reference: {a: 1}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.reference.b: required: chebyshev "
+                    "needs the ideal value of every objective weighted above 0"));
+  CHECK_THAT(error("{weights: {a: 1}, reference: {a: 1}}"),
+             Equals("tune.yaml:7: tune.scheduler.scalarization.reference: only for type: "
+                    "chebyshev"));
+  CHECK_THAT(error("{weight: {a: 1}}"),
+             Contains("tune.yaml:7: tune.scheduler.scalarization.weight: unknown scalarization "
+                      "key 'weight'; did you mean 'weights'?"));
+  CHECK_THAT(error("weighted_sum"),
+             Contains("tune.yaml:7: tune.scheduler.scalarization: expected a map"));
+  // In block style each weight has its own line.
+  CHECK_THAT(error("\n      type: chebyshev\n      weights:\n        a: 1\n        b: -2\n"),
+             Contains("tune.yaml:11: tune.scheduler.scalarization.weights.b: must not be "
+                      "negative"));
+  // With one metric a scalarization is refused rather than ignored.
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: loss\n  scheduler: {type: median_stopping, "
+                            "scalarization: {weights: {loss: 1}}}\n")),
+             Contains("tune.yaml:5: tune.scheduler.scalarization: only with several objectives"));
 }
 
 }  // namespace

@@ -126,4 +126,12 @@ std::vector<size_t> ParetoFront(const std::vector<std::vector<double>>& points,
 double Hypervolume(const std::vector<std::vector<double>>& points,
                    const std::vector<double>& reference);
 
+// The reference point a sweep's hypervolume is taken at when the user gives none: per
+// coordinate, the worst value among `points` plus a tenth of the coordinate's range (plus 1
+// when every point has the same value), so that every point, the worst included, adds volume.
+// Coordinates >= kWorstObjective (unreported or diverged) are left out. Empty when some
+// coordinate has no such value, or `points` is empty. Throws std::invalid_argument when the
+// points' sizes differ.
+std::vector<double> DerivedReferencePoint(const std::vector<std::vector<double>>& points);
+
 }  // namespace rayd::tune

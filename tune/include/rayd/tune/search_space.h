@@ -109,8 +109,9 @@ std::string JoinPath(const std::vector<std::string>& path);
 struct RandomSearchConfig {};
 // The Tree-structured Parzen Estimator (Bergstra et al., 2011) as Optuna's TPESampler: the first
 // n_startup_trials at random, then each new trial proposed from the results of those that
-// ended (a trial's last value of TuneConfig::metric), when a slot frees. Needs a metric and a
-// space without grid_search and randn.
+// ended (a trial's last value of TuneConfig::metric), when a slot frees. Needs a metric, or
+// several objectives or constraints (then it is MOTPE, tune/src/mo_tpe.h), and a space without
+// grid_search and randn.
 struct TpeConfig {
   int n_startup_trials = 10;
   int n_ei_candidates = 24;

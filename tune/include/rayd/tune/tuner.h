@@ -58,13 +58,19 @@ struct TuneConfig {
   std::string mode = "min";
   // Several objectives at once (tune.yaml: `metric: [val_accuracy, params]`, `mode: [max, min]`),
   // in place of metric/mode: trials rank by Pareto dominance (rayd/tune/multi_objective.h), the
-  // scheduler is fifo or asha (MO-ASHA), the search random, grid or nsga2 (Nsga2Config), and
-  // the sweep writes its Pareto front
+  // scheduler is fifo, asha (MO-ASHA), hyperband, pbt, or median_stopping on a scalarization
+  // (pasha is refused), the search random, grid, tpe (MOTPE) or nsga2 (Nsga2Config), and the
+  // sweep writes its Pareto front
   // (pareto_front.csv). Constraints over any reported metric ("latency_ms <= 5") rank a trial
   // that misses one below every trial that meets them all, by how far it misses; they take
   // this path with one objective too.
   std::vector<Objective> objectives;
   std::vector<Constraint> constraints;
+  // Where the hypervolume of the front is taken (tune.yaml: `reference_point: [0.0, 1e6]`), one
+  // value per objective in its own units, worse than any value that should count. Empty: the
+  // worst value reported plus a tenth of the range, at the end (DerivedReferencePoint). The
+  // sweep's progress.csv gives the hypervolume over time (front_progress.h).
+  std::vector<double> reference_point;
   int num_samples = 1;
   // Trials running at once; 0: as many gangs as the cluster's resources hold at the start.
   int max_concurrent_trials = 0;
@@ -121,13 +127,14 @@ class ResultGrid {
   ResultGrid() = default;
   ResultGrid(std::string experiment_path, std::vector<TrialResult> trials, std::string metric,
              std::string mode, std::vector<Objective> objectives = {},
-             std::vector<Constraint> constraints = {})
+             std::vector<Constraint> constraints = {}, std::vector<double> reference_point = {})
       : experiment_path_(std::move(experiment_path)),
         trials_(std::move(trials)),
         metric_(std::move(metric)),
         mode_(std::move(mode)),
         objectives_(std::move(objectives)),
-        constraints_(std::move(constraints)) {}
+        constraints_(std::move(constraints)),
+        reference_point_(std::move(reference_point)) {}
 
   size_t size() const { return trials_.size(); }
   const TrialResult& operator[](size_t i) const { return trials_[i]; }
@@ -146,9 +153,10 @@ class ResultGrid {
   // trials that reported no objective are left out. Empty without objectives.
   std::vector<size_t> ParetoFront() const;
   // The hypervolume ParetoFront dominates (rayd/tune/multi_objective.h, objectives as points to
-  // minimise) up to a reference point 10% of each objective's range beyond the worst value any
-  // trial reported for it (1 beyond when all reported the same), which `reference` receives:
-  // comparable between sweeps only through the same reference. 0 for an empty front.
+  // minimise) up to the sweep's TuneConfig::reference_point, or when it has none a reference
+  // point 10% of each objective's range beyond the worst value any trial reported for it (1
+  // beyond when all reported the same; DerivedReferencePoint); `reference` receives it, to
+  // minimise: comparable between sweeps only through the same reference. 0 for an empty front.
   double FrontHypervolume(std::vector<double>* reference = nullptr) const;
   // Whether trial `i`'s last result meets every constraint.
   bool Feasible(size_t i) const;
@@ -162,6 +170,7 @@ class ResultGrid {
   std::string mode_;
   std::vector<Objective> objectives_;
   std::vector<Constraint> constraints_;
+  std::vector<double> reference_point_;  // in the objectives' units; empty: derived
 };
 
 class Tuner {
