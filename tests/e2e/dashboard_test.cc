@@ -40,6 +40,26 @@ HttpReply Get(int port, const std::string& path, const std::string& extra_header
 
 std::string Bearer(const std::string& token) { return "Authorization: Bearer " + token + "\r\n"; }
 
+// What `rayd start --head --dashboard-port 0` printed: where its cluster and dashboard are.
+struct HeadStarted {
+  std::string address;  // the cluster's
+  std::string url;      // the dashboard's, with ?token=
+  int port = 0;         // the dashboard's
+  std::string token;
+};
+HeadStarted ParseHead(const std::string& head_out) {
+  HeadStarted head;
+  std::smatch m;
+  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
+  head.address = m[1];
+  REQUIRE(std::regex_search(head_out, m,
+                            std::regex(R"(Dashboard:\s+(http://127\.0\.0\.1:(\d+)/\?token=(\w+)))")));
+  head.url = m[1];
+  head.port = std::stoi(m[2]);
+  head.token = m[3];
+  return head;
+}
+
 // The value of `metric{labels}` in Prometheus text, or -1.
 double Sample(const std::string& text, const std::string& series) {
   const size_t at = text.find("\n" + series + " ");
@@ -70,14 +90,12 @@ TEST_CASE("the dashboard shows the cluster's nodes and a running sweep's curves,
       sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2",
                      "--metrics-port", "0"});
   const std::string head_out = sandbox.last_start_output();
+  const HeadStarted head = ParseHead(head_out);
+  const std::string& address = head.address;
+  const std::string& url = head.url;
+  const int port = head.port;
+  const std::string& token = head.token;
   std::smatch m;
-  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
-  const std::string address = m[1];
-  REQUIRE(std::regex_search(head_out, m,
-                            std::regex(R"(Dashboard:\s+(http://127\.0\.0\.1:(\d+)/\?token=(\w+)))")));
-  const std::string url = m[1];
-  const int port = std::stoi(m[2]);
-  const std::string token = m[3];
   REQUIRE(std::regex_search(head_out, m,
                             std::regex(R"(Node metrics:\s+http://127\.0\.0\.1:(\d+)/metrics)")));
   const int head_metrics_port = std::stoi(m[1]);
@@ -242,14 +260,10 @@ run: {storage_path: )" + sandbox.root() + R"(/results})";
 TEST_CASE("the dashboard shows a command trial's rank logs", "[e2e][dashboard]") {
   rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
   sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
-  const std::string head_out = sandbox.last_start_output();
-  std::smatch m;
-  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
-  const std::string address = m[1];
-  REQUIRE(std::regex_search(head_out, m,
-                            std::regex(R"(Dashboard:\s+http://127\.0\.0\.1:(\d+)/\?token=(\w+))")));
-  const int port = std::stoi(m[1]);
-  const std::string token = m[2];
+  const HeadStarted head = ParseHead(sandbox.last_start_output());
+  const std::string& address = head.address;
+  const int port = head.port;
+  const std::string& token = head.token;
 
   // Two ranks, each printing a line of its own, then reporting for ~3 s.
   const std::string script = sandbox.root() + "/talk.sh";
@@ -288,15 +302,11 @@ TEST_CASE("the dashboard plots a sweep's Pareto front and hypervolume and /metri
           "[e2e][dashboard]") {
   rayd::testing::RaydSandbox sandbox(RAYD_BINARY, 60s);
   sandbox.Start({"--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2"});
-  const std::string head_out = sandbox.last_start_output();
-  std::smatch m;
-  REQUIRE(std::regex_search(head_out, m, std::regex(R"(Cluster address: (\S+))")));
-  const std::string address = m[1];
-  REQUIRE(std::regex_search(head_out, m,
-                            std::regex(R"(Dashboard:\s+(http://127\.0\.0\.1:(\d+)/\?token=(\w+)))")));
-  const std::string url = m[1];
-  const int port = std::stoi(m[2]);
-  const std::string token = m[3];
+  const HeadStarted head = ParseHead(sandbox.last_start_output());
+  const std::string& address = head.address;
+  const std::string& url = head.url;
+  const int port = head.port;
+  const std::string& token = head.token;
 
   const std::string yaml = sandbox.root() + "/front.yaml";
   std::ofstream(yaml) << "name: front\ntrainable: toy_objective\n"

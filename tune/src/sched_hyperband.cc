@@ -90,15 +90,9 @@ class HyperBandScheduler final : public TrialScheduler {
   Decision OnTrialResult(const std::string& trial_id, const SchedulerResult& result) override {
     auto t = Lookup(result.metrics, config_.time_attr);
     if (!t) return Decision::Continue();
-    std::optional<double> score;
-    std::optional<ParetoRanking::Standing> standing;
-    if (ranking_) {
-      if (!ranking_->HasObjectives(result.metrics)) return Decision::Continue();
-      standing = ranking_->Measure(result.metrics);
-    } else {
-      score = Score(result.metrics, metric_, sign_);
-      if (!score) return Decision::Continue();
-    }
+    std::optional<ResultMeasure> measure = MeasureResult(ranking_, result.metrics, metric_, sign_);
+    if (!measure) return Decision::Continue();
+    auto& [score, standing] = *measure;
     if (!trials_.count(trial_id)) OnTrialAdd(trial_id, result.config);
     HyperBandTrial& trial = trials_[trial_id];
     Bracket& bracket = brackets_[trial.bracket];

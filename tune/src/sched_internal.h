@@ -102,6 +102,16 @@ Rng RngFromState(const nlohmann::json& state);
 nlohmann::json OptionalNumber(std::optional<double> x);
 std::optional<double> OptionalNumber(const nlohmann::json& j);
 
+// What a result counts as: under several objectives (`ranking` set) its standing, else its
+// score under `metric` (Score). nullopt when it lacks them: the scheduler lets the trial go on.
+struct ResultMeasure {
+  std::optional<double> score;
+  std::optional<ParetoRanking::Standing> standing;
+};
+std::optional<ResultMeasure> MeasureResult(const std::optional<ParetoRanking>& ranking,
+                                           const Metrics& metrics, const std::string& metric,
+                                           double sign);
+
 // The value under `key` when present and finite.
 std::optional<double> Lookup(const Metrics& metrics, const std::string& key);
 

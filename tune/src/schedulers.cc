@@ -323,6 +323,18 @@ std::optional<double> Score(const Metrics& metrics, const std::string& key, doub
   return std::isfinite(it->second) ? sign * it->second : kWorstScore;
 }
 
+std::optional<ResultMeasure> MeasureResult(const std::optional<ParetoRanking>& ranking,
+                                           const Metrics& metrics, const std::string& metric,
+                                           double sign) {
+  if (ranking) {
+    if (!ranking->HasObjectives(metrics)) return std::nullopt;
+    return ResultMeasure{std::nullopt, ranking->Measure(metrics)};
+  }
+  std::optional<double> score = Score(metrics, metric, sign);
+  if (!score) return std::nullopt;
+  return ResultMeasure{score, std::nullopt};
+}
+
 std::string FormatNumber(double value) {
   std::ostringstream out;
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
