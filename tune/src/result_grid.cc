@@ -27,8 +27,9 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
   const std::string& order = mode.empty() ? mode_ : mode;
   if (by.empty() && !objectives_.empty()) {
     throw RaydError(
-        "GetBestResult: the sweep has several objectives, so there is no one best trial: name "
-        "the metric and mode to rank by, or take ParetoFront()");
+        "GetBestResult: the sweep has several objectives, so there is no one best trial: give "
+        "a rule (a Scalarization of the objectives), name the metric and mode to rank by, or "
+        "take ParetoFront()");
   }
   if (by.empty()) {
     throw RaydError("GetBestResult: no metric given, and the TuneConfig names none");
@@ -60,6 +61,34 @@ const TrialResult& ResultGrid::GetBestResult(const std::string& metric,
                     (diverged > 0
                          ? " (" + std::to_string(diverged) + " ended on NaN or an infinity)"
                          : std::string()));
+  }
+  return *best;
+}
+
+const TrialResult& ResultGrid::GetBestResult(const Scalarization& rule) const {
+  if (objectives_.empty()) {
+    throw RaydError("GetBestResult: a scalarization needs a sweep with objectives; this one "
+                    "ranks by metric \"" + metric_ + "\"");
+  }
+  for (const auto& [metric, weight] : rule.weights) {
+    const bool objective = std::any_of(objectives_.begin(), objectives_.end(),
+                                       [&](const Objective& o) { return o.metric == metric; });
+    if (!objective) {
+      throw RaydError("GetBestResult: the rule weighs \"" + metric + "\", not an objective");
+    }
+  }
+  const TrialResult* best = nullptr;
+  double best_value = 0;
+  for (const TrialResult& trial : trials_) {
+    const std::optional<double> value = Scalarize(rule, objectives_, constraints_, trial.metrics);
+    if (value && (best == nullptr || *value > best_value)) {
+      best = &trial;
+      best_value = *value;
+    }
+  }
+  if (best == nullptr) {
+    throw RaydError("GetBestResult: none of the " + std::to_string(trials_.size()) +
+                    " trials reported every objective the rule weighs");
   }
   return *best;
 }

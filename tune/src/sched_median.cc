@@ -204,3 +204,14 @@ std::unique_ptr<TrialScheduler> MakeMoMedianStopping(const MedianStoppingConfig&
 }
 
 }  // namespace rayd::tune::internal
+
+namespace rayd::tune {
+
+std::optional<double> Scalarize(const Scalarization& scalarization,
+                                const std::vector<Objective>& objectives,
+                                const std::vector<Constraint>& constraints, const Metrics& metrics) {
+  return internal::MedianScalarizer(scalarization, internal::ParetoRanking(objectives, constraints))
+      .Value(metrics);
+}
+
+}  // namespace rayd::tune

@@ -241,17 +241,22 @@ Result<RecordedCurves> RecordedCurves::Load(const std::string& path) {
 std::optional<ReplayProblem> CheckReplayable(const ParamSpace& space, const TuneConfig& tune,
                                              const RecordedCurves& curves) {
   if (curves.curves().empty()) return ReplayProblem{"", "no recorded curves in " + curves.source()};
-  if (!tune.metric.empty()) {
+  // The metric, or every objective, must be in the recordings.
+  std::vector<std::string> needed;
+  if (!tune.metric.empty()) needed.push_back(tune.metric);
+  for (const Objective& o : tune.objectives) needed.push_back(o.metric);
+  if (!needed.empty()) {
     std::set<std::string> reported;
     for (const RecordedCurve& curve : curves.curves()) {
       for (const Metrics& result : curve.results) {
         for (const auto& [key, value] : result) reported.insert(key);
       }
     }
-    if (!reported.count(tune.metric)) {
+    for (const std::string& metric : needed) {
+      if (reported.count(metric)) continue;
       return ReplayProblem{
           "tune.metric",
-          "the recorded curves in " + curves.source() + " do not report '" + tune.metric +
+          "the recorded curves in " + curves.source() + " do not report '" + metric +
               "' (they report: " + Join({reported.begin(), reported.end()}, 12) + ")"};
     }
   }

@@ -296,9 +296,6 @@ ResultGrid Tuner::Fit() {
 
 Simulation Tuner::Simulate(const RecordedCurves& curves) {
   const uint64_t seed = Prepare();
-  if (!tune_.objectives.empty()) {
-    throw RaydError("a simulated sweep ranks by one metric: several objectives are not replayed yet");
-  }
   if (std::optional<ReplayProblem> problem = CheckReplayable(param_space_, tune_, curves)) {
     throw ReplayError(std::move(*problem));
   }
@@ -318,8 +315,12 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
       tune_.max_concurrent_trials > 0 ? tune_.max_concurrent_trials : kSimulatedConcurrency;
   EventLoop loop;
   internal::ReplayTable table(curves, param_space_);
-  internal::ReplayRunner runner(loop, table, tune_.metric, tune_.mode, trainable_.scaling,
-                                tune_.simulate);
+  // With several objectives the trace (and time to best) follows the first.
+  const bool several = !tune_.objectives.empty();
+  internal::ReplayRunner runner(
+      loop, table, several ? tune_.objectives[0].metric : tune_.metric,
+      several ? (tune_.objectives[0].maximize ? "max" : "min") : tune_.mode, trainable_.scaling,
+      tune_.simulate);
   simulation.grid = RunSweep(loop, runner, trainable_, param_space_, tune_, run_, *stop_,
                              std::move(scheduler), seed, simulation.max_concurrent,
                              /*simulated=*/true);

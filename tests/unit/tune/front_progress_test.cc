@@ -164,3 +164,33 @@ TEST_CASE("a reference point of the wrong length is refused", "[tune][front]") {
   CHECK_THROWS_WITH(FrontProgress(dir.path(), kObjectives, {}, {1.0}),
                     Catch::Contains("1 values for 2 objectives"));
 }
+
+TEST_CASE("GetBestResult of a sweep with objectives asks for a rule and picks by a scalarization",
+          "[tune][front]") {
+  using rayd::tune::ResultGrid;
+  using rayd::tune::Scalarization;
+  using rayd::tune::TrialResult;
+  auto trial = [](const std::string& id, Metrics m) {
+    TrialResult t;
+    t.trial_id = id;
+    t.metrics = std::move(m);
+    return t;
+  };
+  const ResultGrid grid("/exp",
+                        {trial("a", {{"acc", 0.9}, {"params", 100}, {"latency", 1}}),
+                         trial("b", {{"acc", 0.8}, {"params", 10}, {"latency", 1}}),
+                         trial("c", {{"acc", 0.99}, {"params", 1}, {"latency", 9}}),
+                         trial("d", {{"loss", 1}})},
+                        "", "", kObjectives, {ParseConstraint("latency <= 5")});
+  CHECK_THROWS_WITH(grid.GetBestResult(), Catch::Contains("give a rule"));
+  Scalarization rule;
+  rule.weights = {{"acc", 1.0}, {"params", 0.001}};
+  CHECK(grid.GetBestResult(rule).trial_id == "a");  // 0.8 against b's 0.79; c misses latency
+  rule.weights["params"] = 0.01;
+  CHECK(grid.GetBestResult(rule).trial_id == "b");  // 0.7 against a's -0.1
+  rule.weights = {{"loss", 1.0}};
+  CHECK_THROWS_WITH(grid.GetBestResult(rule), Catch::Contains("\"loss\", not an objective"));
+  const ResultGrid single("/exp", {trial("a", {{"loss", 1}})}, "loss", "min");
+  CHECK_THROWS_WITH(single.GetBestResult(Scalarization{.weights = {{"loss", 1}}}),
+                    Catch::Contains("needs a sweep with objectives"));
+}

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -352,4 +353,40 @@ TEST_CASE(
   // Busy: per trial 3 s on 1 worker and 3.5 s on 2 (the restart included) = 10 worker-seconds;
   // 20 of 2 x 13.
   CHECK(grown.utilization == Approx(20.0 / 26.0));
+}
+
+TEST_CASE("a replay with several objectives ranks by them under MO-ASHA and writes the front's "
+          "hypervolume on the simulated clock",
+          "[tune][simulator]") {
+  // The table's second metric: the config's hidden size, to minimise against the loss.
+  std::string csv = Table({{0.1, 32}, {0.1, 64}, {0.2, 32}, {0.2, 64}}, 9);
+  RecordedCurves curves = Parse(csv);
+  Sim sim;
+  sim.tune.metric.clear();
+  sim.tune.objectives = {{"loss", false}, {"time_this_iter_s", false}};
+  sim.tune.reference_point = {1.0, 3.0};
+  sim.tune.num_samples = 8;
+  sim.tune.max_concurrent_trials = 2;
+  sim.tune.scheduler = AshaConfig{.max_t = 9, .grace_period = 1, .reduction_factor = 3};
+  Simulation result = sim.Run(curves);
+  CHECK(result.grid.num_terminated() == 8);
+  CHECK(result.iterations < 8 * 9);  // MO-ASHA stopped some at a rung
+  CHECK_FALSE(result.grid.ParetoFront().empty());
+  const std::string progress = rayd::testing::ReadFile(sim.dir.path() + "/sim/progress.csv");
+  CHECK(progress.starts_with("elapsed_s,results,trials_reported,front_size,hypervolume,"
+                             "reference/loss,reference/time_this_iter_s\n"));
+  // Its last row is the grid's front at the same reference.
+  std::vector<std::string> last;
+  std::string line, previous;
+  std::istringstream lines(progress);
+  while (std::getline(lines, line)) previous = line;
+  std::istringstream fields(previous);
+  for (std::string field; std::getline(fields, field, ',');) last.push_back(field);
+  REQUIRE(last.size() == 7);
+  CHECK(std::stod(last[4]) == Approx(result.grid.FrontHypervolume()));
+  CHECK(std::stod(last[0]) <= result.simulated_s);  // the simulated clock, not the wall's
+
+  // An objective the recordings lack is refused before anything runs.
+  sim.tune.objectives[1].metric = "params";
+  CHECK_THROWS_WITH(sim.Run(curves, "missing"), Catch::Contains("do not report 'params'"));
 }

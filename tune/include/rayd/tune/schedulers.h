@@ -135,6 +135,17 @@ struct Scalarization {
 // "weighted_sum", "chebyshev": tune.yaml's spellings.
 const char* ToString(Scalarization::Kind kind);
 
+// One result's value under `scalarization`, higher being better, as MO median stopping compares
+// it: each objective first takes its mode's direction, then the weighted sum (or minus the
+// largest weighted shortfall from `reference`); every result that meets `constraints` scores
+// above every one that misses them, which score lower the more they miss; a NaN or infinite
+// objective weighted above 0 scores below every finite feasible value. nullopt when `metrics`
+// lacks an objective weighted above 0. `scalarization` must name objectives of `objectives`
+// only (MakeScheduler's check), and `objectives` must not be empty.
+std::optional<double> Scalarize(const Scalarization& scalarization,
+                                const std::vector<Objective>& objectives,
+                                const std::vector<Constraint>& constraints, const Metrics& metrics);
+
 struct MedianStoppingConfig {
   std::string time_attr = "time_total_s";
   double grace_period = 60;

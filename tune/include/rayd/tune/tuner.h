@@ -148,6 +148,12 @@ class ResultGrid {
   // name the rule, or take ParetoFront).
   const TrialResult& GetBestResult(const std::string& metric = "",
                                    const std::string& mode = "") const;
+  // A sweep with objectives: the trial whose last result scores highest under `rule`
+  // (Scalarize: a weighted sum or Chebyshev distance of the objectives, constraints first),
+  // the first of equals. ParetoFront() is the other rule: every trial no other beats on all.
+  // Throws rayd::RaydError for a sweep without objectives, a rule that weighs a metric that is
+  // not an objective, or no trial that reported every objective the rule weighs.
+  const TrialResult& GetBestResult(const Scalarization& rule) const;
   // A sweep with objectives: the trials on its Pareto front by their last results (indices into
   // trials(), ascending), among those that met every constraint (none when no trial did);
   // trials that reported no objective are left out. Empty without objectives.
