@@ -30,43 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "replay_space.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace rayd::tune;
 
-// Leaves of a config, by path.
-void Leaves(const json& config, std::vector<std::string>& path,
-            std::map<std::vector<std::string>, std::set<json>>& out) {
-  if (!config.is_object()) {
-    out[path].insert(config);
-    return;
-  }
-  for (const auto& [key, value] : config.items()) {
-    path.push_back(key);
-    Leaves(value, path, out);
-    path.pop_back();
-  }
-}
-
-// What the table varies, as choices; what it keeps, as constants.
-ParamSpace SpaceOf(const RecordedCurves& curves) {
-  std::map<std::vector<std::string>, std::set<json>> values;
-  for (const RecordedCurve& curve : curves.curves()) {
-    std::vector<std::string> path;
-    Leaves(curve.config, path, values);
-  }
-  ParamSpace space;
-  for (const auto& [path, seen] : values) {
-    if (seen.size() == 1) {
-      space.push_back({path, *seen.begin()});
-    } else {
-      space.push_back({path, Domain::Choice({seen.begin(), seen.end()})});
-    }
-  }
-  return space;
-}
+using rayd::bench::SpaceOf;
 
 struct Arm {
   std::string name;
