@@ -20,6 +20,9 @@
 //     is rewritten with every row taken at the final one.
 //   - The file is appended to as rows come; a write that fails warns once and the sweep goes
 //     on (a sink's trouble is its own).
+//   - A resumed sweep starts the file again from its restored results: the rows before the
+//     interruption are not kept (their fronts are not in the file to retake them at the final
+//     reference).
 //
 // Threading: the controller's thread (ResultSink).
 
