@@ -25,7 +25,7 @@ import math
 
 import optuna
 
-from optuna_mo_peer import hypervolume, pareto_front
+from optuna_mo_peer import hypervolume, pareto_front, sampler_of
 
 
 def cell(text):
@@ -67,14 +67,6 @@ def reference_of(curves):
         lo, hi = front[:, k].min(), front[:, k].max()
         reference.append(float(hi + 0.1 * (hi - lo if hi > lo else 1)))
     return reference, hypervolume(finals, reference)
-
-
-def sampler_of(arm, seed, population):
-    if arm == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
-    if arm == "mo_tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def run(arm, curves, names, values, reference, longest, seed, trials, population):

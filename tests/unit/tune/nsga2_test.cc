@@ -14,8 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "mo_problems.h"
+
 namespace rayd::tune::internal {
 namespace {
+
+using namespace testing;
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -30,45 +34,6 @@ ParamSpace Everything() {
           {{"noise"}, Domain::Randn(0, 1)},
           {{"opt", "name"}, Domain::Choice({"sgd", "adam", "rmsprop"})},
           {{"opt", "momentum"}, 0.9}};
-}
-
-const std::vector<Objective> kTwo = {{"f1", false}, {"f2", false}};
-
-// ZDT1 over n parameters x0..x(n-1) in [0, 1): f1 = x0, g = 1 + 9 * mean(x1..), f2 = g (1 -
-// sqrt(f1 / g)); the front is f2 = 1 - sqrt(f1) at x1.. = 0.
-ParamSpace Zdt1Space(int n) {
-  ParamSpace space;
-  for (int i = 0; i < n; ++i) space.push_back({{"x" + std::to_string(i)}, Domain::Uniform(0, 1)});
-  return space;
-}
-
-std::map<std::string, double> Zdt1(const json& config, int n) {
-  const double f1 = config.at("x0").get<double>();
-  double sum = 0;
-  for (int i = 1; i < n; ++i) sum += config.at("x" + std::to_string(i)).get<double>();
-  const double g = 1 + 9 * sum / (n - 1);
-  return {{"f1", f1}, {"f2", g * (1 - std::sqrt(f1 / g))}};
-}
-
-// Everything's objectives: made-up smooth functions of the numeric parameters.
-std::map<std::string, double> Mixed(const json& c) {
-  const double x = c.at("x").get<double>();
-  const double lr = std::log10(c.at("lr").get<double>());
-  return {{"f1", (x - 3) * (x - 3) + c.at("layers").get<double>()},
-          {"f2", (lr + 3) * (lr + 3) + c.at("q").get<double>()}};
-}
-
-// One trial at a time: propose, report, end. Returns the configs proposed.
-template <typename Fn>
-std::vector<json> Run(Nsga2Search& searcher, int trials, Fn objective) {
-  std::vector<json> configs;
-  for (int i = 0; i < trials; ++i) {
-    json config = searcher.Next();
-    searcher.OnTrialResult(config, objective(config));
-    searcher.OnTrialEnd(config, std::nullopt);
-    configs.push_back(std::move(config));
-  }
-  return configs;
 }
 
 double FrontHypervolume(const std::vector<json>& configs, size_t count, int n,
