@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "console_table.h"
 #include "controller.h"
@@ -92,6 +93,13 @@ bool Tuner::CanRestore(const std::string& experiment_dir) {
 }
 
 namespace {
+
+// The metric and mode a sweep's curves and its simulation trace follow: the TuneConfig's, or
+// with several objectives the first objective's.
+std::pair<std::string, std::string> CurveMetric(const TuneConfig& tune) {
+  if (tune.objectives.empty()) return {tune.metric, tune.mode};
+  return {tune.objectives[0].metric, tune.objectives[0].maximize ? "max" : "min"};
+}
 
 // What Fit and Simulate share once they know how trials run: the searcher, the trials (new, or
 // loaded by a resume), the sinks, and the controller, on `loop` with `runner`.
@@ -198,12 +206,9 @@ ResultGrid RunSweep(EventLoop& loop, internal::TrialRunner& runner, const Traina
         internal::TrialTracking::Open(run, scheduler->name(), dir);
     if (!tracking.ok()) throw RaydError("MLflow tracking: " + tracking.status().message());
     sinks.push_back(std::make_unique<internal::TrialTracking>(std::move(tracking).value()));
-    // With several objectives the curves are the first objective's.
-    const bool several = !tune.objectives.empty();
+    auto [metric, mode] = CurveMetric(tune);
     sinks.push_back(std::make_unique<internal::DashboardFeed>(
-        run.name, several ? tune.objectives[0].metric : tune.metric,
-        several ? (tune.objectives[0].maximize ? "max" : "min") : tune.mode, scheduler->name(),
-        dir, front));
+        run.name, std::move(metric), std::move(mode), scheduler->name(), dir, front));
   }
   if (const auto* pbt = std::get_if<PbtConfig>(&tune.scheduler); pbt && !pbt->log_dir.empty()) {
     sinks.push_back(std::make_unique<internal::PbtLineageLog>(pbt->log_dir));
@@ -315,12 +320,9 @@ Simulation Tuner::Simulate(const RecordedCurves& curves) {
       tune_.max_concurrent_trials > 0 ? tune_.max_concurrent_trials : kSimulatedConcurrency;
   EventLoop loop;
   internal::ReplayTable table(curves, param_space_);
-  // With several objectives the trace (and time to best) follows the first.
-  const bool several = !tune_.objectives.empty();
-  internal::ReplayRunner runner(
-      loop, table, several ? tune_.objectives[0].metric : tune_.metric,
-      several ? (tune_.objectives[0].maximize ? "max" : "min") : tune_.mode, trainable_.scaling,
-      tune_.simulate);
+  auto [metric, mode] = CurveMetric(tune_);
+  internal::ReplayRunner runner(loop, table, std::move(metric), std::move(mode),
+                                trainable_.scaling, tune_.simulate);
   simulation.grid = RunSweep(loop, runner, trainable_, param_space_, tune_, run_, *stop_,
                              std::move(scheduler), seed, simulation.max_concurrent,
                              /*simulated=*/true);
