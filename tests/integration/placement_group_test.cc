@@ -325,6 +325,35 @@ TEST_CASE("placement groups: a bundle's reservation is held for its tasks only u
                     Contains("removed"));
 }
 
+TEST_CASE("placement groups: what a removed group held is placed again at once, not at the "
+          "node's next heartbeat",
+          "[integration][placement]") {
+  // Heartbeats 15 s apart. Once one has told the GCS the node is full, a group removed there
+  // frees the node at once: the node reports what it freed then, and the next group (a sweep's
+  // next trial) is placed in well under a period. Before, it waited for the next heartbeat.
+  constexpr int kPeriodMs = 15000;
+  CliCluster cluster;
+  cluster.Start({"--head", "--port", std::to_string(cluster.port()), "--num-cpus", "2",
+                 "--heartbeat-period-ms", std::to_string(kPeriodMs)});
+  cluster.InitDriver();
+  rayd::PlacementGroup first =
+      rayd::CreatePlacementGroup(Group("first", 2, {{"CPU", 1}}, rayd::PlacementStrategy::PACK));
+  REQUIRE(first.Wait(20));
+  const bool reported_full = WaitFor(
+      [&] {
+        const std::optional<json> status = cluster.TryJson({"status"});
+        return status && status->at("available").value("CPU", 0.0) == 0.0;  // none left
+      },
+      std::chrono::milliseconds(3 * kPeriodMs));
+  REQUIRE(reported_full);
+  rayd::RemovePlacementGroup(first.GetID());
+  rayd::PlacementGroup second =
+      rayd::CreatePlacementGroup(Group("second", 2, {{"CPU", 1}}, rayd::PlacementStrategy::PACK));
+  CHECK(second.Wait(kPeriodMs / 2000));
+  auto member = rayd::Actor(PgMember::Create).SetPlacementGroup(second, 1).Remote();
+  CHECK(rayd::Get(member.Task(&PgMember::Where).Remote(), kGetTimeoutMs)->node == rayd::GetNodeId());
+}
+
 TEST_CASE("scheduling: label selectors and node affinity choose the node", "[integration]") {
   CliCluster cluster;
   const std::string head = cluster.StartHead(1);

@@ -46,6 +46,13 @@ GcsPlacementGroupManager::GcsPlacementGroupManager(EventLoop& loop, TableStore& 
       retry_timer_(loop) {
   nodes_.AddNodeDeathListener(
       guard_([this](const runtime::NodeInfo& info) { OnNodeDied(info.node_id); }));
+  // A node reporting other free resources (it reports at once when some are freed) may let a
+  // waiting group in: try them on the next loop turn rather than at the next period.
+  nodes_.AddNodeChangeListener(guard_([this](const NodeId&, GcsNodeManager::NodeChange change) {
+    if (change == GcsNodeManager::NodeChange::kResources && !waiting_.empty()) {
+      retry_timer_.Start(Millis(0), kRetryPeriod, [this] { RetryWaiting(); });
+    }
+  }));
 }
 
 GcsPlacementGroupManager::~GcsPlacementGroupManager() {

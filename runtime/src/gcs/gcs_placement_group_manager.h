@@ -14,7 +14,8 @@
 //   fails (the node was fuller than it said, or died) cancels the bundles prepared elsewhere
 //   (CANCEL_BUNDLES) and the group is placed again after kRetryPeriod: no partial hold outlives
 //   an attempt, so competing groups never deadlock. kNotNow: the group waits and is retried
-//   every kRetryPeriod and whenever a group is removed. kInfeasible: it waits for a node that
+//   every kRetryPeriod, whenever a group is removed and whenever a node reports other free
+//   resources (nodes report as soon as they free some). kInfeasible: it waits for a node that
 //   fits to join, listed with its reason, and is FAILED after `infeasible_timeout` (0: at
 //   once).
 // - Groups are scheduled in creation order, several in flight at once; each in-flight and

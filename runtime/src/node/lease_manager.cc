@@ -393,6 +393,7 @@ ResourcePool* LeaseManager::PoolOf(const Allocation& allocation) {
 void LeaseManager::Release(const ResourceSet& resources, const Allocation& allocation) {
   // A freed bundle took back everything its leases held.
   if (ResourcePool* pool = PoolOf(allocation)) pool->Release(resources, allocation.gpu_ids);
+  if (!allocation.bundle) NoteFreed();
 }
 
 void LeaseManager::Grant(const RequestPtr& request, Allocation allocation) {
@@ -478,6 +479,7 @@ void LeaseManager::HandleSetWorkerBlocked(
     const scheduler::ResourceSet lend = cpus - lease.lent;
     pool->resources.Release(lend);
     lease.lent += lend;
+    if (!lease.allocation.bundle) NoteFreed();
     call.Reply();
     return DispatchQueue();
   }
@@ -730,6 +732,7 @@ void LeaseManager::FreeBundle(std::map<BundleKey, Bundle>::iterator it, const st
     lease = leases_.erase(lease);
   }
   node_.Release(bundle.reservation, bundle.gpu_ids);
+  NoteFreed();
   spdlog::info("freed bundle {} of placement group {}: {}", key.index, key.group_id, why);
   bundles_.erase(it);
 }

@@ -121,6 +121,10 @@ struct LeaseManagerConfig {
   // How long a request that no node can ever satisfy waits for one that can to join before it
   // fails (0: fail at once). While it waits it is reported as an infeasible demand.
   Millis infeasible_timeout{0};
+  // Called when the node's free resources grow (a lease or a bundle freed, a blocked worker's
+  // CPUs lent): the node reports them at once rather than at its next heartbeat, so that a
+  // placement group or actor waiting for them is placed in milliseconds, not up to a period on.
+  std::function<void()> on_freed;
 };
 
 class LeaseManager {
@@ -250,6 +254,9 @@ class LeaseManager {
   // The pool `allocation` draws from; null once its bundle is gone.
   ResourcePool* PoolOf(const Allocation& allocation);
   void Release(const scheduler::ResourceSet& resources, const Allocation& allocation);
+  void NoteFreed() const {
+    if (config_.on_freed) config_.on_freed();
+  }
   // With the resources allocated: finds or starts a worker and answers the request.
   void Grant(const RequestPtr& request, Allocation allocation);
   void GrantTo(const RequestPtr& request, Worker& worker, const Allocation& allocation);

@@ -53,12 +53,14 @@ NodeDaemon::NodeDaemon(EventLoop& loop, NodeDaemonConfig config)
                      LeaseManagerConfig{.total = config_.total,
                                         .labels = WithNodeIdLabel(config_.labels, node_id_),
                                         .prestart_workers = config_.prestart_workers,
-                                        .infeasible_timeout = config_.infeasible_timeout},
+                                        .infeasible_timeout = config_.infeasible_timeout,
+                                        .on_freed = [this] { ReportSoon(); }},
                      [this](auto done) { ListAliveNodes(gcs_, std::move(done)); }),
       heartbeat_timer_(loop),
       join_timer_(loop),
       retry_timer_(loop),
-      drain_timer_(loop) {
+      drain_timer_(loop),
+      report_timer_(loop) {
   dispatcher_.Handle<proto::Method::PING>([](const auto& c) { c.Reply(); });
   dispatcher_.Handle<proto::Method::GET_NODE_INFO>([this](const auto& c) {
     c.Reply([this](proto::NodeInfo::Builder b) { runtime::NodeInfoToProto(SelfInfo(), b); });
@@ -221,8 +223,20 @@ void NodeDaemon::Register() {
       });
 }
 
+void NodeDaemon::ReportSoon() {
+  if (!registered_ || shutting_down_ || report_timer_.active()) return;
+  // A burst of frees (a gang's leases, a busy task stream) makes one report: at most one per
+  // kMinReportGap beyond the heartbeats.
+  const auto due = last_report_ + kMinReportGap;
+  const auto now = Clock::now();
+  const Millis delay =
+      due > now ? std::chrono::ceil<Millis>(due - now) : Millis(0);
+  report_timer_.Start(delay, Millis(0), [this] { SendHeartbeat(); });
+}
+
 void NodeDaemon::SendHeartbeat() {
   if (!gcs_.connected()) return;  // reconnecting; registration follows the reconnection
+  last_report_ = Clock::now();
   auto fill = [this](proto::HeartbeatRequest::Builder hb) {
     hb.setNodeId(node_id_.Hex());
     runtime::FillResources(lease_manager_.available(),
@@ -245,6 +259,7 @@ void NodeDaemon::SendHeartbeat() {
           case proto::HeartbeatReply::Status::UNKNOWN:
             spdlog::warn("the GCS does not know node {}; registering again", node_id_.Hex());
             heartbeat_timer_.Stop();
+            report_timer_.Stop();
             Register();
             break;
           case proto::HeartbeatReply::Status::DEAD:
@@ -297,6 +312,7 @@ void NodeDaemon::RejoinAsNewNode(const std::string& why) {
   // new, empty node.
   const std::string reason = "its node was declared dead (" + why + ")";
   heartbeat_timer_.Stop();
+  report_timer_.Stop();
   registered_ = false;
   pool_.KillAll(reason);
   lease_manager_.Abandon(Status::Unavailable(reason));
@@ -316,6 +332,7 @@ void NodeDaemon::Shutdown(const std::string& reason, std::function<void()> done)
   pool_.KillAll("the node is shutting down");
   lease_manager_.CancelQueued(Status::Unavailable("node " + node_id_.Hex() + " is shutting down"));
   heartbeat_timer_.Stop();
+  report_timer_.Stop();
   retry_timer_.Stop();
   server_.Close();
   if (!registered_ || !gcs_.connected()) return done();

@@ -76,6 +76,9 @@ class NodeDaemon {
   // new id: what a node declared dead does when it can reach the GCS again.
   void RejoinAsNewNode(const std::string& why);
   void SendHeartbeat();
+  // Sends a heartbeat (this node's free resources) soon: the lease manager freed some.
+  void ReportSoon();
+  static constexpr Millis kMinReportGap{20};
   // A heartbeat's reply said this node is draining (deadline 0: it is not): remember it, tell
   // the processes here through the notice file, and leave at the deadline or once idle.
   void NoteDrain(int64_t deadline_ms, const std::string& reason);
@@ -102,6 +105,8 @@ class NodeDaemon {
   Timer join_timer_;
   Timer retry_timer_;
   Timer drain_timer_;
+  Timer report_timer_;  // a report of resources freed, sent ahead of the next heartbeat
+  Clock::time_point last_report_{};
   int64_t drain_deadline_ms_ = 0;  // from the GCS; 0: not draining
   std::string drain_reason_;
   std::function<void(const std::string&)> on_drained_;
