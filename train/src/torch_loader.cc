@@ -4,7 +4,10 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -53,7 +56,11 @@ const TorchHooks& RequireTorch(const std::string& why) {
   std::error_code ec;
   const std::string path = fs::exists(beside, ec) ? beside.string() : kTorchLibrary;
   // Its static initialiser registers the hooks. Never closed: LibTorch stays for the process.
-  if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+  const auto started = std::chrono::steady_clock::now();
+  void* loaded = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  spdlog::debug("loading {} ({}) took {:.3f} s", path, why,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (loaded == nullptr) {
     const char* error = dlerror();
     throw RaydError(why + ", which needs rayd's LibTorch library, and loading " + path +
                     " failed: " + (error != nullptr ? error : "unknown error"));

@@ -273,6 +273,15 @@ TrainWorker::~TrainWorker() = default;
 
 std::string TrainWorker::NodeId() { return rayd::GetNodeId(); }
 
+bool TrainWorker::WarmTorch() {
+  try {
+    RequireTorch("warming the rank for its process group");
+    return true;
+  } catch (const RaydError&) {
+    return false;
+  }
+}
+
 std::string TrainWorker::ReservePort() {
   Result<std::string> endpoint = internal::ReservePort(NodeAddress());
   if (!endpoint.ok()) throw RaydError(endpoint.status().message());
@@ -553,9 +562,9 @@ void TrainWorker::Enqueue(ReportMessage report) {
   reported_.notify_all();
 }
 
-RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::Host,
-            &TrainWorker::ReservePort, &TrainWorker::HostHorovod, &TrainWorker::Run,
-            &TrainWorker::Poll, &TrainWorker::Part, &TrainWorker::RequestStop);
+RAYD_REMOTE(TrainWorker::FactoryCreate, &TrainWorker::NodeId, &TrainWorker::WarmTorch,
+            &TrainWorker::Host, &TrainWorker::ReservePort, &TrainWorker::HostHorovod,
+            &TrainWorker::Run, &TrainWorker::Poll, &TrainWorker::Part, &TrainWorker::RequestStop);
 
 }  // namespace internal
 }  // namespace rayd::train

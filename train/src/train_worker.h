@@ -130,6 +130,11 @@ class TrainWorker {
 
   // This worker's node, for local and node ranks.
   std::string NodeId();
+  // Loads rayd's torch half (LibTorch) now, beside the start's other calls, so that every rank
+  // of a run that forms a group loads it at once rather than each when its turn comes (rank 0
+  // for Host, the others when Run forms the group: one after the other). False if it cannot be
+  // loaded: whoever needs it then says why.
+  bool WarmTorch();
   // Rank 0 only: serves the c10d store on this node's address; returns "host:port".
   // Also publishes it under `rendezvous_key` in the cluster's key-value store, where the other
   // ranks look it up.

@@ -329,6 +329,7 @@ class TrainingRun::Impl : public std::enable_shared_from_this<Impl> {
   uint64_t attempt_ = 0;
   std::unique_ptr<Gang> gang_;
   std::vector<ObjectRef<std::string>> starting_;  // each rank's NodeId while it starts
+  std::vector<ObjectRef<bool>> warming_;          // each rank's WarmTorch, never awaited
   size_t started_ = 0;
   std::optional<ObjectRef<std::string>> hosting_;
   std::vector<ObjectRef<std::string>> ports_;  // a command's: each rank's reserved endpoint
@@ -455,6 +456,7 @@ void TrainingRun::Impl::BeginAttempt() {
   leaving_drained_ = false;
   rank0_draining_ = false;
   starting_.clear();
+  warming_.clear();
   started_ = 0;
   hosting_.reset();
   ports_.clear();
@@ -593,7 +595,14 @@ void TrainingRun::Impl::StartRanks() {
                            .SetMaxConcurrency(2)
                            .Remote(rank));
     }
-    for (auto& actor : actors) starting_.push_back(actor.Task(&TrainWorker::NodeId).Remote());
+    // A loop of several ranks (or on a GPU) forms its group with LibTorch: every rank loads it
+    // now, side by side and while the start's calls go on, instead of rank 0 at Host and the
+    // others only after it, at Run. The answers are not awaited: Host and Run wait for the load.
+    const bool forms_group = !command_ && (world_ > 1 || scaling_.use_gpu);
+    for (auto& actor : actors) {
+      if (forms_group) warming_.push_back(actor.Task(&TrainWorker::WarmTorch).Remote());
+      starting_.push_back(actor.Task(&TrainWorker::NodeId).Remote());
+    }
   } catch (const RaydError& e) {
     return EndAttempt(
         {Attempt::End::kFailed, std::string("starting the rank actors: ") + e.what()});
