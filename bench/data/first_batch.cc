@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,7 +46,8 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// This process's start (exec) in unix seconds, from /proc (10 ms ticks).
+// This process's start (exec) in unix seconds: /proc's starttime (10 ms ticks since boot) measured
+// back from now on the boot clock (/proc/stat's btime is whole seconds).
 double ProcessStartUnix() {
   std::ifstream stat_file("/proc/self/stat");
   std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
@@ -54,17 +56,10 @@ double ProcessStartUnix() {
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i) {
   }
-  const double ticks = std::atof(field.c_str());
-  std::ifstream proc_stat("/proc/stat");
-  std::string key;
-  double btime = 0;
-  while (proc_stat >> key) {
-    if (key == "btime") {
-      proc_stat >> btime;
-      break;
-    }
-  }
-  return btime + ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double started = std::atof(field.c_str()) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  timespec boot{};
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  return UnixNow() - (static_cast<double>(boot.tv_sec) + boot.tv_nsec * 1e-9 - started);
 }
 
 // The C++ loop: takes its shard, waits for the first batch, writes when it came, and stops.

@@ -14,9 +14,10 @@ def process_start_unix():
     with open("/proc/self/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = int(fields[19])  # field 22, starttime, in clock ticks since boot
-    with open("/proc/stat") as f:
-        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    # Measured back from now on the boot clock: /proc/stat's btime is whole seconds (and moves
+    # with clock adjustments), which would put up to a second's error in every interval.
+    since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - since_start
 
 
 def main():
