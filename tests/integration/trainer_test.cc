@@ -5,6 +5,7 @@
 #include <rayd/train/pipeline.h>
 #include <rayd/train/session.h>
 #include <rayd/train/training_run.h>
+#include <dlfcn.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -219,6 +220,19 @@ void LockstepLoop(const json& config) {
   }
 }
 RAYD_TRAIN_LOOP(LockstepLoop);
+
+// Reports the threads LibTorch's intra-op pool and OpenBLAS's pool use in this rank (-1: this
+// LibTorch's BLAS is not OpenBLAS).
+void ThreadsLoop(const json&) {
+  using GetThreads = int (*)();
+  auto openblas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  // A product large enough that a BLAS would split it between threads, had it more than one.
+  const torch::Tensor a = torch::rand({256, 256});
+  rt::Report({{"torch_threads", at::get_num_threads()},
+              {"openblas_threads", openblas != nullptr ? openblas() : -1},
+              {"checksum", a.mm(a).sum().item<double>()}});
+}
+RAYD_TRAIN_LOOP(ThreadsLoop);
 
 // Reports its config's `k` once, at once: a sweep's one-result trial.
 void OnceLoop(const json& config) { rt::Report({{"k", config.at("k").get<double>()}}); }
@@ -467,6 +481,25 @@ TEST_CASE("two TrainingRuns on one thread run at once, each result held until an
 
 // A reused rank may get the next run's Poll before its Run: the Poll must not answer that the
 // loop is over (the previous run's), or the run ends without its report.
+TEST_CASE("each rank of a group runs LibTorch and OpenBLAS on one thread", "[trainer]") {
+  // OpenBLAS keeps a pool of its own (a thread per core) that at::set_num_threads leaves alone;
+  // its idle threads spin in sched_yield, beside the other ranks on the same cores.
+  EmbeddedRayd cluster;
+  TempDir storage;
+  rt::TrainResult result =
+      rt::Trainer("ThreadsLoop", json::object(),
+                  rt::ScalingConfig{.num_workers = 2, .resources_per_worker = {{"CPU", 1}}},
+                  rt::RunConfig{.name = "threads", .storage_path = storage.path()})
+          .Fit();
+  INFO(result.error);
+  REQUIRE(result.ok());
+  for (const json& row : ResultLines(storage.path() + "/threads")) {
+    CHECK(row.at("torch_threads") == 1);
+    if (row.at("openblas_threads") == -1) WARN("LibTorch's BLAS here is not OpenBLAS");
+    CHECK((row.at("openblas_threads") == 1 || row.at("openblas_threads") == -1));
+  }
+}
+
 TEST_CASE("Fits back to back on a reused gang each keep their one report", "[trainer]") {
   EmbeddedRayd cluster;
   TempDir storage;
