@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "compute_threads.h"
+#include "cpu_allocator.h"
+
 namespace rayd::train::internal {
 
 using rayd::data::Block;
@@ -67,7 +70,8 @@ class InferenceActor {
         output_column_(options.at("output_column").get<std::string>()),
         scale_(options.at("scale").get<double>()),
         input_shape_(options.at("input_shape").get<std::vector<int64_t>>()) {
-    at::set_num_threads(options.at("threads").get<int>());
+    internal::SetComputeThreads(options.at("threads").get<int>());
+    internal::UseCachingCpuAllocator();
     try {
       module_ = torch::jit::load(model_path_, torch::kCPU);
     } catch (const c10::Error& e) {

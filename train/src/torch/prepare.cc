@@ -5,8 +5,6 @@
 #include <rayd/train/session.h>
 #include <rayd/train/tensor_parallel.h>
 
-#include <dlfcn.h>
-
 #include <cmath>
 #include <memory>
 #include <string>
@@ -15,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "compute_threads.h"
+#include "cpu_allocator.h"
 #include "cuda_support.h"
 #include "rank_session.h"
 
@@ -124,24 +124,15 @@ std::unique_ptr<internal::HostedRendezvous> Host(const std::string& address,
   return std::make_unique<HostedStore>(std::move(hosted).value());
 }
 
-// One intra-op thread per rank, as ranks share the node's cores: LibTorch's own pool, and
-// OpenBLAS's when LibTorch's BLAS is OpenBLAS (Debian's is). OpenBLAS keeps a pool of its own that
-// at::set_num_threads leaves alone, one thread per core by default, whose idle threads spin in
-// sched_yield: on 2 cores, each of 2 ranks' second BLAS thread took a third of its rank's CPU,
-// most of it in the kernel.
-void OneThreadPerRank() {
-  at::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    set(1);
-  }
-}
-
 [[maybe_unused]] const bool registered = internal::RegisterTorchHooks({
     .host = &Host,
     .form_group = [](internal::RankSession& session) { Group(session); },
     .cuda_built = &cuda::Built,
-    .begin_run = &OneThreadPerRank,
+    .begin_run =
+        [] {
+          internal::SetComputeThreads(1);  // ranks share the node's cores
+          internal::UseCachingCpuAllocator();
+        },
     .release_device_memory = &cuda::ReleaseCachedMemory,
 });
 
