@@ -2,7 +2,7 @@
 // How many threads a process's tensor math uses: LibTorch's intra-op pool, and OpenBLAS's pool
 // when LibTorch's BLAS is OpenBLAS (Debian's is). at::set_num_threads leaves OpenBLAS's own pool
 // alone, at a thread per core by default, and its idle threads spin in sched_yield: on 2 cores,
-// each of 2 ranks' second BLAS thread took a third of its rank's CPU, most of it in the kernel.
+// each of 2 ranks' second BLAS thread took 15% of its rank's CPU, four fifths in the kernel.
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>

@@ -6,7 +6,7 @@
 // heap that becomes wholly free is unmapped at once (no trim threshold applies to it). A rank's
 // loop thread allocates and frees the same activations and gradients every step, so each step
 // mapped new heaps and faulted their pages in again: a 2-rank Fashion-MNIST CNN on 2 cores spent
-// a quarter of its CPU in the kernel (about 25 mmap/munmap pairs a second, 7 million page faults
+// a third of its CPU in the kernel (about 25 mmap/munmap pairs a second, 7 million page faults
 // in 40 s). PyTorch's own advice for CPU training is a caching malloc (jemalloc, tcmalloc) under
 // LD_PRELOAD; a rank's process is started before it knows it is one, so the cache is installed
 // in-process instead, as LibTorch's CPU allocator (c10::SetCPUAllocator).
