@@ -229,8 +229,7 @@ void NodeDaemon::ReportSoon() {
   // kMinReportGap beyond the heartbeats.
   const auto due = last_report_ + kMinReportGap;
   const auto now = Clock::now();
-  const Millis delay =
-      due > now ? std::chrono::ceil<Millis>(due - now) : Millis(0);
+  const Millis delay = due > now ? std::chrono::ceil<Millis>(due - now) : Millis(0);
   report_timer_.Start(delay, Millis(0), [this] { SendHeartbeat(); });
 }
 

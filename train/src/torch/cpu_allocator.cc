@@ -26,9 +26,9 @@ class CachingCpuAllocator final : public c10::Allocator {
  private:
   struct State {
     std::mutex mu;
-    std::unordered_map<void*, size_t> sizes;                // every live or cached large block
+    std::unordered_map<void*, size_t> sizes;              // every live or cached large block
     std::unordered_map<size_t, std::vector<void*>> free;  // cached blocks, by exact size
-    size_t cached = 0;                                      // bytes in `free`
+    size_t cached = 0;                                    // bytes in `free`
   };
   // Never destroyed: tensors may be freed by static destructors after this file's would run.
   static State& state() {
