@@ -15,6 +15,8 @@ constexpr size_t kMinCachedBytes = size_t{256} << 10;
 constexpr size_t kMaxCachedBytes = size_t{1} << 30;
 constexpr size_t kAlignment = 64;  // as LibTorch's own CPU allocator (c10::gAlignment)
 
+// Every block carries its size in a header of kAlignment bytes just before its data, so that
+// freeing one needs no lookup.
 class CachingCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t bytes) const override {
@@ -24,57 +26,52 @@ class CachingCpuAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 
  private:
-  struct State {
+  struct Cache {
     std::mutex mu;
-    std::unordered_map<void*, size_t> sizes;              // every live or cached large block
-    std::unordered_map<size_t, std::vector<void*>> free;  // cached blocks, by exact size
+    std::unordered_map<size_t, std::vector<void*>> free;  // cached blocks' data, by exact size
     size_t cached = 0;                                    // bytes in `free`
   };
   // Never destroyed: tensors may be freed by static destructors after this file's would run.
-  static State& state() {
-    static State* s = new State();
-    return *s;
+  static Cache& cache() {
+    static Cache* c = new Cache();
+    return *c;
+  }
+  static size_t& SizeOf(void* data) {
+    return *reinterpret_cast<size_t*>(static_cast<char*>(data) - kAlignment);
   }
 
   static void* Take(size_t bytes) {
     if (bytes == 0) return nullptr;
     if (bytes >= kMinCachedBytes) {
-      State& s = state();
-      std::lock_guard lock(s.mu);
-      if (auto it = s.free.find(bytes); it != s.free.end() && !it->second.empty()) {
+      Cache& c = cache();
+      std::lock_guard lock(c.mu);
+      if (auto it = c.free.find(bytes); it != c.free.end() && !it->second.empty()) {
         void* data = it->second.back();
         it->second.pop_back();
-        s.cached -= bytes;
+        c.cached -= bytes;
         return data;
       }
     }
-    void* data = nullptr;
-    if (::posix_memalign(&data, kAlignment, bytes) != 0) throw std::bad_alloc();
-    if (bytes >= kMinCachedBytes) {
-      State& s = state();
-      std::lock_guard lock(s.mu);
-      s.sizes.emplace(data, bytes);
-    }
+    void* block = nullptr;
+    if (::posix_memalign(&block, kAlignment, kAlignment + bytes) != 0) throw std::bad_alloc();
+    void* data = static_cast<char*>(block) + kAlignment;
+    SizeOf(data) = bytes;
     return data;
   }
 
   static void Free(void* data) {
     if (data == nullptr) return;
-    State& s = state();
-    {
-      std::lock_guard lock(s.mu);
-      auto it = s.sizes.find(data);
-      if (it != s.sizes.end()) {
-        const size_t bytes = it->second;
-        if (s.cached + bytes <= kMaxCachedBytes) {
-          s.free[bytes].push_back(data);
-          s.cached += bytes;
-          return;
-        }
-        s.sizes.erase(it);
+    const size_t bytes = SizeOf(data);
+    if (bytes >= kMinCachedBytes) {
+      Cache& c = cache();
+      std::lock_guard lock(c.mu);
+      if (c.cached + bytes <= kMaxCachedBytes) {
+        c.free[bytes].push_back(data);
+        c.cached += bytes;
+        return;
       }
     }
-    std::free(data);
+    std::free(static_cast<char*>(data) - kAlignment);
   }
 };
 
