@@ -163,7 +163,7 @@ void CheckColumn(const Block& block, const std::string& name, const json& want,
   CHECK(FirstDifference(c, block.num_rows(), values) == -1);
 }
 
-std::vector<std::string> Strings(const Block& block, const std::string& name) {
+std::vector<std::string> StringColumn(const Block& block, const std::string& name) {
   const Column& c = Col(block, name);
   REQUIRE(c.is_bytes());
   std::vector<std::string> out;
@@ -172,7 +172,7 @@ std::vector<std::string> Strings(const Block& block, const std::string& name) {
 }
 
 template <typename T>
-std::vector<T> Values(const Block& block, const std::string& name) {
+std::vector<T> ValueColumn(const Block& block, const std::string& name) {
   const Column& c = Col(block, name);
   REQUIRE(ItemSize(c.dtype()) == sizeof(T));
   std::vector<T> out(static_cast<size_t>(block.num_rows() * c.RowElements()));
@@ -215,7 +215,7 @@ TEST_CASE("idx: multi-byte types are swapped from big-endian", "[data][idx]") {
   for (const auto& [name, want] : Expect("idx_typed").items()) CheckColumn(block, name, want);
   const std::vector<int64_t> rows = {4, 1};
   const Block two = ReadRows(*reader, rows);
-  CHECK(Values<int16_t>(two, "i16") == std::vector<int16_t>{1000, -1000, 12345, 1, 255, 256});
+  CHECK(ValueColumn<int16_t>(two, "i16") == std::vector<int16_t>{1000, -1000, 12345, 1, 255, 256});
   for (const auto& [name, want] : Expect("idx_typed").items()) CheckColumn(two, name, want, rows);
 }
 
@@ -276,8 +276,8 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
     CHECK(DescribeSchema(reader->schema()) == "image: uint8[28, 28], label: uint8");
     REQUIRE(reader->num_rows() == w["rows"].get<int64_t>());
     const Block all = ReadAll(*reader);
-    const std::vector<uint8_t> pixels = Values<uint8_t>(all, "image");
-    const std::vector<uint8_t> labels = Values<uint8_t>(all, "label");
+    const std::vector<uint8_t> pixels = ValueColumn<uint8_t>(all, "image");
+    const std::vector<uint8_t> labels = ValueColumn<uint8_t>(all, "label");
     CHECK(std::accumulate(pixels.begin(), pixels.end(), int64_t{0}) ==
           w["pixel_sum"].get<int64_t>());
     CHECK(std::accumulate(labels.begin(), labels.end(), int64_t{0}) ==
@@ -288,9 +288,9 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
     for (size_t i = 0; i < picks.size(); ++i) {
       INFO("row " << picks[i]);
       const size_t at = picks.size() - 1 - i;
-      CHECK(Values<uint8_t>(some.Slice(at, at + 1), "image") ==
+      CHECK(ValueColumn<uint8_t>(some.Slice(at, at + 1), "image") ==
             w["images"][i].get<std::vector<uint8_t>>());
-      CHECK(Values<uint8_t>(some.Slice(at, at + 1), "label")[0] == w["labels"][i].get<int>());
+      CHECK(ValueColumn<uint8_t>(some.Slice(at, at + 1), "label")[0] == w["labels"][i].get<int>());
     }
   }
   CHECK(want["train"]["rows"] == 60000);
@@ -301,10 +301,10 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
        {"paths", {std::string(kFashion) + "/train-*", std::string(kFashion) + "/t10k-*"}}});
   REQUIRE(both->num_rows() == 70000);
   const Block edge = ReadRows(*both, {59999, 60000});
-  CHECK(Values<uint8_t>(edge, "label") ==
+  CHECK(ValueColumn<uint8_t>(edge, "label") ==
         std::vector<uint8_t>{want["train"]["labels"][3].get<uint8_t>(),
                              want["t10k"]["labels"][0].get<uint8_t>()});
-  CHECK(Values<uint8_t>(edge.Slice(1, 2), "image") ==
+  CHECK(ValueColumn<uint8_t>(edge.Slice(1, 2), "image") ==
         want["t10k"]["images"][0].get<std::vector<uint8_t>>());
 }
 
@@ -339,7 +339,7 @@ TEST_CASE("npz: savez and savez_compressed archives are row shards", "[data][npy
   }
   auto compressed = MustOpen({{"format", "npz"}, {"paths", P("npy/npz/part-1.npz")}});
   CHECK(compressed->num_rows() == 4);
-  CHECK(Values<int64_t>(ReadAll(*compressed), "y") == std::vector<int64_t>{100, 101, 102, 103});
+  CHECK(ValueColumn<int64_t>(ReadAll(*compressed), "y") == std::vector<int64_t>{100, 101, 102, 103});
 }
 
 TEST_CASE("npy: shards of a column through columns globs", "[data][npy]") {
@@ -395,7 +395,7 @@ TEST_CASE("tokens: nanoGPT files cut into windows of seq_len + 1", "[data][token
   // Each file on its own: (1001 - 1) / 10 and (1000 - 1) / 10.
   REQUIRE(reader->num_rows() == 100 + 99);
   const Block block = ReadAll(*reader);
-  const std::vector<uint16_t> got = Values<uint16_t>(block, "tokens");
+  const std::vector<uint16_t> got = ValueColumn<uint16_t>(block, "tokens");
   for (int64_t row = 0; row < block.num_rows(); ++row) {
     const bool first = row < 100;
     const std::vector<uint16_t>& from = first ? train : val;
@@ -417,7 +417,7 @@ TEST_CASE("tokens: nanoGPT files cut into windows of seq_len + 1", "[data][token
   }
   auto last =
       MustOpen({{"format", "tokens"}, {"paths", P("tokens/nano/train.bin")}, {"seq_len", 1000}});
-  const std::vector<uint16_t> whole = Values<uint16_t>(ReadAll(*last), "tokens");
+  const std::vector<uint16_t> whole = ValueColumn<uint16_t>(ReadAll(*last), "tokens");
   CHECK(whole == train);
 }
 
@@ -429,7 +429,7 @@ TEST_CASE("tokens: another dtype, and bad options and files", "[data][tokens]") 
                           {"dtype", "int32"}});
   CHECK(DescribeSchema(reader->schema()) == "tokens: int32[5]");
   REQUIRE(reader->num_rows() == (53 - 1) / 4);
-  const std::vector<int32_t> got = Values<int32_t>(ReadRows(*reader, {12, 0}), "tokens");
+  const std::vector<int32_t> got = ValueColumn<int32_t>(ReadRows(*reader, {12, 0}), "tokens");
   CHECK(got == std::vector<int32_t>{wide[48], wide[49], wide[50], wide[51], wide[52], wide[0],
                                     wide[1], wide[2], wide[3], wide[4]});
 
@@ -462,7 +462,7 @@ TEST_CASE("tokens: Megatron bin and idx pairs", "[data][tokens]") {
       {{"format", "tokens"}, {"paths", P("tokens/megatron/corpus_u16.*")}, {"seq_len", 4}});
   CHECK(DescribeSchema(reader->schema()) == "tokens: uint16[5]");
   REQUIRE(reader->num_rows() == (32 - 1) / 4);
-  const std::vector<uint16_t> got = Values<uint16_t>(ReadAll(*reader), "tokens");
+  const std::vector<uint16_t> got = ValueColumn<uint16_t>(ReadAll(*reader), "tokens");
   for (size_t row = 0; row < 7; ++row) {
     INFO("row " << row);
     CHECK(std::equal(got.begin() + row * 5, got.begin() + row * 5 + 5, u16.begin() + row * 4));
@@ -474,7 +474,7 @@ TEST_CASE("tokens: Megatron bin and idx pairs", "[data][tokens]") {
                         {"dtype", "uint16"}});
   CHECK(DescribeSchema(wide->schema()) == "tokens: int32[7]");
   REQUIRE(wide->num_rows() == 3);
-  const std::vector<int32_t> got32 = Values<int32_t>(ReadAll(*wide), "tokens");
+  const std::vector<int32_t> got32 = ValueColumn<int32_t>(ReadAll(*wide), "tokens");
   CHECK(std::vector<int32_t>(got32.end() - 7, got32.end()) ==
         std::vector<int32_t>(i32.begin() + 12, i32.begin() + 19));
 
@@ -499,17 +499,17 @@ TEST_CASE("csv: quoting as Python's csv module writes it, and type inference", "
         "id: int64, score: float64, note: bytes, mixed: float64");
   REQUIRE(reader->num_rows() == 6);
   const Block block = ReadAll(*reader);
-  CHECK(Values<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
+  CHECK(ValueColumn<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
   CHECK(FirstDifference(Col(block, "score"), 6, want["score"]) == -1);
-  CHECK(std::isnan(Values<double>(block, "score")[3]));
-  CHECK(Strings(block, "note") == want["note"].get<std::vector<std::string>>());
-  CHECK(Strings(block, "note")[0] == "say \"hi\"");
-  CHECK(Strings(block, "note")[2] == "line one\nline two");
-  CHECK(Values<double>(block, "mixed") == want["mixed"].get<std::vector<double>>());
+  CHECK(std::isnan(ValueColumn<double>(block, "score")[3]));
+  CHECK(StringColumn(block, "note") == want["note"].get<std::vector<std::string>>());
+  CHECK(StringColumn(block, "note")[0] == "say \"hi\"");
+  CHECK(StringColumn(block, "note")[2] == "line one\nline two");
+  CHECK(ValueColumn<double>(block, "mixed") == want["mixed"].get<std::vector<double>>());
   // The row with a line break inside quotes, then the first.
   const Block two = ReadRows(*reader, {2, 0});
-  CHECK(Strings(two, "note") == std::vector<std::string>{"line one\nline two", "say \"hi\""});
-  CHECK(Values<int64_t>(two, "id") == std::vector<int64_t>{-3, 1});
+  CHECK(StringColumn(two, "note") == std::vector<std::string>{"line one\nline two", "say \"hi\""});
+  CHECK(ValueColumn<int64_t>(two, "id") == std::vector<int64_t>{-3, 1});
 }
 
 TEST_CASE("csv: shards, another delimiter, no header", "[data][csv]") {
@@ -517,15 +517,15 @@ TEST_CASE("csv: shards, another delimiter, no header", "[data][csv]") {
   CHECK(DescribeSchema(shards->schema()) == "name: bytes, n: int64");
   REQUIRE(shards->num_rows() == 3);
   const Block block = ReadRows(*shards, {2, 0, 1});
-  CHECK(Strings(block, "name") == std::vector<std::string>{"c", "a", "b"});
-  CHECK(Values<int64_t>(block, "n") == std::vector<int64_t>{3, 1, 2});
+  CHECK(StringColumn(block, "name") == std::vector<std::string>{"c", "a", "b"});
+  CHECK(ValueColumn<int64_t>(block, "n") == std::vector<int64_t>{3, 1, 2});
 
   auto tsv = MustOpen(
       {{"format", "csv"}, {"paths", P("csv/tsv/x.tsv")}, {"delimiter", "\t"}, {"header", false}});
   CHECK(DescribeSchema(tsv->schema()) == "c0: int64, c1: bytes");
   const Block t = ReadAll(*tsv);
-  CHECK(Values<int64_t>(t, "c0") == std::vector<int64_t>{1, 2});
-  CHECK(Strings(t, "c1") == std::vector<std::string>{"x\ty", "z"});
+  CHECK(ValueColumn<int64_t>(t, "c0") == std::vector<int64_t>{1, 2});
+  CHECK(StringColumn(t, "c1") == std::vector<std::string>{"x\ty", "z"});
 
   OpenFails({{"format", "csv"}, {"paths", P("csv/tsv/x.tsv")}, {"delimiter", "::"}},
             StatusCode::kInvalidArgument, {"delimiter"});
@@ -542,7 +542,7 @@ TEST_CASE("csv: a row of only spaces or tabs is a row, as Python reads it", "[da
   auto reader = MustOpen({{"format", "csv"}, {"paths", P("csv/spaces/one.csv")}});
   CHECK(DescribeSchema(reader->schema()) == "v: bytes");
   REQUIRE(reader->num_rows() == 5);
-  CHECK(Strings(ReadAll(*reader), "v") == Expect("csv_spaces").get<std::vector<std::string>>());
+  CHECK(StringColumn(ReadAll(*reader), "v") == Expect("csv_spaces").get<std::vector<std::string>>());
 }
 
 TEST_CASE("csv: a row with the wrong field count, raised or skipped", "[data][csv]") {
@@ -564,8 +564,8 @@ TEST_CASE("csv: a row with the wrong field count, raised or skipped", "[data][cs
   auto skipping =
       MustOpen({{"format", "csv"}, {"paths", P("csv/bad/bad.csv")}, {"on_error", "skip"}});
   const Block kept = ReadAll(*skipping);
-  CHECK(Values<int64_t>(kept, "k") == want["k"].get<std::vector<int64_t>>());
-  CHECK(Strings(kept, "t") == std::vector<std::string>{"ok", "two\nlines", "fine"});
+  CHECK(ValueColumn<int64_t>(kept, "k") == want["k"].get<std::vector<int64_t>>());
+  CHECK(StringColumn(kept, "t") == std::vector<std::string>{"ok", "two\nlines", "fine"});
   CHECK(skipping->skipped_rows() == 1);
   CHECK(ReadRows(*skipping, {2}).num_rows() == 0);
   CHECK(skipping->skipped_rows() == 2);
@@ -581,16 +581,16 @@ TEST_CASE("jsonl: json.dumps lines of every type", "[data][jsonl]") {
           "id: int64, score: float64, name: bytes, ok: uint8, vec: float32[2, 2], n: float64");
     REQUIRE(reader->num_rows() == 3);
     const Block block = ReadAll(*reader);
-    CHECK(Values<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
-    CHECK(Values<double>(block, "score") == want["score"].get<std::vector<double>>());
-    CHECK(Strings(block, "name") == want["name"].get<std::vector<std::string>>());
-    CHECK(Strings(block, "name")[1] == "quote \" and \\ and \n");
-    CHECK(Values<uint8_t>(block, "ok") == std::vector<uint8_t>{1, 0, 1});
-    CHECK(Values<float>(block, "vec") == want["vec"].get<std::vector<float>>());
-    CHECK(Values<double>(block, "n") == want["n"].get<std::vector<double>>());
+    CHECK(ValueColumn<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
+    CHECK(ValueColumn<double>(block, "score") == want["score"].get<std::vector<double>>());
+    CHECK(StringColumn(block, "name") == want["name"].get<std::vector<std::string>>());
+    CHECK(StringColumn(block, "name")[1] == "quote \" and \\ and \n");
+    CHECK(ValueColumn<uint8_t>(block, "ok") == std::vector<uint8_t>{1, 0, 1});
+    CHECK(ValueColumn<float>(block, "vec") == want["vec"].get<std::vector<float>>());
+    CHECK(ValueColumn<double>(block, "n") == want["n"].get<std::vector<double>>());
     const Block last = ReadRows(*reader, {2});
-    CHECK(Values<int64_t>(last, "id") == std::vector<int64_t>{int64_t{1} << 40});
-    CHECK(Strings(last, "name") == std::vector<std::string>{"\xc3\xbcn\xc3\xaf"
+    CHECK(ValueColumn<int64_t>(last, "id") == std::vector<int64_t>{int64_t{1} << 40});
+    CHECK(StringColumn(last, "name") == std::vector<std::string>{"\xc3\xbcn\xc3\xaf"
                                                             "c\xc3\xb8"
                                                             "d\xc3\xa9 \xe2\x98\x83"});
   }
@@ -615,8 +615,8 @@ TEST_CASE("jsonl: a missing key or a wrong type, raised or skipped", "[data][jso
   auto skipping =
       MustOpen({{"format", "jsonl"}, {"paths", P("jsonl/bad/bad.jsonl")}, {"on_error", "skip"}});
   const Block kept = ReadAll(*skipping);
-  CHECK(Values<int64_t>(kept, "id") == want["id"].get<std::vector<int64_t>>());
-  CHECK(Strings(kept, "name") == want["name"].get<std::vector<std::string>>());
+  CHECK(ValueColumn<int64_t>(kept, "id") == want["id"].get<std::vector<int64_t>>());
+  CHECK(StringColumn(kept, "name") == want["name"].get<std::vector<std::string>>());
   CHECK(skipping->skipped_rows() == 2);
 }
 
@@ -643,7 +643,7 @@ TEST_CASE("OpenReader: unknown formats and globs that match nothing", "[data][re
   auto twice =
       MustOpen({{"format", "csv"}, {"paths", {P("csv/shards/part-1.csv"), P("csv/shards/*.csv")}}});
   CHECK(twice->num_rows() == 3);
-  CHECK(Strings(ReadAll(*twice), "name") == std::vector<std::string>{"c", "a", "b"});
+  CHECK(StringColumn(ReadAll(*twice), "name") == std::vector<std::string>{"c", "a", "b"});
 }
 
 TEST_CASE("ParseDatasetSpec: errors name the key", "[data][reader]") {

@@ -34,7 +34,7 @@ torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) {
   return torch::nn::functional::cross_entropy(output, target);
 }
 
-bool Close(const torch::Tensor& a, const torch::Tensor& b) {
+bool AllClose(const torch::Tensor& a, const torch::Tensor& b) {
   return a.sizes() == b.sizes() && torch::allclose(a, b, /*rtol=*/1e-5, /*atol=*/1e-6);
 }
 
@@ -89,7 +89,7 @@ TEST_CASE("pipeline stages under GPipe and 1F1B equal the whole model", "[train]
     REQUIRE(s.ok());
   }
   for (double loss : losses) CHECK(loss == Approx(whole_loss.item<double>()).epsilon(1e-5));
-  CHECK(Close(outputs.back(), whole_output));
+  CHECK(AllClose(outputs.back(), whole_output));
   for (int r = 0; r + 1 < stages; ++r) CHECK_FALSE(outputs[r].defined());
   for (int r = 0; r < stages; ++r) {
     INFO("stage " << r);
@@ -113,7 +113,7 @@ TEST_CASE("pipeline stages under GPipe and 1F1B equal the whole model", "[train]
           std::find(own.begin(), own.end(), params[i].unsafeGetTensorImpl()) != own.end();
       if (mine) {
         REQUIRE(params[i].grad().defined());
-        CHECK(Close(params[i].grad(), whole_params[i].grad()));
+        CHECK(AllClose(params[i].grad(), whole_params[i].grad()));
       } else {
         CHECK_FALSE(params[i].grad().defined());
       }

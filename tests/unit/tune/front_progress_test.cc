@@ -31,7 +31,7 @@ using rayd::tune::internal::Trial;
 // Accuracy to maximise, parameters to minimise.
 const std::vector<Objective> kObjectives = {{"acc", true}, {"params", false}};
 
-struct Sweep {
+struct FrontSweep {
   std::vector<Trial> trials;
   std::unique_ptr<rayd::tune::TrialScheduler> fifo =
       rayd::tune::MakeScheduler(FifoConfig{}, "acc", "max", 1);
@@ -59,7 +59,7 @@ TEST_CASE("the sweep's progress.csv adds a row when its front changes, with the 
           "[tune][front]") {
   TempDir dir;
   FrontProgress progress(dir.path(), kObjectives, {}, {0.0, 100.0});
-  Sweep sweep;
+  FrontSweep sweep;
   sweep.Report(progress, 0, {{"acc", 0.5}, {"params", 50}});
   sweep.Tick(progress, 1.0, false);
   // A dominated point leaves the front as it was: no row (even once the throttle allows one).
@@ -75,7 +75,7 @@ TEST_CASE("the sweep's progress.csv adds a row when its front changes, with the 
 
   // A new trial on the front: another row (at the end, whatever the throttle).
   FrontProgress again(dir.path(), kObjectives, {}, {0.0, 100.0});
-  Sweep second;
+  FrontSweep second;
   second.Report(again, 0, {{"acc", 0.5}, {"params", 50}});
   second.Tick(again, 1.0, false);
   second.Report(again, 1, {{"acc", 0.8}, {"params", 80}});
@@ -95,7 +95,7 @@ TEST_CASE("without a reference point the rows are rewritten at the end with the 
           "[tune][front]") {
   TempDir dir;
   FrontProgress progress(dir.path(), kObjectives, {}, {});
-  Sweep sweep;
+  FrontSweep sweep;
   sweep.Report(progress, 0, {{"acc", 0.5}, {"params", 50}});
   sweep.Tick(progress, 1.0, false);
   sweep.Report(progress, 1, {{"acc", 0.9}, {"params", 90}});
@@ -125,7 +125,7 @@ TEST_CASE("the front leaves out infeasible trials and trials that reported no ob
   TempDir dir;
   const std::vector<Constraint> constraints = {ParseConstraint("latency <= 5")};
   FrontProgress progress(dir.path(), kObjectives, constraints, {0.0, 100.0});
-  Sweep sweep;
+  FrontSweep sweep;
   sweep.Report(progress, 0, {{"acc", 0.5}, {"params", 50}, {"latency", 4}});
   sweep.Report(progress, 1, {{"acc", 0.9}, {"params", 10}, {"latency", 9}});  // infeasible
   sweep.Report(progress, 2, {{"loss", 1.0}});                                  // no objective
@@ -152,7 +152,7 @@ TEST_CASE("the front leaves out infeasible trials and trials that reported no ob
   // No trial feasible: no front, hypervolume 0.
   TempDir none;
   FrontProgress empty(none.path(), kObjectives, constraints, {0.0, 100.0});
-  Sweep infeasible;
+  FrontSweep infeasible;
   infeasible.Report(empty, 0, {{"acc", 0.9}, {"params", 10}, {"latency", 9}});
   infeasible.Tick(empty, 1.0, true);
   CHECK(empty.rows().empty());

@@ -26,7 +26,7 @@ using Catch::Matchers::Contains;
 using nlohmann::json;
 using Points = std::vector<std::vector<double>>;
 
-ParamSpace Everything() {
+ParamSpace MoTpeSpace() {
   return {{{"lr"}, Domain::LogUniform(1e-5, 1e-1)},
           {{"x"}, Domain::Uniform(-10, 10)},
           {{"q"}, Domain::QUniform(0, 1, 0.25)},
@@ -170,7 +170,7 @@ TEST_CASE("MOTPE repeats for a seed, and continues exactly after State and Resto
           "[tune][mo_tpe]") {
   const std::vector<Constraint> constraints = {ParseConstraint("f1 <= 20")};
   auto make = [&](uint64_t seed) {
-    return MoTpeSearch(Everything(), kTwo, constraints, {.n_startup_trials = 5}, 100, seed);
+    return MoTpeSearch(MoTpeSpace(), kTwo, constraints, {.n_startup_trials = 5}, 100, seed);
   };
   MoTpeSearch a = make(7), b = make(7), other = make(8);
   const std::vector<json> run_a = Run(a, 25, Mixed);
@@ -196,11 +196,11 @@ TEST_CASE("MOTPE repeats for a seed, and continues exactly after State and Resto
   CHECK(Run(restored, 15, Mixed) == Run(a, 15, Mixed));
 
   // A state of another kind or size is refused, and leaves the searcher as it was.
-  MoTpeSearch three(Everything(), {{"f1"}, {"f2"}, {"f3"}}, {}, {.n_startup_trials = 5}, 100, 1);
+  MoTpeSearch three(MoTpeSpace(), {{"f1"}, {"f2"}, {"f3"}}, {}, {.n_startup_trials = 5}, 100, 1);
   const json before = three.State();
   CHECK_THROWS_WITH(three.Restore(a.State()), Contains("2 objectives, the searcher ranks 3"));
   CHECK(three.State() == before);
-  TpeSearch single(Everything(), "f1", "min", {}, 100, 1);
+  TpeSearch single(MoTpeSpace(), "f1", "min", {}, 100, 1);
   CHECK_THROWS_WITH(single.Restore(a.State()), Contains("ranks several objectives"));
   for (int i = 0; i < 3; ++i) {
     json c = single.Next();

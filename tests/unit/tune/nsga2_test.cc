@@ -24,7 +24,7 @@ using namespace testing;
 using Catch::Matchers::Contains;
 using nlohmann::json;
 
-ParamSpace Everything() {
+ParamSpace NsgaSpace() {
   return {{{"lr"}, Domain::LogUniform(1e-5, 1e-1)},
           {{"x"}, Domain::Uniform(-10, 10)},
           {{"q"}, Domain::QUniform(0, 1, 0.25)},
@@ -71,7 +71,7 @@ TEST_CASE("NSGA-II draws population_size trials at random, then breeds once two 
 
 TEST_CASE("NSGA-II offspring stay inside every domain kind and keep constants and nesting",
           "[tune][nsga2]") {
-  const ParamSpace space = Everything();
+  const ParamSpace space = NsgaSpace();
   // Mutate often, so every domain's redraw is exercised as well as the parents' values.
   Nsga2Search searcher(space, kTwo, {}, {.population_size = 8, .mutation_prob = 0.5}, 200, 3);
   const std::vector<json> configs = Run(searcher, 80, Mixed);
@@ -101,7 +101,7 @@ TEST_CASE("NSGA-II repeats for a seed, and continues exactly after State and Res
           "[tune][nsga2]") {
   const std::vector<Constraint> constraints = {ParseConstraint("f1 <= 20")};
   auto make = [&](uint64_t seed) {
-    return Nsga2Search(Everything(), kTwo, constraints, {.population_size = 6}, 100, seed);
+    return Nsga2Search(NsgaSpace(), kTwo, constraints, {.population_size = 6}, 100, seed);
   };
   Nsga2Search a = make(7), b = make(7), other = make(8);
   const std::vector<json> run_a = Run(a, 30, Mixed);
@@ -122,7 +122,7 @@ TEST_CASE("NSGA-II repeats for a seed, and continues exactly after State and Res
   restored.OnTrialEnd(running, std::nullopt);
   CHECK(Run(restored, 20, Mixed) == Run(a, 20, Mixed));
 
-  Nsga2Search three(Everything(), {{"f1"}, {"f2"}, {"f3"}}, {}, {.population_size = 6}, 100, 1);
+  Nsga2Search three(NsgaSpace(), {{"f1"}, {"f2"}, {"f3"}}, {}, {.population_size = 6}, 100, 1);
   CHECK_THROWS_WITH(three.Restore(a.State()), Contains("has 2 objectives, the sweep 3"));
   CHECK_THROWS_AS(three.Restore(json{{"proposed", 1}}), std::invalid_argument);
 }

@@ -25,15 +25,15 @@ using rayd::tune::TrialResult;
 using namespace rayd::tune::internal;
 
 // A fresh directory under the system temp dir, removed with the object.
-class TempDir {
+class TrialDir {
  public:
-  TempDir() {
+  TrialDir() {
     std::random_device rd;
     path_ = fs::temp_directory_path() /
             ("rayd_trial_test_" + std::to_string(rd()) + "_" + std::to_string(rd()));
     fs::create_directories(path_);
   }
-  ~TempDir() {
+  ~TrialDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);
   }
@@ -130,7 +130,7 @@ TEST_CASE("Trial ToResult copies every field and joins the path", "[tune]") {
 }
 
 TEST_CASE("Experiment state round trips every field", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   ExperimentState saved = SampleState(dir.str());
   // Trial 0's result.json: two whole lines and one a crash cut short.
   WriteAll(dir.path() / "mlp_3fa2c_00000" / "result.json",
@@ -181,7 +181,7 @@ TEST_CASE("Experiment state round trips every field", "[tune]") {
 }
 
 TEST_CASE("Experiment state keeps a NaN metric as NaN", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   ExperimentState state;
   state.trials = {
       MakeTrial(0, TrialStatus::kRunning, json::object(), {{"loss", std::nan("")}, {"acc", 0.5}})};
@@ -193,7 +193,7 @@ TEST_CASE("Experiment state keeps a NaN metric as NaN", "[tune]") {
 }
 
 TEST_CASE("Saving experiment state leaves no temporary file", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   ExperimentState state = SampleState(dir.str());
   REQUIRE(SaveExperimentState(dir.str(), state).ok());
   state.trials[2].status = TrialStatus::kRunning;
@@ -209,14 +209,14 @@ TEST_CASE("Saving experiment state leaves no temporary file", "[tune]") {
 }
 
 TEST_CASE("Saving experiment state creates the directory", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   std::string nested = (dir.path() / "a" / "b").string();
   REQUIRE(SaveExperimentState(nested, SampleState(nested)).ok());
   CHECK(fs::exists(fs::path(nested) / "experiment_state.json"));
 }
 
 TEST_CASE("Loading experiment state without the file is NotFound", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   auto loaded = LoadExperimentState(dir.str());
   REQUIRE_FALSE(loaded.ok());
   CHECK(loaded.status().code() == StatusCode::kNotFound);
@@ -225,7 +225,7 @@ TEST_CASE("Loading experiment state without the file is NotFound", "[tune]") {
 }
 
 TEST_CASE("Loading bad experiment state is InvalidArgument naming the problem", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   fs::path file = dir.path() / "experiment_state.json";
   auto load_error = [&](const std::string& text) {
     WriteAll(file, text);
@@ -272,7 +272,7 @@ TEST_CASE("Loading bad experiment state is InvalidArgument naming the problem", 
 }
 
 TEST_CASE("a run directory names its files and writes params.json whole", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   rayd::train::RunDirectory run((dir.path() / "mlp_3fa2c_00000").string());
   json config = {{"lr", 0.01}, {"optim", {{"name", "sgd"}}}};
   REQUIRE(run.WriteParams(config).ok());
@@ -296,7 +296,7 @@ TEST_CASE("a run directory names its files and writes params.json whole", "[tune
 }
 
 TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   TrialFiles files(dir.str());
   fs::path csv = dir.path() / "progress.csv";
   json config = {{"lr", 0.1},
@@ -319,7 +319,7 @@ TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {
 }
 
 TEST_CASE("TrialFiles rewrites progress.csv when columns grow", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   TrialFiles files(dir.str());
   fs::path csv = dir.path() / "progress.csv";
   REQUIRE(files.AppendProgress({{"loss", 2}}, json{{"lr", 0.1}}).ok());
@@ -336,7 +336,7 @@ TEST_CASE("TrialFiles rewrites progress.csv when columns grow", "[tune]") {
 }
 
 TEST_CASE("TrialFiles quotes CSV values and continues a resumed file", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   fs::path csv = dir.path() / "progress.csv";
   json config = {{"note", "say \"hi\"\nnext line"}};
   {
@@ -356,7 +356,7 @@ TEST_CASE("TrialFiles quotes CSV values and continues a resumed file", "[tune]")
 }
 
 TEST_CASE("TrialFiles appends error blocks with a timestamp", "[tune]") {
-  TempDir dir;
+  TrialDir dir;
   TrialFiles files((dir.path() / "t").string());
   REQUIRE(files.AppendError("first failure\ntraceback").ok());
   REQUIRE(files.AppendError("second failure").ok());
