@@ -2,9 +2,9 @@
 # Builds rayd's libFuzzer targets (fuzz/, clang + ASan/UBSan) into ./build-fuzz (or
 # $RAYD_FUZZ_BUILD_DIR) and runs each one: first once over its regression inputs
 # (fuzz/regressions/TARGET/), then for a bounded time from a copy of its seed corpus
-# (fuzz/corpus/TARGET/; the repository is not modified). Exits non-zero on any crash, leak,
-# sanitizer report or unexpected exception; the input that did it is kept under
-# BUILD_DIR/artifacts/ (add it to fuzz/regressions/TARGET/ once fixed).
+# (fuzz/corpus/TARGET/; the repository is not modified), all targets at once. Exits non-zero
+# on any crash, leak, sanitizer report or unexpected exception; the input that did it is kept
+# under BUILD_DIR/artifacts/ (add it to fuzz/regressions/TARGET/ once fixed).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     default 30
 set -euo pipefail
@@ -27,9 +27,11 @@ cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 echo "fuzz: built in $(($(date +%s) - start)) s"
 
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 mkdir -p "$build_dir/artifacts"
 failed=()
+timed=()
 for target in "${targets[@]}"; do
   bin="$build_dir/${target}_fuzzer"
   log="$work/$target.log"
@@ -47,9 +49,18 @@ for target in "${targets[@]}"; do
     fi
     echo "fuzz: $target: ${#regressions[@]} regression inputs pass"
   fi
+  # The timed runs go side by side, one process each (the targets share nothing): the phase
+  # takes SECONDS, not SECONDS per target.
   cp -r "fuzz/corpus/$target" "$work/corpus-$target"
-  if ! "$bin" "${opts[@]}" -max_total_time="$seconds" -print_final_stats=1 \
-      "$work/corpus-$target" >"$log" 2>&1; then
+  "$bin" "${opts[@]}" -max_total_time="$seconds" -print_final_stats=1 \
+    "$work/corpus-$target" >"$log" 2>&1 &
+  pids+=($!)
+  timed+=("$target")
+done
+for i in "${!timed[@]}"; do
+  target="${timed[$i]}"
+  log="$work/$target.log"
+  if ! wait "${pids[$i]}"; then
     tail -n 60 "$log"
     echo "fuzz: $target: FAILED; the input is under $build_dir/artifacts/" >&2
     failed+=("$target")
@@ -58,6 +69,7 @@ for target in "${targets[@]}"; do
   runs="$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)"
   echo "fuzz: $target: ${runs:-no summary}, no crash"
 done
+pids=()
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}" >&2
