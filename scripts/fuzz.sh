@@ -6,16 +6,9 @@
 # on any crash, leak, sanitizer report or unexpected exception; the input that did it is kept
 # under BUILD_DIR/artifacts/ (add it to fuzz/regressions/TARGET/ once fixed).
 #
-#   scripts/fuzz.sh [SECONDS]        default 30
-#   scripts/fuzz.sh --build-only     builds the targets and runs nothing (the test command
-#                                    builds them while its tests run)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]     default 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=false
-if [ "${1:-}" = "--build-only" ]; then
-  build_only=true
-  shift
-fi
 seconds="${1:-30}"
 build_dir="${RAYD_FUZZ_BUILD_DIR:-build-fuzz}"
 targets=(frame tune_yaml http)
@@ -32,7 +25,6 @@ start=$(date +%s)
 CC=clang CXX=clang++ cmake -S fuzz -B "$build_dir" -G Ninja >/dev/null
 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 echo "fuzz: built in $(($(date +%s) - start)) s"
-if $build_only; then exit 0; fi
 
 work="$(mktemp -d)"
 pids=()

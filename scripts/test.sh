@@ -17,30 +17,11 @@ phase "install-deps"
 (cd tests/unit/data/parquet_js && npm ci --no-audit --no-fund --loglevel=error)
 phase "build"
 build_dir="${RAYD_BUILD_DIR:-build}"
-fuzz_seconds="${RAYD_FUZZ_SECONDS:-10}"
-# The fuzz targets (clang with ASan, ~2 min of one core from scratch) build while the tests
-# run, niced: the tests leave about a third of the cores idle waiting on their daemons.
-fuzz_build=""
-if [ "$fuzz_seconds" -ne 0 ]; then
-  mkdir -p "$build_dir"
-  # A session of its own, so that a failing ctest can stop the whole build (ninja, clang).
-  setsid nice -n 10 ./scripts/fuzz.sh --build-only >"$build_dir/fuzz-build.log" 2>&1 &
-  fuzz_build=$!
-  trap '[ -z "$fuzz_build" ] || kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
-fi
 # Two tests per core: most tests spend much of their time waiting on their own daemons,
 # heartbeats and rendezvous (ctest -j2 kept 2 cores ~55% busy); the fault and load tests still
 # run alone (RUN_SERIAL). On this 2-core machine the rest took 539 s at -j4, against ~655 s at -j2.
 (cd "$build_dir" && ctest --output-on-failure --timeout 600 -j "$(($(nproc) * 2))" "$@")
 phase "ctest"
-if [ -n "$fuzz_build" ]; then
-  if ! wait "$fuzz_build"; then
-    cat "$build_dir/fuzz-build.log"
-    echo "test.sh: the fuzz targets did not build" >&2
-    exit 1
-  fi
-  fuzz_build=""
-  grep "^fuzz: built" "$build_dir/fuzz-build.log" || true
-  ./scripts/fuzz.sh "$fuzz_seconds"
-fi
+fuzz_seconds="${RAYD_FUZZ_SECONDS:-10}"
+[ "$fuzz_seconds" -eq 0 ] || ./scripts/fuzz.sh "$fuzz_seconds"
 phase "fuzz"
