@@ -14,10 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "column_values.h"
 #include "test_util.h"
 
 namespace rayd::data {
 namespace {
+
+using rayd::testing::Strings;
+using rayd::testing::Values;
 
 using nlohmann::json;
 
@@ -33,26 +37,6 @@ std::shared_ptr<uint8_t> Aligned(std::string_view bytes) {
 Result<Block> ViewOf(std::string_view bytes) {
   std::shared_ptr<uint8_t> buffer = Aligned(bytes);
   return Block::View(buffer, buffer.get(), bytes.size());
-}
-
-template <typename T>
-std::vector<T> Values(const Block& block, const std::string& name) {
-  const Column* c = block.Find(name);
-  REQUIRE(c != nullptr);
-  REQUIRE(ItemSize(c->dtype()) == sizeof(T));
-  const int64_t n = block.num_rows() * c->RowElements();
-  std::vector<T> out(static_cast<size_t>(n));
-  if (n > 0) std::memcpy(out.data(), c->data, out.size() * sizeof(T));
-  return out;
-}
-
-std::vector<std::string> Strings(const Block& block, const std::string& name) {
-  const Column* c = block.Find(name);
-  REQUIRE(c != nullptr);
-  REQUIRE(c->is_bytes());
-  std::vector<std::string> out;
-  for (int64_t r = 0; r < block.num_rows(); ++r) out.emplace_back(c->BytesAt(r));
-  return out;
 }
 
 template <typename T>

@@ -17,10 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "column_values.h"
 #include "test_util.h"
 
 namespace rayd::data {
 namespace {
+
+using rayd::testing::RequireColumn;
+using rayd::testing::Strings;
+using rayd::testing::Values;
 
 using nlohmann::json;
 
@@ -89,12 +94,6 @@ Block ReadRows(Reader& reader, const std::vector<int64_t>& rows) {
 
 Block ReadAll(Reader& reader) { return ReadRows(reader, Range(reader.num_rows())); }
 
-const Column& Col(const Block& block, const std::string& name) {
-  const Column* c = block.Find(name);
-  INFO("column " << name << " in " << DescribeSchema(block.schema()));
-  REQUIRE(c != nullptr);
-  return *c;
-}
 
 // The index of the first element of `c` (num_rows x RowElements) that differs from `want`, or -1.
 template <typename T>
@@ -145,7 +144,7 @@ int64_t FirstDifference(const Column& c, int64_t rows, const json& want) {
 // values) in rows `rows` (all of them, in order, when empty).
 void CheckColumn(const Block& block, const std::string& name, const json& want,
                  const std::vector<int64_t>& rows = {}) {
-  const Column& c = Col(block, name);
+  const Column& c = RequireColumn(block, name);
   INFO("column " << name);
   CHECK(DTypeName(c.dtype()) == want["dtype"].get<std::string>());
   CHECK(c.schema.shape == want["shape"].get<std::vector<int64_t>>());
@@ -161,23 +160,6 @@ void CheckColumn(const Block& block, const std::string& name, const json& want,
     CHECK(block.num_rows() == want["rows"].get<int64_t>());
   }
   CHECK(FirstDifference(c, block.num_rows(), values) == -1);
-}
-
-std::vector<std::string> StringColumn(const Block& block, const std::string& name) {
-  const Column& c = Col(block, name);
-  REQUIRE(c.is_bytes());
-  std::vector<std::string> out;
-  for (int64_t r = 0; r < block.num_rows(); ++r) out.emplace_back(c.BytesAt(r));
-  return out;
-}
-
-template <typename T>
-std::vector<T> ValueColumn(const Block& block, const std::string& name) {
-  const Column& c = Col(block, name);
-  REQUIRE(ItemSize(c.dtype()) == sizeof(T));
-  std::vector<T> out(static_cast<size_t>(block.num_rows() * c.RowElements()));
-  if (!out.empty()) std::memcpy(out.data(), c.data, out.size() * sizeof(T));
-  return out;
 }
 
 // ------------------------------------------------------------------------------------- idx
@@ -215,7 +197,7 @@ TEST_CASE("idx: multi-byte types are swapped from big-endian", "[data][idx]") {
   for (const auto& [name, want] : Expect("idx_typed").items()) CheckColumn(block, name, want);
   const std::vector<int64_t> rows = {4, 1};
   const Block two = ReadRows(*reader, rows);
-  CHECK(ValueColumn<int16_t>(two, "i16") == std::vector<int16_t>{1000, -1000, 12345, 1, 255, 256});
+  CHECK(Values<int16_t>(two, "i16") == std::vector<int16_t>{1000, -1000, 12345, 1, 255, 256});
   for (const auto& [name, want] : Expect("idx_typed").items()) CheckColumn(two, name, want, rows);
 }
 
@@ -276,8 +258,8 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
     CHECK(DescribeSchema(reader->schema()) == "image: uint8[28, 28], label: uint8");
     REQUIRE(reader->num_rows() == w["rows"].get<int64_t>());
     const Block all = ReadAll(*reader);
-    const std::vector<uint8_t> pixels = ValueColumn<uint8_t>(all, "image");
-    const std::vector<uint8_t> labels = ValueColumn<uint8_t>(all, "label");
+    const std::vector<uint8_t> pixels = Values<uint8_t>(all, "image");
+    const std::vector<uint8_t> labels = Values<uint8_t>(all, "label");
     CHECK(std::accumulate(pixels.begin(), pixels.end(), int64_t{0}) ==
           w["pixel_sum"].get<int64_t>());
     CHECK(std::accumulate(labels.begin(), labels.end(), int64_t{0}) ==
@@ -288,9 +270,9 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
     for (size_t i = 0; i < picks.size(); ++i) {
       INFO("row " << picks[i]);
       const size_t at = picks.size() - 1 - i;
-      CHECK(ValueColumn<uint8_t>(some.Slice(at, at + 1), "image") ==
+      CHECK(Values<uint8_t>(some.Slice(at, at + 1), "image") ==
             w["images"][i].get<std::vector<uint8_t>>());
-      CHECK(ValueColumn<uint8_t>(some.Slice(at, at + 1), "label")[0] == w["labels"][i].get<int>());
+      CHECK(Values<uint8_t>(some.Slice(at, at + 1), "label")[0] == w["labels"][i].get<int>());
     }
   }
   CHECK(want["train"]["rows"] == 60000);
@@ -301,10 +283,10 @@ TEST_CASE("idx: the real Fashion-MNIST agrees with what NumPy reads", "[data][id
        {"paths", {std::string(kFashion) + "/train-*", std::string(kFashion) + "/t10k-*"}}});
   REQUIRE(both->num_rows() == 70000);
   const Block edge = ReadRows(*both, {59999, 60000});
-  CHECK(ValueColumn<uint8_t>(edge, "label") ==
+  CHECK(Values<uint8_t>(edge, "label") ==
         std::vector<uint8_t>{want["train"]["labels"][3].get<uint8_t>(),
                              want["t10k"]["labels"][0].get<uint8_t>()});
-  CHECK(ValueColumn<uint8_t>(edge.Slice(1, 2), "image") ==
+  CHECK(Values<uint8_t>(edge.Slice(1, 2), "image") ==
         want["t10k"]["images"][0].get<std::vector<uint8_t>>());
 }
 
@@ -339,7 +321,7 @@ TEST_CASE("npz: savez and savez_compressed archives are row shards", "[data][npy
   }
   auto compressed = MustOpen({{"format", "npz"}, {"paths", P("npy/npz/part-1.npz")}});
   CHECK(compressed->num_rows() == 4);
-  CHECK(ValueColumn<int64_t>(ReadAll(*compressed), "y") == std::vector<int64_t>{100, 101, 102, 103});
+  CHECK(Values<int64_t>(ReadAll(*compressed), "y") == std::vector<int64_t>{100, 101, 102, 103});
 }
 
 TEST_CASE("npy: shards of a column through columns globs", "[data][npy]") {
@@ -395,7 +377,7 @@ TEST_CASE("tokens: nanoGPT files cut into windows of seq_len + 1", "[data][token
   // Each file on its own: (1001 - 1) / 10 and (1000 - 1) / 10.
   REQUIRE(reader->num_rows() == 100 + 99);
   const Block block = ReadAll(*reader);
-  const std::vector<uint16_t> got = ValueColumn<uint16_t>(block, "tokens");
+  const std::vector<uint16_t> got = Values<uint16_t>(block, "tokens");
   for (int64_t row = 0; row < block.num_rows(); ++row) {
     const bool first = row < 100;
     const std::vector<uint16_t>& from = first ? train : val;
@@ -417,7 +399,7 @@ TEST_CASE("tokens: nanoGPT files cut into windows of seq_len + 1", "[data][token
   }
   auto last =
       MustOpen({{"format", "tokens"}, {"paths", P("tokens/nano/train.bin")}, {"seq_len", 1000}});
-  const std::vector<uint16_t> whole = ValueColumn<uint16_t>(ReadAll(*last), "tokens");
+  const std::vector<uint16_t> whole = Values<uint16_t>(ReadAll(*last), "tokens");
   CHECK(whole == train);
 }
 
@@ -429,7 +411,7 @@ TEST_CASE("tokens: another dtype, and bad options and files", "[data][tokens]") 
                           {"dtype", "int32"}});
   CHECK(DescribeSchema(reader->schema()) == "tokens: int32[5]");
   REQUIRE(reader->num_rows() == (53 - 1) / 4);
-  const std::vector<int32_t> got = ValueColumn<int32_t>(ReadRows(*reader, {12, 0}), "tokens");
+  const std::vector<int32_t> got = Values<int32_t>(ReadRows(*reader, {12, 0}), "tokens");
   CHECK(got == std::vector<int32_t>{wide[48], wide[49], wide[50], wide[51], wide[52], wide[0],
                                     wide[1], wide[2], wide[3], wide[4]});
 
@@ -462,7 +444,7 @@ TEST_CASE("tokens: Megatron bin and idx pairs", "[data][tokens]") {
       {{"format", "tokens"}, {"paths", P("tokens/megatron/corpus_u16.*")}, {"seq_len", 4}});
   CHECK(DescribeSchema(reader->schema()) == "tokens: uint16[5]");
   REQUIRE(reader->num_rows() == (32 - 1) / 4);
-  const std::vector<uint16_t> got = ValueColumn<uint16_t>(ReadAll(*reader), "tokens");
+  const std::vector<uint16_t> got = Values<uint16_t>(ReadAll(*reader), "tokens");
   for (size_t row = 0; row < 7; ++row) {
     INFO("row " << row);
     CHECK(std::equal(got.begin() + row * 5, got.begin() + row * 5 + 5, u16.begin() + row * 4));
@@ -474,7 +456,7 @@ TEST_CASE("tokens: Megatron bin and idx pairs", "[data][tokens]") {
                         {"dtype", "uint16"}});
   CHECK(DescribeSchema(wide->schema()) == "tokens: int32[7]");
   REQUIRE(wide->num_rows() == 3);
-  const std::vector<int32_t> got32 = ValueColumn<int32_t>(ReadAll(*wide), "tokens");
+  const std::vector<int32_t> got32 = Values<int32_t>(ReadAll(*wide), "tokens");
   CHECK(std::vector<int32_t>(got32.end() - 7, got32.end()) ==
         std::vector<int32_t>(i32.begin() + 12, i32.begin() + 19));
 
@@ -499,17 +481,17 @@ TEST_CASE("csv: quoting as Python's csv module writes it, and type inference", "
         "id: int64, score: float64, note: bytes, mixed: float64");
   REQUIRE(reader->num_rows() == 6);
   const Block block = ReadAll(*reader);
-  CHECK(ValueColumn<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
-  CHECK(FirstDifference(Col(block, "score"), 6, want["score"]) == -1);
-  CHECK(std::isnan(ValueColumn<double>(block, "score")[3]));
-  CHECK(StringColumn(block, "note") == want["note"].get<std::vector<std::string>>());
-  CHECK(StringColumn(block, "note")[0] == "say \"hi\"");
-  CHECK(StringColumn(block, "note")[2] == "line one\nline two");
-  CHECK(ValueColumn<double>(block, "mixed") == want["mixed"].get<std::vector<double>>());
+  CHECK(Values<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
+  CHECK(FirstDifference(RequireColumn(block, "score"), 6, want["score"]) == -1);
+  CHECK(std::isnan(Values<double>(block, "score")[3]));
+  CHECK(Strings(block, "note") == want["note"].get<std::vector<std::string>>());
+  CHECK(Strings(block, "note")[0] == "say \"hi\"");
+  CHECK(Strings(block, "note")[2] == "line one\nline two");
+  CHECK(Values<double>(block, "mixed") == want["mixed"].get<std::vector<double>>());
   // The row with a line break inside quotes, then the first.
   const Block two = ReadRows(*reader, {2, 0});
-  CHECK(StringColumn(two, "note") == std::vector<std::string>{"line one\nline two", "say \"hi\""});
-  CHECK(ValueColumn<int64_t>(two, "id") == std::vector<int64_t>{-3, 1});
+  CHECK(Strings(two, "note") == std::vector<std::string>{"line one\nline two", "say \"hi\""});
+  CHECK(Values<int64_t>(two, "id") == std::vector<int64_t>{-3, 1});
 }
 
 TEST_CASE("csv: shards, another delimiter, no header", "[data][csv]") {
@@ -517,15 +499,15 @@ TEST_CASE("csv: shards, another delimiter, no header", "[data][csv]") {
   CHECK(DescribeSchema(shards->schema()) == "name: bytes, n: int64");
   REQUIRE(shards->num_rows() == 3);
   const Block block = ReadRows(*shards, {2, 0, 1});
-  CHECK(StringColumn(block, "name") == std::vector<std::string>{"c", "a", "b"});
-  CHECK(ValueColumn<int64_t>(block, "n") == std::vector<int64_t>{3, 1, 2});
+  CHECK(Strings(block, "name") == std::vector<std::string>{"c", "a", "b"});
+  CHECK(Values<int64_t>(block, "n") == std::vector<int64_t>{3, 1, 2});
 
   auto tsv = MustOpen(
       {{"format", "csv"}, {"paths", P("csv/tsv/x.tsv")}, {"delimiter", "\t"}, {"header", false}});
   CHECK(DescribeSchema(tsv->schema()) == "c0: int64, c1: bytes");
   const Block t = ReadAll(*tsv);
-  CHECK(ValueColumn<int64_t>(t, "c0") == std::vector<int64_t>{1, 2});
-  CHECK(StringColumn(t, "c1") == std::vector<std::string>{"x\ty", "z"});
+  CHECK(Values<int64_t>(t, "c0") == std::vector<int64_t>{1, 2});
+  CHECK(Strings(t, "c1") == std::vector<std::string>{"x\ty", "z"});
 
   OpenFails({{"format", "csv"}, {"paths", P("csv/tsv/x.tsv")}, {"delimiter", "::"}},
             StatusCode::kInvalidArgument, {"delimiter"});
@@ -542,7 +524,7 @@ TEST_CASE("csv: a row of only spaces or tabs is a row, as Python reads it", "[da
   auto reader = MustOpen({{"format", "csv"}, {"paths", P("csv/spaces/one.csv")}});
   CHECK(DescribeSchema(reader->schema()) == "v: bytes");
   REQUIRE(reader->num_rows() == 5);
-  CHECK(StringColumn(ReadAll(*reader), "v") == Expect("csv_spaces").get<std::vector<std::string>>());
+  CHECK(Strings(ReadAll(*reader), "v") == Expect("csv_spaces").get<std::vector<std::string>>());
 }
 
 TEST_CASE("csv: a row with the wrong field count, raised or skipped", "[data][csv]") {
@@ -564,8 +546,8 @@ TEST_CASE("csv: a row with the wrong field count, raised or skipped", "[data][cs
   auto skipping =
       MustOpen({{"format", "csv"}, {"paths", P("csv/bad/bad.csv")}, {"on_error", "skip"}});
   const Block kept = ReadAll(*skipping);
-  CHECK(ValueColumn<int64_t>(kept, "k") == want["k"].get<std::vector<int64_t>>());
-  CHECK(StringColumn(kept, "t") == std::vector<std::string>{"ok", "two\nlines", "fine"});
+  CHECK(Values<int64_t>(kept, "k") == want["k"].get<std::vector<int64_t>>());
+  CHECK(Strings(kept, "t") == std::vector<std::string>{"ok", "two\nlines", "fine"});
   CHECK(skipping->skipped_rows() == 1);
   CHECK(ReadRows(*skipping, {2}).num_rows() == 0);
   CHECK(skipping->skipped_rows() == 2);
@@ -581,16 +563,16 @@ TEST_CASE("jsonl: json.dumps lines of every type", "[data][jsonl]") {
           "id: int64, score: float64, name: bytes, ok: uint8, vec: float32[2, 2], n: float64");
     REQUIRE(reader->num_rows() == 3);
     const Block block = ReadAll(*reader);
-    CHECK(ValueColumn<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
-    CHECK(ValueColumn<double>(block, "score") == want["score"].get<std::vector<double>>());
-    CHECK(StringColumn(block, "name") == want["name"].get<std::vector<std::string>>());
-    CHECK(StringColumn(block, "name")[1] == "quote \" and \\ and \n");
-    CHECK(ValueColumn<uint8_t>(block, "ok") == std::vector<uint8_t>{1, 0, 1});
-    CHECK(ValueColumn<float>(block, "vec") == want["vec"].get<std::vector<float>>());
-    CHECK(ValueColumn<double>(block, "n") == want["n"].get<std::vector<double>>());
+    CHECK(Values<int64_t>(block, "id") == want["id"].get<std::vector<int64_t>>());
+    CHECK(Values<double>(block, "score") == want["score"].get<std::vector<double>>());
+    CHECK(Strings(block, "name") == want["name"].get<std::vector<std::string>>());
+    CHECK(Strings(block, "name")[1] == "quote \" and \\ and \n");
+    CHECK(Values<uint8_t>(block, "ok") == std::vector<uint8_t>{1, 0, 1});
+    CHECK(Values<float>(block, "vec") == want["vec"].get<std::vector<float>>());
+    CHECK(Values<double>(block, "n") == want["n"].get<std::vector<double>>());
     const Block last = ReadRows(*reader, {2});
-    CHECK(ValueColumn<int64_t>(last, "id") == std::vector<int64_t>{int64_t{1} << 40});
-    CHECK(StringColumn(last, "name") == std::vector<std::string>{"\xc3\xbcn\xc3\xaf"
+    CHECK(Values<int64_t>(last, "id") == std::vector<int64_t>{int64_t{1} << 40});
+    CHECK(Strings(last, "name") == std::vector<std::string>{"\xc3\xbcn\xc3\xaf"
                                                             "c\xc3\xb8"
                                                             "d\xc3\xa9 \xe2\x98\x83"});
   }
@@ -615,8 +597,8 @@ TEST_CASE("jsonl: a missing key or a wrong type, raised or skipped", "[data][jso
   auto skipping =
       MustOpen({{"format", "jsonl"}, {"paths", P("jsonl/bad/bad.jsonl")}, {"on_error", "skip"}});
   const Block kept = ReadAll(*skipping);
-  CHECK(ValueColumn<int64_t>(kept, "id") == want["id"].get<std::vector<int64_t>>());
-  CHECK(StringColumn(kept, "name") == want["name"].get<std::vector<std::string>>());
+  CHECK(Values<int64_t>(kept, "id") == want["id"].get<std::vector<int64_t>>());
+  CHECK(Strings(kept, "name") == want["name"].get<std::vector<std::string>>());
   CHECK(skipping->skipped_rows() == 2);
 }
 
@@ -643,7 +625,7 @@ TEST_CASE("OpenReader: unknown formats and globs that match nothing", "[data][re
   auto twice =
       MustOpen({{"format", "csv"}, {"paths", {P("csv/shards/part-1.csv"), P("csv/shards/*.csv")}}});
   CHECK(twice->num_rows() == 3);
-  CHECK(StringColumn(ReadAll(*twice), "name") == std::vector<std::string>{"c", "a", "b"});
+  CHECK(Strings(ReadAll(*twice), "name") == std::vector<std::string>{"c", "a", "b"});
 }
 
 TEST_CASE("ParseDatasetSpec: errors name the key", "[data][reader]") {

@@ -8,10 +8,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "test_util.h"
 
 namespace {
 
@@ -23,26 +24,8 @@ using rayd::tune::ParseConstraint;
 using rayd::tune::ResultGrid;
 using rayd::tune::TrialResult;
 using namespace rayd::tune::internal;
+using rayd::testing::TempDir;
 
-// A fresh directory under the system temp dir, removed with the object.
-class TrialDir {
- public:
-  TrialDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("rayd_trial_test_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TrialDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string ReadAll(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -130,23 +113,23 @@ TEST_CASE("Trial ToResult copies every field and joins the path", "[tune]") {
 }
 
 TEST_CASE("Experiment state round trips every field", "[tune]") {
-  TrialDir dir;
-  ExperimentState saved = SampleState(dir.str());
+  TempDir dir;
+  ExperimentState saved = SampleState(dir.path());
   // Trial 0's result.json: two whole lines and one a crash cut short.
-  WriteAll(dir.path() / "mlp_3fa2c_00000" / "result.json",
+  WriteAll(fs::path(dir.path()) / "mlp_3fa2c_00000" / "result.json",
            "{\"loss\": 1.5, \"training_iteration\": 1, \"checkpoint_dir_name\": "
            "\"checkpoint_000000\"}\n"
            "{\"loss\": 0.25, \"training_iteration\": 2, \"done\": false}\n"
            "{\"loss\": 0.1, \"train");
-  REQUIRE(SaveExperimentState(dir.str(), saved).ok());
+  REQUIRE(SaveExperimentState(dir.path(), saved).ok());
 
-  json doc = json::parse(ReadAll(dir.path() / "experiment_state.json"));
+  json doc = json::parse(ReadAll(fs::path(dir.path()) / "experiment_state.json"));
   CHECK(doc["name"] == "mlp-pbt");
   CHECK(doc["timestamp"].is_number());
   CHECK(doc["trials"].size() == 5);
   CHECK_FALSE(doc["trials"][0].contains("history"));
 
-  auto loaded = LoadExperimentState(dir.str());
+  auto loaded = LoadExperimentState(dir.path());
   REQUIRE(loaded.ok());
   CHECK(loaded->name == "mlp-pbt");
   CHECK(loaded->trainable == "mlp");
@@ -181,55 +164,55 @@ TEST_CASE("Experiment state round trips every field", "[tune]") {
 }
 
 TEST_CASE("Experiment state keeps a NaN metric as NaN", "[tune]") {
-  TrialDir dir;
+  TempDir dir;
   ExperimentState state;
   state.trials = {
       MakeTrial(0, TrialStatus::kRunning, json::object(), {{"loss", std::nan("")}, {"acc", 0.5}})};
-  REQUIRE(SaveExperimentState(dir.str(), state).ok());
-  auto loaded = LoadExperimentState(dir.str());
+  REQUIRE(SaveExperimentState(dir.path(), state).ok());
+  auto loaded = LoadExperimentState(dir.path());
   REQUIRE(loaded.ok());
   CHECK(std::isnan(loaded->trials[0].last_result.at("loss")));
   CHECK(loaded->trials[0].last_result.at("acc") == 0.5);
 }
 
 TEST_CASE("Saving experiment state leaves no temporary file", "[tune]") {
-  TrialDir dir;
-  ExperimentState state = SampleState(dir.str());
-  REQUIRE(SaveExperimentState(dir.str(), state).ok());
+  TempDir dir;
+  ExperimentState state = SampleState(dir.path());
+  REQUIRE(SaveExperimentState(dir.path(), state).ok());
   state.trials[2].status = TrialStatus::kRunning;
-  REQUIRE(SaveExperimentState(dir.str(), state).ok());
+  REQUIRE(SaveExperimentState(dir.path(), state).ok());
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir.path())) {
     names.push_back(entry.path().filename().string());
   }
   CHECK(names == std::vector<std::string>{"experiment_state.json"});
-  auto loaded = LoadExperimentState(dir.str());
+  auto loaded = LoadExperimentState(dir.path());
   REQUIRE(loaded.ok());
   CHECK(loaded->trials[2].status == TrialStatus::kRunning);  // the second write replaced it
 }
 
 TEST_CASE("Saving experiment state creates the directory", "[tune]") {
-  TrialDir dir;
-  std::string nested = (dir.path() / "a" / "b").string();
+  TempDir dir;
+  std::string nested = (fs::path(dir.path()) / "a" / "b").string();
   REQUIRE(SaveExperimentState(nested, SampleState(nested)).ok());
   CHECK(fs::exists(fs::path(nested) / "experiment_state.json"));
 }
 
 TEST_CASE("Loading experiment state without the file is NotFound", "[tune]") {
-  TrialDir dir;
-  auto loaded = LoadExperimentState(dir.str());
+  TempDir dir;
+  auto loaded = LoadExperimentState(dir.path());
   REQUIRE_FALSE(loaded.ok());
   CHECK(loaded.status().code() == StatusCode::kNotFound);
-  auto missing_dir = LoadExperimentState((dir.path() / "nope").string());
+  auto missing_dir = LoadExperimentState((fs::path(dir.path()) / "nope").string());
   CHECK(missing_dir.status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("Loading bad experiment state is InvalidArgument naming the problem", "[tune]") {
-  TrialDir dir;
-  fs::path file = dir.path() / "experiment_state.json";
+  TempDir dir;
+  fs::path file = fs::path(dir.path()) / "experiment_state.json";
   auto load_error = [&](const std::string& text) {
     WriteAll(file, text);
-    auto loaded = LoadExperimentState(dir.str());
+    auto loaded = LoadExperimentState(dir.path());
     REQUIRE_FALSE(loaded.ok());
     CHECK(loaded.status().code() == StatusCode::kInvalidArgument);
     return loaded.status().message();
@@ -265,18 +248,18 @@ TEST_CASE("Loading bad experiment state is InvalidArgument naming the problem", 
 
   // The minimal entry is fine.
   WriteAll(file, json{{"trials", {good}}}.dump());
-  auto loaded = LoadExperimentState(dir.str());
+  auto loaded = LoadExperimentState(dir.path());
   REQUIRE(loaded.ok());
   CHECK(loaded->trials[0].num_failures == 0);
   CHECK(loaded->trials[0].last_result == Metrics{{"loss", 1}});
 }
 
 TEST_CASE("a run directory names its files and writes params.json whole", "[tune]") {
-  TrialDir dir;
-  rayd::train::RunDirectory run((dir.path() / "mlp_3fa2c_00000").string());
+  TempDir dir;
+  rayd::train::RunDirectory run((fs::path(dir.path()) / "mlp_3fa2c_00000").string());
   json config = {{"lr", 0.01}, {"optim", {{"name", "sgd"}}}};
   REQUIRE(run.WriteParams(config).ok());
-  fs::path params = dir.path() / "mlp_3fa2c_00000" / "params.json";
+  fs::path params = fs::path(dir.path()) / "mlp_3fa2c_00000" / "params.json";
   CHECK(run.ParamsFile() == params.string());
   CHECK(json::parse(ReadAll(params)) == config);
   CHECK(ReadAll(params).find('\n') != std::string::npos);  // pretty
@@ -296,9 +279,9 @@ TEST_CASE("a run directory names its files and writes params.json whole", "[tune
 }
 
 TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {
-  TrialDir dir;
-  TrialFiles files(dir.str());
-  fs::path csv = dir.path() / "progress.csv";
+  TempDir dir;
+  TrialFiles files(dir.path());
+  fs::path csv = fs::path(dir.path()) / "progress.csv";
   json config = {{"lr", 0.1},
                  {"optim", {{"momentum", 0.9}, {"name", "sgd, fast"}}},
                  {"hidden", 64},
@@ -319,9 +302,9 @@ TEST_CASE("TrialFiles writes progress.csv rows and headers", "[tune]") {
 }
 
 TEST_CASE("TrialFiles rewrites progress.csv when columns grow", "[tune]") {
-  TrialDir dir;
-  TrialFiles files(dir.str());
-  fs::path csv = dir.path() / "progress.csv";
+  TempDir dir;
+  TrialFiles files(dir.path());
+  fs::path csv = fs::path(dir.path()) / "progress.csv";
   REQUIRE(files.AppendProgress({{"loss", 2}}, json{{"lr", 0.1}}).ok());
   REQUIRE(files.AppendProgress({{"loss", 1}, {"acc", 0.75}}, json{{"lr", 0.2}}).ok());
   REQUIRE(files.AppendProgress({{"loss", 0.5}}, json{{"lr", 0.2}}).ok());
@@ -332,21 +315,21 @@ TEST_CASE("TrialFiles rewrites progress.csv when columns grow", "[tune]") {
   CHECK(lines[1] == "2,0.1,");
   CHECK(lines[2] == "1,0.2,0.75");
   CHECK(lines[3] == "0.5,0.2,");
-  CHECK_FALSE(fs::exists(dir.path() / ".progress.csv.tmp"));
+  CHECK_FALSE(fs::exists(fs::path(dir.path()) / ".progress.csv.tmp"));
 }
 
 TEST_CASE("TrialFiles quotes CSV values and continues a resumed file", "[tune]") {
-  TrialDir dir;
-  fs::path csv = dir.path() / "progress.csv";
+  TempDir dir;
+  fs::path csv = fs::path(dir.path()) / "progress.csv";
   json config = {{"note", "say \"hi\"\nnext line"}};
   {
-    TrialFiles files(dir.str());
+    TrialFiles files(dir.path());
     REQUIRE(files.AppendProgress({{"loss", 1}}, config).ok());
     REQUIRE(files.Flush().ok());
     CHECK(ReadAll(csv) == "loss,config/note\n1,\"say \"\"hi\"\"\nnext line\"\n");
   }
   // A new TrialFiles (a resumed trial) keeps the earlier rows, also when columns grow.
-  TrialFiles resumed(dir.str());
+  TrialFiles resumed(dir.path());
   REQUIRE(resumed.AppendProgress({{"loss", 0.5}, {"acc", 1}}, config).ok());
   REQUIRE(resumed.Flush().ok());
   CHECK(ReadAll(csv) ==
@@ -356,11 +339,11 @@ TEST_CASE("TrialFiles quotes CSV values and continues a resumed file", "[tune]")
 }
 
 TEST_CASE("TrialFiles appends error blocks with a timestamp", "[tune]") {
-  TrialDir dir;
-  TrialFiles files((dir.path() / "t").string());
+  TempDir dir;
+  TrialFiles files((fs::path(dir.path()) / "t").string());
   REQUIRE(files.AppendError("first failure\ntraceback").ok());
   REQUIRE(files.AppendError("second failure").ok());
-  std::string text = ReadAll(dir.path() / "t" / "error.txt");
+  std::string text = ReadAll(fs::path(dir.path()) / "t" / "error.txt");
   std::vector<std::string> lines = Lines(text);
   REQUIRE(lines.size() >= 5);
   CHECK_THAT(lines[0], Catch::StartsWith("Failure # 1 (occurred at 20"));
