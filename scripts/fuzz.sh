@@ -28,7 +28,9 @@ echo "fuzz: built in $(($(date +%s) - start)) s"
 
 work="$(mktemp -d)"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# A bare `kill` (no pids left) is a usage error, exit 2, and under set -e that would be the
+# script's status even after every target passed.
+trap 'if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 mkdir -p "$build_dir/artifacts"
 failed=()
 timed=()
