@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -73,6 +76,52 @@ TEST_CASE("Post runs work from other threads on the loop, in order", "[base][loo
   REQUIRE(loop.RunUntil([&] { return seen.size() == 1000; }, 10000ms));
   producer.join();
   for (int i = 0; i < 1000; ++i) REQUIRE(seen[i] == i);
+}
+
+TEST_CASE("a thread and a running loop hand work back and forth with no wake-up lost",
+          "[base][loop]") {
+  // Each round trip is a Post that the running loop must wake for while it sleeps: a lost
+  // doorbell hangs a round until its deadline. Four more threads post at once beside it.
+  EventLoop loop;
+  std::thread runner([&] { loop.Run(); });
+  std::atomic<int> from_producers{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 4; ++p) {
+    producers.emplace_back([&] {
+      for (int i = 0; i < 5000; ++i) loop.Post([&] { from_producers.fetch_add(1); });
+    });
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int answered = 0;
+  bool all_answered = true;
+  for (int i = 1; i <= 20000 && all_answered; ++i) {
+    loop.Post([&] {
+      std::lock_guard lock(mu);
+      ++answered;
+      cv.notify_one();
+    });
+    std::unique_lock lock(mu);
+    all_answered = cv.wait_for(lock, 10s, [&] { return answered == i; });
+  }
+  for (auto& t : producers) t.join();
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool drained = false;
+  loop.Post([&] {
+    std::lock_guard lock(done_mu);
+    drained = true;
+    done_cv.notify_one();
+  });
+  {
+    std::unique_lock lock(done_mu);
+    CHECK(done_cv.wait_for(lock, 10s, [&] { return drained; }));
+  }
+  loop.Stop();
+  runner.join();
+  CHECK(all_answered);
+  CHECK(answered == 20000);
+  CHECK(from_producers.load() == 20000);
 }
 
 TEST_CASE("Stop from another thread ends Run", "[base][loop]") {

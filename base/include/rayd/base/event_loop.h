@@ -1,7 +1,7 @@
 #pragma once
 // EventLoop owns one uv_loop_t, run by one thread (the I/O thread). Everything that touches
 // sockets, timers, child processes and Redis runs on it. Other threads hand work to it with
-// Post(), the one cross-thread primitive (built on uv_async_t).
+// Post(), the one cross-thread primitive (an eventfd the loop polls; see Post()).
 //
 // Handles (Timer, the RPC streams) are owned by exactly one object each; closing a handle is
 // asynchronous in libuv, so owners give the handle to the loop to free once closed.
@@ -40,17 +40,23 @@ class EventLoop {
   bool RunUntil(const std::function<bool()>& done, Millis timeout);
 
  private:
-  static void OnAsync(uv_async_t* handle);
+  static void OnWake(uv_poll_t* handle, int status, int events);
+  // Under mu_: notes that the loop has something to do; true when the caller must write
+  // wake_fd_ (nothing had woken it since its last drain).
+  bool NeedsWakeLocked();
+  void Wake();
   void DrainPosted();
 
   uv_loop_t loop_;
-  uv_async_t* async_;  // owned; freed by its close callback
+  int wake_fd_ = -1;      // an eventfd; readable while the loop has posted work or a stop
+  uv_poll_t* wake_;       // polls wake_fd_; owned, freed by its close callback
   std::mutex mu_;
   std::vector<std::function<void()>> posted_;  // guarded by mu_
   // An emptied batch kept for its capacity, so that draining allocates nothing once warm;
   // guarded by mu_.
   std::vector<std::function<void()>> spare_;
   bool stop_requested_ = false;                // guarded by mu_
+  bool wake_pending_ = false;                  // wake_fd_ was written since the last drain; mu_
 };
 
 // A one-shot or repeating timer on an EventLoop. Not thread-safe: use on the loop thread.
