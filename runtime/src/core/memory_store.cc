@@ -7,10 +7,12 @@ void MemoryStore::Put(const ObjectId& id, ObjectValue value) {
   PutEvent event;
   event.in_store = value.in_store;
   event.nested = value.nested;
+  std::vector<std::shared_ptr<Waiter>> wake;
   {
     std::lock_guard lock(mu_);
-    if (!PutLocked(id, std::move(value), &event.kept)) return;
+    if (!PutLocked(id, std::move(value), &event.kept, &wake)) return;
   }
+  for (const auto& w : wake) w->cv.notify_one();
   if (on_put_) on_put_(id, event);
 }
 
@@ -40,7 +42,8 @@ void MemoryStore::Reset(const ObjectId& id) {
   if (it != entries_.end()) it->second.value.reset();
 }
 
-bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value, bool* kept) {
+bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value, bool* kept,
+                            std::vector<std::shared_ptr<Waiter>>* wake) {
   std::vector<std::function<void(const ObjectValue&)>> callbacks;
   auto& e = entries_[id];
   if (e.value) return false;
@@ -62,8 +65,8 @@ bool MemoryStore::PutLocked(const ObjectId& id, ObjectValue value, bool* kept) {
       for (const auto& cb : callbacks) cb(*shared);
     });
   }
-  for (Waiter* w : e.waiters) {
-    if (w->missing > 0 && --w->missing == 0) w->cv.notify_one();
+  for (auto& w : e.waiters) {
+    if (w->missing > 0 && --w->missing == 0) wake->push_back(std::move(w));
   }
   e.waiters.clear();
   return true;
@@ -93,19 +96,19 @@ std::vector<std::optional<ObjectValue>> MemoryStore::Wait(const std::vector<Obje
   }
   if (ready < num_ready) {
     // Register with every missing object; Put counts us down and wakes us once, at the end.
-    Waiter waiter;
-    waiter.missing = num_ready - ready;
+    auto waiter = std::make_shared<Waiter>();
+    waiter->missing = num_ready - ready;
     std::vector<ObjectId> registered;
     for (const auto& id : ids) {
       auto& e = entries_[id];
       if (e.value) continue;
-      e.waiters.push_back(&waiter);
+      e.waiters.push_back(waiter);
       registered.push_back(id);
     }
-    waiter.cv.wait_until(lock, deadline, [&] { return waiter.missing == 0; });
+    waiter->cv.wait_until(lock, deadline, [&] { return waiter->missing == 0; });
     for (const auto& id : registered) {
       auto it = entries_.find(id);
-      if (it != entries_.end()) std::erase(it->second.waiters, &waiter);
+      if (it != entries_.end()) std::erase(it->second.waiters, waiter);
     }
   }
   std::vector<std::optional<ObjectValue>> out;

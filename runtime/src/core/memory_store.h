@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -82,21 +83,25 @@ class MemoryStore {
 
  private:
   // A thread blocked in Wait: woken once `missing` values have arrived, not on every Put.
+  // Shared, so that Put can notify it after unlocking mu_ even if its Wait has timed out and
+  // returned meanwhile: woken under the lock, the waiter only ran into the held mutex (on a
+  // synchronous call's path, a futex wait and wake more for both threads).
   struct Waiter {
-    size_t missing = 0;
+    size_t missing = 0;  // guarded by mu_
     std::condition_variable cv;
   };
   struct Entry {
     std::optional<ObjectValue> value;
     std::vector<std::function<void(const ObjectValue&)>> callbacks;
-    std::vector<Waiter*> waiters;  // threads in Wait() that still need this value
+    std::vector<std::shared_ptr<Waiter>> waiters;  // threads in Wait() still needing this value
     int refs = 0;
     bool released = false;  // refs went to zero once: the value is not wanted any more
   };
 
   // Stores the value (*kept), or drops it when nobody wants it any more; false if the entry
-  // already had one.
-  bool PutLocked(const ObjectId& id, ObjectValue value, bool* kept);
+  // already had one. Waiters it completes go to *wake, for the caller to notify unlocked.
+  bool PutLocked(const ObjectId& id, ObjectValue value, bool* kept,
+                 std::vector<std::shared_ptr<Waiter>>* wake);
   // Drops one reference; true when the count reached zero.
   bool RemoveRefLocked(const ObjectId& id);
 
