@@ -1,12 +1,17 @@
 // Connection: framing, handshake, request/response matching and deadlines on one stream.
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "rayd/base/auth.h"
 #include "rayd/base/frame.h"
@@ -37,14 +42,141 @@ struct FrameBytes {
   kj::Array<capnp::word> words;
 };
 
+// One message in Cap'n Proto's stream framing, as buffers over the message's own segments:
+// the segment count less one and each segment's size in words (u32, little-endian), padded
+// to a word, then the segments. Nothing is copied unless a message has more segments than
+// fit the table (then it is flattened once).
+class OutgoingFrame {
+ public:
+  explicit OutgoingFrame(capnp::MessageBuilder& message) {
+    static_assert(std::endian::native == std::endian::little);
+    auto segments = message.getSegmentsForOutput();
+    if (segments.size() > kMaxSegments) {
+      flat_ = capnp::messageToFlatArray(segments);
+      auto bytes = flat_.asBytes();
+      bufs_[0] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(bytes.begin())),
+                             bytes.size());
+      count_ = 1;
+      total_ = bytes.size();
+      return;
+    }
+    table_[0] = static_cast<uint32_t>(segments.size() - 1);
+    const size_t table_bytes = (segments.size() / 2 + 1) * sizeof(capnp::word);
+    bufs_[0] = uv_buf_init(reinterpret_cast<char*>(table_), table_bytes);
+    total_ = table_bytes;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      table_[i + 1] = static_cast<uint32_t>(segments[i].size());
+      auto bytes = segments[i].asBytes();
+      bufs_[i + 1] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(bytes.begin())),
+                                 bytes.size());
+      total_ += bytes.size();
+    }
+    count_ = static_cast<unsigned>(segments.size() + 1);
+  }
+  OutgoingFrame(const OutgoingFrame&) = delete;
+  OutgoingFrame& operator=(const OutgoingFrame&) = delete;
+
+  uv_buf_t* bufs() { return bufs_; }
+  unsigned count() const { return count_; }
+  size_t total() const { return total_; }
+  // Appends the bytes after the first `skip` to `out`.
+  void AppendTo(std::string& out, size_t skip = 0) const {
+    out.reserve(out.size() + total_ - skip);
+    for (unsigned i = 0; i < count_; ++i) {
+      const size_t take = std::min<size_t>(skip, bufs_[i].len);
+      out.append(bufs_[i].base + take, bufs_[i].len - take);
+      skip -= take;
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxSegments = 15;
+  uint32_t table_[kMaxSegments + 1] = {};
+  uv_buf_t bufs_[kMaxSegments + 1];
+  unsigned count_ = 0;
+  size_t total_ = 0;
+  kj::Array<capnp::word> flat_;
+};
+
+// A response frame to call `id`: `status`, and when ok what `fill` writes.
+void BuildResponse(capnp::MessageBuilder& message, uint64_t id, const Status& status,
+                   const FillFn& fill) {
+  auto frame = message.initRoot<proto::Frame>();
+  frame.setId(id);
+  auto response = frame.initResponse();
+  response.setCode(static_cast<uint8_t>(status.code()));
+  if (!status.ok()) response.setMessage(status.message());
+  if (fill) fill(response.getResult());
+}
+
 }  // namespace
+
+// --- ConnectionWriter -------------------------------------------------------------------------
+
+// The socket's write side, shared by the loop (Connection::Send) and threads that reply from
+// elsewhere (IncomingCall::ReplyFromAnyThread). Its mutex orders every write: a thread writes
+// straight onto the socket only while libuv holds nothing queued and nothing waits in
+// `deferred`; otherwise its bytes join `deferred`, which the loop queues with uv_write
+// (Connection::FlushDeferred), and the loop's own frames follow them there until it has.
+class ConnectionWriter {
+ public:
+  ConnectionWriter(EventLoop& loop, std::weak_ptr<Connection> connection)
+      : loop_(loop), connection_(std::move(connection)) {}
+
+  std::mutex mu;
+  int fd = -1;            // the socket once ready; -1 before, and from Close on
+  int uv_writes = 0;      // uv_write requests libuv has not finished
+  std::string deferred;   // bytes for the loop to queue, in order; a flush is posted if any
+
+  // From any thread but the loop's.
+  void Send(OutgoingFrame& frame) {
+    std::unique_lock lock(mu);
+    if (fd < 0) return;  // closed, or not ready: a reply then has no one to go to
+    size_t skip = 0;
+    if (uv_writes == 0 && deferred.empty()) {
+      msghdr msg{};
+      msg.msg_iov = reinterpret_cast<iovec*>(frame.bufs());  // uv_buf_t is iovec's layout
+      msg.msg_iovlen = frame.count();
+      ssize_t n;
+      do {
+        n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(frame.total())) return;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        const std::string why = std::strerror(errno);
+        lock.unlock();
+        loop_.Post([connection = connection_, why] {
+          if (auto c = connection.lock()) {
+            c->Close(Status::Unavailable("write to " + c->peer_address() + " failed: " + why));
+          }
+        });
+        return;
+      }
+      skip = n > 0 ? static_cast<size_t>(n) : 0;
+    }
+    const bool post = deferred.empty();
+    frame.AppendTo(deferred, skip);
+    lock.unlock();
+    if (post) {
+      loop_.Post([connection = connection_] {
+        if (auto c = connection.lock()) c->FlushDeferred();
+      });
+    }
+  }
+
+ private:
+  EventLoop& loop_;
+  std::weak_ptr<Connection> connection_;
+};
 
 // --- IncomingCall -----------------------------------------------------------------------------
 
-IncomingCall::IncomingCall(std::weak_ptr<Connection> connection, uint64_t id,
+IncomingCall::IncomingCall(std::weak_ptr<Connection> connection,
+                           std::shared_ptr<ConnectionWriter> writer, uint64_t id,
                            proto::Method method, std::unique_ptr<capnp::MessageReader> message,
                            std::shared_ptr<void> storage)
     : connection_(std::move(connection)),
+      writer_(std::move(writer)),
       id_(id),
       method_(method),
       storage_(std::move(storage)),
@@ -62,6 +194,15 @@ void IncomingCall::Reply(const FillFn& fill) {
   if (replied_) return;
   replied_ = true;
   if (auto conn = connection_.lock()) conn->SendResponse(id_, Status::Ok(), fill);
+}
+
+void IncomingCall::ReplyFromAnyThread(const FillFn& fill) {
+  if (replied_) return;
+  replied_ = true;
+  capnp::MallocMessageBuilder message(kFirstSegmentWords);
+  BuildResponse(message, id_, Status::Ok(), fill);
+  OutgoingFrame frame(message);
+  writer_->Send(frame);
 }
 
 void IncomingCall::Fail(const Status& status) {
@@ -106,6 +247,7 @@ void Connection::Start(ReadyFn on_ready, ClosedFn on_closed) {
   on_ready_ = std::move(on_ready);
   on_closed_ = std::move(on_closed);
   self_ = shared_from_this();
+  writer_ = std::make_shared<ConnectionWriter>(loop_, weak_from_this());
   handshake_timer_ = std::make_unique<Timer>(loop_);
   handshake_timer_->Start(options_.handshake_timeout, Millis(0), [this] {
     Close(Status::DeadlineExceeded("handshake with " + peer_address_ + " did not finish in " +
@@ -130,51 +272,45 @@ void Connection::Start(ReadyFn on_ready, ClosedFn on_closed) {
 
 void Connection::Send(capnp::MessageBuilder& message) {
   if (state_ == State::kClosed) return;
-  // Cap'n Proto's stream framing, written from the message's own segments: the segment count
-  // less one and each segment's size in words (u32, little-endian), padded to a word, then
-  // the segments. Most frames go out at once with uv_try_write, copying and allocating
-  // nothing; what the socket does not take now is copied and queued with uv_write (which
-  // keeps the order: uv_try_write refuses while anything is queued).
-  static_assert(std::endian::native == std::endian::little);
-  constexpr size_t kMaxSegments = 15;
-  auto segments = message.getSegmentsForOutput();
-  if (segments.size() > kMaxSegments) {
-    auto flat = capnp::messageToFlatArray(segments);
-    auto bytes = flat.asBytes();
-    return Write(std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+  // Most frames go out at once with uv_try_write, copying and allocating nothing; what the
+  // socket does not take now is copied and queued with uv_write (which keeps the order:
+  // uv_try_write refuses while anything is queued), and so is everything while bytes from
+  // another thread wait for the loop (ConnectionWriter).
+  OutgoingFrame frame(message);
+  Status failed;
+  {
+    std::lock_guard lock(writer_->mu);
+    if (!writer_->deferred.empty()) {
+      frame.AppendTo(writer_->deferred);
+      return;
+    }
+    const int written = uv_try_write(stream_, frame.bufs(), frame.count());
+    if (written == static_cast<int>(frame.total())) return;
+    if (written < 0 && written != UV_EAGAIN && written != UV_ENOSYS) {
+      failed = Status::Unavailable(std::string("write to ") + peer_address_ +
+                                   " failed: " + uv_strerror(written));
+    } else {
+      std::string rest;
+      frame.AppendTo(rest, written > 0 ? static_cast<size_t>(written) : 0);
+      failed = WriteLocked(std::move(rest));
+    }
   }
-  uint32_t table[kMaxSegments + 1] = {};
-  table[0] = static_cast<uint32_t>(segments.size() - 1);
-  uv_buf_t bufs[kMaxSegments + 1];
-  const size_t table_bytes = (segments.size() / 2 + 1) * sizeof(capnp::word);
-  bufs[0] = uv_buf_init(reinterpret_cast<char*>(table), table_bytes);
-  size_t total = table_bytes;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    table[i + 1] = static_cast<uint32_t>(segments[i].size());
-    auto bytes = segments[i].asBytes();
-    bufs[i + 1] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(bytes.begin())),
-                              bytes.size());
-    total += bytes.size();
-  }
-  const unsigned nbufs = static_cast<unsigned>(segments.size() + 1);
-  int written = uv_try_write(stream_, bufs, nbufs);
-  if (written == static_cast<int>(total)) return;
-  if (written < 0 && written != UV_EAGAIN && written != UV_ENOSYS) {
-    return Close(Status::Unavailable(std::string("write to ") + peer_address_ +
-                                     " failed: " + uv_strerror(written)));
-  }
-  size_t skip = written > 0 ? static_cast<size_t>(written) : 0;
-  std::string rest;
-  rest.reserve(total - skip);
-  for (unsigned i = 0; i < nbufs; ++i) {
-    const size_t take = std::min<size_t>(skip, bufs[i].len);
-    rest.append(bufs[i].base + take, bufs[i].len - take);
-    skip -= take;
-  }
-  Write(std::move(rest));
+  if (!failed.ok()) Close(failed);
 }
 
-void Connection::Write(std::string bytes) {
+void Connection::FlushDeferred() {
+  Status failed;
+  {
+    std::lock_guard lock(writer_->mu);
+    if (writer_->deferred.empty() || state_ == State::kClosed) return;
+    std::string bytes;
+    bytes.swap(writer_->deferred);
+    failed = WriteLocked(std::move(bytes));
+  }
+  if (!failed.ok()) Close(failed);
+}
+
+Status Connection::WriteLocked(std::string bytes) {
   struct WriteRequest {
     uv_write_t req;
     std::string bytes;
@@ -184,8 +320,12 @@ void Connection::Write(std::string bytes) {
   w->req.data = this;
   int rc = uv_write(&w->req, stream_, &buf, 1, [](uv_write_t* req, int status) {
     auto* w = reinterpret_cast<WriteRequest*>(req);
+    auto* self = static_cast<Connection*>(req->data);
+    {
+      std::lock_guard lock(self->writer_->mu);
+      --self->writer_->uv_writes;
+    }
     if (status != 0 && status != UV_ECANCELED) {
-      auto* self = static_cast<Connection*>(req->data);
       self->Close(Status::Unavailable(std::string("write to ") + self->peer_address_ +
                                       " failed: " + uv_strerror(status)));
     }
@@ -193,9 +333,11 @@ void Connection::Write(std::string bytes) {
   });
   if (rc != 0) {
     delete w;
-    Close(Status::Unavailable(std::string("write to ") + peer_address_ +
-                              " failed: " + uv_strerror(rc)));
+    return Status::Unavailable(std::string("write to ") + peer_address_ +
+                               " failed: " + uv_strerror(rc));
   }
+  ++writer_->uv_writes;
+  return Status::Ok();
 }
 
 void Connection::OnRead(ssize_t nread, const uv_buf_t* buf) {
@@ -283,6 +425,11 @@ Status Connection::OnHandshakeFrame(proto::Frame::Reader frame) {
 
 void Connection::BecomeReady() {
   state_ = State::kReady;
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(stream_), &fd) == 0) {
+    std::lock_guard lock(writer_->mu);
+    writer_->fd = fd;
+  }
   handshake_timer_.reset();
   for (auto& message : unsent_) Send(*message);
   unsent_.clear();
@@ -294,8 +441,8 @@ void Connection::OnRequest(proto::Frame::Reader frame,
                            std::shared_ptr<void> storage) {
   const uint64_t id = frame.getId();
   const auto method = frame.getRequest().getMethod();
-  auto call = std::make_shared<IncomingCall>(weak_from_this(), id, method, std::move(message),
-                                             std::move(storage));
+  auto call = std::make_shared<IncomingCall>(weak_from_this(), writer_, id, method,
+                                             std::move(message), std::move(storage));
   const Handler* handler = dispatcher_ ? dispatcher_->Find(method) : nullptr;
   if (handler == nullptr) {
     call->Fail(Status::Unimplemented(MethodName(method) + " is not served by this " +
@@ -330,12 +477,7 @@ void Connection::OnResponse(proto::Frame::Reader frame) {
 void Connection::SendResponse(uint64_t id, const Status& status, const FillFn& fill) {
   if (state_ != State::kReady) return;
   capnp::MallocMessageBuilder message(kFirstSegmentWords);
-  auto frame = message.initRoot<proto::Frame>();
-  frame.setId(id);
-  auto response = frame.initResponse();
-  response.setCode(static_cast<uint8_t>(status.code()));
-  if (!status.ok()) response.setMessage(status.message());
-  if (fill) fill(response.getResult());
+  BuildResponse(message, id, status, fill);
   Send(message);
 }
 
@@ -409,6 +551,12 @@ void Connection::ExpireDeadlines() {
 void Connection::Close(const Status& reason) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
+  if (writer_) {
+    // No thread writes on the socket from here on: uv_close below closes its fd.
+    std::lock_guard lock(writer_->mu);
+    writer_->fd = -1;
+    writer_->deferred.clear();
+  }
   handshake_timer_.reset();
   deadline_timer_.reset();
   unsent_.clear();

@@ -109,6 +109,14 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
     t_in_normal_task = false;
     value = hooks_.store_result(spec->return_id, std::move(value), spec->caller_address);
     hooks_.end_task();
+    // The common reply goes out from this thread, without waking the loop's. One that lends
+    // refs goes through the loop, behind the lending it posted above, and so does an actor's
+    // exit, which the loop carries out once the reply is out.
+    if (value.nested.empty() && !exit_actor) {
+      call.ReplyFromAnyThread(
+          [&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
+      return;
+    }
     loop_.Post([this, call, exit_actor, actor = spec->actor_id, value = std::move(value)] {
       call.Reply([&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
       if (exit_actor && hooks_.exit_actor) hooks_.exit_actor(actor);

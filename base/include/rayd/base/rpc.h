@@ -123,10 +123,15 @@ class TypedCalls {
 
 // A request received from a peer. Handlers reply exactly once, now or later (keeping the
 // shared_ptr). Replying after the connection closed does nothing.
+// The part of a connection's writing that threads other than its loop's may use: defined in
+// rpc_connection.cc.
+class ConnectionWriter;
+
 class IncomingCall {
  public:
-  IncomingCall(std::weak_ptr<Connection> connection, uint64_t id, proto::Method method,
-               std::unique_ptr<capnp::MessageReader> message, std::shared_ptr<void> storage);
+  IncomingCall(std::weak_ptr<Connection> connection, std::shared_ptr<ConnectionWriter> writer,
+               uint64_t id, proto::Method method, std::unique_ptr<capnp::MessageReader> message,
+               std::shared_ptr<void> storage);
   ~IncomingCall();  // a call dropped without a reply answers Internal
 
   proto::Method method() const { return method_; }
@@ -141,9 +146,15 @@ class IncomingCall {
   void Reply(const FillFn& fill = nullptr);
   void Fail(const Status& status);
   bool replied() const { return replied_; }
+  // Reply from any thread (the others above belong to the loop's): the reply is built here and
+  // written straight onto the socket when nothing is queued ahead of it, saving the loop
+  // thread a wake-up; else it is queued for the loop, in order. A worker's task thread answers
+  // PUSH_TASK so. The call must not be replied to or failed from elsewhere meanwhile.
+  void ReplyFromAnyThread(const FillFn& fill);
 
  private:
   std::weak_ptr<Connection> connection_;
+  std::shared_ptr<ConnectionWriter> writer_;
   uint64_t id_;
   proto::Method method_;
   std::shared_ptr<void> storage_;  // co-owns the bytes `message_` reads
@@ -182,6 +193,10 @@ class Incoming {
     call_->Reply([&](capnp::AnyPointer::Builder b) { fill(b.initAs<ReplyOf<M>>()); });
   }
   void Reply() const { call_->Reply(); }
+  template <typename Fill>
+  void ReplyFromAnyThread(Fill&& fill) const {
+    call_->ReplyFromAnyThread([&](capnp::AnyPointer::Builder b) { fill(b.initAs<ReplyOf<M>>()); });
+  }
   void Fail(const Status& status) const { call_->Fail(status); }
   bool replied() const { return call_->replied(); }
   std::shared_ptr<Connection> connection() const { return call_->connection(); }
@@ -236,6 +251,7 @@ class Connection : public std::enable_shared_from_this<Connection>,
 
   // Internal to the RPC layer.
   void SendResponse(uint64_t id, const Status& status, const FillFn& fill);
+  void FlushDeferred();  // on the loop: queues what other threads could not write at once
 
  private:
   enum class State { kHandshake, kReady, kClosed };
@@ -247,7 +263,9 @@ class Connection : public std::enable_shared_from_this<Connection>,
   struct InboundFrame;
 
   void Send(capnp::MessageBuilder& message);
-  void Write(std::string bytes);  // queues bytes behind earlier writes
+  // Queues bytes behind earlier writes; under writer_->mu. A failure is returned, for the
+  // caller to Close with once it has let go of the lock.
+  Status WriteLocked(std::string bytes);
   void OnRead(ssize_t nread, const uv_buf_t* buf);
   Status ParseFrames();
   Status OnFrame(std::unique_ptr<capnp::MessageReader> message, std::shared_ptr<void> storage);
@@ -267,6 +285,8 @@ class Connection : public std::enable_shared_from_this<Connection>,
   std::string peer_address_;
   uint64_t id_;
   State state_ = State::kHandshake;
+  // Every write goes through it, under its mutex: the loop's and other threads' (above).
+  std::shared_ptr<ConnectionWriter> writer_;
   std::string peer_role_;
   Handshake handshake_;
   std::shared_ptr<Connection> self_;  // keeps us alive while the stream is open
