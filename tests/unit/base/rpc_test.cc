@@ -13,7 +13,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -141,6 +144,106 @@ TEST_CASE("calls round-trip over TCP and Unix sockets", "[rpc]") {
                                          });
     }
     REQUIRE(loop.RunUntil([&] { return done == 200; }, 10000ms));
+  }
+}
+
+// Threads apart from the server's loop, running what is handed to them (as a worker's task
+// threads do).
+class OtherThreads {
+ public:
+  explicit OtherThreads(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~OtherThreads() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Post(std::function<void()> work) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> work;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      work();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+TEST_CASE("replies from other threads and from the loop interleave intact with large ones too",
+          "[rpc]") {
+  // KV_GET "N:SIZE" answers SIZE bytes of one letter: odd N from another thread
+  // (ReplyFromAnyThread), even N from the loop. Replies of up to 4 MiB overflow the socket's
+  // buffer, so other threads' bytes wait for the loop while the loop's queue behind them.
+  OtherThreads others(3);
+  auto answer = [](const std::string& key, proto::KvGetReply::Builder reply) {
+    const int n = std::stoi(key);
+    const size_t size = std::stoul(key.substr(key.find(':') + 1));
+    const std::string value(size, static_cast<char>('a' + n % 26));
+    reply.setFound(true);
+    reply.setValue(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+  };
+  auto setup = [&](Dispatcher& d, EventLoop&) {
+    d.Handle<proto::Method::KV_GET>([&](const Incoming<proto::Method::KV_GET>& call) {
+      const std::string key = call.params().getKey();
+      if (std::stoi(key) % 2 == 0) {
+        call.Reply([&](proto::KvGetReply::Builder r) { answer(key, r); });
+        return;
+      }
+      others.Post([call, key, &answer] {
+        call.ReplyFromAnyThread([&](proto::KvGetReply::Builder r) { answer(key, r); });
+      });
+    });
+  };
+  testing::TempDir dir;
+  ServerThread server(setup, {"127.0.0.1:0", "unix:" + dir.path() + "/s.sock"});
+  for (size_t i = 0; i < 2; ++i) {
+    EventLoop loop;
+    RpcClient client(loop, server.address(i), Options{kToken, "test"});
+    client.Connect();
+    constexpr int kCalls = 240;
+    int done = 0;
+    int wrong = 0;
+    for (int n = 0; n < kCalls; ++n) {
+      const size_t size = n % 8 == 0 ? (4u << 20) - 4096u * n : n % 3 == 0 ? 200000u : 40u;
+      client.Call<proto::Method::KV_GET>(
+          KeyParams(std::to_string(n) + ":" + std::to_string(size)), 30000ms,
+          [&, n, size](const Status& s, proto::KvGetReply::Reader r) {
+            ++done;
+            const std::string value = s.ok() ? AsString(r.getValue()) : "";
+            if (!s.ok() || value.size() != size ||
+                value.find_first_not_of(static_cast<char>('a' + n % 26)) != std::string::npos) {
+              ++wrong;
+              UNSCOPED_INFO("call " << n << ": " << s.message() << ", " << value.size()
+                                    << " bytes of " << size);
+            }
+          });
+    }
+    REQUIRE(loop.RunUntil([&] { return done == kCalls; }, 60000ms));
+    CHECK(wrong == 0);
+    CHECK(client.connected());
   }
 }
 
