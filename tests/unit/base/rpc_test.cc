@@ -13,10 +13,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <condition_variable>
-#include <deque>
 #include <future>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -147,56 +144,11 @@ TEST_CASE("calls round-trip over TCP and Unix sockets", "[rpc]") {
   }
 }
 
-// Threads apart from the server's loop, running what is handed to them (as a worker's task
-// threads do).
-class OtherThreads {
- public:
-  explicit OtherThreads(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~OtherThreads() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Post(std::function<void()> work) {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(work));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    while (true) {
-      std::function<void()> work;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        work = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      work();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
 TEST_CASE("replies from other threads and from the loop interleave intact with large ones too",
           "[rpc]") {
-  // KV_GET "N:SIZE" answers SIZE bytes of one letter: odd N from another thread
+  // KV_GET "N:SIZE" answers SIZE bytes of one letter: odd N from a thread of its own
   // (ReplyFromAnyThread), even N from the loop. Replies of up to 4 MiB overflow the socket's
   // buffer, so other threads' bytes wait for the loop while the loop's queue behind them.
-  OtherThreads others(3);
   auto answer = [](const std::string& key, proto::KvGetReply::Builder reply) {
     const int n = std::stoi(key);
     const size_t size = std::stoul(key.substr(key.find(':') + 1));
@@ -205,6 +157,7 @@ TEST_CASE("replies from other threads and from the loop interleave intact with l
     reply.setValue(
         capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
   };
+  std::vector<std::future<void>> others;  // the server's loop thread only; each its own thread
   auto setup = [&](Dispatcher& d, EventLoop&) {
     d.Handle<proto::Method::KV_GET>([&](const Incoming<proto::Method::KV_GET>& call) {
       const std::string key = call.params().getKey();
@@ -212,9 +165,9 @@ TEST_CASE("replies from other threads and from the loop interleave intact with l
         call.Reply([&](proto::KvGetReply::Builder r) { answer(key, r); });
         return;
       }
-      others.Post([call, key, &answer] {
+      others.push_back(std::async(std::launch::async, [call, key, &answer] {
         call.ReplyFromAnyThread([&](proto::KvGetReply::Builder r) { answer(key, r); });
-      });
+      }));
     });
   };
   testing::TempDir dir;
