@@ -2,11 +2,25 @@
 # The README's test command: installs what is missing, builds, and runs every test
 # (labels: unit, integration, e2e, fault, deploy), then the fuzz targets side by side for
 # $RAYD_FUZZ_SECONDS (default 10; scripts/fuzz.sh; 0 skips them). Extra arguments go to ctest
-# (e.g. -L unit). Each phase's time is printed.
+# (e.g. -L unit). Each phase's time is printed, and all of them again as the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
-phase() { echo "test.sh: $1 took $((SECONDS - start)) s"; start=$SECONDS; }
+phases=""
+phase() {
+  echo "test.sh: $1 took $((SECONDS - start)) s"
+  phases+="${phases:+, }$1 $((SECONDS - start)) s"
+  start=$SECONDS
+}
+# Every phase's time again as the last line, however the command ends: CI keeps only the end
+# of the output, where the first phases' own lines are long gone.
+summary() {
+  local rc=$?
+  local tail=""
+  [ "$rc" -eq 0 ] || tail="; then $((SECONDS - start)) s in the phase that failed (exit $rc)"
+  echo "test.sh: ${phases:-no phase finished}${tail}; ${SECONDS} s in all"
+}
+trap summary EXIT
 ./scripts/install-deps.sh
 phase "install-deps"
 ./scripts/check-layers.sh  # the include rules of ARCHITECTURE.md §2, before spending a build
