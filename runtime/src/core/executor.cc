@@ -99,7 +99,8 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
         actor_exited_ && spec->kind == TaskSpec::Kind::ACTOR_TASK
             ? ErrorValue(ErrorKind::kActorDied, "the actor exited (rayd::ExitActor)")
             : Execute(*spec, &exit_actor, &nested_handles);
-    RecordTask(spec->function_name, value.error == ErrorKind::kNone, Clock::now() - started);
+    const bool ok = value.error == ErrorKind::kNone;
+    const auto took = Clock::now() - started;
     if (!value.nested.empty() && hooks_.lend_nested) {
       hooks_.lend_nested(value.nested, spec->caller_address);
     }
@@ -112,11 +113,14 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
     // The common reply goes out from this thread, without waking the loop's. One that lends
     // refs goes through the loop, behind the lending it posted above, and so does an actor's
     // exit, which the loop carries out once the reply is out.
+    // Its metrics are counted after it is on its way: the caller is not kept waiting for them.
     if (value.nested.empty() && !exit_actor) {
       call.ReplyFromAnyThread(
           [&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
+      RecordTask(spec->function_name, ok, took);
       return;
     }
+    RecordTask(spec->function_name, ok, took);
     loop_.Post([this, call, exit_actor, actor = spec->actor_id, value = std::move(value)] {
       call.Reply([&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
       if (exit_actor && hooks_.exit_actor) hooks_.exit_actor(actor);
