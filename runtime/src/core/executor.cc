@@ -110,21 +110,16 @@ void Executor::HandlePushTask(const rpc::Incoming<proto::Method::PUSH_TASK>& cal
     t_in_normal_task = false;
     value = hooks_.store_result(spec->return_id, std::move(value), spec->caller_address);
     hooks_.end_task();
-    // The common reply goes out from this thread, without waking the loop's. One that lends
-    // refs goes through the loop, behind the lending it posted above, and so does an actor's
-    // exit, which the loop carries out once the reply is out.
-    // Its metrics are counted after it is on its way: the caller is not kept waiting for them.
-    if (value.nested.empty() && !exit_actor) {
-      call.ReplyFromAnyThread(
-          [&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
-      RecordTask(spec->function_name, ok, took);
-      return;
-    }
+    // The reply goes out from this thread, without waking the loop's: what it lends was
+    // registered with the owners above, each acknowledged. If it cannot go at once, the loop
+    // gets it before anything posted after, so an actor's exit comes after its reply. The
+    // task's metrics are counted once the reply is on its way.
+    call.ReplyFromAnyThread(
+        [&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
     RecordTask(spec->function_name, ok, took);
-    loop_.Post([this, call, exit_actor, actor = spec->actor_id, value = std::move(value)] {
-      call.Reply([&](proto::PushTaskReply::Builder b) { ToProto(value, b.initValue()); });
-      if (exit_actor && hooks_.exit_actor) hooks_.exit_actor(actor);
-    });
+    if (exit_actor && hooks_.exit_actor) {
+      loop_.Post([this, actor = spec->actor_id] { hooks_.exit_actor(actor); });
+    }
   };
   switch (spec->kind) {
     case TaskSpec::Kind::NORMAL:
