@@ -57,6 +57,26 @@ Result<std::string> Inflate(const std::string& path, const uint8_t* data, size_t
   return out;
 }
 
+// Files smaller than this are read, not mapped. A mapping costs a page fault, and its munmap
+// in a process with other threads running costs a TLB shootdown on their CPUs: a 2.5 KiB JPEG
+// took ~11 us to open, map, touch and unmap beside one other busy thread, ~4.5 us to read.
+constexpr size_t kReadBelow = 64 * 1024;
+
+// Reads [0, size) of `fd` into `out`, shorter if the file shrank meanwhile.
+Status ReadWhole(int fd, size_t size, std::string& out, const std::string& path) {
+  out.resize(size);
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(fd, out.data() + got, size - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read", path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const FileBytes>> FileBytes::Open(const std::string& path,
@@ -72,24 +92,33 @@ Result<std::shared_ptr<const FileBytes>> FileBytes::Open(const std::string& path
   std::shared_ptr<FileBytes> file(new FileBytes());
   file->path_ = path;
   const size_t size = static_cast<size_t>(st.st_size);
-  if (size > 0) {
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      Status s = Errno("cannot map", path);
-      ::close(fd);
-      return s;
+  if (size > 0 && size < kReadBelow) {
+    Status read = ReadWhole(fd, size, file->read_, path);
+    ::close(fd);
+    if (!read.ok()) return read;
+    file->data_ = reinterpret_cast<const uint8_t*>(file->read_.data());
+    file->size_ = file->read_.size();
+  } else {
+    if (size > 0) {
+      void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (map == MAP_FAILED) {
+        Status s = Errno("cannot map", path);
+        ::close(fd);
+        return s;
+      }
+      file->map_ = map;
+      file->map_size_ = size;
+      file->data_ = static_cast<const uint8_t*>(map);
+      file->size_ = size;
     }
-    file->map_ = map;
-    file->map_size_ = size;
-    file->data_ = static_cast<const uint8_t*>(map);
-    file->size_ = size;
+    ::close(fd);
   }
-  ::close(fd);
-  if (inflate && size >= 2 && file->data_[0] == 0x1f && file->data_[1] == 0x8b) {
-    Result<std::string> inflated = Inflate(path, file->data_, size);
+  if (inflate && file->size_ >= 2 && file->data_[0] == 0x1f && file->data_[1] == 0x8b) {
+    Result<std::string> inflated = Inflate(path, file->data_, file->size_);
     if (!inflated.ok()) return inflated.status();
-    ::munmap(file->map_, file->map_size_);
+    if (file->map_ != nullptr) ::munmap(file->map_, file->map_size_);
     file->map_ = nullptr;
+    file->read_.clear();
     file->inflated_ = std::move(*inflated);
     file->gzipped_ = true;
     file->data_ = reinterpret_cast<const uint8_t*>(file->inflated_.data());

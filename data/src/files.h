@@ -38,6 +38,7 @@ class FileBytes {
   size_t size_ = 0;
   void* map_ = nullptr;  // the mapping, when mapped
   size_t map_size_ = 0;
+  std::string read_;      // the contents, when read (a small file)
   std::string inflated_;  // the contents, when gzipped
   bool gzipped_ = false;
 };
