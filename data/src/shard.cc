@@ -663,12 +663,17 @@ class ShardPass : public BatchIterator {
     rows_ = std::move(share.rows);
     steps_ = std::move(share.steps);
     for (int64_t& row : rows_) row += shard.first_row_;
-    // Blocks of whole steps, about block_bytes each.
+    // Blocks of whole steps, about block_bytes each, but the first: one step's, so that the
+    // loop's first batch of a pass (each pass starts its producer afresh) waits only for the rows
+    // it needs, not for a whole block's.
     const int64_t per_block = std::max(batch_size_, shard.block_bytes_ / shard.row_bytes_);
     for (size_t s = 0, at = 0; s < steps_.size();) {
       const size_t first = s;
       int64_t rows = 0;
-      while (s < steps_.size() && (rows == 0 || rows + steps_[s] <= per_block)) rows += steps_[s++];
+      while (s < steps_.size() &&
+             (rows == 0 || (!cuts_.empty() && rows + steps_[s] <= per_block))) {
+        rows += steps_[s++];
+      }
       cuts_.emplace_back(at, at + rows);
       block_steps_.emplace_back(first, s);
       at += rows;
