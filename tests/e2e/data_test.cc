@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "data_yamls.h"
@@ -427,8 +428,8 @@ run: {storage_path: STORAGE}
       all.insert(expected.begin(), expected.end());
       // Task-made blocks are mapped where the object store holds them (zero-copy); blocks
       // made in the rank's process come through a file.
-      // 51 or 50 rows a rank: 7 batches an epoch, in blocks of 24, 24 and 3 or 2 rows (the
-      // last one small enough to be sent inline, and so copied).
+      // 51 or 50 rows a rank: 7 batches an epoch, in blocks of 8 (a pass's first block is one
+      // step's: small enough to be sent inline, and so copied), 24, and 19 or 18 rows.
       CHECK(ids.at("tasks/shared").get<int>() == 2 * 6);
       CHECK(ids.at("tasks/copied").get<int>() == 2 * 1);
       CHECK(ids.at("local/shared").get<int>() == 0);
@@ -443,6 +444,55 @@ run: {storage_path: STORAGE}
   const double own = results[0]["data_wait_s"].get<double>();
   CHECK(results[0]["data_wait_s_rank_0"].get<double>() == Approx(own).margin(1e-6));
   CHECK(results[0]["data_wait_s_max"].get<double>() >= own - 1e-6);
+}
+
+// The data server opens a run's datasets while the rank's process starts (before its first
+// request): one that cannot open must cost nothing but its own error, when it is asked for.
+TEST_CASE("a dataset that cannot open fails only the request for it, not the rank's other datasets",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  const std::string dir = sandbox.root();
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
+                       "np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64)); "
+                       "b = open('" + dir + "/id.npy', 'rb').read(); "
+                       "open('" + dir + "/cut.npy', 'wb').write(b[:len(b) - 100])\"")
+                          .c_str()) == 0);
+  std::ofstream(dir + "/reader.py") << R"(import json, os
+import rayd.train as rt
+
+ids = []
+for batch in rt.get_dataset_shard("good").iter_batches(batch_size=16):
+    ids += batch["id"].tolist()
+try:
+    rt.get_dataset_shard("cut")
+    error = ""
+except RuntimeError as e:
+    error = str(e)
+with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], "out.json"), "w") as f:
+    json.dump({"ids": sorted(ids), "error": error}, f)
+rt.report({"rows": len(ids)})
+)";
+  // The truncated file comes first: the server meets it first while the process starts.
+  std::string file = sandbox.WriteYaml("cut.yaml", R"(
+name: cut
+trainable:
+  command: [/usr/bin/python3, reader.py]
+scaling: {num_workers: 1}
+datasets:
+  cut: {format: npy, paths: [cut.npy]}
+  good: {format: npy, paths: [id.npy]}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const json got = json::parse(ReadFile(sandbox.results() + "/cut/out.json"));
+  std::vector<int64_t> all(40);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(got.at("ids").get<std::vector<int64_t>>() == all);
+  CHECK(Contains(got.at("error").get<std::string>(), "cut.npy"));
 }
 
 TEST_CASE("a sweep's four Python trials at once share one preprocessing of their dataset",

@@ -103,7 +103,28 @@ class DataServer::Impl {
     }
   }
 
+  // True when `fd` is readable right now.
+  static bool ReadableNow(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+  }
+
+  // Opens the run's datasets, in the run's order, while the process starts: a Python rank spends
+  // a second or more importing numpy and torch before its first request, and the shard's open
+  // (a gzipped file inflated, a folder listed) can run meanwhile instead of after it. Stops once
+  // the process connects; a dataset that fails to open is left for its request to report.
+  void OpenAhead() {
+    nlohmann::json json = nlohmann::json::parse(datasets_json_, nullptr, false);
+    Result<std::vector<data::DatasetSpec>> specs = DatasetsFromJson(json);
+    if (!specs.ok()) return;
+    for (const data::DatasetSpec& spec : *specs) {
+      if (ReadableNow(listen_fd_) || ReadableNow(stop_pipe_[0])) return;
+      (void)Find(spec.name);
+    }
+  }
+
   void Serve() {
+    OpenAhead();
     while (WaitReadable(listen_fd_)) {
       const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (client < 0) continue;
