@@ -40,6 +40,11 @@ void RequireFashionMnist() {
   }
 }
 
+// Runs `code` in Debian's Python with numpy imported as np: how these tests write their files.
+void RunNumpy(const std::string& code) {
+  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; " + code + "\"").c_str()) == 0);
+}
+
 void RequireNumpy() {
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
     std::printf("skipped: /usr/bin/python3 cannot import numpy (apt install python3-numpy)\n");
@@ -165,9 +170,7 @@ run: {storage_path: STORAGE}
 // checkpoint was at step 2); with pace: S it sleeps S seconds after each report. 45 ids (id.npy
 // in the sandbox's root), batches of 4, 3 epochs.
 void WriteIdsTrial(const std::string& dir) {
-  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
-                       "np.save('" + dir + "/id.npy', np.arange(45, dtype=np.int64))\"")
-                          .c_str()) == 0);
+  RunNumpy("np.save('" + dir + "/id.npy', np.arange(45, dtype=np.int64))");
   std::ofstream(dir + "/ids.py") << R"(import json, os, shutil, tempfile, time
 import rayd.train as rt
 
@@ -363,12 +366,10 @@ TEST_CASE("a Python command job's 2 ranks read equal, disjoint shards, as C++ de
   Sandbox sandbox;
   // 101 rows: id, and x = [id, 2 id, 3 id] as float32.
   const std::string dir = sandbox.root();
-  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; n = 101; "
-                       "np.save('" + dir + "/id.npy', np.arange(n, dtype=np.int64)); "
-                       "np.save('" + dir + "/x.npy', (np.arange(n)[:, None] * np.array([1, 2, 3]))"
-                       ".astype(np.float32)); "
-                       "np.save('" + dir + "/pad.npy', np.zeros((n, 2048), np.float32))\"")
-                          .c_str()) == 0);
+  RunNumpy("n = 101; np.save('" + dir + "/id.npy', np.arange(n, dtype=np.int64)); "
+           "np.save('" + dir + "/x.npy', (np.arange(n)[:, None] * np.array([1, 2, 3]))"
+           ".astype(np.float32)); "
+           "np.save('" + dir + "/pad.npy', np.zeros((n, 2048), np.float32))");
   std::ofstream(dir + "/reader.py") << R"(import json, os
 import numpy as np
 import rayd.train as rt
@@ -453,11 +454,9 @@ TEST_CASE("a dataset that cannot open fails only the request for it, not the ran
   RequireNumpy();
   Sandbox sandbox;
   const std::string dir = sandbox.root();
-  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
-                       "np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64)); "
-                       "b = open('" + dir + "/id.npy', 'rb').read(); "
-                       "open('" + dir + "/cut.npy', 'wb').write(b[:len(b) - 100])\"")
-                          .c_str()) == 0);
+  RunNumpy("np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64)); "
+           "b = open('" + dir + "/id.npy', 'rb').read(); "
+           "open('" + dir + "/cut.npy', 'wb').write(b[:len(b) - 100])");
   std::ofstream(dir + "/reader.py") << R"(import json, os
 import rayd.train as rt
 
@@ -500,9 +499,7 @@ TEST_CASE("a sweep's four Python trials at once share one preprocessing of their
   RequireNumpy();
   Sandbox sandbox;
   const std::string dir = sandbox.root();
-  REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; "
-                       "np.save('" + dir + "/id.npy', np.arange(101, dtype=np.int64))\"")
-                          .c_str()) == 0);
+  RunNumpy("np.save('" + dir + "/id.npy', np.arange(101, dtype=np.int64))");
   std::ofstream(dir + "/reader.py") << R"(import rayd.train as rt
 
 shard = rt.get_dataset_shard("ids")
