@@ -7,16 +7,21 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "launch/launcher_env.h"
+#include "launch/shared_pages.h"
 #include "test_util.h"
 
 namespace rayd::train::internal {
@@ -246,6 +251,60 @@ TEST_CASE("stopping a command rank ends its whole process group, children includ
                std::string::npos));
   }
   CHECK(count == 2);
+}
+
+}  // namespace
+}  // namespace rayd::train::internal
+
+namespace rayd::train::internal {
+namespace {
+
+// A memfd of `bytes`, mapped shared (as the object store maps its arena) or private.
+struct Memfd {
+  explicit Memfd(size_t bytes, bool shared) : size(bytes) {
+    fd = ::memfd_create("rayd-test", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+    map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+  }
+  ~Memfd() {
+    ::munmap(map, size);
+    ::close(fd);
+  }
+  uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(map) + offset; }
+  size_t size;
+  int fd = -1;
+  void* map = nullptr;
+};
+
+TEST_CASE("a batch's pages are found in a shared memfd mapping and nowhere else",
+          "[train][data]") {
+  SharedPages pages;
+  std::vector<uint8_t> heap(1 << 20);
+  // The heap first: nothing to share, now and on the next look (which reads no maps).
+  CHECK_FALSE(pages.Find(heap.data(), heap.size()).has_value());
+  CHECK_FALSE(pages.Find(heap.data() + 10, 100).has_value());
+  // A memfd mapped after that look is found, with the descriptor's path and the offset.
+  Memfd shared(1 << 20, /*shared=*/true);
+  std::optional<SharedPages::Location> where = pages.Find(shared.at(4096 + 100), 50);
+  REQUIRE(where.has_value());
+  CHECK(where->path == "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(shared.fd));
+  CHECK(where->offset == 4096 + 100);
+  // The pages at that path are the same pages.
+  *shared.at(4096 + 100) = 42;
+  const int again = ::open(where->path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(again >= 0);
+  uint8_t byte = 0;
+  CHECK(::pread(again, &byte, 1, static_cast<off_t>(where->offset)) == 1);
+  ::close(again);
+  CHECK(byte == 42);
+  // A range running past the mapping's end, and a private mapping, are not shared.
+  CHECK_FALSE(pages.Find(shared.at((1 << 20) - 10), 100).has_value());
+  Memfd private_map(1 << 16, /*shared=*/false);
+  CHECK_FALSE(pages.Find(private_map.at(0), 10).has_value());
+  // The heap still is not, with a shared mapping known.
+  CHECK_FALSE(pages.Find(heap.data(), 16).has_value());
 }
 
 }  // namespace

@@ -21,7 +21,10 @@ class SharedPages {
     uint64_t offset = 0;   // of the pointer in that file
   };
   // Where [p, p + n) lies, when all of it is inside one memfd mapping this process still has
-  // open; nullopt otherwise (heap memory, a file mapping, a closed descriptor).
+  // open; nullopt otherwise (heap memory, a file mapping, a closed descriptor). The maps are read
+  // again only for an address in none of the mappings seen last time: a batch on the heap costs
+  // no reading of /proc (hundreds of lines in a rank that links LibTorch) once its region is
+  // known.
   std::optional<Location> Find(const void* p, size_t n);
 
  private:
@@ -29,7 +32,8 @@ class SharedPages {
     uintptr_t start = 0, end = 0;
     uint64_t file_offset = 0;
     ino_t inode = 0;
-    std::string path;  // "" until its descriptor is found
+    bool shared = false;  // a memfd mapped shared: one whose pages another process can map
+    std::string path;     // a shared one's, "" until its descriptor is found
   };
   void Reload();
   std::vector<Region> regions_;
