@@ -242,6 +242,7 @@ tune:
     quantile_fraction: 0.5
     resample_probability: 0
     hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}
+    synch: true  # the trials meet at each perturbation point however their start-ups differ
 run: {storage_path: STORAGE}
 )");
   std::string out;

@@ -276,6 +276,9 @@ tune:
     quantile_fraction: 0.5
     resample_probability: 0
     hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}
+    # Synchronous: the trials meet at each perturbation point however far apart their Horovod
+    # start-ups are (asynchronous, one could finish before the other reported: no exploit).
+    synch: true
 run: {storage_path: STORAGE}
 )");
   std::string out;
@@ -283,6 +286,7 @@ run: {storage_path: STORAGE}
   INFO(out);
   REQUIRE(rc == 0);
   const std::string experiment = sandbox.results() + "/hvd-pbt";
+  CHECK_FALSE(ReadFile(experiment + "/pbt_global.txt").empty());
   const json state = ReadJson(experiment + "/experiment_state.json");
   int resumed = 0;
   for (const json& trial : state.at("trials")) {

@@ -81,7 +81,8 @@ const Keys kPbtKeys = {"type",
                        "hyperparam_mutations",
                        "quantile_fraction",
                        "resample_probability",
-                       "perturbation_factors"};
+                       "perturbation_factors",
+                       "synch"};
 
 bool Has(const Keys& keys, std::string_view name) {
   return std::find(keys.begin(), keys.end(), name) != keys.end();
@@ -797,6 +798,7 @@ PbtConfig Parser::Pbt(const MapFields& map, const Field& f) const {
     for (const Field& factor : List(*x)) c.perturbation_factors.push_back(Positive(factor));
     if (c.perturbation_factors.empty()) Fail(*x, "expected at least one factor");
   }
+  if (const Field* x = map.Find("synch")) c.synch = Bool(*x);
   return c;
 }
 

@@ -292,6 +292,19 @@ std::optional<size_t> Controller::IndexOf(const std::string& id) const {
 
 void Controller::Start(size_t index) {
   Trial& t = trials_[index];
+  // Synchronous PBT decides the exploits of the trials it paused while they wait.
+  if (Decision resume = scheduler_->OnTrialResume(t.id);
+      resume.action == Decision::Action::kExploit) {
+    std::string cloned;
+    if (Status status = Clone(index, resume.donor, &cloned); status.ok()) {
+      t.checkpoint = cloned;
+      t.config = std::move(resume.config);
+      for (auto& sink : sinks_) sink->OnExploit(resume.lineage);
+    } else {
+      std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << status.message()
+                << "\n";
+    }
+  }
   t.status = TrialStatus::kRunning;
   Save();
   running_[index] = Running{};
@@ -443,7 +456,8 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
 }
 
 // PBT: copies the donor's checkpoint into the trial's run directory as its newest, while the
-// trial's run is held in its on_report (so nothing else writes there); the trial's next run
+// trial's run is held in its on_report or the trial is paused (so nothing else writes there);
+// the trial's next run
 // resumes from it. The copy is of the checkpoint of the donor's last result (what the
 // scheduler ranked), even when the donor was itself exploited since; failing that (pruned by
 // num_to_keep), its latest. Checkpoints live on the driver (the Trainer ships every rank-0

@@ -21,6 +21,14 @@
 // Simplified from Ray: ranks by the latest result (Ray by the one at the last perturbation
 // point) and never pauses a trial to yield to pending ones.
 //
+// With synch (Ray's synchronous PBT) a trial that reaches the sync point (every
+// perturbation_interval, from max(perturbation_interval, burn_in_period)) pauses until every
+// unfinished trial has reached it; then the population is ranked at once. The lower quantile's
+// exploits are decided then and applied when each resumes (OnTrialResume); they resume first, so
+// their donors, paused too, still hold the checkpoints that were ranked. Unlike Ray, the last
+// trial to arrive goes on without a restart when no one clones it. A trial ending releases the
+// trials waiting for it.
+//
 // With several objectives (MO-PBT) the population is ranked by ParetoRanking (constrained
 // non-dominated sort, then crowding distance) over the same latest results. The lower quantile
 // is the q worst that are not in the non-dominated set (front 0: the feasible non-dominated
@@ -46,8 +54,10 @@ struct PbtTrial {
   std::optional<ParetoRanking::Standing> standing;
   double iteration = 0;         // training_iteration of the last result, for the lineage logs
   double last_perturbation_time = 0;
+  double time = 0;  // time_attr of the last result
   bool has_checkpoint = false;
   bool done = false;
+  bool waiting = false;  // synch: paused at the sync point
 };
 
 // Brings `value` (a perturbed number) back inside a numeric `domain`; nullopt when the domain
@@ -108,6 +118,8 @@ class PbtScheduler final : public TrialScheduler {
     trial.iteration = Lookup(result.metrics, "training_iteration").value_or(*t);
     trial.has_checkpoint = result.has_checkpoint;
     if (!result.config.is_null()) trial.config = result.config;
+    trial.time = *t;
+    if (config_.synch) return AtSyncPoint(trial_id);
     if (*t < config_.burn_in_period) return Decision::Continue();
     if (*t - trial.last_perturbation_time < config_.perturbation_interval) {
       return Decision::Continue();
@@ -118,13 +130,103 @@ class PbtScheduler final : public TrialScheduler {
     if (std::find(lower.begin(), lower.end(), trial_id) == lower.end()) {
       return Decision::Continue();
     }
+    return Exploit(trial_id, upper);
+  }
+
+  Decision OnTrialResume(const std::string& trial_id) override {
+    auto it = resume_exploits_.find(trial_id);
+    if (it == resume_exploits_.end()) return Decision::Continue();
+    Decision decision = std::move(it->second);
+    resume_exploits_.erase(it);
+    return decision;
+  }
+
+  std::optional<std::string> ChooseTrialToResume() override {
+    if (released_.empty()) return std::nullopt;
+    std::string id = std::move(released_.front());
+    released_.erase(released_.begin());
+    return id;
+  }
+
+  nlohmann::json State() const override {
+    nlohmann::json trials = nlohmann::json::object();
+    for (const auto& [id, t] : trials_) {
+      trials[id] = {{"config", t.config},
+                    {"score", OptionalNumber(t.score)},
+                    {"iteration", t.iteration},
+                    {"last_perturbation_time", t.last_perturbation_time},
+                    {"time", t.time},
+                    {"has_checkpoint", t.has_checkpoint},
+                    {"done", t.done},
+                    {"waiting", t.waiting}};
+      if (ranking_) {
+        trials[id]["standing"] = t.standing ? ParetoRanking::ToJson(*t.standing) : nullptr;
+      }
+    }
+    nlohmann::json exploits = nlohmann::json::object();
+    for (const auto& [id, d] : resume_exploits_) {
+      exploits[id] = {{"donor", d.donor}, {"config", d.config}, {"lineage", d.lineage}};
+    }
+    return {{"trials", std::move(trials)},
+            {"exploits", num_exploits_},
+            {"rng", RngState(rng_)},
+            {"next_sync", next_sync_},
+            {"released", released_},
+            {"resume_exploits", std::move(exploits)}};
+  }
+
+  void Restore(const nlohmann::json& state) override {
+    std::map<std::string, PbtTrial> trials;
+    for (const auto& [id, t] : state.at("trials").items()) {
+      PbtTrial& trial = trials[id];
+      trial.config = t.at("config");
+      trial.score = OptionalNumber(t.at("score"));
+      trial.iteration = t.at("iteration").get<double>();
+      trial.last_perturbation_time = t.at("last_perturbation_time").get<double>();
+      trial.has_checkpoint = t.at("has_checkpoint").get<bool>();
+      trial.done = t.at("done").get<bool>();
+      // (States saved before synch existed lack these.)
+      trial.time = t.value("time", trial.iteration);
+      trial.waiting = t.value("waiting", false);
+      if (ranking_ && !t.at("standing").is_null()) {
+        trial.standing = ranking_->FromJson(t.at("standing"));
+      }
+    }
+    rng_ = RngFromState(state.at("rng"));
+    trials_ = std::move(trials);
+    num_exploits_ = state.at("exploits").get<int>();
+    next_sync_ = state.value("next_sync", next_sync_);
+    released_ = state.value("released", std::vector<std::string>{});
+    resume_exploits_.clear();
+    for (const auto& [id, d] : state.value("resume_exploits", nlohmann::json::object()).items()) {
+      Decision& decision = resume_exploits_[id];
+      decision.action = Decision::Action::kExploit;
+      decision.donor = d.at("donor").get<std::string>();
+      decision.config = d.at("config");
+      decision.lineage = d.at("lineage");
+    }
+  }
+
+  void OnTrialComplete(const std::string& trial_id) override { Ended(trial_id); }
+  void OnTrialError(const std::string& trial_id) override { Ended(trial_id); }
+
+  std::string Summary() const override {
+    return std::string(name()) + ": " + std::to_string(num_exploits_) +
+           (num_exploits_ == 1 ? " exploit" : " exploits");
+  }
+
+ private:
+  // The lower-quantile trial `trial_id` takes a random donor of `upper` that has a checkpoint
+  // (Continue when none has: Ray's "no checkpoint ... skip exploit").
+  Decision Exploit(const std::string& trial_id, const std::vector<std::string>& upper) {
     std::vector<std::string> donors;
     for (const std::string& id : upper) {
       if (id != trial_id && trials_[id].has_checkpoint) donors.push_back(id);
     }
-    if (donors.empty()) return Decision::Continue();  // Ray: "no checkpoint ... skip exploit"
+    if (donors.empty()) return Decision::Continue();
     const std::string donor_id = donors[UniformIndex(rng_, donors.size())];
     const PbtTrial& donor = trials_[donor_id];
+    PbtTrial& trial = trials_[trial_id];
 
     Decision decision;
     decision.action = Decision::Action::kExploit;
@@ -141,50 +243,60 @@ class PbtScheduler final : public TrialScheduler {
     return decision;
   }
 
-  nlohmann::json State() const override {
-    nlohmann::json trials = nlohmann::json::object();
+  // Synchronous mode: a trial that reached the sync point waits (paused) until every unfinished
+  // trial has; the last to arrive ranks them all. It exploits at once when it is in the lower
+  // quantile, goes on when no one takes its checkpoint, and otherwise pauses too, so that its
+  // checkpoint stays the one ranked until the trials exploiting it (resumed first) have it.
+  Decision AtSyncPoint(const std::string& trial_id) {
+    if (trials_[trial_id].time < next_sync_) return Decision::Continue();
+    trials_[trial_id].waiting = true;
+    if (!AllAtSyncPoint()) return Decision::Pause();
+    Sync();
+    const bool donor = std::any_of(resume_exploits_.begin(), resume_exploits_.end(),
+                                   [&](const auto& e) { return e.second.donor == trial_id; });
+    if (donor) return Decision::Pause();
+    std::erase(released_, trial_id);  // it is still running
+    return OnTrialResume(trial_id);
+  }
+
+  bool AllAtSyncPoint() const {
+    bool any = false;
     for (const auto& [id, t] : trials_) {
-      trials[id] = {{"config", t.config},
-                    {"score", OptionalNumber(t.score)},
-                    {"iteration", t.iteration},
-                    {"last_perturbation_time", t.last_perturbation_time},
-                    {"has_checkpoint", t.has_checkpoint},
-                    {"done", t.done}};
-      if (ranking_) {
-        trials[id]["standing"] = t.standing ? ParetoRanking::ToJson(*t.standing) : nullptr;
+      if (t.done) continue;
+      if (!t.waiting) return false;
+      any = true;
+    }
+    return any;
+  }
+
+  // Every unfinished trial is at the sync point: decide each lower-quantile trial's exploit
+  // (applied when it resumes) and release them all, the exploiting ones first.
+  void Sync() {
+    auto [lower, upper] = ranking_ ? ParetoQuantiles() : Quantiles();
+    for (const std::string& id : lower) {
+      Decision decision = Exploit(id, upper);
+      if (decision.action == Decision::Action::kExploit) {
+        resume_exploits_[id] = std::move(decision);
+        released_.push_back(id);
       }
     }
-    return {{"trials", std::move(trials)}, {"exploits", num_exploits_}, {"rng", RngState(rng_)}};
-  }
-
-  void Restore(const nlohmann::json& state) override {
-    std::map<std::string, PbtTrial> trials;
-    for (const auto& [id, t] : state.at("trials").items()) {
-      PbtTrial& trial = trials[id];
-      trial.config = t.at("config");
-      trial.score = OptionalNumber(t.at("score"));
-      trial.iteration = t.at("iteration").get<double>();
-      trial.last_perturbation_time = t.at("last_perturbation_time").get<double>();
-      trial.has_checkpoint = t.at("has_checkpoint").get<bool>();
-      trial.done = t.at("done").get<bool>();
-      if (ranking_ && !t.at("standing").is_null()) {
-        trial.standing = ranking_->FromJson(t.at("standing"));
-      }
+    double latest = next_sync_;
+    for (auto& [id, t] : trials_) {
+      latest = std::max(latest, t.time);
+      if (!t.waiting) continue;
+      t.waiting = false;
+      t.last_perturbation_time = t.time;
+      if (!resume_exploits_.count(id)) released_.push_back(id);
     }
-    rng_ = RngFromState(state.at("rng"));
-    trials_ = std::move(trials);
-    num_exploits_ = state.at("exploits").get<int>();
+    next_sync_ = std::max(next_sync_ + config_.perturbation_interval, latest);
   }
 
-  void OnTrialComplete(const std::string& trial_id) override { trials_[trial_id].done = true; }
-  void OnTrialError(const std::string& trial_id) override { trials_[trial_id].done = true; }
-
-  std::string Summary() const override {
-    return std::string(name()) + ": " + std::to_string(num_exploits_) +
-           (num_exploits_ == 1 ? " exploit" : " exploits");
+  // A trial ended: the trials waiting on it may all be at the sync point now.
+  void Ended(const std::string& trial_id) {
+    trials_[trial_id].done = true;
+    if (config_.synch && AllAtSyncPoint()) Sync();
   }
 
- private:
   // Ray's _quantiles: (lower, upper) over unfinished trials with a score, worst first.
   std::pair<std::vector<std::string>, std::vector<std::string>> Quantiles() const {
     std::vector<std::pair<double, std::string>> ranked;
@@ -289,6 +401,11 @@ class PbtScheduler final : public TrialScheduler {
   Rng rng_;
   std::map<std::string, PbtTrial> trials_;
   int num_exploits_ = 0;
+  // synch: the next sync point, the trials released from it not yet resumed, and the exploits
+  // decided for them.
+  double next_sync_ = std::max(config_.perturbation_interval, config_.burn_in_period);
+  std::vector<std::string> released_;
+  std::map<std::string, Decision> resume_exploits_;
 };
 
 }  // namespace

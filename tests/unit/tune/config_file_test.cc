@@ -251,6 +251,9 @@ TEST_CASE("Every scheduler type parses with its options", "[tune]") {
   CHECK(batch.kind() == Domain::Kind::kChoice);  // a plain list
   CHECK(batch.values() == std::vector<json>{16, 32});
   CHECK(pbt.hyperparam_mutations[2].path == std::vector<std::string>{"optim", "momentum"});
+  CHECK_FALSE(pbt.synch);
+  CHECK(std::get<PbtConfig>(scheduler("{type: pbt, synch: true, hyperparam_mutations: {lr: [1]}}"))
+            .synch);
 }
 
 TEST_CASE("Scaling and run sections parse every key", "[tune]") {
@@ -540,6 +543,10 @@ TEST_CASE("Missing required keys and scheduler requirements fail", "[tune]") {
                             "    hyperparam_mutations: {lr: [0.1]}\n"
                             "    quantile_fraction: 0.75\n")),
              Contains("tune.yaml:8: tune.scheduler.quantile_fraction: must be in (0, 0.5]"));
+  CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler:\n    type: pbt\n"
+                            "    hyperparam_mutations: {lr: [0.1]}\n"
+                            "    synch: sometimes\n")),
+             Contains("tune.yaml:8: tune.scheduler.synch: expected true or false"));
   CHECK_THAT(TuneError(Tune("tune:\n  metric: m\n  scheduler: {type: asha, max_t: 5, "
                             "grace_period: 10}\n")),
              Contains("tune.scheduler.grace_period: grace_period 10 exceeds max_t 5"));

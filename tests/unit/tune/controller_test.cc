@@ -319,6 +319,49 @@ TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose nex
   CHECK(scores.back() == 10);
 }
 
+TEST_CASE("synchronous PBT exploits even when trials run one at a time: a paused trial resumes "
+          "from its donor's checkpoint",
+          "[tune][controller]") {
+  PbtConfig pbt;
+  pbt.time_attr = "training_iteration";
+  pbt.perturbation_interval = 2;
+  pbt.quantile_fraction = 0.5;
+  pbt.resample_probability = 0;
+  pbt.hyperparam_mutations = {{{"lr"}, Domain::Uniform(0.001, 0.1)}};
+  pbt.log_dir = "";
+  auto run = [&](ScriptedRunner& runner, Sweep& sweep, bool synch) {
+    runner.checkpoints = true;
+    runner.curves = {{"good", {5, 6, 7, 8, 9, 10}}, {"bad", {1, 1, 1, 1, 1, 1}}};
+    pbt.synch = synch;
+    sweep.tune.scheduler = pbt;
+    std::vector<Trial> trials = MakeTrials({"bad", "good"});
+    for (Trial& t : trials) t.config["lr"] = 0.01;
+    return sweep.Run(runner, std::move(trials), 1);
+  };
+  // Asynchronous: the bad trial runs to its end before the good one starts; nothing to exploit.
+  ScriptedRunner async_runner;
+  Sweep async_sweep;
+  ResultGrid async = run(async_runner, async_sweep, false);
+  CHECK(async_runner.configs[async[0].trial_id].size() == 1);
+  // Synchronous: the bad trial waits at iteration 2 for the good one, which pauses there too;
+  // the bad one resumes first, from the good one's checkpoint at iteration 2.
+  ScriptedRunner runner;
+  Sweep sweep;
+  ResultGrid grid = run(runner, sweep, true);
+  CHECK(grid.num_terminated() == 2);
+  CHECK(runner.most_running == 1);
+  const std::string bad = grid[0].trial_id;
+  REQUIRE(runner.configs[bad].size() >= 2);
+  CHECK(runner.configs[bad][1].at("curve") == "good");
+  const std::vector<double> scores = Scores(grid[0]);
+  REQUIRE(scores.size() >= 3);
+  CHECK(scores[0] == 1);
+  CHECK(scores[1] == 1);
+  CHECK(scores[2] == 7);  // the donor's curve from its checkpoint at iteration 2
+  CHECK(scores.back() == 10);
+  CHECK(Scores(grid[1]).back() == 10);
+}
+
 TEST_CASE("TuneConfig::stop and ASHA end runs early", "[tune][controller]") {
   ScriptedRunner runner;
   runner.curves = {{"low", {1, 1, 1, 1}}, {"mid", {2, 2, 2, 2}}, {"high", {3, 3, 3, 3}}};

@@ -460,6 +460,69 @@ TEST_CASE("PBT does not exploit without a donor checkpoint or peers", "[tune]") 
   CHECK(done->OnTrialResult("t1", Acc(2, 0.1, true, DonorConfig())).action == Action::kContinue);
 }
 
+TEST_CASE("synchronous PBT pauses each trial at the sync point until every unfinished trial is "
+          "there, then ranks them all at once",
+          "[tune]") {
+  PbtConfig c = Pbt();
+  c.synch = true;
+  auto pbt = MakeScheduler(c, "acc", "max", 1);
+  for (const char* id : {"t0", "t1", "t2", "t3"}) pbt->OnTrialAdd(id, DonorConfig());
+  // Before the sync point (iteration 2) everyone continues; at it, each waits for the others.
+  CHECK(pbt->OnTrialResult("t0", Acc(1, 0.9, true, DonorConfig())).action == Action::kContinue);
+  CHECK(pbt->OnTrialResult("t0", Acc(2, 0.9, true, DonorConfig())).action == Action::kPause);
+  CHECK(pbt->OnTrialResult("t3", Acc(2, 0.1, true, DonorConfig())).action == Action::kPause);
+  CHECK(pbt->OnTrialResult("t1", Acc(2, 0.5, true, DonorConfig())).action == Action::kPause);
+  CHECK_FALSE(pbt->ChooseTrialToResume());
+  // The last to arrive ranks them all and goes on; the worst (t3, paused) exploits the best
+  // when it resumes, before the others resume as they were.
+  CHECK(pbt->OnTrialResult("t2", Acc(2, 0.7, true, DonorConfig())).action == Action::kContinue);
+  std::vector<std::string> resumed;
+  while (std::optional<std::string> id = pbt->ChooseTrialToResume()) resumed.push_back(*id);
+  CHECK(resumed == std::vector<std::string>{"t3", "t0", "t1"});
+  CHECK(pbt->OnTrialResume("t0").action == Action::kContinue);
+  CHECK(pbt->OnTrialResume("t1").action == Action::kContinue);
+  const Decision exploit = pbt->OnTrialResume("t3");
+  REQUIRE(exploit.action == Action::kExploit);
+  CHECK(exploit.donor == "t0");
+  CHECK(exploit.lineage[0] == "t3");
+  CHECK(pbt->OnTrialResume("t3").action == Action::kContinue);  // decided once
+  CHECK(pbt->Summary() == "PBT: 1 exploit");
+  // The next sync point is 4: iteration 3 goes on.
+  CHECK(pbt->OnTrialResult("t2", Acc(3, 0.7, true, DonorConfig())).action == Action::kContinue);
+  CHECK(pbt->OnTrialResult("t2", Acc(4, 0.7, true, DonorConfig())).action == Action::kPause);
+
+  // The last to arrive exploits at once when it is the worst ...
+  auto last = MakeScheduler(c, "acc", "max", 1);
+  for (const char* id : {"a", "b"}) last->OnTrialAdd(id, DonorConfig());
+  CHECK(last->OnTrialResult("a", Acc(2, 0.9, true, DonorConfig())).action == Action::kPause);
+  const Decision now = last->OnTrialResult("b", Acc(2, 0.1, true, DonorConfig()));
+  CHECK(now.action == Action::kExploit);
+  CHECK(now.donor == "a");
+  CHECK(last->ChooseTrialToResume() == std::optional<std::string>("a"));
+  CHECK_FALSE(last->ChooseTrialToResume());
+  // ... and pauses when it is the best, keeping its checkpoint the ranked one until the worst,
+  // resumed first, has cloned it.
+  auto best = MakeScheduler(c, "acc", "max", 1);
+  for (const char* id : {"a", "b"}) best->OnTrialAdd(id, DonorConfig());
+  CHECK(best->OnTrialResult("b", Acc(2, 0.1, true, DonorConfig())).action == Action::kPause);
+  CHECK(best->OnTrialResult("a", Acc(2, 0.9, true, DonorConfig())).action == Action::kPause);
+  CHECK(best->ChooseTrialToResume() == std::optional<std::string>("b"));
+  CHECK(best->ChooseTrialToResume() == std::optional<std::string>("a"));
+  CHECK(best->OnTrialResume("b").donor == "a");
+
+  // A trial that ends before the sync point releases those waiting on it.
+  auto ended = MakeScheduler(c, "acc", "max", 1);
+  for (const char* id : {"a", "b", "c"}) ended->OnTrialAdd(id, DonorConfig());
+  CHECK(ended->OnTrialResult("a", Acc(2, 0.9, true, DonorConfig())).action == Action::kPause);
+  CHECK(ended->OnTrialResult("b", Acc(2, 0.1, true, DonorConfig())).action == Action::kPause);
+  CHECK(ended->OnTrialResult("c", Acc(1, 0.5, true, DonorConfig())).action == Action::kContinue);
+  CHECK_FALSE(ended->ChooseTrialToResume());
+  ended->OnTrialError("c");
+  CHECK(ended->ChooseTrialToResume() == std::optional<std::string>("b"));
+  CHECK(ended->ChooseTrialToResume() == std::optional<std::string>("a"));
+  CHECK(ended->OnTrialResume("b").action == Action::kExploit);
+}
+
 TEST_CASE("PBT explore perturbs inside the domains", "[tune]") {
   std::set<double> lrs;
   std::set<int64_t> layers;
@@ -868,7 +931,8 @@ struct Driver {
     while (running.size() < 3) {
       if (std::optional<std::string> back = s.ChooseTrialToResume()) {
         running.push_back(*back);
-        log += "resume " + *back + "; ";
+        const Decision d = s.OnTrialResume(*back);
+        log += "resume " + *back + " " + rayd::tune::ToString(d.action) + d.donor + "; ";
       } else if (made < 24) {
         const std::string id = Id(made++);
         level[id] = std::uniform_real_distribution<double>(0, 1)(rng);
@@ -943,6 +1007,9 @@ TEST_CASE("every scheduler's state restores into one that decides as it would ha
     pbt.perturbation_interval = 2;
     pbt.hyperparam_mutations = {{{"lr"}, Domain::LogUniform(1e-3, 1e-1)}};
     pbt.log_dir = "";
+    CheckResumesAlike(pbt);
+    pbt.synch = true;
+    pbt.quantile_fraction = 0.5;
     CheckResumesAlike(pbt);
   }
   CHECK(MakeScheduler(FifoConfig{}, "loss", "min", 0)->State().is_null());

@@ -9,6 +9,7 @@
 //   OnTrialError    when a trial failed for good
 //   ChooseTrialToResume  whenever a slot frees up: a paused trial to resume before starting a
 //                   pending one (ASHA's promotion form, HyperBand); nullopt = start a new one
+//   OnTrialResume   just before a paused trial runs again: resume it as it was, or exploit
 //
 // Results are flat maps of numbers: the trial's metrics plus "training_iteration",
 // "time_total_s" and "time_this_iter_s", so time_attr may name any of them.
@@ -67,6 +68,10 @@ class TrialScheduler {
   virtual void OnTrialComplete(const std::string& trial_id) {}
   virtual void OnTrialError(const std::string& trial_id) {}
   virtual std::optional<std::string> ChooseTrialToResume() { return std::nullopt; }
+  // A paused trial is about to resume: kExploit resumes it from `donor`'s checkpoint with the
+  // decision's config instead of its own (synchronous PBT decides for the trials it paused);
+  // anything else resumes it as it was.
+  virtual Decision OnTrialResume(const std::string& trial_id) { return Decision::Continue(); }
   // Running trials, best first: who gets freed workers first when trials are elastic
   // (ScalingConfig::min_workers). `running` comes ranked by each trial's latest metric, best
   // first, which is what PBT's quantiles rank by; ASHA ranks by the highest rung a trial has
@@ -166,6 +171,11 @@ struct PbtConfig {
   double quantile_fraction = 0.25;
   double resample_probability = 0.25;
   std::vector<double> perturbation_factors = {1.2, 0.8};
+  // Ray's synch: every perturbation_interval the trials wait (paused) until every unfinished
+  // trial has reached the same point, then the whole population is ranked at once. Slower
+  // (paused trials restart from their checkpoints) but it does not depend on how fast each
+  // trial happens to start or run.
+  bool synch = false;
   // Directory where the Tuner writes pbt_global.txt and pbt_policy_<trial>.txt (the
   // experiment's by default); empty: none.
   std::string log_dir;
