@@ -93,9 +93,31 @@ TEST_CASE("the torch profile sets what torchrun sets", "[train][command]") {
                                 {"RAYD_CONFIG_FILE", "/tmp/x/config.json"},
                                 {"CUDA_VISIBLE_DEVICES", "5"},
                                 {"OMP_NUM_THREADS", "4"},
+                                {"MALLOC_MMAP_THRESHOLD_", "33554432"},
+                                {"MALLOC_TRIM_THRESHOLD_", "67108864"},
                                 {"PYTHONPATH", "/opt/rayd/python:/mine"},
                                 {"PATH", "/bin"}};
   CHECK(env == expected);
+}
+
+TEST_CASE("a rank keeps the memory it frees unless its environment tunes malloc itself",
+          "[train][command]") {
+  CHECK(Compose(Rank2("none")).at("MALLOC_TRIM_THRESHOLD_") == "67108864");
+  // Any malloc setting of the user's, inherited or the trainable's, and rayd adds none.
+  for (const Environment& user : std::vector<Environment>{
+           {{"MALLOC_TRIM_THRESHOLD_", "0"}},
+           {{"MALLOC_MMAP_THRESHOLD_", "131072"}},
+           {{"GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0"}}}) {
+    const Environment inherited = Compose(Rank2("none"), user);
+    const Environment own = Compose(Rank2("none"), {}, user);
+    for (const Environment* env : {&inherited, &own}) {
+      CHECK(env->size() == Compose(Rank2("none")).size() - 2 + 1);
+      CHECK(env->find(user.begin()->first)->second == user.begin()->second);
+    }
+  }
+  // Tunables of something else do not count.
+  CHECK(Compose(Rank2("none"), {{"GLIBC_TUNABLES", "glibc.cpu.x86_shstk=off"}})
+            .count("MALLOC_MMAP_THRESHOLD_") == 1);
 }
 
 TEST_CASE("a trainable's own PYTHONPATH comes after rayd's client, not instead of it",

@@ -26,6 +26,26 @@ extern char** environ;
 namespace rayd::train::internal {
 namespace {
 
+// glibc malloc, left to itself, hands a training process's freed tensors back to the kernel
+// (heap tops trimmed past ~2x the largest freed block, blocks over ~1 MiB mmapped) and faults
+// them in again at the next step: in a small CNN's Python rank, 3,500 page faults and ~25% of
+// each step (docs/performance.md). The limits glibc's own adaptive tuning stops at (32 MiB
+// mmapped, 64 MiB kept at the heap's top) end that, as PyTorch's run_cpu launcher does with
+// jemalloc. Set unless the rank's environment or the trainable's tunes malloc itself.
+void KeepFreedMemory(Environment& env, const Environment& command_env) {
+  for (const Environment* e : {static_cast<const Environment*>(&env), &command_env}) {
+    for (const char* key : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}) {
+      if (e->count(key)) return;
+    }
+    auto tunables = e->find("GLIBC_TUNABLES");
+    if (tunables != e->end() && tunables->second.find("glibc.malloc.") != std::string::npos) {
+      return;
+    }
+  }
+  env["MALLOC_MMAP_THRESHOLD_"] = "33554432";
+  env["MALLOC_TRIM_THRESHOLD_"] = "67108864";
+}
+
 // What makes a process a worker of this node; a command started by a rank must not inherit
 // it (a rayd program it runs would try to serve as a worker, or hold the cluster's token).
 constexpr std::string_view kWorkerOnly[] = {
@@ -165,6 +185,7 @@ Result<LaunchEnv> ComposeLaunchEnv(const RankLaunch& r, const Environment& inher
   }
   env["CUDA_VISIBLE_DEVICES"] = r.gpus;
   env["OMP_NUM_THREADS"] = std::to_string(std::max(1, static_cast<int>(std::floor(r.cpus + 1e-9))));
+  KeepFreedMemory(env, command_env);
   for (const auto& [key, value] : command_env) env[key] = value;
   // The client first, before the trainable's own PYTHONPATH (or, without one, the inherited
   // one): a trainable adding its packages still imports rayd.train.
