@@ -663,17 +663,18 @@ class ShardPass : public BatchIterator {
     rows_ = std::move(share.rows);
     steps_ = std::move(share.steps);
     for (int64_t& row : rows_) row += shard.first_row_;
-    // Blocks of whole steps, about block_bytes each, but the first: one step's, so that the
-    // loop's first batch of a pass (each pass starts its producer afresh) waits only for the rows
-    // it needs, not for a whole block's.
+    // Blocks of whole steps, about block_bytes each, but the first ones: one step's, then
+    // each at most twice the one before, so that the loop's first batch of a pass (each pass
+    // starts its producer afresh) waits only for the rows it needs, and the producer, making
+    // each block while the loop takes the one before, stays ahead of it from there on instead
+    // of owing it a whole block's worth of reading at the second.
     const int64_t per_block = std::max(batch_size_, shard.block_bytes_ / shard.row_bytes_);
     for (size_t s = 0, at = 0; s < steps_.size();) {
       const size_t first = s;
+      const int64_t limit =
+          cuts_.empty() ? 0 : std::min(per_block, 2 * (cuts_.back().second - cuts_.back().first));
       int64_t rows = 0;
-      while (s < steps_.size() &&
-             (rows == 0 || (!cuts_.empty() && rows + steps_[s] <= per_block))) {
-        rows += steps_[s++];
-      }
+      while (s < steps_.size() && (rows == 0 || rows + steps_[s] <= limit)) rows += steps_[s++];
       cuts_.emplace_back(at, at + rows);
       block_steps_.emplace_back(first, s);
       at += rows;

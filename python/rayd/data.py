@@ -66,18 +66,28 @@ def read_block(buffer: Any) -> Dict[str, Any]:
 
 
 class _Client:
-    """One connection to the rank actor's data server, shared by the shards."""
+    """One connection to the rank actor's data server, shared by the shards. Requests may be
+    sent ahead of reading their replies (a shard asks for its next batch while the loop trains
+    on the current one); the server answers in order, so replies are matched to requests by
+    their place in the stream."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._sock: Optional[socket.socket] = None
         self._buffer = b""
         self._released: List[int] = []  # leases whose arrays are gone, told at the next request
+        self._sent = 0  # requests sent on this connection
+        self._read = 0  # replies read
+        self._early: Dict[int, Dict[str, Any]] = {}  # replies read before their turn came
 
     def release(self, lease: int) -> None:
         self._released.append(lease)
 
     def request(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        return self.receive(self.send(message))
+
+    def send(self, message: Dict[str, Any]) -> int:
+        """Sends a request; returns its ticket for receive()."""
         if self._sock is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -91,6 +101,22 @@ class _Client:
             message = dict(message, release=self._released)
             self._released = []
         self._sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+        self._sent += 1
+        return self._sent
+
+    def receive(self, ticket: int, check: bool = True) -> Dict[str, Any]:
+        """The reply to request ``ticket``; with ``check``, a refusal raises RuntimeError."""
+        while ticket not in self._early:
+            if self._sock is None or self._read >= self._sent:
+                raise RuntimeError("rayd data: the rank's data server closed the connection")
+            self._read += 1
+            self._early[self._read] = self._read_line()
+        reply = self._early.pop(ticket)
+        if check and reply.get("ok") is not True:
+            raise RuntimeError(f"rayd data: {reply.get('error', 'request refused')}")
+        return reply
+
+    def _read_line(self) -> Dict[str, Any]:
         while b"\n" not in self._buffer:
             chunk = self._sock.recv(65536)
             if not chunk:
@@ -99,10 +125,7 @@ class _Client:
                 raise RuntimeError("rayd data: the rank's data server closed the connection")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        reply = json.loads(line)
-        if reply.get("ok") is not True:
-            raise RuntimeError(f"rayd data: {reply.get('error', 'request refused')}")
-        return reply
+        return json.loads(line)
 
 
 _client: Optional[_Client] = None
@@ -137,6 +160,7 @@ class DatasetShard:
         # Batches mapped where the object store holds them, and batches copied to a file.
         self.shared_batches = 0
         self.copied_batches = 0
+        self._ahead: Optional[int] = None  # the ticket of the batch asked for ahead, if any
 
     def iter_batches(self, batch_size: int = 256, *, drop_last: bool = False,
                      epoch: Optional[int] = None,
@@ -148,14 +172,19 @@ class DatasetShard:
         of at least that many rows: for datasets read in order (``shuffle: false``)."""
         if batch_format not in ("numpy", "torch"):
             raise ValueError(f"batch_format: expected 'numpy' or 'torch', got {batch_format!r}")
+        self._drop_ahead()
         started = self._client.request({
             "op": "iter", "dataset": self.name, "batch_size": int(batch_size),
             "drop_last": bool(drop_last), "epoch": -1 if epoch is None else int(epoch),
             "local_shuffle_buffer_size": int(local_shuffle_buffer_size or 0)})
         self.next_epoch = started["epoch"] + 1
+        # Each batch is asked for one ahead: the server makes it while the loop trains on the
+        # one before, and the loop finds it waiting. `ahead` tells the server the loop has taken
+        # every batch before this one (not this one), so a checkpoint holds what it took.
+        ticket = self._ask_ahead()
         while True:
-            reply = self._client.request({"op": "next", "dataset": self.name,
-                                          "shared": _ZERO_COPY})
+            self._ahead = None
+            reply = self._client.receive(ticket)
             # The time the server's producer kept the batch waiting (not made yet).
             self._waited += reply.get("wait_s", 0.0)
             if reply.get("end"):
@@ -170,12 +199,26 @@ class DatasetShard:
                     # that view the shared pages until something writes to them.
                     mapped = mmap.mmap(f.fileno(), reply["size"], access=mmap.ACCESS_COPY)
                 batch = read_block(mapped)
+            ticket = self._ask_ahead()
             if batch_format == "torch":
                 import torch
                 batch = {k: torch.from_numpy(v) if hasattr(v, "dtype") else v
                          for k, v in batch.items()}
             yield batch
 
+    def _ask_ahead(self) -> int:
+        self._ahead = self._client.send({"op": "next", "dataset": self.name,
+                                         "shared": _ZERO_COPY, "ahead": True})
+        return self._ahead
+
+    def _drop_ahead(self) -> None:
+        """Reads and drops the batch asked for ahead by a pass the loop left early."""
+        if self._ahead is None:
+            return
+        ticket, self._ahead = self._ahead, None
+        reply = self._client.receive(ticket, check=False)
+        if "lease" in reply:
+            self._client.release(reply["lease"])
 
     def _map_shared(self, shared: Dict[str, Any], lease: int) -> Dict[str, Any]:
         """A batch where the node's object store holds it: the store's pages mapped here

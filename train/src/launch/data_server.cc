@@ -51,7 +51,9 @@ class DataServer::Impl {
     std::map<std::string, data::ShardPosition> positions;
     {
       std::lock_guard lock(mu_);
-      for (const auto& [name, d] : datasets_) positions[name] = d.shard->position();
+      for (const auto& [name, d] : datasets_) {
+        positions[name] = d.taken ? *d.taken : d.shard->position();
+      }
     }
     if (positions.empty()) return Status::Ok();
     return WriteDataPositions(positions, dir);
@@ -85,6 +87,9 @@ class DataServer::Impl {
     std::unique_ptr<data::BatchIterator> pass;
     std::string file;  // the last batch's file, removed at the next request
     double waited_reported = 0;
+    // With batches asked for ahead: the position after the batches the loop has taken (every
+    // one handed out but the last), which a checkpoint records; unset, the shard's own.
+    std::optional<data::ShardPosition> taken;
   };
 
   static void RemoveFile(Dataset& d) {
@@ -215,12 +220,17 @@ class DataServer::Impl {
       options.local_shuffle_buffer_size = request.value("local_shuffle_buffer_size", int64_t{0});
       if (options.batch_size < 1) return Error("iter_batches: batch_size must be at least 1");
       d.pass.reset();  // an earlier pass's producer stops first
+      SetTaken(d, std::nullopt);
       options.epoch = options.epoch >= 0 ? options.epoch : d.shard->next_epoch();
       d.pass = d.shard->IterBatches(options);
       return {{"ok", true}, {"epoch", options.epoch}};
     }
     if (op == "next") {
       if (!d.pass) return Error("next before iter");
+      // `ahead`: the process asks for this batch while its loop still works on the one before
+      // (python/rayd/data.py), having taken every batch before it, not this one.
+      const bool ahead = request.value("ahead", false);
+      SetTaken(d, ahead ? std::optional(d.shard->position()) : std::nullopt);
       Result<std::optional<data::Block>> next = d.pass->Next();
       const double waited = d.shard->stats().wait_seconds;
       const double wait_s = waited - d.waited_reported;
@@ -232,6 +242,7 @@ class DataServer::Impl {
       }
       if (!*next) {
         d.pass.reset();
+        if (ahead) SetTaken(d, d.shard->position());  // the end of a pass holds no rows
         feed_.Publish(Shards());
         return {{"ok", true}, {"end", true}, {"wait_s", wait_s}};
       }
@@ -250,6 +261,11 @@ class DataServer::Impl {
               {"wait_s", wait_s}};
     }
     return Error("unknown op '" + op + "' (open, iter, next)");
+  }
+
+  void SetTaken(Dataset& d, std::optional<data::ShardPosition> taken) {
+    std::lock_guard lock(mu_);
+    d.taken = std::move(taken);
   }
 
   // A batch whose columns all lie in one shared mapping (a block in the node's object store):
@@ -305,8 +321,8 @@ class DataServer::Impl {
   const std::string resume_dir_;
   const int world_size_, rank_, local_world_size_;
   DataFeed feed_;
-  mutable std::mutex mu_;  // guards datasets_'s entries being added (the server thread) against
-                   // WritePositions (the report's thread)
+  mutable std::mutex mu_;  // guards datasets_'s entries being added and their `taken` set (the
+                           // server thread) against WritePositions (the report's thread)
   int stop_pipe_[2] = {-1, -1};
   std::map<std::string, Dataset> datasets_;  // the server thread's
   uint64_t files_made_ = 0;

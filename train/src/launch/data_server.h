@@ -9,13 +9,17 @@
 //                                            "columns": [{"name", "dtype", "shape"}]}
 //   {"op": "iter", "dataset": NAME, "batch_size": B, "drop_last": false, "epoch": E (-1: next)}
 //                                        -> {"ok": true, "epoch": E}
-//   {"op": "next", "dataset": NAME, "shared": true}
+//   {"op": "next", "dataset": NAME, "shared": true, "ahead": true}
 //                                        -> {"ok": true, "path": P, "size": S, "wait_s": W}
 //                                           or {"ok": true, "shared": {"path", "offset", "length",
 //                                               "rows", "columns": [{"name", "dtype", "shape",
 //                                               "offset"}]}, "lease": L, "wait_s": W}
 //                                           or {"ok": true, "end": true}
-// Any request may carry "release": [L, ...].
+// Any request may carry "release": [L, ...]. Replies come in the order of the requests, so the
+// process may send one before reading the replies to those before it. The Python client asks for
+// each batch ahead, while its loop still trains on the one before, and says so ("ahead"): a
+// checkpoint then records the position after the batches handed out but that last one (the
+// loop's, not the server's). Without "ahead", a batch counts as taken when it is handed out.
 //
 // Zero-copy where the block is in the node's object store (made by a data task or a transform
 // stage, viewed there by this process): with "shared", the process maps the same pages itself
