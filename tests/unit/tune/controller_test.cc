@@ -283,13 +283,10 @@ TEST_CASE("a run's restarts count as the trial's failures, and the trial still f
   CHECK(state->trials[0].num_failures == 1);
 }
 
-TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose next run resumes "
-          "from it with the explored config",
-          "[tune][controller]") {
-  ScriptedRunner runner;
-  runner.checkpoints = true;
-  runner.curves = {{"good", {5, 6, 7, 8, 9, 10}}, {"bad", {1, 1, 1, 1, 1, 1}}};
-  Sweep sweep;
+namespace {
+
+// PBT over lr, every 2 iterations, the worse half exploiting the better.
+PbtConfig LrPbt() {
   PbtConfig pbt;
   pbt.time_attr = "training_iteration";
   pbt.perturbation_interval = 2;
@@ -297,6 +294,19 @@ TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose nex
   pbt.resample_probability = 0;
   pbt.hyperparam_mutations = {{{"lr"}, Domain::Uniform(0.001, 0.1)}};
   pbt.log_dir = "";
+  return pbt;
+}
+
+}  // namespace
+
+TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose next run resumes "
+          "from it with the explored config",
+          "[tune][controller]") {
+  ScriptedRunner runner;
+  runner.checkpoints = true;
+  runner.curves = {{"good", {5, 6, 7, 8, 9, 10}}, {"bad", {1, 1, 1, 1, 1, 1}}};
+  Sweep sweep;
+  PbtConfig pbt = LrPbt();
   sweep.tune.scheduler = pbt;
   std::vector<Trial> trials = MakeTrials({"good", "bad"});
   for (Trial& t : trials) t.config["lr"] = 0.01;
@@ -322,13 +332,7 @@ TEST_CASE("PBT's exploit clones the donor's checkpoint into the trial, whose nex
 TEST_CASE("synchronous PBT exploits even when trials run one at a time: a paused trial resumes "
           "from its donor's checkpoint",
           "[tune][controller]") {
-  PbtConfig pbt;
-  pbt.time_attr = "training_iteration";
-  pbt.perturbation_interval = 2;
-  pbt.quantile_fraction = 0.5;
-  pbt.resample_probability = 0;
-  pbt.hyperparam_mutations = {{{"lr"}, Domain::Uniform(0.001, 0.1)}};
-  pbt.log_dir = "";
+  PbtConfig pbt = LrPbt();
   auto run = [&](ScriptedRunner& runner, Sweep& sweep, bool synch) {
     runner.checkpoints = true;
     runner.curves = {{"good", {5, 6, 7, 8, 9, 10}}, {"bad", {1, 1, 1, 1, 1, 1}}};
