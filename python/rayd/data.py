@@ -104,13 +104,18 @@ class _Client:
         self._sent += 1
         return self._sent
 
-    def receive(self, ticket: int, check: bool = True) -> Dict[str, Any]:
-        """The reply to request ``ticket``; with ``check``, a refusal raises RuntimeError."""
+    def wait(self, ticket: int) -> None:
+        """Returns once the reply to request ``ticket`` has come (the server has handled it),
+        leaving it for receive()."""
         while ticket not in self._early:
             if self._sock is None or self._read >= self._sent:
                 raise RuntimeError("rayd data: the rank's data server closed the connection")
             self._read += 1
             self._early[self._read] = self._read_line()
+
+    def receive(self, ticket: int, check: bool = True) -> Dict[str, Any]:
+        """The reply to request ``ticket``; with ``check``, a refusal raises RuntimeError."""
+        self.wait(ticket)
         reply = self._early.pop(ticket)
         if check and reply.get("ok") is not True:
             raise RuntimeError(f"rayd data: {reply.get('error', 'request refused')}")
@@ -130,6 +135,15 @@ class _Client:
 
 _client: Optional[_Client] = None
 _shards: Dict[str, "DatasetShard"] = {}
+
+
+def _settle_before_checkpoint() -> None:
+    """Waits until the server has handled every batch request sent ahead: it learns from each
+    that the loop took the batch before it, and a checkpoint must record the position after
+    every batch the loop has taken (the report reaches the rank's actor by another way)."""
+    for shard in _shards.values():
+        if shard._ahead is not None:
+            shard._client.wait(shard._ahead)
 
 
 def _data_wait_since_report() -> float:

@@ -298,6 +298,8 @@ def report(metrics: Mapping[str, Any], checkpoint: Optional[str] = None) -> None
         checkpoint_path = os.path.abspath(os.fspath(checkpoint))
         if not os.path.isdir(checkpoint_path):
             raise ValueError(f"checkpoint {checkpoint_path!r} is not a directory")
+        if _data._shards:
+            _data._settle_before_checkpoint()
 
     addr = _env_str("RAYD_REPORT_ADDR")
     if addr is None:

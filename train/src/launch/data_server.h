@@ -19,7 +19,9 @@
 // process may send one before reading the replies to those before it. The Python client asks for
 // each batch ahead, while its loop still trains on the one before, and says so ("ahead"): a
 // checkpoint then records the position after the batches handed out but that last one (the
-// loop's, not the server's). Without "ahead", a batch counts as taken when it is handed out.
+// loop's, not the server's). Reports come to the rank's actor by another way, so before a report
+// with a checkpoint the client waits for the replies to its requests sent ahead: the server has
+// then read them. Without "ahead", a batch counts as taken when it is handed out.
 //
 // Zero-copy where the block is in the node's object store (made by a data task or a transform
 // stage, viewed there by this process): with "shared", the process maps the same pages itself
