@@ -245,6 +245,19 @@ void ComputeSetupLoop(const json&) {
 }
 RAYD_TRAIN_LOOP(ComputeSetupLoop);
 
+// Makes a checkpoint directory, leaves its path in out_dir/dir_<rank> and never reports it:
+// reports without it, or with `fail`, throws.
+void AbandonDirLoop(const json& config) {
+  const std::string dir = rt::NewCheckpointDir();
+  std::ofstream(dir + "/state") << "never reported";
+  std::ofstream(config.at("out_dir").get<std::string>() + "/dir_" +
+                std::to_string(rt::GetContext().world_rank))
+      << dir;
+  if (config.value("fail", false)) throw std::runtime_error("failed after NewCheckpointDir");
+  rt::Report({{"k", 1}});
+}
+RAYD_TRAIN_LOOP(AbandonDirLoop);
+
 // Reports its config's `k` once, at once: a sweep's one-result trial.
 void OnceLoop(const json& config) { rt::Report({{"k", config.at("k").get<double>()}}); }
 RAYD_TRAIN_LOOP(OnceLoop);
@@ -390,6 +403,28 @@ TEST_CASE("without max_failures a killed rank fails the run", "[trainer]") {
   CHECK_FALSE(result.ok());
   CHECK(result.restarts == 0);
   CHECK_THAT(result.error, Catch::Contains("rank"));
+}
+
+TEST_CASE("a checkpoint directory a rank made and never reported is removed when its run ends",
+          "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir storage;
+  for (const bool fail : {false, true}) {
+    TempDir out;
+    rt::TrainResult result =
+        rt::Trainer("AbandonDirLoop", {{"out_dir", out.path()}, {"fail", fail}},
+                    {.num_workers = 2},
+                    {.name = fail ? "abandon_fail" : "abandon", .storage_path = storage.path()})
+            .Fit();
+    CHECK(result.ok() == !fail);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ifstream in(out.path() + "/dir_" + std::to_string(rank));
+      std::string dir;
+      REQUIRE(std::getline(in, dir));
+      CHECK_FALSE(dir.empty());
+      CHECK_FALSE(fs::exists(dir));
+    }
+  }
 }
 
 TEST_CASE("a second Fit on the same run name resumes from its latest checkpoint", "[trainer]") {

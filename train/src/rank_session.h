@@ -69,6 +69,12 @@ std::string NodeDrainFile();
 std::optional<NodeDrain> ReadNodeDrain(const std::string& path);
 
 struct RankSession {
+  RankSession() = default;
+  RankSession(const RankSession&) = delete;
+  RankSession& operator=(const RankSession&) = delete;
+  // Removes the directories from NewCheckpointDir the loop never reported.
+  ~RankSession();
+
   TrainContext context;
   // The run's datasets (RunSpec::datasets_json), and the shards the loop took of them.
   std::string datasets_json;

@@ -226,6 +226,13 @@ std::optional<NodeDrain> ReadNodeDrain(const std::string& path) {
   return NodeDrain{static_cast<double>(notice->deadline_ms) / 1000, notice->reason};
 }
 
+RankSession::~RankSession() {
+  for (const std::string& dir : new_dirs) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+}
+
 RankSession& RequireSession(const char* what) {
   if (current == nullptr) {
     throw RaydError(std::string(what) + " called outside a train loop run by a Trainer");
