@@ -28,7 +28,7 @@ sweep() {  # sweep NAME TRAINABLE_YAML: seconds of a `rayd tune` of $trials one-
 name: $1
 trainable: $2
 param_space: {iterations: 1, checkpoint: false, x: {uniform: [0, 1]}}
-tune: {metric: score, mode: max, num_samples: $trials, max_concurrent_trials: 2}
+tune: {metric: loss, mode: min, num_samples: $trials, max_concurrent_trials: 2}
 run: {storage_path: $work/results}
 YAML
   local start end
@@ -38,7 +38,7 @@ YAML
   end=$(date +%s%N)
   calc "($end - $start) / 1e9"
 }
-python_trial="{command: [/usr/bin/python3, -c, \"import rayd.train as rt; rt.report({'score': 1})\"], launcher: none}"
+python_trial="{command: [/usr/bin/python3, -c, \"import rayd.train as rt; rt.report({'loss': 1})\"], launcher: none}"
 py_s=$(sweep python "$python_trial")
 cc_s=$(sweep cpp toy_objective)
 printf '%-11s %-44s %8s %8s\n' figure shape rayd peer
