@@ -495,6 +495,77 @@ run: {storage_path: STORAGE}
   CHECK(Contains(got.at("error").get<std::string>(), "cut.npy"));
 }
 
+// The Python client asks for each batch ahead of the loop: a pass left early, two shards read in
+// step, and a checkpoint taken mid-pass must still see exactly the batches the loop took.
+TEST_CASE("batches asked for ahead: a pass left early, two shards in step, a mid-pass checkpoint",
+          "[data][e2e]") {
+  RequireNumpy();
+  Sandbox sandbox;
+  const std::string dir = sandbox.root();
+  RunNumpy("np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64))");
+  std::ofstream(dir + "/reader.py") << R"(import json, os, shutil, tempfile
+import rayd.train as rt
+
+a, b = rt.get_dataset_shard("a"), rt.get_dataset_shard("b")
+out = {}
+# Left after 2 batches of epoch 0: the batch asked for ahead is dropped, epoch 1 is whole.
+left = [batch["id"].tolist() for _, batch in zip(range(2), a.iter_batches(batch_size=4))]
+out["left"] = sum(left, [])
+out["a1"] = sum((x["id"].tolist() for x in a.iter_batches(batch_size=4, epoch=1)), [])
+# Two shards in step; a checkpoint after 3 of a's batches of epoch 2 records 12 rows taken.
+out["a2"], out["b0"] = [], []
+for step, (x, y) in enumerate(zip(a.iter_batches(batch_size=4, epoch=2),
+                                  b.iter_batches(batch_size=8, epoch=0))):
+    out["a2"] += x["id"].tolist()
+    out["b0"] += y["id"].tolist()
+    if step == 2:
+        d = tempfile.mkdtemp()
+        rt.report({"step": step}, checkpoint=d)
+        shutil.rmtree(d)
+with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], "out.json"), "w") as f:
+    json.dump(out, f)
+rt.report({"rows": len(out["a1"])})
+)";
+  std::string file = sandbox.WriteYaml("ahead.yaml", R"(
+name: ahead
+trainable:
+  command: [/usr/bin/python3, reader.py]
+scaling: {num_workers: 1}
+datasets:
+  a: {format: npy, paths: [id.npy], seed: 3}
+  b: {format: npy, paths: [id.npy], seed: 4}
+run: {storage_path: STORAGE}
+)");
+  std::string out;
+  const int rc = sandbox.Run({"train", file}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::string run = sandbox.results() + "/ahead";
+  const json got = json::parse(ReadFile(run + "/out.json"));
+  auto order = [](uint64_t seed, int64_t epoch, size_t n) {
+    std::vector<int64_t> rows = rayd::data::EpochOrder(40, seed, epoch, true);
+    rows.resize(std::min(n, rows.size()));
+    return rows;
+  };
+  CHECK(got.at("left").get<std::vector<int64_t>>() == order(3, 0, 8));
+  CHECK(got.at("a1").get<std::vector<int64_t>>() == order(3, 1, 40));
+  // zip stops at the shorter: b's 5 batches of 8, a's first 5 of 4.
+  CHECK(got.at("a2").get<std::vector<int64_t>>() == order(3, 2, 20));
+  CHECK(got.at("b0").get<std::vector<int64_t>>() == order(4, 0, 40));
+  // The mid-pass checkpoint: 12 of a's rows of epoch 2 and 24 of b's of epoch 0 were taken.
+  std::string positions;
+  for (const auto& e : fs::recursive_directory_iterator(run)) {
+    if (e.path().filename() == ".rayd_data_positions.json") {
+      positions = ReadFile(e.path().string());
+    }
+  }
+  INFO(positions);
+  REQUIRE_FALSE(positions.empty());
+  const json p = json::parse(positions);
+  CHECK(p.at("a") == json{{"epoch", 2}, {"cursor", 12}});
+  CHECK(p.at("b") == json{{"epoch", 0}, {"cursor", 24}});
+}
+
 TEST_CASE("a sweep's four Python trials at once share one preprocessing of their dataset",
           "[data][e2e]") {
   RequireNumpy();
