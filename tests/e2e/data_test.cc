@@ -45,6 +45,28 @@ void RunNumpy(const std::string& code) {
   REQUIRE(std::system(("/usr/bin/python3 -c \"import numpy as np; " + code + "\"").c_str()) == 0);
 }
 
+// `rayd train` of a 1-rank Python trial named `name`: `script` (after `import json, os` and
+// `import rayd.train as rt`) leaves a dict `out`, which comes back from the trial's directory.
+// `datasets` is the train.yaml's datasets: block, indented by two.
+json RunReader(Sandbox& sandbox, const std::string& name, const std::string& script,
+               const std::string& datasets) {
+  std::ofstream(sandbox.root() + "/reader.py")
+      << "import json, os\nimport rayd.train as rt\n"
+      << script
+      << "\nwith open(os.path.join(os.environ['RAYD_TRIAL_DIR'], 'out.json'), 'w') as f:\n"
+         "    json.dump(out, f)\nrt.report({'done': 1})\n";
+  const std::string file = sandbox.WriteYaml(
+      name + ".yaml", "name: " + name +
+                          "\ntrainable:\n  command: [/usr/bin/python3, reader.py]\n"
+                          "scaling: {num_workers: 1}\ndatasets:\n" +
+                          datasets + "run: {storage_path: STORAGE}\n");
+  std::string output;
+  const int rc = sandbox.Run({"train", file}, &output);
+  INFO(output);
+  REQUIRE(rc == 0);
+  return json::parse(ReadFile(sandbox.results() + "/" + name + "/out.json"));
+}
+
 void RequireNumpy() {
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
     std::printf("skipped: /usr/bin/python3 cannot import numpy (apt install python3-numpy)\n");
@@ -458,9 +480,8 @@ TEST_CASE("a dataset that cannot open fails only the request for it, not the ran
   RunNumpy("np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64)); "
            "b = open('" + dir + "/id.npy', 'rb').read(); "
            "open('" + dir + "/cut.npy', 'wb').write(b[:len(b) - 100])");
-  std::ofstream(dir + "/reader.py") << R"(import json, os
-import rayd.train as rt
-
+  // The truncated file comes first: the server meets it first while the process starts.
+  const json got = RunReader(sandbox, "cut", R"(
 ids = []
 for batch in rt.get_dataset_shard("good").iter_batches(batch_size=16):
     ids += batch["id"].tolist()
@@ -469,26 +490,10 @@ try:
     error = ""
 except RuntimeError as e:
     error = str(e)
-with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], "out.json"), "w") as f:
-    json.dump({"ids": sorted(ids), "error": error}, f)
-rt.report({"rows": len(ids)})
-)";
-  // The truncated file comes first: the server meets it first while the process starts.
-  std::string file = sandbox.WriteYaml("cut.yaml", R"(
-name: cut
-trainable:
-  command: [/usr/bin/python3, reader.py]
-scaling: {num_workers: 1}
-datasets:
-  cut: {format: npy, paths: [cut.npy]}
-  good: {format: npy, paths: [id.npy]}
-run: {storage_path: STORAGE}
-)");
-  std::string out;
-  const int rc = sandbox.Run({"train", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  const json got = json::parse(ReadFile(sandbox.results() + "/cut/out.json"));
+out = {"ids": sorted(ids), "error": error}
+)",
+                             "  cut: {format: npy, paths: [cut.npy]}\n"
+                             "  good: {format: npy, paths: [id.npy]}\n");
   std::vector<int64_t> all(40);
   std::iota(all.begin(), all.end(), 0);
   CHECK(got.at("ids").get<std::vector<int64_t>>() == all);
@@ -503,8 +508,8 @@ TEST_CASE("batches asked for ahead: a pass left early, two shards in step, a mid
   Sandbox sandbox;
   const std::string dir = sandbox.root();
   RunNumpy("np.save('" + dir + "/id.npy', np.arange(40, dtype=np.int64))");
-  std::ofstream(dir + "/reader.py") << R"(import json, os, shutil, tempfile
-import rayd.train as rt
+  const json got = RunReader(sandbox, "ahead", R"(
+import shutil, tempfile
 
 a, b = rt.get_dataset_shard("a"), rt.get_dataset_shard("b")
 out = {}
@@ -522,26 +527,10 @@ for step, (x, y) in enumerate(zip(a.iter_batches(batch_size=4, epoch=2),
         d = tempfile.mkdtemp()
         rt.report({"step": step}, checkpoint=d)
         shutil.rmtree(d)
-with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], "out.json"), "w") as f:
-    json.dump(out, f)
-rt.report({"rows": len(out["a1"])})
-)";
-  std::string file = sandbox.WriteYaml("ahead.yaml", R"(
-name: ahead
-trainable:
-  command: [/usr/bin/python3, reader.py]
-scaling: {num_workers: 1}
-datasets:
-  a: {format: npy, paths: [id.npy], seed: 3}
-  b: {format: npy, paths: [id.npy], seed: 4}
-run: {storage_path: STORAGE}
-)");
-  std::string out;
-  const int rc = sandbox.Run({"train", file}, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
+)",
+                             "  a: {format: npy, paths: [id.npy], seed: 3}\n"
+                             "  b: {format: npy, paths: [id.npy], seed: 4}\n");
   const std::string run = sandbox.results() + "/ahead";
-  const json got = json::parse(ReadFile(run + "/out.json"));
   auto order = [](uint64_t seed, int64_t epoch, size_t n) {
     std::vector<int64_t> rows = rayd::data::EpochOrder(40, seed, epoch, true);
     rows.resize(std::min(n, rows.size()));
