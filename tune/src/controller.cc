@@ -295,14 +295,9 @@ void Controller::Start(size_t index) {
   // Synchronous PBT decides the exploits of the trials it paused while they wait.
   if (Decision resume = scheduler_->OnTrialResume(t.id);
       resume.action == Decision::Action::kExploit) {
-    std::string cloned;
-    if (Status status = Clone(index, resume.donor, &cloned); status.ok()) {
+    if (std::string cloned; CloneForExploit(index, resume, &cloned)) {
       t.checkpoint = cloned;
       t.config = std::move(resume.config);
-      for (auto& sink : sinks_) sink->OnExploit(resume.lineage);
-    } else {
-      std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << status.message()
-                << "\n";
     }
   }
   t.status = TrialStatus::kRunning;
@@ -403,13 +398,8 @@ bool Controller::OnResult(size_t index, train::ReportedResult result) {
       r.pending = Pending::kPause;
       return false;
     case Decision::Action::kExploit:
-      if (Status cloned = Clone(index, decision.donor, &r.cloned); !cloned.ok()) {
-        // Keep training as it was rather than lose the trial.
-        std::cerr << "rayd tune: PBT exploit of " << t.id << " skipped: " << cloned.message()
-                  << "\n";
-        return true;
-      }
-      for (auto& sink : sinks_) sink->OnExploit(decision.lineage);
+      // Failing, keep training as it was rather than lose the trial.
+      if (!CloneForExploit(index, decision, &r.cloned)) return true;
       r.pending = Pending::kExploit;
       r.new_config = decision.config;
       return false;
@@ -453,6 +443,18 @@ void Controller::OnDone(size_t index, const train::TrainResult& ended) {
   }
   for (auto& sink : sinks_) sink->OnStatus(t);
   Save();
+}
+
+// PBT's exploit `decision` of trial `index`: its donor's checkpoint cloned (Clone) and the
+// lineage logged; false, saying why, when the clone failed (the trial then goes on as it was).
+bool Controller::CloneForExploit(size_t index, const Decision& decision, std::string* cloned) {
+  if (Status status = Clone(index, decision.donor, cloned); !status.ok()) {
+    std::cerr << "rayd tune: PBT exploit of " << trials_[index].id
+              << " skipped: " << status.message() << "\n";
+    return false;
+  }
+  for (auto& sink : sinks_) sink->OnExploit(decision.lineage);
+  return true;
 }
 
 // PBT: copies the donor's checkpoint into the trial's run directory as its newest, while the

@@ -101,6 +101,7 @@ class Controller {
   bool OnResult(size_t index, train::ReportedResult result);
   void OnDone(size_t index, const train::TrainResult& ended);
   Status Clone(size_t index, const std::string& donor_id, std::string* cloned);
+  bool CloneForExploit(size_t index, const Decision& decision, std::string* cloned);
   void InterruptAll();
   void Save(bool now = false);
   // Gives every sink the sweep as it stands.
