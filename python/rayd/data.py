@@ -4,8 +4,9 @@ A run's ``datasets:`` (train.yaml, tune.yaml) are read, transformed and sharded 
 C++, exactly as for a C++ train loop; the rank's actor serves this process its batches over a
 Unix socket (``RAYD_DATA_SOCKET``). A batch whose block is in the node's object store (made by
 data tasks, ``execution: tasks``, or a transform stage) is mapped here where the store holds it:
-its arrays view that shared memory, with no copy at all. Any other batch is a block
-(data/FORMAT.md) written once to a file in /dev/shm and mapped here::
+its arrays view that shared memory, with no copy at all. Any other batch is copied once into one
+of a few shared buffers the server reuses, each mapped here once (or, where the loop holds them
+all, or for bytes columns, a block (data/FORMAT.md) written to a file in /dev/shm)::
 
     import rayd.train as rt
 
@@ -21,6 +22,7 @@ epoch. ``batch_format="torch"`` gives torch tensors (``torch.from_numpy``, no co
 Needs NumPy; torch only for ``batch_format="torch"``.
 """
 
+import ctypes
 import json
 import mmap
 import os
@@ -34,6 +36,9 @@ _MAGIC = b"RAYDBLK1"
 # Map batches where the node's object store holds them (execution: tasks, transform stages)
 # instead of receiving a copy in a file; RAYD_DATA_ZERO_COPY=0 turns it off.
 _ZERO_COPY = os.environ.get("RAYD_DATA_ZERO_COPY", "1") != "0"
+# Copy other batches into buffers the server reuses, each mapped here once, instead of a new
+# file in /dev/shm per batch; RAYD_DATA_SLOTS=0 turns it off.
+_SLOTS = os.environ.get("RAYD_DATA_SLOTS", "1") != "0"
 
 
 def read_block(buffer: Any) -> Dict[str, Any]:
@@ -79,6 +84,8 @@ class _Client:
         self._sent = 0  # requests sent on this connection
         self._read = 0  # replies read
         self._early: Dict[int, Dict[str, Any]] = {}  # replies read before their turn came
+        # The server's reused batch buffers ("slots"), each mapped once, by slot id.
+        self._slots: Dict[int, mmap.mmap] = {}
 
     def release(self, lease: int) -> None:
         self._released.append(lease)
@@ -120,6 +127,28 @@ class _Client:
         if check and reply.get("ok") is not True:
             raise RuntimeError(f"rayd data: {reply.get('error', 'request refused')}")
         return reply
+
+    def slot(self, slot: Dict[str, Any], path: str) -> mmap.mmap:
+        """The mapping of the server's slot ``slot`` (``{"id", "capacity"}``), made the first
+        time it is used: shared and writable, as a batch in it is the loop's alone until its
+        arrays are gone."""
+        mapped = self._slots.get(slot["id"])
+        if mapped is None:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as e:
+                raise RuntimeError(f"rayd data: cannot open the data server's batch buffer at "
+                                   f"{path}: {e}") from e
+            try:
+                mapped = mmap.mmap(fd, slot["capacity"])
+            finally:
+                os.close(fd)
+            self._slots[slot["id"]] = mapped
+            # A slot made again bigger has a new id: forget the oldest (a batch still using
+            # one keeps its mapping alive).
+            while len(self._slots) > 32:
+                del self._slots[next(iter(self._slots))]
+        return mapped
 
     def _read_line(self) -> Dict[str, Any]:
         while b"\n" not in self._buffer:
@@ -174,6 +203,7 @@ class DatasetShard:
         # Batches mapped where the object store holds them, and batches copied to a file.
         self.shared_batches = 0
         self.copied_batches = 0
+        self.slot_batches = 0  # of the copied ones, those in the server's reused buffers
         self._ahead: Optional[int] = None  # the ticket of the batch asked for ahead, if any
 
     def iter_batches(self, batch_size: int = 256, *, drop_last: bool = False,
@@ -203,7 +233,11 @@ class DatasetShard:
             self._waited += reply.get("wait_s", 0.0)
             if reply.get("end"):
                 return
-            if "shared" in reply:
+            if "slot" in reply:
+                batch = self._map_slot(reply)
+                self.copied_batches += 1
+                self.slot_batches += 1
+            elif "shared" in reply:
                 batch = self._map_shared(reply["shared"], reply["lease"])
                 self.shared_batches += 1
             else:
@@ -222,7 +256,7 @@ class DatasetShard:
 
     def _ask_ahead(self) -> int:
         self._ahead = self._client.send({"op": "next", "dataset": self.name,
-                                         "shared": _ZERO_COPY, "ahead": True})
+                                         "shared": _ZERO_COPY, "slots": _SLOTS, "ahead": True})
         return self._ahead
 
     def _drop_ahead(self) -> None:
@@ -237,8 +271,6 @@ class DatasetShard:
     def _map_shared(self, shared: Dict[str, Any], lease: int) -> Dict[str, Any]:
         """A batch where the node's object store holds it: the store's pages mapped here
         (copy-on-write), the lease released once every array of the batch is gone."""
-        import numpy as np
-
         try:
             fd = os.open(shared["path"], os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
@@ -251,16 +283,33 @@ class DatasetShard:
         finally:
             os.close(fd)
         weakref.finalize(mapped, self._client.release, lease)
-        rows = shared["rows"]
-        out: Dict[str, Any] = {}
-        for column in shared["columns"]:
-            shape = (rows, *column["shape"])
-            count = 1
-            for dim in shape:
-                count *= dim
-            out[column["name"]] = np.frombuffer(mapped, dtype=column["dtype"], count=count,
-                                                offset=column["offset"]).reshape(shape)
-        return out
+        return _columns(mapped, shared)
+
+    def _map_slot(self, reply: Dict[str, Any]) -> Dict[str, Any]:
+        """A batch the server copied into one of its reused buffers: viewed in this process's
+        mapping of it, the lease released once every array of the batch is gone."""
+        shared = reply["shared"]
+        mapped = self._client.slot(reply["slot"], shared["path"])
+        # The batch's own view of the slot: the arrays keep it alive, and its end is the lease's.
+        owner = (ctypes.c_char * shared["length"]).from_buffer(mapped, shared["offset"])
+        weakref.finalize(owner, self._client.release, reply["lease"])
+        return _columns(owner, shared)
+
+
+def _columns(buffer: Any, shared: Dict[str, Any]) -> Dict[str, Any]:
+    """The columns ``shared["columns"]`` describes, as NumPy arrays viewing ``buffer``."""
+    import numpy as np
+
+    rows = shared["rows"]
+    out: Dict[str, Any] = {}
+    for column in shared["columns"]:
+        shape = (rows, *column["shape"])
+        count = 1
+        for dim in shape:
+            count *= dim
+        out[column["name"]] = np.frombuffer(buffer, dtype=column["dtype"], count=count,
+                                            offset=column["offset"]).reshape(shape)
+    return out
 
 
 def get_dataset_shard(name: str) -> DatasetShard:

@@ -412,8 +412,22 @@ for name in ("local", "tasks"):
         out[f"{name}/{epoch}"] = ids
     out[f"{name}/shared"] = shard.shared_batches
     out[f"{name}/copied"] = shard.copied_batches
+# Every batch of a pass kept: more than the server's reused buffers (slots), so the later ones
+# come through files; each keeps what it was. Dropped, their slots serve the next pass.
+batch = None  # the last pass's last batch (3 of epoch 0's are held)
+shard = rt.get_dataset_shard("local")
+slots = shard.slot_batches
+kept = list(shard.iter_batches(batch_size=4, epoch=2))
+out["local/kept"] = [i for b in kept for i in b["id"].tolist()]
+out["local/kept_slots"] = shard.slot_batches - slots
+for b in kept:
+    assert (b["x"][:, 1] == 2 * b["id"]).all(), "a kept batch changed"
+del b, kept
+slots = shard.slot_batches
+passes = sum(1 for _ in shard.iter_batches(batch_size=4, epoch=3))
+out["local/next_pass_slots"] = [shard.slot_batches - slots, passes]
 for batch in held:
-    batch["x"][0, 0] = -1  # copy-on-write: the writable arrays torch wants, private to us
+    batch["x"][0, 0] = -1  # writable, as torch wants, and the batch's own
     assert (batch["x"][:, 1] == 2 * batch["id"]).all(), "a held batch changed"
 with open(os.path.join(os.environ["RAYD_TRIAL_DIR"], f"ids_{ctx.world_rank}.json"), "w") as f:
     json.dump(out, f)
@@ -457,6 +471,16 @@ run: {storage_path: STORAGE}
       CHECK(ids.at("tasks/shared").get<int>() == 2 * 5);
       CHECK(ids.at("tasks/copied").get<int>() == 2 * 2);
       CHECK(ids.at("local/shared").get<int>() == 0);
+      if (epoch == 0) {
+        // Batches made in the rank's actor are copied into its reused buffers, 8 at most: a
+        // pass of 13 batches all kept gets 8 less the 3 still held from epoch 0 (the rest come
+        // through files); dropped, every batch of the next pass has a slot again.
+        CHECK(ids.at("local/copied").get<int>() == 2 * 7);
+        CHECK(ids.at("local/kept").get<std::vector<int64_t>>() ==
+              rayd::data::DealRank(rayd::data::EpochOrder(101, 3, 2, true), 2, rank, 4).rows);
+        CHECK(ids.at("local/kept_slots").get<int>() == 8 - 3);
+        CHECK(ids.at("local/next_pass_slots") == json::array({13, 13}));
+      }
     }
     CHECK(all.size() == 101);  // 51 and 50: every row, the last step uneven
   }

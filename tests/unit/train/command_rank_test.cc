@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "launch/batch_slots.h"
 #include "launch/launcher_env.h"
 #include "launch/shared_pages.h"
 #include "test_util.h"
@@ -299,6 +300,59 @@ struct Memfd {
   int fd = -1;
   void* map = nullptr;
 };
+
+TEST_CASE("batch slots are reused once released, mapped elsewhere as the same pages, and bounded",
+          "[train][data]") {
+  BatchSlots slots(/*max_slots=*/3, /*max_bytes=*/size_t{1} << 20);
+  std::optional<BatchSlots::Slot> a = slots.Take(200'000, /*lease=*/1);
+  REQUIRE(a.has_value());
+  CHECK(a->capacity >= 200'000);
+  CHECK(a->path == "/proc/" + std::to_string(::getpid()) + "/fd/" +
+                       a->path.substr(a->path.rfind('/') + 1));
+  // What the server writes is what another mapping of the path (the rank's process) reads, and
+  // the other way round.
+  a->data[1234] = 42;
+  const int fd = ::open(a->path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto* other = static_cast<uint8_t*>(
+      ::mmap(nullptr, a->capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ::close(fd);
+  REQUIRE(other != MAP_FAILED);
+  CHECK(other[1234] == 42);
+  other[7] = 9;
+  CHECK(a->data[7] == 9);
+  ::munmap(other, a->capacity);
+
+  // A leased slot is not handed out again; a released one is (the same memfd, no new one).
+  std::optional<BatchSlots::Slot> b = slots.Take(200'000, 2);
+  REQUIRE(b.has_value());
+  CHECK(b->id != a->id);
+  slots.Release(1);
+  std::optional<BatchSlots::Slot> again = slots.Take(150'000, 3);
+  REQUIRE(again.has_value());
+  CHECK(again->id == a->id);
+  CHECK(slots.size() == 2);
+  // Every slot leased and no more allowed: the batch goes another way.
+  REQUIRE(slots.Take(100, 4).has_value());
+  CHECK(slots.size() == 3);
+  CHECK_FALSE(slots.Take(100, 5).has_value());
+  CHECK(slots.leased() == 3);
+  // A bigger batch with only a small slot free: that one is made again bigger, under a new id,
+  // while the bytes allowed hold it; past them, none.
+  slots.Release(2);
+  std::optional<BatchSlots::Slot> big = slots.Take(600'000, 6);
+  REQUIRE(big.has_value());
+  CHECK(big->capacity >= 600'000);
+  CHECK(big->id != b->id);
+  CHECK(big->id > again->id);
+  slots.Release(6);
+  CHECK_FALSE(slots.Take(900'000, 7).has_value());
+  // A lease not held releases nothing; the process gone, every slot is free.
+  slots.Release(12345);
+  CHECK(slots.leased() == 2);
+  slots.ReleaseAll();
+  CHECK(slots.leased() == 0);
+}
 
 TEST_CASE("a batch's pages are found in a shared memfd mapping and nowhere else",
           "[train][data]") {

@@ -4,6 +4,7 @@
 
 #include "../data_feed.h"
 #include "../datasets.h"
+#include "batch_slots.h"
 #include "shared_pages.h"
 
 #include <fcntl.h>
@@ -153,6 +154,7 @@ class DataServer::Impl {
       ::close(client);
       for (auto& [name, state] : datasets_) RemoveFile(state);
       leases_.clear();
+      slots_.ReleaseAll();
     }
   }
 
@@ -193,7 +195,9 @@ class DataServer::Impl {
     const std::string op = request["op"].get<std::string>();
     // Batches the process no longer uses (their arrays are gone): their blocks may go.
     for (const nlohmann::json& id : request.value("release", nlohmann::json::array())) {
-      if (id.is_number_unsigned()) leases_.erase(id.get<uint64_t>());
+      if (!id.is_number_unsigned()) continue;
+      leases_.erase(id.get<uint64_t>());
+      slots_.Release(id.get<uint64_t>());
     }
     Result<Dataset*> found = Find(request["dataset"].get<std::string>());
     if (!found.ok()) return Error(found.status().message());
@@ -252,6 +256,12 @@ class DataServer::Impl {
         leases_.emplace(lease, std::move(**next));
         return {{"ok", true}, {"shared", std::move(*shared)}, {"lease", lease}, {"wait_s", wait_s}};
       }
+      if (request.value("slots", false)) {
+        if (std::optional<nlohmann::json> slot = CopyToSlot(**next)) {
+          (*slot)["wait_s"] = wait_s;
+          return std::move(*slot);
+        }
+      }
       Result<std::string> file = WriteBatch(**next);
       if (!file.ok()) return Error(file.status().message());
       d.file = *file;
@@ -300,6 +310,43 @@ class DataServer::Impl {
                           {"columns", std::move(columns)}};
   }
 
+  // The batch copied into one of the reused slots (batch_slots.h), described as a shared batch
+  // is, with the slot and its lease: nullopt for bytes columns, or when no slot is free (the
+  // process holds every one) and no more may be made.
+  std::optional<nlohmann::json> CopyToSlot(const data::Block& batch) {
+    if (batch.columns().empty() || batch.num_rows() == 0) return std::nullopt;
+    std::vector<size_t> offsets;
+    size_t bytes = 0;
+    for (const data::Column& c : batch.columns()) {
+      if (c.is_bytes()) return std::nullopt;
+      offsets.push_back(bytes);
+      const auto n = static_cast<size_t>(c.RowBytes() * batch.num_rows());
+      bytes += (n + 63) / 64 * 64;  // each column 64-byte aligned, as in a block
+    }
+    const uint64_t lease = next_lease_;
+    std::optional<BatchSlots::Slot> slot = slots_.Take(bytes, lease);
+    if (!slot) return std::nullopt;
+    ++next_lease_;
+    nlohmann::json columns = nlohmann::json::array();
+    for (size_t i = 0; i < batch.columns().size(); ++i) {
+      const data::Column& c = batch.columns()[i];
+      std::memcpy(slot->data + offsets[i], c.data,
+                  static_cast<size_t>(c.RowBytes() * batch.num_rows()));
+      columns.push_back({{"name", c.name()},
+                         {"dtype", std::string(data::NumpyDescr(c.dtype()))},
+                         {"shape", c.schema.shape},
+                         {"offset", offsets[i]}});
+    }
+    return nlohmann::json{{"ok", true},
+                          {"shared", {{"path", slot->path},
+                                      {"offset", 0},
+                                      {"length", bytes},
+                                      {"rows", batch.num_rows()},
+                                      {"columns", std::move(columns)}}},
+                          {"slot", {{"id", slot->id}, {"capacity", slot->capacity}}},
+                          {"lease", lease}};
+  }
+
   // The batch in a new file in /dev/shm (shared memory), its path.
   Result<std::string> WriteBatch(const data::Block& batch) {
     const std::string path = "/dev/shm/rayd-data-" + std::to_string(::getpid()) + "-" +
@@ -330,6 +377,8 @@ class DataServer::Impl {
   // their objects) stay until it releases them.
   std::map<uint64_t, data::Block> leases_;
   uint64_t next_lease_ = 0;
+  // Batches copied into reused shared memory ("slots"), leased the same way.
+  BatchSlots slots_;
   SharedPages shared_pages_;
   std::thread thread_;  // last: started once the rest is set
 };

@@ -9,11 +9,12 @@
 //                                            "columns": [{"name", "dtype", "shape"}]}
 //   {"op": "iter", "dataset": NAME, "batch_size": B, "drop_last": false, "epoch": E (-1: next)}
 //                                        -> {"ok": true, "epoch": E}
-//   {"op": "next", "dataset": NAME, "shared": true, "ahead": true}
+//   {"op": "next", "dataset": NAME, "shared": true, "slots": true, "ahead": true}
 //                                        -> {"ok": true, "path": P, "size": S, "wait_s": W}
 //                                           or {"ok": true, "shared": {"path", "offset", "length",
 //                                               "rows", "columns": [{"name", "dtype", "shape",
 //                                               "offset"}]}, "lease": L, "wait_s": W}
+//                                           and with a slot, also "slot": {"id", "capacity"}
 //                                           or {"ok": true, "end": true}
 // Any request may carry "release": [L, ...]. Replies come in the order of the requests, so the
 // process may send one before reading the replies to those before it. The Python client asks for
@@ -27,10 +28,13 @@
 // stage, viewed there by this process): with "shared", the process maps the same pages itself
 // (the store's memfd through /proc/<pid>/fd/<fd>, copy-on-write) and its arrays view them; the
 // server keeps the batch's block, and so its object, until the process releases the lease (when
-// its arrays are gone) or disconnects. Otherwise (a block made in this process, bytes columns)
-// a batch is a block (data/FORMAT.md) written to a file in /dev/shm that the process maps; the
-// server removes the file when the process asks for the next batch of that dataset or
-// disconnects (the mapping stays valid). Errors come back as
+// its arrays are gone) or disconnects. Otherwise, with "slots", a batch is copied into one of a
+// few memfds the server reuses (batch_slots.h): the process maps each slot once, shared and
+// writable, and keeps it mapped; a slot is the batch's alone until the process releases its
+// lease, as above. Where no slot is free (the process holds them all), for bytes columns, and
+// for a client that does not ask for slots, a batch is a block (data/FORMAT.md) written to a file
+// in /dev/shm that the process maps; the server removes the file when the process asks for the
+// next batch of that dataset or disconnects (the mapping stays valid). Errors come back as
 // {"ok": false, "error": MESSAGE} naming the file and row, as in C++.
 //
 // Threading: one thread of its own, serving one connection at a time; destroying the server
