@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A JPEG decode + random-crop pipeline into 2 data-parallel ranks, in one run: the same network
+# A JPEG decode + random-crop pipeline into 2 data-parallel ranks (RANKS), in one run: the same network
 # (bench/data/jpeg_common.py), batch and images on three sides, each timed in images/s:
 #   rayd Data:  a Python command trial under `rayd train` (bench/data/jpeg_rayd_trial.py) reading
 #               `format: images`; rayd's C++ preprocessing in each rank's actor decodes the JPEGs
@@ -20,9 +20,11 @@
 #   bench/data/jpeg_pipeline.sh [EPOCHS=3] [BATCH=64] [IMAGES=10000]
 #   BURNERS=2 bench/data/jpeg_pipeline.sh     # the same beside two CPU burners
 #   LOADER_WORKERS=2 ...                       # DataLoader num_workers per rank (default 1)
+#   RANKS=1 ...                                # one rank: a core left for the preprocessing
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-epochs="${1:-3}" batch="${2:-64}" images="${3:-10000}"
+epochs="${1:-3}" batch="${2:-64}" images="${3:-10000}" ranks="${RANKS:-2}"
+export RANKS="$ranks"
 channels=8 hidden=64 side=56
 rayd="${RAYD_BIN:-build/cli/rayd}"
 here="$(pwd)/bench/data"
@@ -37,7 +39,7 @@ trainable:
   command: [/usr/bin/python3, $here/jpeg_rayd_trial.py]
   launcher: torch
 config: {batch_size: $batch, channels: $channels, hidden: $hidden, epochs: $epochs, side: $side}
-scaling: {num_workers: 2, resources_per_worker: {CPU: 1}}
+scaling: {num_workers: $ranks, resources_per_worker: {CPU: 1}}
 datasets:
   train:
     format: images
@@ -51,7 +53,7 @@ $([[ "${RAYD_TO_FLOAT:-0}" != 1 ]] ||
 run: {storage_path: $work/results}
 YAML
 # The mock under rayd's harness: the same trial, ranks and dataset, one batch repeated.
-steps=$(((images / 2 + batch - 1) / batch))
+steps=$(((images / ranks + batch - 1) / batch))
 sed -e "s/^config: {/config: {mock_steps: $steps, /" "$work/train.yaml" >"$work/mock.yaml"
 
 # Runs a command and appends the CPU seconds (user + system) it and its descendants took to $1:
@@ -88,7 +90,7 @@ run_side() {
   esac
 }
 
-echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg); burners: ${BURNERS:-0}"
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg); burners: ${BURNERS:-0}; ranks: $ranks"
 # Rounds alternate the order (forward, then backward), so that load that comes and goes weighs
 # on every side alike.
 sides=(rayd rayd_mock imagefolder mock)

@@ -72,4 +72,5 @@ if __name__ == "__main__":
         sys.exit(f"MODE: expected imagefolder or mock, got {mode!r}")
     args = (mode, sys.argv[2], *(int(a) for a in sys.argv[3:9]))
     os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT", "29534")
-    mp.spawn(rank_main, args=(2, args), nprocs=2)
+    ranks = int(os.environ.get("RANKS", "2"))
+    mp.spawn(rank_main, args=(ranks, args), nprocs=ranks)
