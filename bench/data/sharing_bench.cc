@@ -86,8 +86,8 @@ struct Figures {
 };
 
 // Where the cache step stands: none (N separate pipelines), after the decode (each trial crops
-// its own rows), or after the crop too (random_crop is drawn from its seed and the row, the same
-// every epoch, so it may be shared).
+// its own rows), or after the crop too (before the cache, random_crop is drawn once for every
+// trial and epoch: it costs what a deterministic crop or resize there would).
 enum class Layout { kSeparate, kDecodeShared, kAllShared };
 
 Figures Run(const std::string& folder, int trials, int epochs, int64_t batch, int crop_side,

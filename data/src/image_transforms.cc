@@ -4,11 +4,13 @@
 //
 // random_crop {column (image), size: [h, w], padding (0), seed (0)}: each row of a fixed-shape
 // column of [H, W] or [H, W, C] elements (uint8 images usually; any fixed dtype) zero-padded by
-// `padding` on every side and cut to [h, w] (or [h, w, C]) at an offset drawn from the seed and a
-// hash of the row's own bytes. So a row's crop does not depend on the batch or block it is in, on
-// the process that makes it, or on the order of the epoch: the transform stays stateless (any
-// process may make any block) at the price that an image gets the same crop every epoch unless
-// the seed changes. The other columns pass through as views.
+// `padding` on every side and cut to [h, w] (or [h, w, C]) at an offset drawn from the seed, the
+// epoch (TransformEpoch) and a hash of the row's own bytes. So an image gets a new crop each
+// epoch, as with torchvision's RandomCrop, and a row's crop does not depend on the batch or block
+// it is in, on the process that makes it, or on the order of the epoch: the transform stays
+// stateless (any process may make any block, a block made again after a failure or a resume is
+// the same). Before a `{cache: node}` step the rows are made once for every epoch, and so is
+// their crop. The other columns pass through as views.
 
 #include <rayd/data/transforms.h>
 
@@ -148,9 +150,14 @@ Result<Block> RandomCrop(const Block& batch, const nlohmann::json& args) {
       continue;
     }
     uint8_t* to = out.AddFixedForOverwrite({a.column, c->dtype(), out_shape});
+    // Epoch 0, and rows made once for every epoch (before a cache step), draw as before epochs
+    // were known; each later epoch draws anew.
+    const int64_t epoch = TransformEpoch();
+    const uint64_t epoch_salt = epoch > 0 ? Mix(static_cast<uint64_t>(epoch)) : 0;
     for (int64_t row = 0; row < batch.num_rows(); ++row) {
       const uint8_t* from = c->data + row * in_bytes;
-      const uint64_t r = Mix(a.seed ^ HashBytes(from, static_cast<size_t>(in_bytes)));
+      const uint64_t r =
+          Mix(a.seed ^ epoch_salt ^ HashBytes(from, static_cast<size_t>(in_bytes)));
       const int64_t top = static_cast<int64_t>((r & 0xffffffffULL) % (padded_h - a.h + 1));
       const int64_t left = static_cast<int64_t>((r >> 32) % (padded_w - a.w + 1));
       CropRow(from, H, W, pixel, a.padding, top, left, a.h, a.w, to + row * out_bytes);

@@ -93,11 +93,12 @@ Status InDataset(const DatasetSpec& spec, const Status& status) {
   return Status(status.code(), "datasets." + spec.name + ": " + status.message());
 }
 
-// Reads `rows` and applies the steps of stage 0 (the ones that run with the read): with a
-// cache step among them, the rows come from the node's cache with the steps before it applied
-// (node_cache.h), and only the steps after it run here.
+// Reads `rows` and applies the steps of stage 0 (the ones that run with the read) for epoch
+// `epoch`: with a cache step among them, the rows come from the node's cache with the steps
+// before it applied (node_cache.h: made once for every epoch), and only the steps after it run
+// here.
 Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
-                               std::span<const int64_t> rows, BlockCounts* counts) {
+                               std::span<const int64_t> rows, int64_t epoch, BlockCounts* counts) {
   RAYD_ASSIGN_OR_RETURN(std::shared_ptr<ReaderCache::Entry> entry,
                         ReaderCache::Get().Open(spec, key));
   const std::span<const TransformStep> stage0 =
@@ -114,7 +115,8 @@ Result<Block> ReadAndTransform(const DatasetSpec& spec, const std::string& key,
     counts->skipped += entry->reader->skipped_rows() - skipped_before;
     if (!block.ok()) return InDataset(spec, block.status());
   }
-  Result<Block> out = ApplyTransforms(stage0.subspan(cache ? *cache + 1 : 0), std::move(*block));
+  Result<Block> out =
+      ApplyTransforms(stage0.subspan(cache ? *cache + 1 : 0), std::move(*block), nullptr, epoch);
   if (!out.ok()) return InDataset(spec, out.status());
   return out;
 }
@@ -131,40 +133,41 @@ Result<std::vector<TransformStep>> StageSteps(const DatasetSpec& spec, int64_t b
   return std::vector<TransformStep>(steps->begin() + begin, steps->begin() + end);
 }
 
-// Applies a later stage's steps to the block at `input`; the result, prefixed with the input's
-// skip count. Throws RaydError with the step's message.
+// Applies a later stage's steps to the block at `input`, of epoch `epoch`; the result, prefixed
+// with the input's skip count. Throws RaydError with the step's message.
 std::vector<uint8_t> ApplyStage(const DatasetSpec& spec, std::span<const TransformStep> steps,
                                 BatchMapper* mapper,
-                                const ObjectRef<std::vector<uint8_t>>& input) {
+                                const ObjectRef<std::vector<uint8_t>>& input, int64_t epoch) {
   BlockCounts counts;
   Result<Block> block = ViewPrefixed(input, &counts);
   if (!block.ok()) throw RaydError(block.status().message());
-  Result<Block> out = ApplyTransforms(steps, std::move(*block), mapper);
+  Result<Block> out = ApplyTransforms(steps, std::move(*block), mapper, epoch);
   if (!out.ok()) throw RaydError(InDataset(spec, out.status()).message());
   return Prefixed(*out, counts);
 }
 
 }  // namespace
 
-// The data task: makes one block (the read and stage 0) wherever rayd placed it. Throws (a
-// RemoteError for the caller) with the reader's or transform's message.
-std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t> rows) {
+// The data task: makes one block of epoch `epoch` (the read and stage 0) wherever rayd placed
+// it. Throws (a RemoteError for the caller) with the reader's or transform's message.
+std::vector<uint8_t> RaydDataMakeBlock(std::string spec_key, std::vector<int64_t> rows,
+                                       int64_t epoch) {
   Result<DatasetSpec> spec = SpecFromKey(spec_key);
   if (!spec.ok()) throw RaydError(spec.status().message());
   BlockCounts counts;
-  Result<Block> block = ReadAndTransform(*spec, spec_key, rows, &counts);
+  Result<Block> block = ReadAndTransform(*spec, spec_key, rows, epoch, &counts);
   if (!block.ok()) throw RaydError(block.status().message());
   return Prefixed(*block, counts);
 }
 
 // A later stage of plain steps with a placement of their own, as a task.
 std::vector<uint8_t> RaydDataApplyStage(std::string spec_key, int64_t begin, int64_t end,
-                                        ObjectRef<std::vector<uint8_t>> input) {
+                                        ObjectRef<std::vector<uint8_t>> input, int64_t epoch) {
   Result<DatasetSpec> spec = SpecFromKey(spec_key);
   if (!spec.ok()) throw RaydError(spec.status().message());
   Result<std::vector<TransformStep>> steps = StageSteps(*spec, begin, end);
   if (!steps.ok()) throw RaydError(steps.status().message());
-  return ApplyStage(*spec, *steps, nullptr, input);
+  return ApplyStage(*spec, *steps, nullptr, input, epoch);
 }
 RAYD_REMOTE(RaydDataMakeBlock, RaydDataApplyStage);
 
@@ -183,8 +186,8 @@ class RaydDataMapper {
     return new RaydDataMapper(std::move(*spec), std::move(*steps), std::move(*mapper));
   }
   int64_t Ready() { return 0; }
-  std::vector<uint8_t> Apply(ObjectRef<std::vector<uint8_t>> input) {
-    return ApplyStage(spec_, steps_, mapper_.get(), input);
+  std::vector<uint8_t> Apply(ObjectRef<std::vector<uint8_t>> input, int64_t epoch) {
+    return ApplyStage(spec_, steps_, mapper_.get(), input, epoch);
   }
 
  private:
@@ -255,19 +258,22 @@ class DataStages {
     return Status::Ok();
   }
 
-  // The stages after the first applied to the block at `ref`, one call each (not waited for).
-  ObjectRef<std::vector<uint8_t>> Submit(ObjectRef<std::vector<uint8_t>> ref) {
+  // The stages after the first applied to the block at `ref` of epoch `epoch`, one call each
+  // (not waited for).
+  ObjectRef<std::vector<uint8_t>> Submit(ObjectRef<std::vector<uint8_t>> ref, int64_t epoch) {
     for (size_t s = 1; s < stages_.size(); ++s) {
       const TransformStage& stage = stages_[s];
       if (stage.actors) {
         const auto& pool = pools_[s];
-        ref = pool[next_.fetch_add(1) % pool.size()].Task(&RaydDataMapper::Apply).Remote(ref);
+        ref = pool[next_.fetch_add(1) % pool.size()]
+                  .Task(&RaydDataMapper::Apply)
+                  .Remote(ref, epoch);
       } else {
         ref = rayd::Task(RaydDataApplyStage)
                   .SetResources(stage.placement.resources)
                   .SetLabelSelector(stage.placement.label_selector)
                   .Remote(spec_json_, static_cast<int64_t>(stage.begin),
-                          static_cast<int64_t>(stage.end), ref);
+                          static_cast<int64_t>(stage.end), ref, epoch);
       }
     }
     return ref;
@@ -562,7 +568,7 @@ Result<std::unique_ptr<DatasetShard>> DatasetShard::Open(const DatasetSpec& spec
       // ones blocks are cut by.
       BlockCounts counts;
       RAYD_ASSIGN_OR_RETURN(Block out,
-                            ReadAndTransform(spec, shard->spec_json_, {&first, 1}, &counts));
+                            ReadAndTransform(spec, shard->spec_json_, {&first, 1}, -1, &counts));
       shard->row_bytes_ = std::max<int64_t>(out.nbytes(), 1);
       shard->counters_->cache_made += counts.cache_made;
       shard->counters_->cache_hits += counts.cache_hits;
@@ -600,7 +606,7 @@ Status DatasetShard::StartStages(const std::vector<TransformStage>& stages,
   try {
     BlockCounts counts;
     RAYD_ASSIGN_OR_RETURN(Block block,
-                          ViewPrefixed(stages_->Submit(rayd::Put(Prefixed(*first_row, {}))), &counts));
+                          ViewPrefixed(stages_->Submit(rayd::Put(Prefixed(*first_row, {})), -1), &counts));
     schema_ = block.schema();
   } catch (const std::exception& e) {
     return Status::InvalidArgument(where + ": " + RemoteMessage(e));
@@ -802,7 +808,7 @@ class ShardPass : public BatchIterator {
       for (size_t b = 0; b < cuts_.size(); ++b) {
         if (!WaitForRoom(b, 0)) return;
         BlockCounts counts;
-        Result<Block> block = ReadAndTransform(spec_, spec_json_, RowsOf(b), &counts);
+        Result<Block> block = ReadAndTransform(spec_, spec_json_, RowsOf(b), order_->epoch, &counts);
         Count(counts);
         const bool failed = !block.ok();
         Deliver(std::move(block));
@@ -841,13 +847,14 @@ class ShardPass : public BatchIterator {
       ref = rayd::Task(RaydDataMakeBlock)
                 .SetResources(resources_)
                 .SetLabelSelector(labels_)
-                .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end()));
+                .Remote(spec_json_, std::vector<int64_t>(rows.begin(), rows.end()), order_->epoch);
     } else {
       BlockCounts counts;
-      RAYD_ASSIGN_OR_RETURN(Block block, ReadAndTransform(spec_, spec_json_, rows, &counts));
+      RAYD_ASSIGN_OR_RETURN(Block block,
+                            ReadAndTransform(spec_, spec_json_, rows, order_->epoch, &counts));
       ref = rayd::Put(Prefixed(block, counts));
     }
-    return stages_ == nullptr ? ref : stages_->Submit(std::move(ref));
+    return stages_ == nullptr ? ref : stages_->Submit(std::move(ref), order_->epoch);
   }
 
   void Count(const BlockCounts& counts) {

@@ -320,8 +320,20 @@ int64_t ParseLimit(const nlohmann::json& transforms) {
   return limit;
 }
 
+namespace {
+thread_local int64_t transform_epoch = -1;
+}  // namespace
+
+int64_t TransformEpoch() { return transform_epoch; }
+
 Result<Block> ApplyTransforms(std::span<const TransformStep> steps, Block block,
-                              BatchMapper* mapper) {
+                              BatchMapper* mapper, int64_t epoch) {
+  // The epoch the steps see, for this call (a data actor's thread serves one block at a time).
+  struct EpochScope {
+    explicit EpochScope(int64_t e) : before(transform_epoch) { transform_epoch = e; }
+    ~EpochScope() { transform_epoch = before; }
+    int64_t before;
+  } scope(epoch);
   for (size_t i = 0; i < steps.size(); ++i) {
     const TransformStep& step = steps[i];
     if (step.kind == TransformStep::Kind::kStatefulMap) {

@@ -51,10 +51,13 @@ class Scale : public BatchMapper {
     auto* scaled = reinterpret_cast<int64_t*>(out.AddFixed({"x", DType::kInt64, {}}));
     auto* pid = reinterpret_cast<int64_t*>(out.AddFixed({"pid", DType::kInt64, {}}));
     auto* call = reinterpret_cast<int64_t*>(out.AddFixed({"call", DType::kInt64, {}}));
+    if (const Column* read_epoch = batch.Find("read_epoch")) out.AddColumn(*read_epoch, nullptr);
+    auto* epoch = reinterpret_cast<int64_t*>(out.AddFixed({"actor_epoch", DType::kInt64, {}}));
     for (int64_t r = 0; r < n; ++r) {
       scaled[r] = x->As<int64_t>()[r] * weight_;
       pid[r] = ::getpid();
       call[r] = calls_;
+      epoch[r] = TransformEpoch();
     }
     ++calls_;
     return std::move(out).Finish();
@@ -66,17 +69,31 @@ class Scale : public BatchMapper {
 };
 RAYD_DATA_MAP_CLASS(Scale);
 
-// A plain map: the pid of the process that ran it, as column `task_pid`.
+// A plain map: the pid of the process that ran it and the epoch it made the rows for, as
+// columns `task_pid` and `task_epoch`.
 rayd::Result<Block> TagPid(const Block& batch, const json&) {
   BlockBuilder out(batch.num_rows());
   for (const Column& c : batch.columns()) out.AddColumn(c, nullptr);
   auto* pid = reinterpret_cast<int64_t*>(out.AddFixed({"task_pid", DType::kInt64, {}}));
-  for (int64_t r = 0; r < batch.num_rows(); ++r) pid[r] = ::getpid();
+  auto* epoch = reinterpret_cast<int64_t*>(out.AddFixed({"task_epoch", DType::kInt64, {}}));
+  for (int64_t r = 0; r < batch.num_rows(); ++r) pid[r] = ::getpid(), epoch[r] = TransformEpoch();
   Block result = std::move(out).Finish();
   return Block(result.num_rows(), result.columns(),
                {std::make_shared<Block>(batch), std::make_shared<Block>(result)});
 }
 RAYD_DATA_MAP(TagPid);
+
+// A plain map with the read: the epoch it made the rows for, as column `read_epoch`.
+rayd::Result<Block> TagEpoch(const Block& batch, const json&) {
+  BlockBuilder out(batch.num_rows());
+  for (const Column& c : batch.columns()) out.AddColumn(c, nullptr);
+  auto* epoch = reinterpret_cast<int64_t*>(out.AddFixed({"read_epoch", DType::kInt64, {}}));
+  for (int64_t r = 0; r < batch.num_rows(); ++r) epoch[r] = TransformEpoch();
+  Block result = std::move(out).Finish();
+  return Block(result.num_rows(), result.columns(),
+               {std::make_shared<Block>(batch), std::make_shared<Block>(result)});
+}
+RAYD_DATA_MAP(TagEpoch);
 
 // The store of the embedded cluster's one node.
 rayd::NodeStoreSummary Store() {
@@ -117,12 +134,15 @@ TEST_CASE("a stateful map runs on its pool of actors, each built once, and a map
   spec.options["shuffle"] = false;
   spec.options["block_bytes"] = 1;  // a block per batch: 20 blocks a pass
   spec.options["transforms"] = json::parse(R"([
+      {"map_batches": "TagEpoch"},
       {"map_batches": "Scale", "weight_file": ")" + weight + R"(", "concurrency": 2},
       {"map_batches": "TagPid", "resources": {"CPU": 0}}])");
   auto shard = DatasetShard::Open(spec, {});
   REQUIRE(shard.ok());
   // The batches' columns, through every stage.
-  CHECK(DescribeSchema((*shard)->schema()) == "x: int64, pid: int64, call: int64, task_pid: int64");
+  CHECK(DescribeSchema((*shard)->schema()) ==
+        "x: int64, pid: int64, call: int64, read_epoch: int64, actor_epoch: int64, "
+        "task_pid: int64, task_epoch: int64");
 
   std::set<int64_t> actor_pids, task_pids;
   std::map<int64_t, int64_t> calls_by_actor;  // the most calls an instance had made
@@ -138,6 +158,10 @@ TEST_CASE("a stateful map runs on its pool of actors, each built once, and a map
         actor_pids.insert(pid);
         calls_by_actor[pid] = std::max(calls_by_actor[pid], b.Find("call")->As<int64_t>()[r]);
         task_pids.insert(b.Find("task_pid")->As<int64_t>()[r]);
+        // Every stage made the rows for this pass's epoch (a random transform draws by it).
+        CHECK(b.Find("read_epoch")->As<int64_t>()[r] == epoch);
+        CHECK(b.Find("actor_epoch")->As<int64_t>()[r] == epoch);
+        CHECK(b.Find("task_epoch")->As<int64_t>()[r] == epoch);
       }
     }
     CHECK(expect == 200);
@@ -151,6 +175,30 @@ TEST_CASE("a stateful map runs on its pool of actors, each built once, and a map
   CHECK(calls == 41);
   CHECK(task_pids.count(::getpid()) == 0);
   CHECK_FALSE(task_pids.empty());
+}
+
+TEST_CASE("data tasks make each block for its pass's epoch", "[data][integration]") {
+  EmbeddedRayd cluster;
+  std::string csv = "x\n";
+  for (int i = 0; i < 60; ++i) csv += std::to_string(i) + "\n";
+  DatasetSpec spec{.name = "numbers", .format = "csv",
+                   .paths = {WriteText(cluster.Path("x.csv"), csv)}};
+  spec.options["execution"] = "tasks";
+  spec.options["block_bytes"] = 1;
+  spec.options["transforms"] = json::parse(R"([{"map_batches": "TagEpoch"}])");
+  auto shard = DatasetShard::Open(spec, {});
+  REQUIRE(shard.ok());
+  for (const int64_t epoch : {0, 1, 4}) {
+    auto batches = Pass(**shard, 10, epoch);
+    REQUIRE(batches.ok());
+    int64_t rows = 0;
+    for (const Block& b : *batches) {
+      for (int64_t r = 0; r < b.num_rows(); ++r, ++rows) {
+        CHECK(b.Find("read_epoch")->As<int64_t>()[r] == epoch);
+      }
+    }
+    CHECK(rows == 60);
+  }
 }
 
 TEST_CASE("a stateful map's failures name the dataset and the step", "[data][integration]") {

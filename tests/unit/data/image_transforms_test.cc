@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -33,11 +34,25 @@ Block Images(int64_t rows, std::vector<int64_t> shape, uint32_t seed = 1) {
   return std::move(b).Finish();
 }
 
-Result<Block> Crop(const Block& block, json args) {
+Result<Block> Crop(const Block& block, json args, int64_t epoch = -1) {
   args["map_batches"] = "random_crop";
   Result<std::vector<TransformStep>> steps = ParseTransforms(json::array({args}));
   if (!steps.ok()) return steps.status();
-  return ApplyTransforms(*steps, block);
+  return ApplyTransforms(*steps, block, nullptr, epoch);
+}
+
+// The rows of `a` and `b`'s image columns that differ.
+int64_t RowsMoved(const Block& a, const Block& b) {
+  const Column* x = a.Find("image");
+  const Column* y = b.Find("image");
+  const int64_t bytes = x->RowBytes();
+  int64_t moved = 0;
+  for (int64_t row = 0; row < a.num_rows(); ++row) {
+    if (std::memcmp(x->data + row * bytes, y->data + row * bytes, static_cast<size_t>(bytes)) != 0) {
+      ++moved;
+    }
+  }
+  return moved;
 }
 
 // Pixel (y, x) of row `row` of `c`, padded by `pad` zeros: `channels` bytes.
@@ -155,6 +170,43 @@ TEST_CASE("random_crop's window depends on the row's bytes and the seed, not on 
     if (std::vector<uint8_t>(a, a + bytes) != std::vector<uint8_t>(b, b + bytes)) ++moved;
   }
   CHECK(moved > 20);
+}
+
+// What a map sees as TransformEpoch(), recorded by the map below.
+int64_t seen_epoch = -2;
+Result<Block> RecordEpoch(const Block& batch, const nlohmann::json&) {
+  seen_epoch = TransformEpoch();
+  return batch;
+}
+const bool registered_record_epoch = RegisterBatchMap("test_record_epoch", RecordEpoch);
+
+TEST_CASE("random_crop draws anew each epoch, the same for the same epoch, and maps see it",
+          "[data][transforms]") {
+  const Block in = Images(64, {16, 16, 1});
+  const json args = {{"size", {9, 9}}, {"padding", 1}, {"seed", 7}};
+  Result<Block> none = Crop(in, args);
+  Result<Block> epoch0 = Crop(in, args, 0);
+  Result<Block> epoch1 = Crop(in, args, 1);
+  Result<Block> epoch1_again = Crop(in.Slice(0, in.num_rows()), args, 1);
+  Result<Block> epoch2 = Crop(in, args, 2);
+  REQUIRE((none.ok() && epoch0.ok() && epoch1.ok() && epoch1_again.ok() && epoch2.ok()));
+  // Epoch 0 crops as rows made for no epoch (before a cache step, and as before epochs were
+  // known); a block made again for the same epoch is the same; each later epoch moves most.
+  CHECK(RowsMoved(*none, *epoch0) == 0);
+  CHECK(RowsMoved(*epoch1, *epoch1_again) == 0);
+  CHECK(RowsMoved(*epoch0, *epoch1) > 40);
+  CHECK(RowsMoved(*epoch1, *epoch2) > 40);
+  // Still a window of its own image.
+  CHECK(WindowsOf(*in.Find("image"), *epoch2->Find("image"), 5, 1).size() >= 1);
+
+  Result<std::vector<TransformStep>> steps =
+      ParseTransforms(json::array({{{"map_batches", "test_record_epoch"}}}));
+  REQUIRE(steps.ok());
+  REQUIRE(ApplyTransforms(*steps, in, nullptr, 3).ok());
+  CHECK(seen_epoch == 3);
+  REQUIRE(ApplyTransforms(*steps, in).ok());
+  CHECK(seen_epoch == -1);
+  CHECK(TransformEpoch() == -1);  // outside a call
 }
 
 TEST_CASE("random_crop refuses what it cannot crop, naming the column and the sizes",

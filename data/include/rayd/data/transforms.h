@@ -120,10 +120,16 @@ std::optional<size_t> CacheStep(std::span<const TransformStep> steps);
 Result<std::vector<TransformStep>> ParseTransforms(const nlohmann::json& transforms);
 // The smallest `limit:` of the list, or -1.
 int64_t ParseLimit(const nlohmann::json& transforms);
-// Applies `steps` in order; a stateful map among them applies through `mapper` when it is the
-// first step (an actor's own instance), and is InvalidArgument otherwise.
+// Applies `steps` in order, for the rows of epoch `epoch` (TransformEpoch() in each step); a
+// stateful map among them applies through `mapper` when it is the first step (an actor's own
+// instance), and is InvalidArgument otherwise.
 Result<Block> ApplyTransforms(std::span<const TransformStep> steps, Block block,
-                              BatchMapper* mapper = nullptr);
+                              BatchMapper* mapper = nullptr, int64_t epoch = -1);
+// In a batch map, filter or stateful map: the epoch (0, 1, ...) the rows it is called on are made
+// for, so that a random transform can draw anew each epoch, as torchvision's do, while a block
+// made again (a failure, a resume) comes out the same. -1 where rows are made once for every
+// epoch (the steps before a `{cache: node}` step) and outside a pass.
+int64_t TransformEpoch();
 // A stateful map's instance (the constructor's exception as InvalidArgument).
 Result<std::unique_ptr<BatchMapper>> MakeBatchMapper(const TransformStep& step);
 
