@@ -101,7 +101,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
 done
 
 /usr/bin/python3 - "$work/rayd.jsonl" "$work/rayd_mock.jsonl" "$work/imagefolder.jsonl" \
-  "$work/mock.jsonl" "${LOADER_WORKERS:-1}" "$((epochs * images))" <<'PY'
+  "$work/mock.jsonl" "${LOADER_WORKERS:-1}" "$((epochs * images))" "$epochs" <<'PY'
 import json, statistics, sys
 def rows(path):
     out = [json.loads(l) for l in open(path) if l.strip()]
@@ -124,5 +124,13 @@ r, rm, f, m = (med(rs, "samples_per_s") for rs in (rayd, rayd_mock, folder, mock
 print(f"rayd / ImageFolder+DataLoader: {r / f:.2f}x (target >= 1.0); rayd / mock: {r / rm:.2f}x "
       f"under rayd's harness, {r / m:.2f}x under mp.spawn's (target >= 0.95); "
       f"DataLoader / its mock: {f / m:.2f}x; medians of epochs 2.. of every round")
+# Each round's own rayd / mock (the two runs a few seconds apart): how far the machine's noise
+# moves the ratio.
+per = int(sys.argv[7]) - 1 if int(sys.argv[7]) > 1 else 1
+rounds = [statistics.median(x["samples_per_s"] for x in rayd[i:i + per]) /
+          statistics.median(x["samples_per_s"] for x in rayd_mock[i:i + per])
+          for i in range(0, min(len(rayd), len(rayd_mock)), per)]
+print("rayd / mock (rayd's harness) round by round: " +
+      ", ".join(f"{x:.2f}x" for x in rounds) + f"; median {statistics.median(rounds):.2f}x")
 PY
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
