@@ -323,6 +323,7 @@ class DataServer::Impl {
       const auto n = static_cast<size_t>(c.RowBytes() * batch.num_rows());
       bytes += (n + 63) / 64 * 64;  // each column 64-byte aligned, as in a block
     }
+    if (bytes == 0) return std::nullopt;  // columns of no elements: nothing to map
     const uint64_t lease = next_lease_;
     std::optional<BatchSlots::Slot> slot = slots_.Take(bytes, lease);
     if (!slot) return std::nullopt;
