@@ -191,9 +191,13 @@ NodeInfo NodeDaemon::SelfInfo() const {
 
 void NodeDaemon::Register() {
   if (shutting_down_) return;
+  // The incarnation this registers. A rejoin while it is under way starts a registration of its
+  // own, under a new id: this one then stops (two would both register the newest id).
+  const NodeId as = node_id_;
   // Learn the head's heartbeat period first, then register.
   gcs_.Call<proto::Method::GET_CLUSTER_INFO>(
-      Millis(5000), [this](const Status& s, proto::ClusterInfo::Reader info) {
+      Millis(5000), [this, as](const Status& s, proto::ClusterInfo::Reader info) {
+        if (as != node_id_) return;
         if (!s.ok()) {
           retry_timer_.Start(Millis(500), Millis(0), [this] { Register(); });
           return;
@@ -204,7 +208,8 @@ void NodeDaemon::Register() {
         auto fill = [this](proto::RegisterNodeRequest::Builder r) {
           runtime::NodeInfoToProto(SelfInfo(), r.initNode());
         };
-        gcs_.Call<proto::Method::REGISTER_NODE>(fill, Millis(5000), [this](const Status& r) {
+        gcs_.Call<proto::Method::REGISTER_NODE>(fill, Millis(5000), [this, as](const Status& r) {
+          if (as != node_id_) return;
           if (r.code() == StatusCode::kAlreadyExists) {
             RejoinAsNewNode(r.message());
             return;
@@ -248,9 +253,13 @@ void NodeDaemon::SendHeartbeat() {
     if (objects_) hb.setPrimaryObjects(static_cast<uint32_t>(objects_->NumPrimary()));
   };
   lease_manager_.RecheckInfeasible();
+  // A reply is about the incarnation that sent the heartbeat: one that comes after the node has
+  // rejoined under a new id (a link cut leaves several in flight) says nothing about the new one,
+  // and acting on its DEAD would end the new incarnation's work and rejoin once more.
   gcs_.Call<proto::Method::HEARTBEAT>(
-      fill, config_.heartbeat_period, [this](const Status& s, proto::HeartbeatReply::Reader reply) {
-        if (!s.ok()) return;
+      fill, config_.heartbeat_period,
+      [this, sent_as = node_id_](const Status& s, proto::HeartbeatReply::Reader reply) {
+        if (!s.ok() || sent_as != node_id_) return;
         switch (reply.getStatus()) {
           case proto::HeartbeatReply::Status::OK:
             NoteDrain(reply.getDrainDeadlineMs(), reply.getDrainReason());
