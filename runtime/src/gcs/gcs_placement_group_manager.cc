@@ -453,7 +453,10 @@ void GcsPlacementGroupManager::OnPrepareReply(const std::string& group_id, uint6
     return;
   }
   if (!status.ok()) {
-    group->in_flight[node].refused = true;
+    // Only the node's own refusal (it lacked the resources) says that it reserved nothing. A
+    // timeout or a dropped connection may have come after it reserved: the abandon cancels there
+    // too, or the bundles would stay held there for good.
+    group->in_flight[node].refused = status.code() == StatusCode::kResourceExhausted;
     AbandonAttempt(*group,
                    "node " + node.Hex() + " could not reserve bundles: " + status.message());
     return Wait(*group);

@@ -137,6 +137,9 @@ struct Record {
   bool constructor_raises = false;
   std::string lease_error;    // non-empty: REQUEST_LEASE fails Unavailable with it
   std::string prepare_error;  // non-empty: PREPARE_BUNDLES fails ResourceExhausted with it
+  // Non-empty: PREPARE_BUNDLES reserves, then fails Unavailable with it (a reply lost after
+  // the reservation, as a timeout or a dropped connection leaves it).
+  std::string prepare_lost_reply;
 
   // The calls of one method.
   std::vector<BundleCall> Calls(proto::Method method) const {
@@ -232,14 +235,17 @@ class FakeNode {
         Record::BundleCall c{
             proto::Method::PREPARE_BUNDLES, r.getPlacementGroupId(), {}, r.getCommit()};
         for (auto b : r.getBundles()) c.indexes.push_back(b.getIndex());
+        std::string lost;
         const std::string error = record->Locked([&] {
           record->bundle_calls.push_back(c);
           if (record->prepare_error.empty()) {
             record->held[c.group].insert(c.indexes.begin(), c.indexes.end());
           }
+          lost = record->prepare_lost_reply;
           return record->prepare_error;
         });
         if (!error.empty()) return call.Fail(Status::ResourceExhausted(error));
+        if (!lost.empty()) return call.Fail(Status::Unavailable(lost));
         call.Reply();
       });
       d.Handle<proto::Method::COMMIT_BUNDLES>([record](const auto& call) {

@@ -219,6 +219,36 @@ TEST_CASE("a node that refuses a prepare gets the others cancelled, and the grou
   CHECK(placed.node_id == v.nodes[1]);
 }
 
+TEST_CASE("a prepare whose reply is lost is cancelled on its node, so nothing stays held there",
+          "[gcs][placement]") {
+  GcsThread gcs;
+  FakeNode a("a", 1), b("b", 1);
+  // a reserves, but the GCS hears a failure (a timeout, a dropped connection), not a refusal.
+  a.record().Locked([&] { a.record().prepare_lost_reply = "connection reset"; });
+  Client client(gcs.address());
+  client.Register(a.info());
+  client.Register(b.info());
+  const std::string job = client.AddJob();
+  auto id = client.CreateGroup(
+      {.job_id = job, .bundles = {kOneCpu, kOneCpu}, .strategy = Strategy::STRICT_SPREAD});
+  REQUIRE(id.ok());
+  // The attempt is abandoned and cancelled on a as well as on b: a holds nothing of it.
+  REQUIRE(WaitFor(
+      [&] {
+        return Count(CallsFor(a, *id), Method::PREPARE_BUNDLES) >= 2 &&
+               Count(CallsFor(a, *id), Method::CANCEL_BUNDLES) >= 1;
+      },
+      10000ms));
+  a.record().Locked([&] { a.record().prepare_lost_reply.clear(); });
+  GroupView v = client.WaitGroupState(*id, State::CREATED);
+  REQUIRE(v.state == State::CREATED);
+  // Each node holds its one bundle of the group, and nothing left from the failed attempts.
+  CHECK(Held(a, *id).size() == 1);
+  CHECK(Held(b, *id).size() == 1);
+  CHECK(client.RemoveGroup(*id).ok());
+  CHECK(WaitFor([&] { return Held(a, *id).empty() && Held(b, *id).empty(); }, 10000ms));
+}
+
 TEST_CASE("an infeasible group waits with its reason, then fails after the infeasible timeout",
           "[gcs][placement][infeasible]") {
   GcsThread gcs(nullptr, Millis(1500));
