@@ -179,17 +179,27 @@ TEST_CASE("CREATE_PLACEMENT_GROUP refuses malformed groups and taken names", "[g
   CHECK(client.AllGroups().size() == 1);
 }
 
+// Registers nodes `a` and `b` and adds a job; the job's id.
+std::string RegisterTwoAndJob(Client& client, FakeNode& a, FakeNode& b) {
+  client.Register(a.info());
+  client.Register(b.info());
+  return client.AddJob();
+}
+
+// A STRICT_SPREAD group of two 1-CPU bundles for `job`: one bundle on each of two nodes.
+auto SpreadOverTwo(Client& client, const std::string& job) {
+  return client.CreateGroup(
+      {.job_id = job, .bundles = {kOneCpu, kOneCpu}, .strategy = Strategy::STRICT_SPREAD});
+}
+
 TEST_CASE("a node that refuses a prepare gets the others cancelled, and the group is retried",
           "[gcs][placement]") {
   GcsThread gcs;
   FakeNode a("a", 1), b("b", 1);
   a.record().Locked([&] { a.record().prepare_error = "no room for {CPU: 1}"; });
   Client client(gcs.address());
-  client.Register(a.info());
-  client.Register(b.info());
-  const std::string job = client.AddJob();
-  auto id = client.CreateGroup(
-      {.job_id = job, .bundles = {kOneCpu, kOneCpu}, .strategy = Strategy::STRICT_SPREAD});
+  const std::string job = RegisterTwoAndJob(client, a, b);
+  auto id = SpreadOverTwo(client, job);
   REQUIRE(id.ok());
   // An actor of the group waits for it.
   auto actor = client.Create({.job_id = job, .placement_group_id = *id, .bundle_index = 1});
@@ -226,11 +236,7 @@ TEST_CASE("a prepare whose reply is lost is cancelled on its node, so nothing st
   // a reserves, but the GCS hears a failure (a timeout, a dropped connection), not a refusal.
   a.record().Locked([&] { a.record().prepare_lost_reply = "connection reset"; });
   Client client(gcs.address());
-  client.Register(a.info());
-  client.Register(b.info());
-  const std::string job = client.AddJob();
-  auto id = client.CreateGroup(
-      {.job_id = job, .bundles = {kOneCpu, kOneCpu}, .strategy = Strategy::STRICT_SPREAD});
+  auto id = SpreadOverTwo(client, RegisterTwoAndJob(client, a, b));
   REQUIRE(id.ok());
   // The attempt is abandoned and cancelled on a as well as on b: a holds nothing of it.
   REQUIRE(WaitFor(
