@@ -405,15 +405,22 @@ struct BundleReservation {
 # what did not fit). Repeating a prepare of bundles already held here is a no-op success.
 # With commit set the bundles are usable at once (a group that lies on one node needs no
 # second phase).
+#
+# `nodeId` (in Prepare, Commit and Cancel) names the node incarnation the GCS means (hex). A
+# daemon that has since rejoined under a new id refuses the call (NotFound) instead of
+# acting for its dead incarnation: a prepare queued on a connection that outlived a link cut
+# would otherwise reserve bundles that no attempt of the GCS tracks. Empty: any incarnation.
 struct PrepareBundlesRequest {
   placementGroupId @0 :Text;
   bundles @1 :List(BundleReservation);
   commit @2 :Bool;
+  nodeId @3 :Text;
 }
 
 # Makes the group's prepared bundles on this node usable by leases.
 struct CommitBundlesRequest {
   placementGroupId @0 :Text;
+  nodeId @1 :Text;
 }
 
 # Frees the listed bundles of the group on this node (all of them when `indexes` is empty),
@@ -423,4 +430,5 @@ struct CancelBundlesRequest {
   placementGroupId @0 :Text;
   indexes @1 :List(UInt32);
   reason @2 :Text;
+  nodeId @3 :Text;
 }

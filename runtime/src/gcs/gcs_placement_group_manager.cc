@@ -417,6 +417,7 @@ void GcsPlacementGroupManager::StartAttempt(Group& group,
         node,
         [&](proto::PrepareBundlesRequest::Builder r) {
           r.setPlacementGroupId(id);
+          r.setNodeId(node.Hex());
           r.setCommit(commit);
           auto list = r.initBundles(static_cast<unsigned>(reservations.size()));
           for (unsigned k = 0; k < reservations.size(); ++k) {
@@ -469,7 +470,11 @@ void GcsPlacementGroupManager::OnPrepareReply(const std::string& group_id, uint6
   group->unanswered = parts.size();
   for (const NodeId& n : parts) {
     node_clients_.Call<proto::Method::COMMIT_BUNDLES>(
-        n, [&](proto::CommitBundlesRequest::Builder b) { b.setPlacementGroupId(group_id); },
+        n,
+        [&](proto::CommitBundlesRequest::Builder b) {
+          b.setPlacementGroupId(group_id);
+          b.setNodeId(n.Hex());
+        },
         kNodeCallTimeout, guard_([this, group_id, attempt, n](const Status& s) {
           OnCommitReply(group_id, attempt, n, s);
         }));
@@ -678,6 +683,7 @@ void GcsPlacementGroupManager::CancelBundles(const NodeId& node, const std::stri
       node,
       [&](proto::CancelBundlesRequest::Builder r) {
         r.setPlacementGroupId(group_id);
+        r.setNodeId(node.Hex());
         auto list = r.initIndexes(static_cast<unsigned>(indexes.size()));
         for (unsigned k = 0; k < indexes.size(); ++k) list.set(k, indexes[k]);
         r.setReason(reason);

@@ -641,8 +641,18 @@ Status LeaseManager::CheckBundleRequest(const Request& request) const {
                                    node_id_.Hex() + " (" + sizes + ")");
 }
 
+Status LeaseManager::AddressedHere(std::string_view node_id, std::string_view what) const {
+  if (node_id.empty() || node_id == node_id_.Hex()) return Status::Ok();
+  return Status::NotFound("asked to " + std::string(what) + " bundles as node " +
+                                    std::string(node_id) + ", which this daemon left when it " +
+                                    "rejoined as node " + node_id_.Hex());
+}
+
 void LeaseManager::HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call) {
   auto params = call.params();
+  if (Status mine = AddressedHere(params.getNodeId().cStr(), "reserve"); !mine.ok()) {
+    return call.Fail(mine);
+  }
   const std::string group_id = params.getPlacementGroupId();
   std::vector<BundleKey> listed;
   std::vector<BundleKey> taken;  // by this request: given back if another does not fit
@@ -679,6 +689,9 @@ void LeaseManager::HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPA
 }
 
 void LeaseManager::HandleCommitBundles(const rpc::Incoming<proto::Method::COMMIT_BUNDLES>& call) {
+  if (Status mine = AddressedHere(call.params().getNodeId().cStr(), "commit"); !mine.ok()) {
+    return call.Fail(mine);
+  }
   const std::string group_id = call.params().getPlacementGroupId();
   auto bundles = GroupRange(bundles_, group_id);
   if (bundles.empty()) {
@@ -691,6 +704,9 @@ void LeaseManager::HandleCommitBundles(const rpc::Incoming<proto::Method::COMMIT
 
 void LeaseManager::HandleCancelBundles(const rpc::Incoming<proto::Method::CANCEL_BUNDLES>& call) {
   auto params = call.params();
+  if (Status mine = AddressedHere(params.getNodeId().cStr(), "cancel"); !mine.ok()) {
+    return call.Fail(mine);
+  }
   const std::string group_id = params.getPlacementGroupId();
   const std::string why = params.getReason().size() > 0
                               ? std::string(params.getReason().cStr())

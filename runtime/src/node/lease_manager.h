@@ -217,6 +217,9 @@ class LeaseManager {
   void HandleRequest(const RequestLeaseCall& call);
   void HandleReturn(const rpc::Incoming<proto::Method::RETURN_LEASE>& call);
   void HandleJobFinished(const rpc::Incoming<proto::Method::JOB_FINISHED>& call);
+  // A bundle call names the incarnation it is for: one for this daemon's id before it rejoined
+  // is refused (NotFound), empty is for any.
+  Status AddressedHere(std::string_view node_id, std::string_view what) const;
   void HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call);
   void HandleCommitBundles(const rpc::Incoming<proto::Method::COMMIT_BUNDLES>& call);
   void HandleCancelBundles(const rpc::Incoming<proto::Method::CANCEL_BUNDLES>& call);

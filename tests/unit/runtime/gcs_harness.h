@@ -130,6 +130,7 @@ struct Record {
     std::string group;
     std::vector<uint32_t> indexes;  // PREPARE: the bundles; CANCEL: as sent (empty: all)
     bool commit = false;            // PREPARE only
+    std::string node_id;            // the node incarnation the call names
   };
   std::vector<BundleCall> bundle_calls;
   std::map<std::string, std::set<uint32_t>> held;
@@ -232,8 +233,8 @@ class FakeNode {
       });
       d.Handle<proto::Method::PREPARE_BUNDLES>([record](const auto& call) {
         auto r = call.params();
-        Record::BundleCall c{
-            proto::Method::PREPARE_BUNDLES, r.getPlacementGroupId(), {}, r.getCommit()};
+        Record::BundleCall c{proto::Method::PREPARE_BUNDLES, r.getPlacementGroupId(), {},
+                             r.getCommit(), r.getNodeId()};
         for (auto b : r.getBundles()) c.indexes.push_back(b.getIndex());
         std::string lost;
         const std::string error = record->Locked([&] {
@@ -252,13 +253,14 @@ class FakeNode {
         auto r = call.params();
         record->Locked([&] {
           record->bundle_calls.push_back(
-              {proto::Method::COMMIT_BUNDLES, r.getPlacementGroupId(), {}, false});
+              {proto::Method::COMMIT_BUNDLES, r.getPlacementGroupId(), {}, false, r.getNodeId()});
         });
         call.Reply();
       });
       d.Handle<proto::Method::CANCEL_BUNDLES>([record](const auto& call) {
         auto r = call.params();
-        Record::BundleCall c{proto::Method::CANCEL_BUNDLES, r.getPlacementGroupId(), {}, false};
+        Record::BundleCall c{
+            proto::Method::CANCEL_BUNDLES, r.getPlacementGroupId(), {}, false, r.getNodeId()};
         for (uint32_t i : r.getIndexes()) c.indexes.push_back(i);
         record->Locked([&] {
           record->bundle_calls.push_back(c);

@@ -68,6 +68,8 @@ TEST_CASE("a STRICT_SPREAD group over three nodes is prepared everywhere, then c
       CHECK_FALSE(calls[0].commit);
       CHECK(calls[0].indexes == std::vector<uint32_t>{static_cast<uint32_t>(i)});
       CHECK(calls[1].method == Method::COMMIT_BUNDLES);
+      // Each names the incarnation it is for (a node that rejoined since refuses it).
+      for (const auto& call : calls) CHECK(call.node_id == n->id());
     }
   }
   CHECK(client.GetGroupByName("", "spread").id == *id);
@@ -361,6 +363,7 @@ TEST_CASE("removing a group cancels its bundles and kills its actors, and twice 
   const auto cancels = CallsFor(a, *id);
   CHECK(cancels.back().method == Method::CANCEL_BUNDLES);
   CHECK(cancels.back().indexes.empty());  // all of them
+  CHECK(cancels.back().node_id == a.id());
 
   CHECK(client.RemoveGroup(*id).ok());
   CHECK(client.RemoveGroup(JobId::FromRandom().Hex()).code() == StatusCode::kNotFound);

@@ -282,6 +282,8 @@ class NodeClient {
       r.setAddress("127.0.0.1:2");
     });
   }
+  // The node incarnation bundle calls name (nodeId); empty names none.
+  std::string addressed_to;
   // Bundles by index.
   Status PrepareBundles(const std::string& group, const std::map<uint32_t, ResourceSet>& bundles,
                         bool commit) {
@@ -295,17 +297,22 @@ class NodeClient {
         ++i;
       }
       r.setCommit(commit);
+      r.setNodeId(addressed_to);
     });
   }
   Status CommitBundles(const std::string& group) {
     return Call<proto::Method::COMMIT_BUNDLES>(
-        [&](proto::CommitBundlesRequest::Builder r) { r.setPlacementGroupId(group); });
+[&](proto::CommitBundlesRequest::Builder r) {
+      r.setPlacementGroupId(group);
+      r.setNodeId(addressed_to);
+    });
   }
   Status CancelBundles(const std::string& group, const std::vector<uint32_t>& indexes = {}) {
     return Call<proto::Method::CANCEL_BUNDLES>([&](proto::CancelBundlesRequest::Builder r) {
       r.setPlacementGroupId(group);
       auto list = r.initIndexes(static_cast<unsigned>(indexes.size()));
       for (unsigned i = 0; i < indexes.size(); ++i) list.set(i, indexes[i]);
+      r.setNodeId(addressed_to);
     });
   }
   std::map<std::string, WorkerRow> Workers() {
@@ -816,6 +823,39 @@ TEST_CASE("bundles are reserved all or nothing, and a repeated prepare holds not
   REQUIRE(node.CancelBundles(group).ok());
   CHECK(cluster.available(0) == ResourceSet{{"CPU", 4}});
   CHECK(cluster.bundles(0) == 0);
+}
+
+// A call queued for a node's old incarnation (a link cut that the connection outlived) reaches
+// it after it rejoined under a new id: the GCS no longer tracks what it would reserve or free.
+TEST_CASE("bundle calls naming another incarnation of the node are refused and change nothing",
+          "[node][bundles]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 4}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  const std::string group = JobId::FromRandom().Hex();
+  const std::string old_incarnation = NodeId::FromRandom().Hex();
+
+  node.addressed_to = old_incarnation;
+  Status refused = node.PrepareBundles(group, {{0, {{"CPU", 2}}}}, true);
+  CHECK(refused.code() == StatusCode::kNotFound);
+  CHECK(Contains(refused.message(), "as node " + old_incarnation));
+  CHECK(Contains(refused.message(), "rejoined as node " + cluster.node_id(0)));
+  CHECK(cluster.bundles(0) == 0);
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 4}});
+
+  node.addressed_to = cluster.node_id(0);
+  REQUIRE(node.PrepareBundles(group, {{0, {{"CPU", 2}}}}, false).ok());
+  node.addressed_to = old_incarnation;
+  CHECK(node.CommitBundles(group).code() == StatusCode::kNotFound);
+  CHECK(node.CancelBundles(group).code() == StatusCode::kNotFound);
+  CHECK(cluster.bundles(0) == 1);
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 2}});
+
+  node.addressed_to = cluster.node_id(0);
+  REQUIRE(node.CommitBundles(group).ok());
+  REQUIRE(node.CancelBundles(group).ok());
+  CHECK(cluster.bundles(0) == 0);
+  CHECK(cluster.available(0) == ResourceSet{{"CPU", 4}});
 }
 
 TEST_CASE("leases from a committed bundle draw on the bundle, never on the node",
