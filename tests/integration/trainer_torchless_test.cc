@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <rayd/data/transforms.h>
 #include <rayd/train/trainer.h>
+#include <rayd/train/training_run.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -119,6 +120,22 @@ void FeedRanks(const nlohmann::json& config) {
   }
 }
 RAYD_TRAIN_LOOP(FeedRanks);
+
+// Reports once. In its first attempt it then waits (30 s at most) until the owner has been
+// handed that report (out_dir/delivered) and dies, with the owner's answer still owed.
+void ReportThenFailOnce(const nlohmann::json& config) {
+  namespace fs = std::filesystem;
+  const fs::path out = config.at("out_dir").get<std::string>();
+  rt::Report({{"k", 1}});
+  if (fs::exists(out / "failed")) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(out / "delivered") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::ofstream(out / "failed") << 1;
+  ::raise(SIGKILL);  // its rank 0: the Poll in flight fails, which ends the attempt at once
+}
+RAYD_TRAIN_LOOP(ReportThenFailOnce);
 
 }  // namespace
 
@@ -295,4 +312,48 @@ TEST_CASE("a run of two ranks loads rayd's torch half to form its process group"
   CHECK(result.metrics.at("libtorch") == 1);
   CHECK(result.metrics.at("torch_half") == 1);
   CHECK_FALSE(Mapped("libtorch_cpu.so"));  // the driver's process never needed it
+}
+
+// The owner (a Tuner's controller) answers a result on its own time: the answer may come after
+// the attempt that made the result failed, while the restart's gang is being reserved. It then
+// has no rank to poll (the driver crashed here, polling the new gang's missing rank 0).
+TEST_CASE("an answer owed by a failed attempt that comes while the restart starts is harmless",
+          "[trainer]") {
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rayd::EventLoop loop;
+  rt::RunConfig config{.name = "late", .storage_path = storage.path()};
+  config.failure.max_failures = 1;
+  int results = 0;
+  std::optional<rt::TrainResult> ended;
+  std::unique_ptr<rt::TrainingRun> run;
+  run = std::make_unique<rt::TrainingRun>(
+      loop, "ReportThenFailOnce", nlohmann::json{{"out_dir", out.path()}}, rt::ScalingConfig{},
+      config, rt::FitOptions{},
+      rt::TrainingRun::Callbacks{
+          .on_result =
+              [&](const rt::ReportedResult&) {
+                // The first is answered later, by the test; the restart's at once.
+                if (++results == 1) {
+                  std::ofstream(out.path() + "/delivered") << 1;
+                } else {
+                  run->Answer(true);
+                }
+              },
+          .on_done = [&](rt::TrainResult result) { ended = std::move(result); }});
+  rayd::Timer tick(loop);  // wakes the loop to look again
+  tick.Start(std::chrono::milliseconds(20), std::chrono::milliseconds(20), [] {});
+  // The restart has asked for its gang (a second group) and can have done nothing more in the
+  // same turn of the loop: its ranks start only after several more answers come back.
+  REQUIRE(loop.RunUntil([&] { return rayd::GetAllPlacementGroups().size() >= 2 || ended; },
+                        std::chrono::seconds(60)));
+  REQUIRE_FALSE(ended);
+  CHECK(results == 1);
+  run->Answer(true);
+  REQUIRE(loop.RunUntil([&] { return ended.has_value(); }, std::chrono::seconds(90)));
+  INFO(ended->error);
+  CHECK(ended->ok());
+  CHECK(ended->restarts == 1);
+  CHECK(results == 2);
 }

@@ -1034,7 +1034,15 @@ void TrainingRun::Impl::Answer(bool go_on) {
   if (!awaiting_answer_ || over_) return;
   awaiting_answer_ = false;
   if (!go_on) stop_asked_ = true;
-  if (!delivering_) Advance();
+  if (delivering_) return;
+  // The answer may come after the attempt that made the report failed, while the next one is
+  // still being reserved or started: nothing of it runs yet to poll or stop. A stop ends it
+  // there; a go-on has nothing to do (its ranks' launch polls them).
+  if (runs_.empty()) {
+    if (stop_asked_) EndAttempt({Attempt::End::kStopped});
+    return;
+  }
+  Advance();
 }
 
 // The owner stopped the run. A single rank leaves its loop at its next Report and its gang can
