@@ -172,6 +172,31 @@ TEST_CASE("random_crop's window depends on the row's bytes and the seed, not on 
   CHECK(moved > 20);
 }
 
+// A large image's crop is drawn from words spread over all of it (not its first bytes only):
+// rows alike in their first half and random in their second get crops all over.
+TEST_CASE("random_crop draws a large image's window from all of its bytes", "[data][transforms]") {
+  const int64_t rows = 16, side = 128, half = side * side / 2;
+  BlockBuilder b(rows);
+  const ColumnSchema schema{"image", DType::kUInt8, {side, side, 1}};
+  uint8_t* pixels = b.AddFixed(schema);
+  std::mt19937 gen(3);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < 2 * half; ++i) {
+      pixels[r * 2 * half + i] = static_cast<uint8_t>(i < half ? i * 7 % 251 + 1 : 1 + gen() % 255);
+    }
+  }
+  const Block in = std::move(b).Finish();
+  Result<Block> out = Crop(in, {{"size", {side - 8, side - 8}}, {"seed", 7}});
+  REQUIRE(out.ok());
+  std::set<std::pair<int64_t, int64_t>> offsets;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto found = WindowsOf(*in.Find("image"), *out->Find("image"), r, 0);
+    REQUIRE(found.size() == 1);
+    offsets.insert(found[0]);
+  }
+  CHECK(offsets.size() >= 6);  // of 81; a hash of the first half alone gives every row one
+}
+
 // What a map sees as TransformEpoch(), recorded by the map below.
 int64_t seen_epoch = -2;
 Result<Block> RecordEpoch(const Block& batch, const nlohmann::json&) {
