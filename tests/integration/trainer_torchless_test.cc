@@ -121,11 +121,13 @@ void FeedRanks(const nlohmann::json& config) {
 }
 RAYD_TRAIN_LOOP(FeedRanks);
 
-// Reports once. In its first attempt it then waits (30 s at most) until the owner has been
-// handed that report (out_dir/delivered) and dies, with the owner's answer still owed.
+// Reports once (each start leaves a line in out_dir/starts). In its first attempt it then waits
+// (30 s at most) until the owner has been handed that report (out_dir/delivered) and dies, with
+// the owner's answer still owed.
 void ReportThenFailOnce(const nlohmann::json& config) {
   namespace fs = std::filesystem;
   const fs::path out = config.at("out_dir").get<std::string>();
+  std::ofstream(out / "starts", std::ios::app) << "started\n";
   rt::Report({{"k", 1}});
   if (fs::exists(out / "failed")) return;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -316,9 +318,12 @@ TEST_CASE("a run of two ranks loads rayd's torch half to form its process group"
 
 // The owner (a Tuner's controller) answers a result on its own time: the answer may come after
 // the attempt that made the result failed, while the restart's gang is being reserved. It then
-// has no rank to poll (the driver crashed here, polling the new gang's missing rank 0).
+// has no rank to poll (the driver crashed here, polling the new gang's missing rank 0); a stop
+// ends the run there.
 TEST_CASE("an answer owed by a failed attempt that comes while the restart starts is harmless",
           "[trainer]") {
+  const bool go_on = GENERATE(true, false);
+  INFO("the late answer: " << (go_on ? "go on" : "stop"));
   EmbeddedRayd cluster;
   TempDir out;
   TempDir storage;
@@ -350,10 +355,16 @@ TEST_CASE("an answer owed by a failed attempt that comes while the restart start
                         std::chrono::seconds(60)));
   REQUIRE_FALSE(ended);
   CHECK(results == 1);
-  run->Answer(true);
+  run->Answer(go_on);
   REQUIRE(loop.RunUntil([&] { return ended.has_value(); }, std::chrono::seconds(90)));
   INFO(ended->error);
-  CHECK(ended->ok());
+  CHECK(ended->error.empty());
+  CHECK(ended->stopped == !go_on);
   CHECK(ended->restarts == 1);
-  CHECK(results == 2);
+  CHECK(results == (go_on ? 2 : 1));
+  // A stop ends the run before the restart starts a rank.
+  std::ifstream starts(out.path() + "/starts");
+  int started = 0;
+  for (std::string line; std::getline(starts, line);) ++started;
+  CHECK(started == (go_on ? 2 : 1));
 }
