@@ -644,8 +644,8 @@ Status LeaseManager::CheckBundleRequest(const Request& request) const {
 Status LeaseManager::AddressedHere(std::string_view node_id, std::string_view what) const {
   if (node_id.empty() || node_id == node_id_.Hex()) return Status::Ok();
   return Status::NotFound("asked to " + std::string(what) + " bundles as node " +
-                                    std::string(node_id) + ", which this daemon left when it " +
-                                    "rejoined as node " + node_id_.Hex());
+                          std::string(node_id) + ", which this daemon left when it rejoined " +
+                          "as node " + node_id_.Hex());
 }
 
 void LeaseManager::HandlePrepareBundles(const rpc::Incoming<proto::Method::PREPARE_BUNDLES>& call) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -19,10 +20,11 @@
 
 namespace rayd::data::hdf5_test {
 
-// The fixtures, written once per test process into a temp dir.
+// The fixtures, written once per test process into a temp dir, removed when it exits (forked
+// children leave by _exit).
 const std::string& Dir() {
-  static rayd::testing::TempDir* dir = [] {
-    auto* d = new rayd::testing::TempDir();
+  static std::unique_ptr<rayd::testing::TempDir> dir = [] {
+    auto d = std::make_unique<rayd::testing::TempDir>();
     std::string output;
     const int rc = rayd::testing::RunCommand(
         {"/usr/bin/python3", RAYD_DATA_TEST_DIR "/write_hdf5.py", d->path()}, &output);

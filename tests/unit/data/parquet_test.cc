@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -21,13 +22,14 @@
 
 namespace rayd::data::parquet_test {
 
-// The fixtures, written once per test process into a temp dir.
+// The fixtures, written once per test process into a temp dir, removed when it exits (forked
+// children leave by _exit).
 const std::string& Dir() {
-  static rayd::testing::TempDir* dir = [] {
+  static std::unique_ptr<rayd::testing::TempDir> dir = [] {
     const std::string js = RAYD_DATA_TEST_DIR "/parquet_js";
     INFO("the JavaScript writer is not installed: run `npm ci` in " << js);
     REQUIRE(std::filesystem::exists(js + "/node_modules/hyparquet-writer/package.json"));
-    auto* d = new rayd::testing::TempDir();
+    auto d = std::make_unique<rayd::testing::TempDir>();
     std::string output;
     const int rc = rayd::testing::RunCommand(
         {"/usr/bin/env", "node", js + "/write_fixtures.mjs", d->path()}, &output);

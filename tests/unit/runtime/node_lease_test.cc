@@ -301,8 +301,7 @@ class NodeClient {
     });
   }
   Status CommitBundles(const std::string& group) {
-    return Call<proto::Method::COMMIT_BUNDLES>(
-[&](proto::CommitBundlesRequest::Builder r) {
+    return Call<proto::Method::COMMIT_BUNDLES>([&](proto::CommitBundlesRequest::Builder r) {
       r.setPlacementGroupId(group);
       r.setNodeId(addressed_to);
     });
