@@ -35,6 +35,14 @@ void ToyObjective(const nlohmann::json& config) {
   }
   const int restored_iteration = iteration;
   const fs::path staging = fs::temp_directory_path() / ("rayd_toy_" + std::to_string(::getpid()));
+  // Gone however the loop ends: a trial a scheduler stops leaves it by an exception from Report.
+  struct RemoveStaging {
+    fs::path path;
+    ~RemoveStaging() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } remove_staging{staging};
   while (iteration < iterations) {
     ++iteration;
     if (work_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_ms));

@@ -139,6 +139,16 @@ void ReportThenFailOnce(const nlohmann::json& config) {
 }
 RAYD_TRAIN_LOOP(ReportThenFailOnce);
 
+// Makes a checkpoint directory, writes a file in it, leaves its path in out_dir/dir and dies
+// before reporting it.
+void CheckpointDirThenDie(const nlohmann::json& config) {
+  const std::string dir = rt::NewCheckpointDir();
+  std::ofstream(dir + "/state") << "never reported";
+  std::ofstream(config.at("out_dir").get<std::string>() + "/dir") << dir;
+  ::raise(SIGKILL);
+}
+RAYD_TRAIN_LOOP(CheckpointDirThenDie);
+
 }  // namespace
 
 TEST_CASE("a dataset resumes exactly after a failure and at another world size, every id of "
@@ -367,4 +377,25 @@ TEST_CASE("an answer owed by a failed attempt that comes while the restart start
   int started = 0;
   for (std::string line; std::getline(starts, line);) ++started;
   CHECK(started == (go_on ? 2 : 1));
+}
+
+// A rank keeps its scratch files (its unpacked checkpoint, its NewCheckpointDir's) in its
+// worker's own directory, which the node removes once the worker is dead: a rank SIGKILLed in
+// the middle of a checkpoint (a scheduler's stop, a failure) leaves nothing in /tmp.
+TEST_CASE("a rank SIGKILLed while it writes a checkpoint leaves no files behind", "[trainer]") {
+  namespace fs = std::filesystem;
+  EmbeddedRayd cluster;
+  TempDir out;
+  TempDir storage;
+  rt::TrainResult result =
+      rt::Trainer("CheckpointDirThenDie", {{"out_dir", out.path()}}, {.num_workers = 1},
+                  {.name = "killed", .storage_path = storage.path()})
+          .Fit();
+  CHECK_FALSE(result.ok());
+  std::string dir;
+  std::ifstream(out.path() + "/dir") >> dir;
+  REQUIRE_FALSE(dir.empty());
+  const fs::path worker_dir = fs::path(dir).parent_path();
+  CHECK(worker_dir.filename().string().rfind("rayd-worker-", 0) == 0);
+  CHECK(rayd::testing::WaitFor([&] { return !fs::exists(worker_dir); }, std::chrono::seconds(10)));
 }

@@ -22,6 +22,7 @@
 #include <rayd/train/trainer.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,6 +62,12 @@ struct GroupSpec {
   // through the world's store.
   MeshShape mesh;
 };
+
+// Where this process keeps rayd's scratch files (an unpacked checkpoint, NewCheckpointDir's, a
+// command's config and socket), made on first use: its node's directory for this worker
+// (RAYD_WORKER_TEMP_DIR), which the node removes once the worker is dead, even SIGKILLed; the
+// system's temporary directory outside a node's worker.
+std::filesystem::path ScratchDir();
 
 // Where this process's node posts a drain notice (rayd::DrainNoticePath, from the worker's
 // RAYD_SESSION_DIR and RAYD_NODE_ID); empty outside a node's worker.

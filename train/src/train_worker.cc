@@ -57,7 +57,7 @@ class ScopedDir {
 
 // Where a rank unpacks the checkpoint it resumes from, for the attempt's lifetime.
 std::string UnpackDir(int rank) {
-  return (fs::temp_directory_path() /
+  return (internal::ScratchDir() /
           ("rayd-train-" + std::to_string(::getpid()) + "-rank" + std::to_string(rank)))
       .string();
 }
@@ -107,9 +107,8 @@ const TrainContext& GetContext() {
 
 std::string NewCheckpointDir() {
   internal::RankSession& session = internal::RequireSession("NewCheckpointDir");
-  const fs::path dir = fs::temp_directory_path() /
-                       ("rayd-checkpoint-" + std::to_string(::getpid()) + "-" +
-                        std::to_string(session.dirs_made++));
+  const fs::path dir = internal::ScratchDir() / ("rayd-checkpoint-" + std::to_string(::getpid()) +
+                                                 "-" + std::to_string(session.dirs_made++));
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
@@ -210,6 +209,18 @@ std::optional<std::string> GetCheckpoint() {
 }
 
 namespace internal {
+
+fs::path ScratchDir() {
+  const char* own = std::getenv("RAYD_WORKER_TEMP_DIR");
+  if (own == nullptr || *own == '\0') return fs::temp_directory_path();
+  std::error_code ec;
+  fs::create_directories(own, ec);
+  if (ec) {
+    throw RaydError(std::string("cannot create the worker's scratch directory ") + own + ": " +
+                    ec.message());
+  }
+  return own;
+}
 
 std::string NodeDrainFile() {
   const char* session_dir = std::getenv("RAYD_SESSION_DIR");

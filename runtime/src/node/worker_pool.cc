@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 
 #include "rayd/base/logging.h"
 #include "rayd/base/process.h"
@@ -35,6 +36,27 @@ std::vector<std::string> Split(const std::string& text, char sep) {
 std::string Seconds(Millis ms) {
   if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
   return std::to_string(ms.count()) + " ms";
+}
+
+// Under the node's temporary directory, named for the worker: a rank's unpacked checkpoint,
+// its NewCheckpointDir and a command's scratch go there, so that a worker SIGKILLed in the
+// middle of a checkpoint leaves nothing behind once the pool has seen it die.
+std::string TempDirFor(const WorkerId& id) {
+  std::error_code ec;
+  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) base = "/tmp";
+  return (base / ("rayd-worker-" + id.Hex().substr(0, 12))).string();
+}
+
+void RemoveTempDir(Worker& worker) {
+  if (worker.temp_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(worker.temp_dir, ec);
+  if (ec) {
+    spdlog::warn("cannot remove worker {}'s {}: {}", worker.id.Hex(), worker.temp_dir,
+                 ec.message());
+  }
+  worker.temp_dir.clear();
 }
 
 }  // namespace
@@ -68,6 +90,7 @@ WorkerPool::~WorkerPool() {
     // The handle is closed, so libuv will not reap it: do it here (SIGKILL ends it promptly).
     while (waitpid(worker->pid, nullptr, 0) < 0 && errno == EINTR) {
     }
+    RemoveTempDir(*worker);
   }
 }
 
@@ -105,6 +128,7 @@ std::vector<std::string> WorkerPool::BuildEnv(const Worker& worker) const {
   env["RAYD_GCS_ADDRESS"] = config_.gcs_address;
   env["RAYD_TOKEN"] = config_.token;
   env["RAYD_SESSION_DIR"] = config_.session_dir;
+  env["RAYD_WORKER_TEMP_DIR"] = worker.temp_dir;
   if (!worker.gpu_ids.empty()) {
     std::string devices;
     for (int id : worker.gpu_ids) {
@@ -129,6 +153,7 @@ void WorkerPool::StartWorker(const JobId& job_id, const WorkerLaunch& launch,
   w.gpu_ids = gpu_ids;
   w.for_actor = for_actor;
   w.log_path = config_.session_dir + "/logs/worker-" + w.id.Short() + ".log";
+  w.temp_dir = TempDirFor(w.id);
   w.on_started = std::move(done);
   workers_.emplace(w.id, std::move(owned));
 
@@ -190,6 +215,7 @@ void WorkerPool::OnProcessExit(uv_process_t* process, int64_t exit_status, int t
 void WorkerPool::HandleExit(Worker& worker, int64_t exit_status, int term_signal) {
   CloseProcessHandle(worker.process);
   worker.process = nullptr;
+  RemoveTempDir(worker);
   if (worker.start_timer) worker.start_timer->Stop();
   const WorkerState previous = worker.state;
   worker.state = WorkerState::kDead;

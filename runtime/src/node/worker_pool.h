@@ -59,6 +59,9 @@ struct Worker {
   int pid = 0;
   std::string address;  // its core worker service, once registered
   std::string log_path;
+  // Its own directory for rayd's scratch files (RAYD_WORKER_TEMP_DIR): the worker makes it when
+  // it needs one; the pool removes it once the worker is dead.
+  std::string temp_dir;
   std::string lease_id;     // while LEASED
   std::string kill_reason;  // set when the node killed it
   bool registered = false;  // it did register at some point

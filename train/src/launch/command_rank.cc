@@ -549,8 +549,13 @@ Result<bool> RankProcess::Run() {
   token_ = RandomHex(16);
 
   // The rank's files: its config, beside a log it appends to across attempts.
-  char scratch_template[] = "/tmp/rayd-command-XXXXXX";
-  if (::mkdtemp(scratch_template) == nullptr) return Status::Internal(Errno("mkdtemp"));
+  std::string scratch_template;
+  try {
+    scratch_template = (ScratchDir() / "rayd-command-XXXXXX").string();
+  } catch (const std::exception& e) {
+    return Status::Internal(e.what());
+  }
+  if (::mkdtemp(scratch_template.data()) == nullptr) return Status::Internal(Errno("mkdtemp"));
   struct RemoveDir {
     std::string path;
     ~RemoveDir() {

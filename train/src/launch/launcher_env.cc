@@ -49,9 +49,9 @@ void KeepFreedMemory(Environment& env, const Environment& command_env) {
 // What makes a process a worker of this node; a command started by a rank must not inherit
 // it (a rayd program it runs would try to serve as a worker, or hold the cluster's token).
 constexpr std::string_view kWorkerOnly[] = {
-    "RAYD_WORKER_MODE", "RAYD_WORKER_ID",    "RAYD_JOB_ID",
-    "RAYD_NODE_ID",     "RAYD_NODE_ADDRESS", "RAYD_GCS_ADDRESS",
-    "RAYD_TOKEN",       "RAYD_SESSION_DIR",  "RAYD_LAUNCH_ENV_KEYS"};
+    "RAYD_WORKER_MODE",     "RAYD_WORKER_ID",      "RAYD_JOB_ID", "RAYD_NODE_ID",
+    "RAYD_NODE_ADDRESS",    "RAYD_GCS_ADDRESS",    "RAYD_TOKEN",  "RAYD_SESSION_DIR",
+    "RAYD_LAUNCH_ENV_KEYS", "RAYD_WORKER_TEMP_DIR"};
 
 bool SplitEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
   const size_t colon = endpoint.rfind(':');
