@@ -35,6 +35,7 @@ struct NodeDaemonConfig {
   Millis heartbeat_period{1000};       // replaced by the head's period once connected
   Millis worker_start_timeout{30000};  // spawn to REGISTER_WORKER
   Millis worker_idle_timeout{60000};   // idle workers older than this are killed
+  size_t worker_max_starting = 0;      // WorkerPoolConfig::max_starting; 0: 4 a core, >= 8
   int prestart_workers = 0;            // see LeaseManagerConfig::prestart_workers
   Millis infeasible_timeout{60000};    // see LeaseManagerConfig::infeasible_timeout
 };

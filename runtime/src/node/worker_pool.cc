@@ -158,12 +158,34 @@ void WorkerPool::StartWorker(const JobId& job_id, const WorkerLaunch& launch,
   workers_.emplace(w.id, std::move(owned));
 
   if (launch.argv.empty() || launch.argv[0].empty()) return FailStart(w, "no command to run");
+  to_spawn_.push_back(w.id);
+  SpawnQueued();
+}
+
+size_t WorkerPool::Spawning() const {
+  size_t n = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w->state == WorkerState::kStarting && w->process) ++n;
+  }
+  return n;
+}
+
+void WorkerPool::SpawnQueued() {
+  while (!to_spawn_.empty() && (config_.max_starting == 0 || Spawning() < config_.max_starting)) {
+    Worker* w = Find(to_spawn_.front());
+    to_spawn_.pop_front();
+    // Gone, or killed while it waited.
+    if (w != nullptr && w->state == WorkerState::kStarting && !w->process) Spawn(*w);
+  }
+}
+
+void WorkerPool::Spawn(Worker& w) {
   ::mkdir((config_.session_dir + "/logs").c_str(), 0700);  // normally there already
   int log_fd = ::open(w.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) return FailStart(w, std::string("cannot open its log: ") + strerror(errno));
 
   SpawnOptions options;
-  options.argv = launch.argv;
+  options.argv = w.launch.argv;
   options.env = BuildEnv(w);
   options.log_fd = log_fd;
   options.on_exit = &WorkerPool::OnProcessExit;
@@ -174,8 +196,8 @@ void WorkerPool::StartWorker(const JobId& job_id, const WorkerLaunch& launch,
   uv_process_t* process = *spawned;
   w.process = process;
   w.pid = process->pid;
-  spdlog::info("started worker {} (pid {}) for job {}: {}", w.id.Hex(), w.pid, job_id.Hex(),
-               launch.argv[0]);
+  spdlog::info("started worker {} (pid {}) for job {}: {}", w.id.Hex(), w.pid, w.job_id.Hex(),
+               w.launch.argv[0]);
   w.start_timer = std::make_unique<Timer>(loop_);
   w.start_timer->Start(config_.start_timeout, Millis(0), [this, id = w.id] {
     Worker* worker = Find(id);
@@ -228,6 +250,7 @@ void WorkerPool::HandleExit(Worker& worker, int64_t exit_status, int term_signal
   if (worker.on_started) FailStart(worker, worker.exit_reason);
   if (on_exit_) on_exit_(worker, previous);
   worker.lease_id.clear();
+  SpawnQueued();
 }
 
 Worker* WorkerPool::Find(const WorkerId& id) {
@@ -280,7 +303,15 @@ void WorkerPool::TrimIdle(const JobId& job_id) {
 }
 
 void WorkerPool::Kill(Worker& worker, const std::string& reason) {
-  if (!worker.process) return;
+  if (!worker.process) {
+    // Still waiting for its turn to start: it never will.
+    if (worker.state == WorkerState::kStarting) {
+      std::erase(to_spawn_, worker.id);
+      if (worker.kill_reason.empty()) worker.kill_reason = reason;
+      FailStart(worker, reason);
+    }
+    return;
+  }
   if (worker.kill_reason.empty()) worker.kill_reason = reason;
   int rc = uv_process_kill(worker.process, SIGKILL);
   if (rc != 0 && rc != UV_ESRCH) {
@@ -344,6 +375,7 @@ void WorkerPool::HandleRegister(const rpc::Incoming<proto::Method::REGISTER_WORK
   if (done) done(w);
   // Nobody took it (the requester went away meanwhile): it is an ordinary idle worker now.
   if (w->state == WorkerState::kIdle) TrimIdle(w->job_id);
+  SpawnQueued();
 }
 
 void WorkerPool::HandleKill(const rpc::Incoming<proto::Method::KILL_WORKER>& call) {

@@ -24,6 +24,7 @@
 // Threading: the node daemon's loop thread only; callbacks run on it.
 // Destruction SIGKILLs every live worker and reaps it; no callback runs after that.
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +82,10 @@ struct WorkerPoolConfig {
   std::string gcs_address;  // the address the node daemon uses for the GCS
   std::string token;
   size_t max_idle_per_job = 1;  // usually the node's CPU count
+  // Workers spawned and not yet registered at once (0: no limit); the others wait their turn,
+  // so that a burst (a thousand actors) does not start a thousand processes on a few cores and
+  // starve the node's own heartbeats.
+  size_t max_starting = 0;
   Millis start_timeout{30000};
   Millis idle_timeout{60000};
   Millis dead_retention{300000};
@@ -129,6 +134,10 @@ class WorkerPool {
   void HandleRegister(const rpc::Incoming<proto::Method::REGISTER_WORKER>& call);
   void HandleKill(const rpc::Incoming<proto::Method::KILL_WORKER>& call);
   void HandleGetWorkers(const rpc::Incoming<proto::Method::GET_WORKERS>& call);
+  // Spawns queued workers while fewer than max_starting are starting.
+  void SpawnQueued();
+  void Spawn(Worker& worker);
+  size_t Spawning() const;  // spawned, not yet registered
   // Fails a STARTING worker's callback: "worker for job J failed to start: <why> (log: P)".
   void FailStart(Worker& worker, const std::string& why);
   std::vector<std::string> BuildEnv(const Worker& worker) const;
@@ -138,6 +147,7 @@ class WorkerPool {
   EventLoop& loop_;
   WorkerPoolConfig config_;
   const NodeId& node_id_;
+  std::deque<WorkerId> to_spawn_;  // STARTING workers waiting for their turn (max_starting)
   std::map<WorkerId, std::unique_ptr<Worker>> workers_;
   ExitFn on_exit_;
   Timer maintenance_timer_;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 #include <type_traits>
 
 #include "common/node_info.h"
@@ -35,6 +36,7 @@ struct NodeSpec {
   Millis start_timeout{30000};
   Millis idle_timeout{60000};
   scheduler::Labels labels;
+  size_t max_starting = 0;
 };
 
 struct WorkerFailure {
@@ -86,6 +88,7 @@ class Cluster {
             config.session_dir = session_dirs_[i];
             config.worker_start_timeout = specs[i].start_timeout;
             config.worker_idle_timeout = specs[i].idle_timeout;
+            config.worker_max_starting = specs[i].max_starting;
             config.labels = specs[i].labels;
             config.infeasible_timeout = Millis(0);  // fail at once (waiting: integration tests)
             state->nodes.push_back(std::make_unique<NodeDaemon>(loop, config));
@@ -622,6 +625,67 @@ TEST_CASE("a worker that cannot start fails its lease with a clear error", "[nod
   ok.argv = {FAKE_WORKER_BINARY};
   ok.env = {};
   CHECK(node.Lease(ok).granted);
+}
+
+// A burst of leases starts at most max_starting workers at once; the others wait their turn,
+// which comes when a starting one registers or dies (here: dies, killed, as none registers).
+TEST_CASE("a burst of leases starts no more than max_starting workers at once", "[node]") {
+  NodeSpec spec{ResourceSet{{"CPU", 8}}, Millis(20000)};
+  spec.max_starting = 2;
+  Cluster cluster({spec});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  std::vector<std::thread> requests;
+  std::vector<LeaseReply> replies(5);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    requests.emplace_back([&, i] {
+      EventLoop own;
+      NodeClient client(own, cluster.node_address(0));
+      LeaseArgs a;
+      a.resources = ResourceSet{{"CPU", 0}};
+      a.for_actor = true;
+      a.env = {{"FAKE_WORKER_NO_REGISTER", "1"}};
+      replies[i] = client.RequestLease(a);
+    });
+  }
+  // Which workers the node has spawned (a pid) and which wait for their turn (none yet).
+  auto spawned = [&] {
+    std::vector<std::string> out;
+    for (const auto& [id, row] : node.Workers()) {
+      if (row.state == "STARTING" && row.pid != 0) out.push_back(id);
+    }
+    return out;
+  };
+  REQUIRE(Poll(loop, [&] { return node.Workers().size() == 5; }));
+  CHECK(spawned().size() == 2);
+  size_t waiting = 0;
+  for (const auto& [id, row] : node.Workers()) waiting += row.pid == 0 ? 1 : 0;
+  CHECK(waiting == 3);
+  // One dies: the next starts.
+  const std::string first = spawned().front();
+  REQUIRE(node.KillWorker(first, "the test").ok());
+  REQUIRE(Poll(loop, [&] { return node.State(first) == "DEAD" && spawned().size() == 2; }));
+  waiting = 0;
+  for (const auto& [id, row] : node.Workers()) waiting += row.pid == 0 ? 1 : 0;
+  CHECK(waiting == 2);
+  // Killing one that waits fails its lease without starting it.
+  std::string queued;
+  for (const auto& [id, row] : node.Workers()) {
+    if (row.pid == 0 && row.state == "STARTING") queued = id;
+  }
+  REQUIRE_FALSE(queued.empty());
+  REQUIRE(node.KillWorker(queued, "the test").ok());
+  CHECK(node.State(queued) == "DEAD");
+  CHECK(node.Workers()[queued].pid == 0);
+  // The rest, killed as they start, fail their leases too.
+  REQUIRE(Poll(loop, [&] {
+    for (const std::string& id : spawned()) (void)node.KillWorker(id, "the test");
+    size_t dead = 0;
+    for (const auto& [id, row] : node.Workers()) dead += row.state == "DEAD" ? 1 : 0;
+    return dead == 5;
+  }));
+  for (std::thread& t : requests) t.join();
+  for (const LeaseReply& r : replies) CHECK(r.status.code() == StatusCode::kUnavailable);
 }
 
 TEST_CASE("a worker that dies is reported and its resources released", "[node]") {
