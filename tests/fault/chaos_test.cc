@@ -283,6 +283,13 @@ Leftovers CollectLeftovers(MultiHostCluster& cluster, ChaosDriver& chaos, HeadMe
 
 // ---- The report --------------------------------------------------------------------------------
 
+// " (host:name ...)" of the scratch directories left, "" for none.
+std::string ScratchNames(const std::vector<std::string>& scratch) {
+  std::string out;
+  for (const std::string& name : scratch) out += (out.empty() ? " (" : " ") + name;
+  return out.empty() ? out : out + ")";
+}
+
 void PrintReport(const ChaosDriver& chaos, const SweepSeries& sweeps, const HeadMemory& memory,
                  const Leftovers& left, double rss_bound) {
   std::map<Kind, std::vector<double>> recoveries;
@@ -311,9 +318,9 @@ void PrintReport(const ChaosDriver& chaos, const SweepSeries& sweeps, const Head
   auto state = [](const std::string& what) { return what.empty() ? "none" : "LEFT"; };
   std::printf(
       "CHAOS leftovers: jobs/groups/actors/leases %s, processes %s, after stop %s, "
-      "session files %s, /dev/shm %s; rank scratch dirs of SIGKILLed ranks: %zu\n",
+      "session files %s, /dev/shm %s; rank scratch dirs of SIGKILLed ranks: %zu%s\n",
       state(left.held), state(left.processes), state(left.after_stop), state(left.session_files),
-      state(left.shm), left.scratch.size());
+      state(left.shm), left.scratch.size(), ScratchNames(left.scratch).c_str());
   std::fflush(stdout);
 }
 
