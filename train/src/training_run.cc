@@ -832,6 +832,13 @@ void TrainingRun::Impl::OnRunReturned(size_t rank) {
 // that came, poll again while rank 0's loop runs, end when every Run has returned.
 void TrainingRun::Impl::Advance() {
   if (awaiting_answer_ || delivering_) return;
+  // No rank of this attempt runs yet (it is being reserved or started; the owner's answer to a
+  // result of the attempt before can come now): nothing to poll or stop. A stop ends it here;
+  // otherwise the ranks' launch polls them.
+  if (runs_.empty()) {
+    if (stop_asked_ || resizing_) EndAttempt({Attempt::End::kStopped});
+    return;
+  }
   if (stop_asked_ || resizing_) return StopRanks();
   if (!reports_.empty()) return Deliver();
   if (poll_) return;  // its answer comes back here
@@ -1034,15 +1041,7 @@ void TrainingRun::Impl::Answer(bool go_on) {
   if (!awaiting_answer_ || over_) return;
   awaiting_answer_ = false;
   if (!go_on) stop_asked_ = true;
-  if (delivering_) return;
-  // The answer may come after the attempt that made the report failed, while the next one is
-  // still being reserved or started: nothing of it runs yet to poll or stop. A stop ends it
-  // there; a go-on has nothing to do (its ranks' launch polls them).
-  if (runs_.empty()) {
-    if (stop_asked_) EndAttempt({Attempt::End::kStopped});
-    return;
-  }
-  Advance();
+  if (!delivering_) Advance();
 }
 
 // The owner stopped the run. A single rank leaves its loop at its next Report and its gang can

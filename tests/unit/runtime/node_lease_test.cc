@@ -656,18 +656,19 @@ TEST_CASE("a burst of leases starts no more than max_starting workers at once", 
     }
     return out;
   };
+  auto waiting = [&] {
+    size_t n = 0;
+    for (const auto& [id, row] : node.Workers()) n += row.pid == 0 ? 1 : 0;
+    return n;
+  };
   REQUIRE(Poll(loop, [&] { return node.Workers().size() == 5; }));
   CHECK(spawned().size() == 2);
-  size_t waiting = 0;
-  for (const auto& [id, row] : node.Workers()) waiting += row.pid == 0 ? 1 : 0;
-  CHECK(waiting == 3);
+  CHECK(waiting() == 3);
   // One dies: the next starts.
   const std::string first = spawned().front();
   REQUIRE(node.KillWorker(first, "the test").ok());
   REQUIRE(Poll(loop, [&] { return node.State(first) == "DEAD" && spawned().size() == 2; }));
-  waiting = 0;
-  for (const auto& [id, row] : node.Workers()) waiting += row.pid == 0 ? 1 : 0;
-  CHECK(waiting == 2);
+  CHECK(waiting() == 2);
   // Killing one that waits fails its lease without starting it.
   std::string queued;
   for (const auto& [id, row] : node.Workers()) {
