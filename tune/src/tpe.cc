@@ -197,7 +197,8 @@ size_t TpeSearcher::PickComponent(const std::vector<double>& weights) {
 // domain, last. A numeric kernel is a normal truncated to the domain: univariate, its width
 // the larger gap to its sorted neighbours (the outermost take their one gap), clipped to
 // [range / min(100, 1 + components), range] (Optuna's defaults); multivariate, Scott's rule per
-// dimension. A category kernel puts 1 on its category and prior_weight spread over all.
+// dimension. A category kernel puts 1 on its category and prior_weight / (observations + 1)
+// on every category (Optuna's: more observations, sharper kernels); the prior is uniform.
 TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observation*>& side,
                                      const std::vector<double>& weights) const {
   const Dim& dim = dims_[d];
@@ -210,6 +211,7 @@ TpeSearcher::Parzen TpeSearcher::Fit(size_t d, const std::vector<const Observati
   for (const Observation* o : side) p.mus.push_back(o->x[d]);
   if (dim.categorical) {
     p.mus.push_back(-1);  // the prior: no category of its own
+    p.category_spread = options_.prior_weight / static_cast<double>(side.size() + 1);
     return p;
   }
   const double range = dim.high - dim.low;
@@ -257,8 +259,8 @@ double TpeSearcher::LogKernel(size_t d, const Parzen& p, size_t i, double x) con
   if (dims_[d].categorical) {
     const double choices = dims_[d].high;
     if (p.mus[i] < 0) return -std::log(choices);
-    return std::log((options_.prior_weight / choices + (p.mus[i] == x ? 1.0 : 0.0)) /
-                    (options_.prior_weight + 1));
+    const double v = p.category_spread;
+    return std::log((v + (p.mus[i] == x ? 1.0 : 0.0)) / (choices * v + 1));
   }
   const double z = (x - p.mus[i]) / p.sigmas[i];
   return p.log_norm[i] - 0.5 * z * z;
@@ -274,8 +276,10 @@ double TpeSearcher::Draw(size_t d, const Parzen& p, size_t i) {
   const Dim& dim = dims_[d];
   if (dim.categorical) {
     const auto choices = static_cast<size_t>(dim.high);
-    // The component's own category with its extra weight, else uniformly (the prior's share).
-    if (p.mus[i] >= 0 && Uniform01(rng_) < 1.0 / (options_.prior_weight + 1)) return p.mus[i];
+    // The component's own category with its extra weight, else uniformly (the spread's share).
+    if (p.mus[i] >= 0 && Uniform01(rng_) < 1.0 / (dim.high * p.category_spread + 1)) {
+      return p.mus[i];
+    }
     return static_cast<double>(UniformIndex(rng_, choices));
   }
   for (int tries = 0; tries < 100; ++tries) {

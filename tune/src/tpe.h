@@ -127,6 +127,10 @@ class TpeSearcher {
     // Per component, what its log density adds to -z^2/2 (numeric: -log(sigma sqrt(2 pi)
     // mass), the truncation's mass computed once here), and log(weight).
     std::vector<double> log_norm, log_weights;
+    // Categorical: what each category gets in an observation's kernel beside the 1 on its own,
+    // prior_weight / (observations + 1) (Optuna's): a side with more observations has sharper
+    // kernels.
+    double category_spread = 0;
   };
 
   // Both sides' estimators, per dimension, as the next proposal would fit them.

@@ -7,9 +7,11 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rayd::tune::internal {
@@ -269,6 +271,33 @@ TEST_CASE("TPE's densities on a hand-worked case: Optuna 3.1's kernels, and prop
     integral += std::exp(parzen.LogDensities({{"x", (i + 0.5) / steps}}).first) / steps;
   }
   CHECK(integral == Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("TPE's category densities on a hand-worked case: Optuna 3.1's, sharper with more "
+          "observations",
+          "[tune][tpe]") {
+  // 12 observations of 4 categories; the best ceil(0.1 * 12) = 2 (a and b) are "below". Each
+  // observation's kernel puts 1 on its category and prior_weight / (n + 1) on every category,
+  // n the side's observations; the prior is uniform; all weigh alike (n < 25). Below (n = 2):
+  // l(a) = (1/3)(4/7) + (1/3)(1/7) + (1/3)(1/4). The expected values are Optuna 3.1's own
+  // _ParzenEstimator.log_pdf on this case.
+  const ParamSpace space = {{{"opt"}, Domain::Choice({"a", "b", "c", "d"})}};
+  TpeSearcher tpe(space, "min", {.n_startup_trials = 1}, 1);
+  const std::vector<std::pair<std::string, double>> observed = {
+      {"a", 0.0}, {"b", 0.1}, {"c", 1.0}, {"c", 1.1}, {"d", 1.2}, {"b", 0.9},
+      {"c", 0.8}, {"a", 0.4}, {"d", 1.3}, {"c", 0.7}, {"b", 0.6}, {"c", 1.5}};
+  for (const auto& [opt, loss] : observed) tpe.Observe({{"opt", opt}}, loss);
+  const std::map<std::string, std::pair<double, double>> expected = {
+      {"a", {-1.1349799328389845, -1.897119984885881}},
+      {"b", {-1.1349799328389845, -1.5293952047605637}},
+      {"c", {-1.7227665977411035, -0.8754687373538999}},
+      {"d", {-1.7227665977411035, -1.5293952047605637}}};
+  for (const auto& [opt, want] : expected) {
+    INFO(opt);
+    const auto [l, g] = tpe.LogDensities({{"opt", opt}});
+    CHECK(l == Approx(want.first).epsilon(1e-12));
+    CHECK(g == Approx(want.second).epsilon(1e-12));
+  }
 }
 
 }  // namespace
