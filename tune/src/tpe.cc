@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -405,35 +407,75 @@ std::pair<double, double> TpeSearcher::LogDensities(const nlohmann::json& config
   return {log_l, log_g};
 }
 
-std::vector<double> TpeSearcher::SampleTpe() {
+std::vector<double> TpeSearcher::SampleTpe(
+    const std::function<bool(const std::vector<double>&)>& fresh) {
   const Model model = FitModel();
   const std::vector<Parzen>& l = model.l;
   const std::vector<Parzen>& g = model.g;
   const size_t dims = dims_.size();
   const auto candidates = static_cast<size_t>(options_.n_ei_candidates);
-  std::vector<double> best(dims, 0);
-  if (!options_.multivariate) {
-    // Each parameter on its own: its candidates from l, the best ratio wins.
-    for (size_t d = 0; d < dims; ++d) {
-      double best_score = -kInf;
-      for (size_t c = 0; c < candidates; ++c) {
-        const double x = Draw(d, l[d], PickComponent(l[d].weights));
-        const double score = LogDensity(d, l[d], x) - LogDensity(d, g[d], x);
-        if (c == 0 || score > best_score) best_score = score, best[d] = x;
-      }
+  if (dims == 0) return {};
+  if (options_.multivariate) {
+    // Joint candidates: one component of l for every dimension, scored by the joint ratio.
+    std::vector<std::pair<double, std::vector<double>>> joint;
+    for (size_t c = 0; c < candidates; ++c) {
+      const size_t i = PickComponent(l[0].weights);
+      std::vector<double> x(dims);
+      for (size_t d = 0; d < dims; ++d) x[d] = Draw(d, l[d], i);
+      joint.emplace_back(JointLogDensity(l, x) - JointLogDensity(g, x), std::move(x));
     }
-    return best;
+    std::stable_sort(joint.begin(), joint.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [score, x] : joint) {
+      if (fresh(x)) return x;
+    }
+    return joint.front().second;
   }
-  // Joint candidates: one component of l for every dimension, scored by the joint ratio.
-  double best_score = -kInf;
-  for (size_t c = 0; c < candidates; ++c) {
-    const size_t i = dims == 0 ? 0 : PickComponent(l[0].weights);
+  // Each parameter on its own: its candidates from l, best ratio first, each value once.
+  using Scored = std::pair<double, double>;  // (score, value)
+  std::vector<std::vector<Scored>> ranked(dims);
+  for (size_t d = 0; d < dims; ++d) {
+    std::vector<Scored>& r = ranked[d];
+    for (size_t c = 0; c < candidates; ++c) {
+      const double x = Draw(d, l[d], PickComponent(l[d].weights));
+      r.emplace_back(LogDensity(d, l[d], x) - LogDensity(d, g[d], x), x);
+    }
+    std::stable_sort(r.begin(), r.end(),
+                     [](const Scored& a, const Scored& b) { return a.first > b.first; });
+    std::set<double> seen;
+    r.erase(std::remove_if(r.begin(), r.end(),
+                           [&](const Scored& s) { return !seen.insert(s.second).second; }),
+            r.end());
+  }
+  // Combinations of the parameters' candidates by their summed score, best first (the first is
+  // every parameter's best): a frontier of index tuples, each popped one's successors (one
+  // parameter moved to its next candidate) pushed once.
+  auto point = [&](const std::vector<size_t>& at) {
     std::vector<double> x(dims);
-    for (size_t d = 0; d < dims; ++d) x[d] = Draw(d, l[d], i);
-    const double score = JointLogDensity(l, x) - JointLogDensity(g, x);
-    if (c == 0 || score > best_score) best_score = score, best = std::move(x);
+    for (size_t d = 0; d < dims; ++d) x[d] = ranked[d][at[d]].second;
+    return x;
+  };
+  auto total = [&](const std::vector<size_t>& at) {
+    double sum = 0;
+    for (size_t d = 0; d < dims; ++d) sum += ranked[d][at[d]].first;
+    return sum;
+  };
+  const std::vector<size_t> top(dims, 0);
+  std::multimap<double, std::vector<size_t>, std::greater<>> frontier = {{total(top), top}};
+  std::set<std::vector<size_t>> pushed = {top};
+  for (int popped = 0; popped < kRankedProposals && !frontier.empty(); ++popped) {
+    const std::vector<size_t> at = frontier.begin()->second;
+    frontier.erase(frontier.begin());
+    std::vector<double> x = point(at);
+    if (fresh(x)) return x;
+    for (size_t d = 0; d < dims; ++d) {
+      if (at[d] + 1 == ranked[d].size()) continue;
+      std::vector<size_t> next = at;
+      ++next[d];
+      if (pushed.insert(next).second) frontier.emplace(total(next), std::move(next));
+    }
   }
-  return best;
+  return point(top);
 }
 
 bool TpeSearcher::in_startup() const {
@@ -441,9 +483,10 @@ bool TpeSearcher::in_startup() const {
 }
 
 nlohmann::json TpeSearcher::Suggest() {
-  nlohmann::json config = Decode(in_startup() ? SampleRandom() : SampleTpe());
-  // The model's favourite was tried already (in a space of few configs it soon is, and a
-  // config's result would only repeat): a config not tried yet teaches more, when one is found.
+  // A config tried already would only repeat its result (in a space of few configs the model's
+  // favourite soon is one): the model's next best untried one teaches more, else a random one.
+  auto fresh = [&](const std::vector<double>& x) { return !tried_.count(Decode(x).dump()); };
+  nlohmann::json config = Decode(in_startup() ? SampleRandom() : SampleTpe(fresh));
   for (int draw = 0; draw < kUntriedDraws && tried_.count(config.dump()); ++draw) {
     nlohmann::json other = Decode(SampleRandom());
     if (!tried_.count(other.dump())) config = std::move(other);

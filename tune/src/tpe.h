@@ -30,6 +30,7 @@
 #include <rayd/tune/search_space.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -154,7 +155,11 @@ class TpeSearcher {
   std::optional<Observation> Encode(const nlohmann::json& config, double loss) const;
   nlohmann::json Decode(const std::vector<double>& x) const;
   std::vector<double> SampleRandom();
-  std::vector<double> SampleTpe();
+  // The model's proposal: its best point (Optuna's) when `fresh` takes it, else the best of
+  // its next kRankedProposals that `fresh` takes, else its best. Univariate, the points are
+  // combinations of each parameter's candidates, best first by their summed log l - log g;
+  // multivariate, the joint candidates by their score.
+  std::vector<double> SampleTpe(const std::function<bool(const std::vector<double>&)>& fresh);
   Parzen Fit(size_t dim, const std::vector<const Observation*>& side,
              const std::vector<double>& weights) const;
   // log of component i's kernel at x, and of the whole mixture.
@@ -171,8 +176,10 @@ class TpeSearcher {
   std::vector<Observation> observed_;
   std::vector<nlohmann::json> pending_;
   // Every config suggested or observed (as JSON text): a proposal already tried is replaced by
-  // a random one that is not, within kUntriedDraws draws.
+  // the model's next best that is not (within kRankedProposals), else by a random one that is
+  // not (within kUntriedDraws draws).
   std::set<std::string> tried_;
+  static constexpr int kRankedProposals = 256;
   static constexpr int kUntriedDraws = 100;
   // ObserveAt's: by budget, the configs that reached it (in the order they first did).
   std::map<double, std::vector<std::pair<nlohmann::json, Observation>>> at_budget_;
