@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mo_problems.h"
+#include "tpe.h"
 
 namespace rayd::tune::internal {
 namespace {
@@ -227,6 +228,25 @@ TEST_CASE("MOTPE with a budget attribute fits at the highest budget enough trial
   const json next = searcher.Next();
   CHECK(searcher.ProposedBy() == "tpe (random start)");  // still: nothing ended
   CHECK(next.contains("x0"));
+}
+
+TEST_CASE("MOTPE fitted at a budget keeps at least the parameters plus one configs below",
+          "[tune][mo_tpe]") {
+  // Four configs reached iteration 1, two of them on the front, alike. Gamma's share of four
+  // is one; BOHB's minimum (one parameter plus one) is two, so both front configs' categories
+  // have more of l than one never tried; with gamma's share alone the second would have the
+  // same as the untried one.
+  std::vector<json> values;
+  for (int i = 0; i < 5; ++i) values.push_back(i);
+  const ParamSpace space = {{{"a"}, Domain::Choice(values)}};
+  TpeSearcher tpe(space, "min", {.objectives = 2}, 1);
+  const std::vector<std::vector<double>> points = {{0, 3}, {3, 0}, {4, 4}, {5, 5}};
+  for (int a = 0; a < 4; ++a) tpe.ObserveAt({{"a", a}}, TpeOutcome{.point = points[a]}, 1.0);
+  REQUIRE(tpe.ModelBudget() == 1.0);
+  const double second = tpe.LogDensities({{"a", 1}}).first;
+  const double untried = tpe.LogDensities({{"a", 4}}).first;
+  CHECK(second > untried + 0.1);
+  CHECK(tpe.LogDensities({{"a", 0}}).first == Approx(second));  // both below, alike
 }
 
 TEST_CASE("MOTPE refuses no objectives, domains TPE cannot model, and values for outcomes",
