@@ -16,20 +16,23 @@
 #      record_fashion_mo.py) through the Tuner's controller (Tuner::Simulate; the bench's own
 #      loop, which makes the same decisions, where the Tuner does not replay objectives), one
 #      trial at a time: rayd's NSGA-II (population 10), MOTPE and random search at full fidelity
-#      and the same under MO-ASHA (grace 1 epoch, reduction factor 3), next to Optuna's
+#      and the same under MO-ASHA (grace 1 epoch, reduction factor RF, default 2: rungs at 1, 2,
+#      4 and 8 of the 9 epochs; 3 leaves only 1 and 3), next to Optuna's
 #      NSGA-II (population 10), MOTPE and random (a multi-objective Optuna study cannot prune).
 #      The hypervolume (of (1 - accuracy, log10 params), reference: the table's best front's
 #      nadir + 10%) against epochs spent, after 40 full-fidelity evaluations (360 epochs), and
 #      the epochs each arm needs to reach Optuna's final hypervolume (issue 53's target for
 #      MO-ASHA: <= 0.5x). REPLAY_SEEDS seeds.
 #
-#   RAYD_BUILD_DIR=build bench/search/mo_run.sh [SEEDS] [TPE_SEEDS] [REPLAY_SEEDS]
-#       defaults 10, 3, 100; about 40 minutes on two cores, most of it Optuna's MOTPE in part 1
+#   RAYD_BUILD_DIR=build bench/search/mo_run.sh [SEEDS] [TPE_SEEDS] [REPLAY_SEEDS] [RF]
+#       defaults 10, 3, 100, 2; about 40 minutes on two cores, most of it Optuna's MOTPE in
+#       part 1 (TPE_SEEDS=10: about 2 hours)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seeds="${1:-10}"
 tpe_seeds="${2:-3}"
 replay_seeds="${3:-100}"
+rf="${4:-2}"
 build="${RAYD_BUILD_DIR:-build}"
 bench="$build/bench/mo_search_bench"
 RAYD_BUILD_DIR="$build" bench/build.sh mo_search_bench
@@ -52,10 +55,11 @@ echo
 echo "== Fashion-MNIST MLPs, accuracy against parameters, replayed from $curves =="
 # Through the Tuner's controller (Tuner::Simulate); the bench's own loop, which makes the same
 # decisions, where the Tuner does not replay several objectives.
-if ! "$bench" replay --curves "$curves" --seeds "$replay_seeds" --simulator \
-    > "$scratch/rayd_replay.json" 2> "$scratch/replay.err"; then
+if ! "$bench" replay --curves "$curves" --seeds "$replay_seeds" --reduction-factor "$rf" \
+    --simulator > "$scratch/rayd_replay.json" 2> "$scratch/replay.err"; then
   echo "(Tuner::Simulate: $(tail -1 "$scratch/replay.err"); the bench's own loop instead)"
-  "$bench" replay --curves "$curves" --seeds "$replay_seeds" > "$scratch/rayd_replay.json"
+  "$bench" replay --curves "$curves" --seeds "$replay_seeds" --reduction-factor "$rf" \
+    > "$scratch/rayd_replay.json"
 fi
 /usr/bin/python3 bench/search/optuna_mo_replay_peer.py --curves "$curves" \
   --seeds "$replay_seeds" > "$scratch/optuna_replay.json"
