@@ -57,6 +57,13 @@ bool IsLog(Domain::Kind kind) {
   return kind == Domain::Kind::kLogUniform || kind == Domain::Kind::kQLogUniform;
 }
 
+// A candidate's score, log l - log g; -inf rather than NaN (both -inf), so that sorting by it
+// is well defined.
+double Score(double log_l, double log_g) {
+  const double score = log_l - log_g;
+  return std::isnan(score) ? -std::numeric_limits<double>::infinity() : score;
+}
+
 }  // namespace
 
 TpeSearcher::TpeSearcher(const ParamSpace& space, const std::string& mode,
@@ -435,7 +442,7 @@ std::vector<double> TpeSearcher::SampleTpe(
       const size_t i = PickComponent(l[0].weights);
       std::vector<double> x(dims);
       for (size_t d = 0; d < dims; ++d) x[d] = Draw(d, l[d], i);
-      joint.emplace_back(JointLogDensity(l, x) - JointLogDensity(g, x), std::move(x));
+      joint.emplace_back(Score(JointLogDensity(l, x), JointLogDensity(g, x)), std::move(x));
     }
     std::stable_sort(joint.begin(), joint.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -451,7 +458,7 @@ std::vector<double> TpeSearcher::SampleTpe(
     std::vector<Scored>& r = ranked[d];
     for (size_t c = 0; c < candidates; ++c) {
       const double x = Draw(d, l[d], PickComponent(l[d].weights));
-      r.emplace_back(LogDensity(d, l[d], x) - LogDensity(d, g[d], x), x);
+      r.emplace_back(Score(LogDensity(d, l[d], x), LogDensity(d, g[d], x)), x);
     }
     std::stable_sort(r.begin(), r.end(),
                      [](const Scored& a, const Scored& b) { return a.first > b.first; });
