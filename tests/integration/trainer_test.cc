@@ -379,8 +379,11 @@ TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint",
         rt::testing::ReadFloats(out.path() + "/params_rank1.bin"));
   if (mode == "every rank, rank 1 dying before its report") {
     // Rank 0's report of epoch 3 never got rank 1's part: dropped, so the restart resumed from
-    // epoch 2's checkpoint and made epoch 3 again (once in result.json, as checked above).
-    CHECK(result.metrics.at("start_epoch") == 3);
+    // an earlier checkpoint and made epoch 3 again (once in result.json, as checked above), not
+    // from epoch 3's. Epoch 2's is complete only if rank 1's part of it was shipped (in the
+    // background, while it trained epoch 3) before it died; on a busy machine it may not be,
+    // and the restart resumes from epoch 1's.
+    CHECK(result.metrics.at("start_epoch") <= 3);
   }
   REQUIRE(result.checkpoint);
   if (every_rank) {
