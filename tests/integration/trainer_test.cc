@@ -380,9 +380,10 @@ TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint",
   if (mode == "every rank, rank 1 dying before its report") {
     // Rank 0's report of epoch 3 never got rank 1's part: dropped, so the restart resumed from
     // an earlier checkpoint and made epoch 3 again (once in result.json, as checked above), not
-    // from epoch 3's. Epoch 2's is complete only if rank 1's part of it was shipped (in the
-    // background, while it trained epoch 3) before it died; on a busy machine it may not be,
-    // and the restart resumes from epoch 1's.
+    // from epoch 3's. Epoch 2's is complete only if rank 1's part of it (read and deposited in
+    // the background while it trained epoch 3, then collected by the driver) reached the driver
+    // before rank 1 died; on a busy machine it may not have, and the restart resumes from
+    // epoch 1's.
     CHECK(result.metrics.at("start_epoch") <= 3);
   }
   REQUIRE(result.checkpoint);
