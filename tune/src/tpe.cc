@@ -339,7 +339,7 @@ TpeSearcher::Model TpeSearcher::FitModel() const {
   std::vector<double> w_below;
   if (options_.objectives > 0) {
     // As Optuna's in a multi-objective study, gamma counts observations only.
-    SplitOutcomes(all, seen, BelowCount(seen, seen, budget.has_value()), below, w_below, above);
+    SplitOutcomes(all, seen, BelowCount(seen, budget.has_value()), below, w_below, above);
   } else {
     std::vector<size_t> rank(all.size());
     std::iota(rank.begin(), rank.end(), 0);
@@ -348,7 +348,7 @@ TpeSearcher::Model TpeSearcher::FitModel() const {
     // (BOHB's minimum made no clear difference here: on the example MLP's curves, 100 seeds,
     // TPE+ASHA reached random+ASHA's best in 57 results without it and 69 with it, 208 and 186
     // four trials at a time.)
-    const size_t n_below = BelowCount(all.size(), seen, false);
+    const size_t n_below = BelowCount(all.size(), false);
     std::vector<bool> is_below(all.size(), false);
     for (size_t k = 0; k < n_below; ++k) is_below[rank[k]] = true;
     for (size_t i = 0; i < all.size(); ++i) (is_below[i] ? below : above).push_back(all[i]);
@@ -369,11 +369,11 @@ TpeSearcher::Model TpeSearcher::FitModel() const {
 // of them is one or two, and the model chases one config's early result and size (on the
 // Fashion-MNIST replay, 300 seeds, MO-ASHA with MOTPE reached Optuna MOTPE's final hypervolume
 // in 0.58x the epochs of its full-fidelity sweep with gamma's share alone, 0.48x with it).
-size_t TpeSearcher::BelowCount(size_t n, size_t observed, bool bohb_minimum) const {
+size_t TpeSearcher::BelowCount(size_t n, bool bohb_minimum) const {
   size_t below = std::min<size_t>(
       static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(n))),
       static_cast<size_t>(options_.gamma_cap));
-  if (bohb_minimum) below = std::max(below, std::min(observed, min_points_in_model()));
+  if (bohb_minimum) below = std::max(below, std::min(n, min_points_in_model()));
   return below;
 }
 

@@ -145,8 +145,8 @@ class TpeSearcher {
                      std::vector<const Observation*>& below, std::vector<double>& w_below,
                      std::vector<const Observation*>& above) const;
   // How many of `n` configs are "below": gamma's share, at most gamma_cap; with bohb_minimum,
-  // at least min_points_in_model of the `observed` ones.
-  size_t BelowCount(size_t n, size_t observed, bool bohb_minimum) const;
+  // at least min_points_in_model (of the n).
+  size_t BelowCount(size_t n, bool bohb_minimum) const;
   void CheckOutcome(const TpeOutcome& outcome) const;
   void AddAtBudget(const nlohmann::json& config, Observation o, double budget);
   nlohmann::json ObservationJson(const Observation& o) const;
