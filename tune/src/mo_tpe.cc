@@ -136,9 +136,12 @@ std::vector<double> BelowWeights(const std::vector<std::vector<double>>& points,
     others.erase(others.begin() + static_cast<std::ptrdiff_t>(j));
     contributions.push_back(total - Hypervolume(others, reference) + kMoTpeEps);
   }
+  // A contribution is a volume in as many dimensions as objectives: its k-th root, the side of
+  // a cube that holds it, is how far the trial stands out (mo_tpe.h says why not the volume).
   const double top = *std::max_element(contributions.begin(), contributions.end());
+  const double root = 1.0 / static_cast<double>(objectives);
   for (size_t j = 0; j < feasible.size(); ++j) {
-    weights[feasible[j]] = std::clamp(contributions[j] / top, 0.0, 1.0);
+    weights[feasible[j]] = std::pow(std::clamp(contributions[j] / top, 0.0, 1.0), root);
   }
   return weights;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // TPE over several objectives, constraints or both: MOTPE (Ozaki et al. 2020, 2022) as Optuna
 // 3.1's TPESampler runs it for a multi-objective study, with constraints as its
-// constraints_func.
+// constraints_func, but for the weights of "below" (see below).
 //
 // How it works:
 //   - What a trial achieved is its last result (MoTpeSearch::OnTrialResult, kept per config
@@ -20,11 +20,20 @@
 //     selection (GreedyHypervolumeSubset, Optuna's _solve_hssp). The rest are "above", and so
 //     are the configs proposed but not ended yet (the constant liar, as single-objective TPE;
 //     Optuna leaves running trials out of a multi-objective split).
-//   - The weights (BelowWeights): with two or more objectives, a feasible "below" trial weighs
-//     by its hypervolume contribution among the feasible "below" trials, over the largest one
-//     (Optuna's _calculate_weights_below_for_multi_objective); with one objective (constraints
-//     only) 1 each, as single-objective TPE weighs a "below" of at most 25. "above" weighs as in
-//     single-objective TPE (the newest 25 weigh 1, older ones less).
+//   - The weights (BelowWeights): with k >= 2 objectives, a feasible "below" trial weighs by
+//     its hypervolume contribution among the feasible "below" trials, over the largest one, to
+//     the power 1/k: the side of a cube of that volume. Optuna
+//     (_calculate_weights_below_for_multi_objective) takes the ratio of volumes itself, and
+//     contributions are so uneven that l(x) is mostly one or two kernels: in a ZDT2 run at 200
+//     trials, one "below" trial weighed 1 and the other 19 at most 0.024, so l(x) was half that
+//     trial, half the prior. The root keeps the order and keeps the rest of the front in the
+//     model. Measured (bench/search, 80 seeds, hypervolume after 200 evaluations, the share of
+//     seed pairs where the root's run is higher than the volume's): DTLZ2 0.83-0.87, ZDT3
+//     0.58-0.65, ZDT1 0.55-0.67, ZDT2 0.52-0.53; after 100, 0.44-0.63; on the Fashion-MNIST
+//     replay MO-ASHA with MOTPE reaches Optuna's final front in 0.46x the epochs, not 0.49x.
+//     With one objective (constraints only) 1 each, as single-objective TPE weighs a "below"
+//     of at most 25. "above" weighs as in single-objective TPE (the newest 25 weigh 1, older
+//     ones less).
 //   - Constraints: a feasible trial always ranks before an infeasible one, so infeasible trials
 //     are in "below" only while fewer than n_below trials are feasible, the least violating
 //     first (as Optuna 3.1). There they weigh 1e-12 when "below" holds a feasible trial (as

@@ -83,17 +83,25 @@ TEST_CASE("MOTPE's subset selection is greedy by contribution, ties to the earli
   CHECK(GreedyHypervolumeSubset(huge, {0, 1, 2}, 1).size() == 1);
 }
 
-TEST_CASE("MOTPE weighs below by hypervolume contribution, infeasible ones hardly at all",
+TEST_CASE("MOTPE weighs below by a root of hypervolume contribution, infeasible hardly at all",
           "[tune][mo_tpe]") {
   // At (4.4, 4.4): (2, 2) alone dominates the square [2, 4) x [2, 4) (4.0), each end a 1 x 0.4
-  // strip (0.4): weights 0.1, 1, 0.1.
+  // strip (0.4): contributions 0.1, 1, 0.1 of the largest, weights their square roots.
   const Points points = {{1, 4}, {2, 2}, {4, 1}, {0, 0}};
   std::vector<double> violations = {0, 0, 0, 0};
   std::vector<double> w = BelowWeights(points, violations, {0, 1, 2});
   REQUIRE(w.size() == 3);
-  CHECK(w[0] == Approx(0.1));
+  CHECK(w[0] == Approx(std::sqrt(0.1)));
   CHECK(w[1] == Approx(1.0));
-  CHECK(w[2] == Approx(0.1));
+  CHECK(w[2] == Approx(std::sqrt(0.1)));
+  // Three objectives, the cube root. At (2.2, 2.2, 1.1): (1, 1, 1)'s box is 1.2 x 1.2 x 0.1
+  // (0.144), (2, 2, 0.5)'s 0.2 x 0.2 x 0.6 (0.024), and they share 0.2 x 0.2 x 0.1 (0.004):
+  // contributions 0.140 and 0.020, so 1 and (1/7)^(1/3).
+  const Points three = {{1, 1, 1}, {2, 2, 0.5}};
+  w = BelowWeights(three, {0, 0}, {0, 1});
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == Approx(1.0));
+  CHECK(w[1] == Approx(std::cbrt(1.0 / 7)));
   // Their order is below's.
   // (4, 1) and (2, 2) alone, at (4.4, 2.2): each holds 0.4 of its own.
   w = BelowWeights(points, violations, {2, 1});
