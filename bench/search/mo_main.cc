@@ -2,8 +2,8 @@
 // (bench/search/mo_run.sh sets these next to Optuna's NSGAIISampler, TPESampler and
 // RandomSampler from optuna_mo_peer.py and optuna_mo_replay_peer.py):
 //
-//   build/bench/mo_search_bench synthetic [--seeds 10] [--checkpoints 100,200,400]
-//       [--population 50] [--zdt-vars 30] [--dtlz-vars 12] [--json]
+//   build/bench/mo_search_bench synthetic [--seeds 10] [--first-seed 1]
+//       [--checkpoints 100,200,400] [--population 50] [--zdt-vars 30] [--dtlz-vars 12] [--json]
 //     NSGA-II, MOTPE and random search (mo_arms.h) on ZDT1, ZDT2, ZDT3 and DTLZ2
 //     (mo_objectives.h), one trial at a time: per seed, the hypervolume of the front of the
 //     first N evaluations up to the problem's reference point; the table shows the median.
@@ -89,16 +89,19 @@ std::vector<double> Run(const MoArm& arm, const MoProblem& p, uint64_t seed,
   return out;
 }
 
-json Synthetic(int seeds, const std::vector<int>& checkpoints, int population, int zdt_vars,
-               int dtlz_vars) {
-  json out = {{"seeds", seeds}, {"checkpoints", checkpoints}, {"population", population}};
+json Synthetic(int first_seed, int seeds, const std::vector<int>& checkpoints, int population,
+               int zdt_vars, int dtlz_vars) {
+  json out = {{"seeds", seeds},
+              {"first_seed", first_seed},
+              {"checkpoints", checkpoints},
+              {"population", population}};
   for (const MoProblem& p : rayd::bench::MoProblems(zdt_vars, dtlz_vars)) {
     json& problem = out["problems"][p.name];
     problem = {
         {"num_vars", p.num_vars}, {"reference", p.reference}, {"optimum", OptimalHypervolume(p)}};
     for (const MoArm& arm : rayd::bench::MoArms(population)) {
       std::vector<std::vector<double>> per_checkpoint(checkpoints.size());
-      for (int seed = 1; seed <= seeds; ++seed) {
+      for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
         std::vector<double> hv = Run(arm, p, static_cast<uint64_t>(seed), checkpoints);
         for (size_t k = 0; k < checkpoints.size(); ++k) per_checkpoint[k].push_back(hv[k]);
       }
@@ -145,10 +148,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   CLI::App* synthetic = app.add_subcommand("synthetic", "ZDT1-3 and DTLZ2");
-  int seeds = 10, population = 50, zdt_vars = 30, dtlz_vars = 12;
+  int seeds = 10, first_seed = 1, population = 50, zdt_vars = 30, dtlz_vars = 12;
   std::vector<int> checkpoints = {100, 200, 400};
   bool as_json = false;
   synthetic->add_option("--seeds", seeds, "seeds per figure (the median is shown)");
+  synthetic->add_option("--first-seed", first_seed,
+                        "seeds first-seed.. (another sample to pool with an earlier run's)");
   synthetic->add_option("--checkpoints", checkpoints, "evaluation counts, ascending")
       ->delimiter(',');
   synthetic->add_option("--population", population, "NSGA-II's population_size");
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
   try {
     if (synthetic->parsed()) {
       std::sort(checkpoints.begin(), checkpoints.end());
-      const json out = Synthetic(seeds, checkpoints, population, zdt_vars, dtlz_vars);
+      const json out = Synthetic(first_seed, seeds, checkpoints, population, zdt_vars, dtlz_vars);
       if (as_json) {
         std::printf("%s\n", out.dump().c_str());
       } else {

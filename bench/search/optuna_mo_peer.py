@@ -3,7 +3,8 @@
 (mo_objectives.h: ZDT1-3, DTLZ2), printed as one JSON object in the same layout as
 `mo_search_bench synthetic --json`.
 
-Arms, one trial at a time (study.optimize with n_jobs=1), seeds 1..--seeds:
+Arms, one trial at a time (study.optimize with n_jobs=1), seeds 1..--seeds (from --first-seed
+instead of 1, for another sample to pool with an earlier run's):
   nsga2    NSGAIISampler(population_size=--population, seed): Optuna's defaults otherwise
            (uniform crossover 0.9, swapping 0.5, mutation 1/params), as rayd's Nsga2Config
   mo_tpe   TPESampler(seed) on several objectives (MOTPE: Optuna's defaults, 10 random trials);
@@ -14,12 +15,12 @@ Arms, one trial at a time (study.optimize with n_jobs=1), seeds 1..--seeds:
 
 The hypervolume is Optuna's own exact one (optuna._hypervolume.WFG) of the Pareto front of the
 first N trials up to the problem's reference point. --sample FILE also writes, per problem, the
-points of seed 1's first run and their hypervolume, for mo_search_bench hv to check that
+points of the first seed's first run and their hypervolume, for mo_search_bench hv to check that
 rayd's computation agrees.
 
     bench/search/optuna_mo_peer.py [--seeds 10] [--checkpoints 100,200,400] [--population 50]
         [--zdt-vars 30] [--dtlz-vars 12] [--arms nsga2,mo_tpe,random] [--tpe-seeds 3]
-        [--tpe-max 200] [--sample FILE]
+        [--tpe-max 200] [--first-seed 1] [--sample FILE]
 """
 import argparse
 import json
@@ -121,11 +122,14 @@ def main():
     parser.add_argument("--arms", default="nsga2,mo_tpe,random")
     parser.add_argument("--tpe-seeds", type=int, default=3)
     parser.add_argument("--tpe-max", type=int, default=200)
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="seeds first-seed.. (another sample of seeds to pool with one run)")
     parser.add_argument("--sample", help="write seed 1's points and hypervolumes here")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     checkpoints = sorted(int(c) for c in args.checkpoints.split(","))
-    out = {"seeds": args.seeds, "checkpoints": checkpoints, "population": args.population,
+    out = {"seeds": args.seeds, "first_seed": args.first_seed, "checkpoints": checkpoints,
+           "population": args.population,
            "problems": {}}
     sample = []
     for problem in problems(args.zdt_vars, args.dtlz_vars):
@@ -136,11 +140,11 @@ def main():
             if arm == "mo_tpe":
                 seeds, upto = args.tpe_seeds, [c for c in checkpoints if c <= args.tpe_max]
             per_checkpoint = [[] for _ in upto]
-            for seed in range(1, seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + seeds):
                 hv, points = run(arm, problem, seed, upto, args.population)
                 for k, value in enumerate(hv):
                     per_checkpoint[k].append(value)
-                if seed == 1 and arm == "nsga2":
+                if seed == args.first_seed and arm == "nsga2":
                     sample.append({"problem": name, "reference": reference, "points": points,
                                    "optuna_hv": hv[-1]})
             entry["arms"][arm] = {str(c): v for c, v in zip(upto, per_checkpoint)}
