@@ -16,6 +16,9 @@ namespace rayd::tune::internal {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Offspring drawn per proposal before random configs are, and as many of those before a repeat
+// of an earlier config is kept (nsga2.h).
+constexpr int kFreshTries = 32;
 
 void CheckProbability(const char* name, double p, bool zero_allowed) {
   if (!(p <= 1) || !(zero_allowed ? p >= 0 : p > 0)) {
@@ -70,7 +73,21 @@ Nsga2Search::Nsga2Search(const ParamSpace& space, std::vector<Objective> objecti
 nlohmann::json Nsga2Search::Next() {
   last_random_ = proposed_ < population_size_ || ended_.size() < 2;
   ++proposed_;
-  return last_random_ ? Random() : Offspring();
+  const std::vector<size_t> population = last_random_ ? std::vector<size_t>{} : Population();
+  nlohmann::json config;
+  std::string text;
+  // Offspring first; when they keep repeating (a small space, mostly tried), random configs.
+  for (int tries = 0; tries < 2 * kFreshTries; ++tries) {
+    const bool random = last_random_ || tries >= kFreshTries;
+    config = random ? Random() : Offspring(population);
+    text = config.dump();
+    if (!tried_.count(text)) {
+      last_random_ = random;
+      break;
+    }
+  }
+  tried_.insert(std::move(text));
+  return config;
 }
 
 nlohmann::json Nsga2Search::Random() {
@@ -107,8 +124,7 @@ size_t Nsga2Search::Tournament(size_t n, std::optional<size_t> taken) {
   return std::min(eligible[a], eligible[b]);
 }
 
-nlohmann::json Nsga2Search::Offspring() {
-  const std::vector<size_t> population = Population();
+nlohmann::json Nsga2Search::Offspring(const std::vector<size_t>& population) {
   const size_t first = Tournament(population.size(), std::nullopt);
   const size_t second = Tournament(population.size(), first);
   const nlohmann::json& mother = ended_[population[first]].config;
@@ -168,9 +184,12 @@ nlohmann::json Nsga2Search::State() const {
   }
   nlohmann::json ended = nlohmann::json::array();
   for (const Ended& e : ended_) ended.push_back(OutcomeJson(e.config, e.outcome));
+  nlohmann::json tried = nlohmann::json::array();
+  for (const std::string& text : tried_) tried.push_back(nlohmann::json::parse(text));
   return {{"proposed", proposed_},
           {"running", std::move(running)},
           {"ended", std::move(ended)},
+          {"tried", std::move(tried)},
           {"rng", RngState(rng_)}};
 }
 
@@ -179,6 +198,7 @@ void Nsga2Search::Restore(const nlohmann::json& state) {
   size_t proposed = 0;
   std::map<std::string, Outcome> running;
   std::vector<Ended> ended;
+  std::set<std::string> tried;
   Rng restored;
   try {
     proposed = state.at("proposed").get<size_t>();
@@ -189,12 +209,20 @@ void Nsga2Search::Restore(const nlohmann::json& state) {
       ended.push_back({e.at("config"), OutcomeFromJson(e)});
     }
     restored = RngFromState(state.at("rng"));
+    // A state saved before "tried" was kept: the configs it knows of.
+    if (state.contains("tried")) {
+      for (const nlohmann::json& config : state.at("tried")) tried.insert(config.dump());
+    } else {
+      for (const auto& [text, outcome] : running) tried.insert(text);
+      for (const Ended& e : ended) tried.insert(e.config.dump());
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("the saved nsga2 state: ") + e.what());
   }
   proposed_ = proposed;
   running_ = std::move(running);
   ended_ = std::move(ended);
+  tried_ = std::move(tried);
   rng_ = restored;
 }
 

