@@ -71,20 +71,18 @@ Nsga2Search::Nsga2Search(const ParamSpace& space, std::vector<Objective> objecti
 }
 
 nlohmann::json Nsga2Search::Next() {
-  last_random_ = proposed_ < population_size_ || ended_.size() < 2;
+  const bool start = proposed_ < population_size_ || ended_.size() < 2;
   ++proposed_;
-  const std::vector<size_t> population = last_random_ ? std::vector<size_t>{} : Population();
+  const std::vector<size_t> population = start ? std::vector<size_t>{} : Population();
   nlohmann::json config;
   std::string text;
   // Offspring first; when they keep repeating (a small space, mostly tried), random configs.
   for (int tries = 0; tries < 2 * kFreshTries; ++tries) {
-    const bool random = last_random_ || tries >= kFreshTries;
+    const bool random = start || tries >= kFreshTries;
     config = random ? Random() : Offspring(population);
     text = config.dump();
-    if (!tried_.count(text)) {
-      last_random_ = random;
-      break;
-    }
+    last_ = start ? Kind::kStart : random ? Kind::kRedrawn : Kind::kOffspring;
+    if (!tried_.count(text)) break;
   }
   tried_.insert(std::move(text));
   return config;

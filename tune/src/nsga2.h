@@ -21,13 +21,14 @@
 //     its domain cannot hold.
 //   - A proposal that repeats a config proposed before is drawn again: an offspring up to
 //     kFreshTries times (32), then random configs as many times, and only then is the repeat
-//     kept (ProposedBy says which kind was kept). A repeat replays the same training for
-//     the same result and costs a trial: Optuna's NSGAIISampler keeps it. On the Fashion-MNIST
-//     replay (4 categorical parameters, 504 configs, 40 trials, population 10) it made 30
-//     distinct configs in 40 trials; with the redraw every one is new, and the front after 40
-//     trials is higher in 0.67 of seed pairs (bench/search, 300 seeds each; 0.84 under MO-ASHA).
-//     In a continuous space only a clone repeats (no crossover, no mutation: ~3.5% of children
-//     at 12-30 parameters); on ZDT1-3 and DTLZ2 the redraw made no clear difference (40 seeds,
+//     kept. ProposedBy says which kind was kept ("nsga2 (random: offspring repeated tried
+//     configs)" for a random one). A repeat replays the same training for the same result and
+//     costs a trial: Optuna's NSGAIISampler keeps it. On the Fashion-MNIST replay
+//     (4 categorical parameters, 504 configs, 40 trials, population 10) it made 30 distinct
+//     configs in 40 trials; with the redraw every one is new, and the front after 40 trials is
+//     higher in 0.67 of seed pairs (bench/search, 300 seeds each; 0.84 under MO-ASHA). In a
+//     continuous space only a clone repeats (no crossover, no mutation: ~3.5% of children at
+//     12-30 parameters); on ZDT1-3 and DTLZ2 the redraw made no clear difference (40 seeds,
 //     0.42-0.54 of seed pairs).
 //   - What a trial achieved is its last result (OnTrialResult, kept per config while it runs),
 //     fixed when it ends (OnTrialEnd): its ObjectiveVector and TotalViolation. A trial that
@@ -69,7 +70,12 @@ class Nsga2Search : public Searcher {
   bool HasNext(size_t made) const override { return made < num_samples_; }
   nlohmann::json Next() override;
   std::string ProposedBy() const override {
-    return last_random_ ? "nsga2 (random start)" : "nsga2";
+    switch (last_) {
+      case Kind::kStart: return "nsga2 (random start)";
+      case Kind::kRedrawn: return "nsga2 (random: offspring repeated tried configs)";
+      case Kind::kOffspring: break;
+    }
+    return "nsga2";
   }
   void OnTrialResult(const nlohmann::json& config,
                      const std::map<std::string, double>& result) override;
@@ -120,7 +126,10 @@ class Nsga2Search : public Searcher {
   size_t num_samples_;
   Rng rng_;
   size_t proposed_ = 0;
-  bool last_random_ = false;  // the last proposal was drawn at random
+  // What the last proposal was: a random start, an offspring, or random after offspring that
+  // all repeated tried configs.
+  enum class Kind { kStart, kOffspring, kRedrawn };
+  Kind last_ = Kind::kOffspring;
   // The last result of each running trial, by its config's JSON text.
   std::map<std::string, Outcome> running_;
   std::vector<Ended> ended_;

@@ -157,6 +157,20 @@ TEST_CASE("NSGA-II draws again rather than propose a config it tried before", "[
     for (const json& config : Run(restored, 10, objective)) configs.push_back(config);
     CHECK(repeats(configs) == 0);
   }
+  // Four configs in all: once each is tried, a fifth proposal can only repeat one, and says it
+  // gave up on offspring.
+  const ParamSpace tiny = {{{"a"}, Domain::Choice({0, 1, 2, 3})}};
+  const auto one = [](const json& c) {
+    const double a = c.at("a");
+    return std::map<std::string, double>{{"f1", a}, {"f2", 3 - a}};
+  };
+  Nsga2Search small(tiny, kTwo, {}, {.population_size = 2}, 100, 1);
+  std::vector<json> all = Run(small, 4, one);
+  CHECK(repeats(all) == 0);
+  CHECK(small.ProposedBy() != "nsga2 (random start)");
+  all.push_back(Run(small, 1, one).at(0));
+  CHECK(repeats(all) == 1);
+  CHECK(small.ProposedBy() == "nsga2 (random: offspring repeated tried configs)");
   // A state saved before the tried configs were: they are its ended and running ones.
   Nsga2Search searcher(space, kTwo, {}, {.population_size = 4}, 100, 1);
   const std::vector<json> ended = Run(searcher, 6, objective);
