@@ -182,12 +182,11 @@ nlohmann::json Nsga2Search::State() const {
   }
   nlohmann::json ended = nlohmann::json::array();
   for (const Ended& e : ended_) ended.push_back(OutcomeJson(e.config, e.outcome));
-  nlohmann::json tried = nlohmann::json::array();
-  for (const std::string& text : tried_) tried.push_back(nlohmann::json::parse(text));
+  // As TpeSearcher keeps its own: the configs' JSON texts.
   return {{"proposed", proposed_},
           {"running", std::move(running)},
           {"ended", std::move(ended)},
-          {"tried", std::move(tried)},
+          {"tried", tried_},
           {"rng", RngState(rng_)}};
 }
 
@@ -209,7 +208,7 @@ void Nsga2Search::Restore(const nlohmann::json& state) {
     restored = RngFromState(state.at("rng"));
     // A state saved before "tried" was kept: the configs it knows of.
     if (state.contains("tried")) {
-      for (const nlohmann::json& config : state.at("tried")) tried.insert(config.dump());
+      tried = state.at("tried").get<std::set<std::string>>();
     } else {
       for (const auto& [text, outcome] : running) tried.insert(text);
       for (const Ended& e : ended) tried.insert(e.config.dump());

@@ -38,8 +38,8 @@
 //
 // Invariants: ended_ holds one entry per ended trial, in the order they ended; proposed_ counts
 // Next calls; tried_ holds the JSON text of every config Next returned. Deterministic: the same
-// space, options, seed and calls in the same order give the
-// same configs, and State()/Restore carry all of it over a restart.
+// space, options, seed and calls in the same order give the same configs, and State()/Restore
+// carry all of it over a restart.
 // Threading: none of its own; the controller's loop calls it.
 
 #include <rayd/tune/multi_objective.h>
