@@ -134,16 +134,26 @@ std::string PageTouchCosts() {
   return out;
 }
 
+// CPU seconds (user + system) this process has taken.
+double ProcessCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
 struct Figures {
   double cpu_s = 0, wall_s = 0;
+  double trials_cpu_s = 0;  // what the trials' own processes (or threads) took of cpu_s
   int64_t rows = 0, chunks_made = 0, chunks_hit = 0;
 };
 
 // One trial's read: `epochs` epochs of the folder at `dir` through `transforms`, with its own
-// seed; returns {rows, cache chunks made, cache chunks hit}. Run as a rayd task, so in a worker
+// seed; returns {rows, cache chunks made, cache chunks hit, its process's CPU microseconds (-1 as
+// a thread of a process with other work)}. Run as a rayd task, so in a worker
 // process of its own, as a sweep's trial is (it maps the node cache's chunks itself).
 std::vector<int64_t> TrialPass(std::string dir, std::string transforms, int seed, int epochs,
-                               int64_t batch) {
+                               int64_t batch, bool as_thread) {
+  const double cpu_before = ProcessCpuSeconds();
   DatasetSpec spec{.name = "images",
                    .format = "images",
                    .paths = {dir},
@@ -156,7 +166,9 @@ std::vector<int64_t> TrialPass(std::string dir, std::string transforms, int seed
     auto pass = shard->IterBatches({.batch_size = batch, .epoch = epoch});
     rayd::bench::ForEachBatch(*pass, [&](const rayd::data::Block& b) { rows += b.num_rows(); });
   }
-  return {rows, shard->stats().cache_chunks_made, shard->stats().cache_chunks_hit};
+  const auto cpu_us =
+      as_thread ? -1 : static_cast<int64_t>((ProcessCpuSeconds() - cpu_before) * 1e6);
+  return {rows, shard->stats().cache_chunks_made, shard->stats().cache_chunks_hit, cpu_us};
 }
 
 // Holds a worker for a moment: `n` of these at once start `n` worker processes before any run
@@ -190,13 +202,13 @@ Figures Run(const std::string& folder, int trials, int epochs, int64_t batch, in
   if (as_threads) {
     std::vector<std::thread> threads;
     for (int t = 0; t < trials; ++t) {
-      threads.emplace_back([&, t] { each[t] = TrialPass(dir, transforms.dump(), t, epochs, batch); });
+      threads.emplace_back([&, t] { each[t] = TrialPass(dir, transforms.dump(), t, epochs, batch, true); });
     }
     for (std::thread& t : threads) t.join();
   } else {
     std::vector<rayd::ObjectRef<std::vector<int64_t>>> refs;
     for (int t = 0; t < trials; ++t) {
-      refs.push_back(rayd::Task(TrialPass).Remote(dir, transforms.dump(), t, epochs, batch));
+      refs.push_back(rayd::Task(TrialPass).Remote(dir, transforms.dump(), t, epochs, batch, false));
     }
     for (int t = 0; t < trials; ++t) each[t] = *rayd::Get(refs[t]);
   }
@@ -208,6 +220,7 @@ Figures Run(const std::string& folder, int trials, int epochs, int64_t batch, in
     out.rows += f[0];
     out.chunks_made += f[1];
     out.chunks_hit += f[2];
+    out.trials_cpu_s = f[3] < 0 ? -1 : out.trials_cpu_s + static_cast<double>(f[3]) / 1e6;
   }
   return out;
 }
@@ -249,19 +262,27 @@ int main(int argc, char** argv) {
   const double idle_before = TreeCpuSeconds();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::printf("idle cluster: %.3f CPU s per second\n", (TreeCpuSeconds() - idle_before) / 2);
-  std::printf("%-7s %-14s %10s %8s %8s %16s\n", "trials", "cache", "rows", "CPU s", "wall s",
-              "chunks made/hit");
+  std::printf("%-7s %-14s %10s %8s %9s %8s %16s\n", "trials", "cache", "rows", "CPU s",
+              "(trials')", "wall s", "chunks made/hit");
+  // The trials' own CPU seconds: "-" where they ran as threads of this process.
+  auto trials_cpu = [](const Figures& f) {
+    char text[16] = "-";
+    if (f.trials_cpu_s >= 0) std::snprintf(text, sizeof(text), "%.2f", f.trials_cpu_s);
+    return std::string(text);
+  };
   for (const int n : counts) {
     const Figures separate = Run(dir, n, epochs, batch, crop_side, Layout::kSeparate, as_threads);
-    std::printf("%-7d %-14s %10lld %8.2f %8.2f %16s\n", n, "separate",
-                static_cast<long long>(separate.rows), separate.cpu_s, separate.wall_s, "-");
+    std::printf("%-7d %-14s %10lld %8.2f %9s %8.2f %16s\n", n, "separate",
+                static_cast<long long>(separate.rows), separate.cpu_s,
+                trials_cpu(separate).c_str(), separate.wall_s, "-");
     if (separate_only) continue;
     for (const auto& [layout, name] : {std::pair{Layout::kDecodeShared, "decode shared"},
                                        std::pair{Layout::kAllShared, "all shared"}}) {
       const Figures shared = Run(dir, n, epochs, batch, crop_side, layout, as_threads);
-      std::printf("%-7d %-14s %10lld %8.2f %8.2f %9lld/%-6lld CPU %.3fx, wall %.3fx "
+      std::printf("%-7d %-14s %10lld %8.2f %9s %8.2f %9lld/%-6lld CPU %.3fx, wall %.3fx "
                   "(target CPU <= 1.2/%d = %.3f)\n",
-                  n, name, static_cast<long long>(shared.rows), shared.cpu_s, shared.wall_s,
+                  n, name, static_cast<long long>(shared.rows), shared.cpu_s,
+                  trials_cpu(shared).c_str(), shared.wall_s,
                   static_cast<long long>(shared.chunks_made),
                   static_cast<long long>(shared.chunks_hit), shared.cpu_s / separate.cpu_s,
                   shared.wall_s / separate.wall_s, n, 1.2 / n);
