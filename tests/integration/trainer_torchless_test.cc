@@ -9,10 +9,12 @@
 #include <rayd/data/transforms.h>
 #include <rayd/train/trainer.h>
 #include <rayd/train/training_run.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include <thread>
 #include <chrono>
 
+#include "rayd/base/files.h"
 #include "record_ids.h"
 #include "runtime_harness.h"
 
@@ -398,4 +401,44 @@ TEST_CASE("a rank SIGKILLed while it writes a checkpoint leaves no files behind"
   const fs::path worker_dir = fs::path(dir).parent_path();
   CHECK(worker_dir.filename().string().rfind("rayd-worker-", 0) == 0);
   CHECK(rayd::testing::WaitFor([&] { return !fs::exists(worker_dir); }, std::chrono::seconds(10)));
+}
+
+// Workers that died with their node (SIGKILLed) were seen die by no node, so their directories
+// stayed. A node that starts removes those, and never one whose worker lives: each worker holds
+// a lock on its own while it runs (MakeOwnedDirectory).
+TEST_CASE("a node that starts removes the directories of workers that died with their node",
+          "[trainer]") {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  REQUIRE(::setenv("TMPDIR", tmp.path().c_str(), 1) == 0);  // this test's, for this process
+  const fs::path dead = fs::path(tmp.path()) / "rayd-worker-0123456789ab";
+  const fs::path live = fs::path(tmp.path()) / "rayd-worker-ba9876543210";
+  const pid_t owner = ::fork();  // a worker that made its directory and was SIGKILLed
+  if (owner == 0) {
+    if (rayd::MakeOwnedDirectory(dead).ok()) std::ofstream(dead / "state") << "half written";
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(owner, &status, 0) == owner);
+  REQUIRE(fs::exists(dead / "state"));
+  REQUIRE(rayd::MakeOwnedDirectory(live).ok());  // this process stands for a live worker
+  {
+    EmbeddedRayd cluster;
+    CHECK_FALSE(fs::exists(dead));
+    CHECK(fs::exists(live));
+    // A rank's scratch still goes where it went, and its node still removes it when it dies.
+    TempDir out;
+    TempDir storage;
+    rt::Trainer("CheckpointDirThenDie", {{"out_dir", out.path()}}, {.num_workers = 1},
+                {.name = "killed", .storage_path = storage.path()})
+        .Fit();
+    std::string dir;
+    std::ifstream(out.path() + "/dir") >> dir;
+    REQUIRE_FALSE(dir.empty());
+    CHECK(fs::path(dir).parent_path().parent_path() == fs::path(tmp.path()));
+    CHECK(rayd::testing::WaitFor([&] { return !fs::exists(fs::path(dir).parent_path()); },
+                                 std::chrono::seconds(10)));
+  }
+  CHECK(fs::exists(live));
+  ::unsetenv("TMPDIR");
 }

@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "launch/command_rank.h"
 #include "launch/horovod_rendezvous.h"
 #include "rank_session.h"
+#include "rayd/base/files.h"
 #include "rayd/runtime/cluster.h"
 
 namespace rayd::train {
@@ -213,11 +215,18 @@ namespace internal {
 fs::path ScratchDir() {
   const char* own = std::getenv("RAYD_WORKER_TEMP_DIR");
   if (own == nullptr || *own == '\0') return fs::temp_directory_path();
-  std::error_code ec;
-  fs::create_directories(own, ec);
-  if (ec) {
-    throw RaydError(std::string("cannot create the worker's scratch directory ") + own + ": " +
-                    ec.message());
+  // Made once, locked for this process's life (MakeOwnedDirectory): a node that starts removes
+  // it only once this worker is dead.
+  static std::mutex mu;
+  static Status made = Status::Internal("not made yet");
+  std::lock_guard lock(mu);
+  if (!made.ok()) {
+    std::error_code ec;
+    fs::create_directories(fs::path(own).parent_path(), ec);
+    made = MakeOwnedDirectory(own);
+    if (!made.ok()) {
+      throw RaydError("cannot create the worker's scratch directory: " + made.message());
+    }
   }
   return own;
 }

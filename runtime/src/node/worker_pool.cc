@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "rayd/base/files.h"
 #include "rayd/base/logging.h"
 #include "rayd/base/process.h"
 #include "rayd/protocol/core.capnp.h"
@@ -38,14 +39,21 @@ std::string Seconds(Millis ms) {
   return std::to_string(ms.count()) + " ms";
 }
 
-// Under the node's temporary directory, named for the worker: a rank's unpacked checkpoint,
-// its NewCheckpointDir and a command's scratch go there, so that a worker SIGKILLed in the
-// middle of a checkpoint leaves nothing behind once the pool has seen it die.
-std::string TempDirFor(const WorkerId& id) {
+constexpr char kWorkerDirPrefix[] = "rayd-worker-";
+
+std::filesystem::path TempBase() {
   std::error_code ec;
   std::filesystem::path base = std::filesystem::temp_directory_path(ec);
-  if (ec) base = "/tmp";
-  return (base / ("rayd-worker-" + id.Hex().substr(0, 12))).string();
+  return ec ? std::filesystem::path("/tmp") : base;
+}
+
+// Under the node's temporary directory, named for the worker: a rank's unpacked checkpoint,
+// its NewCheckpointDir and a command's scratch go there, so that a worker SIGKILLed in the
+// middle of a checkpoint leaves nothing behind once the pool has seen it die. The worker makes
+// it and holds a lock on it while it lives (MakeOwnedDirectory), so a node that starts can
+// remove those of workers no node saw die (a SIGKILLed node's).
+std::string TempDirFor(const WorkerId& id) {
+  return (TempBase() / (kWorkerDirPrefix + id.Hex().substr(0, 12))).string();
 }
 
 void RemoveTempDir(Worker& worker) {
@@ -77,6 +85,9 @@ const char* WorkerStateName(WorkerState state) {
 
 WorkerPool::WorkerPool(EventLoop& loop, WorkerPoolConfig config, const NodeId& node_id)
     : loop_(loop), config_(std::move(config)), node_id_(node_id), maintenance_timer_(loop) {
+  for (const std::string& dir : RemoveDeadOwnedDirectories(TempBase(), kWorkerDirPrefix)) {
+    spdlog::info("removed {}: its worker died with no node left to remove it", dir);
+  }
   const Millis period = std::min(Millis(1000), std::max(Millis(10), config_.idle_timeout / 2));
   maintenance_timer_.Start(period, period, [this] { Maintain(); });
 }

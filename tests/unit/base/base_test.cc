@@ -1,9 +1,17 @@
-// Status, ids, the token helpers, the event loop's cross-thread posting, and file appends.
+// Status, ids, the token helpers, the event loop's cross-thread posting, file appends, and
+// directories owned by a live process.
 
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +24,7 @@
 #include "rayd/base/files.h"
 #include "rayd/base/ids.h"
 #include "rayd/base/status.h"
+#include "test_util.h"
 
 namespace rayd {
 namespace {
@@ -189,6 +198,88 @@ TEST_CASE("AppendFile writes a batch at Flush, follows a replaced file after Clo
   CHECK_FALSE(failed.ok());
   CHECK(failed.message().find("/proc/rayd_no_such_dir/log.txt") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// A process that makes the owned directory `path` and then, told by `how`: exits (its lock goes
+// with it), or waits on the pipe `hold` until it is killed or the pipe closes, or starts a child
+// that runs cat on it and exits itself (the child, which inherited the lock, keeps the
+// directory live). Writes a byte to `ready` once the directory is made and its waiters have started.
+enum class Owner { kExits, kWaits, kChildWaits };
+pid_t StartOwner(const std::string& path, Owner how, int ready, const int hold[2]) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::close(hold[1]);  // so that the test closing its own end ends the wait
+  if (!MakeOwnedDirectory(path).ok()) ::_exit(1);
+  std::ofstream(path + "/checkpoint.part") << "half a checkpoint";
+  char byte = 0;
+  if (how == Owner::kChildWaits && ::fork() == 0) {
+    // A program of its own, as a command rank's is: the lock must outlive the exec.
+    ::dup2(hold[0], STDIN_FILENO);
+    ::dup2(::open("/dev/null", O_WRONLY), STDOUT_FILENO);
+    (void)!::write(ready, &byte, 1);
+    ::execl("/bin/cat", "cat", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  if (how != Owner::kChildWaits) (void)!::write(ready, &byte, 1);
+  if (how == Owner::kWaits) (void)!::read(hold[0], &byte, 1);
+  ::_exit(0);
+}
+
+TEST_CASE("a starting node removes the worker directories of dead processes, never a live one's",
+          "[base]") {
+  namespace fs = std::filesystem;
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // the orphaned grandchild is this process's to reap
+  testing::TempDir parent;
+  const fs::path base = parent.path();
+  int ready[2], hold[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(hold) == 0);
+  char byte = 0;
+  const pid_t exited = StartOwner(base / "rayd-worker-exited", Owner::kExits, ready[1], hold);
+  const pid_t waiting = StartOwner(base / "rayd-worker-waiting", Owner::kWaits, ready[1], hold);
+  const pid_t parent_of =
+      StartOwner(base / "rayd-worker-grandchild", Owner::kChildWaits, ready[1], hold);
+  for (int i = 0; i < 3; ++i) REQUIRE(::read(ready[0], &byte, 1) == 1);
+  for (const pid_t pid : {exited, parent_of}) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  REQUIRE(MakeOwnedDirectory(base / "rayd-worker-mine").ok());  // this process: live
+  CHECK_FALSE(MakeOwnedDirectory(base / "rayd-worker-mine").ok());
+  fs::create_directories(base / "rayd-worker-unlocked" / "sub");  // no owner ever locked it
+  fs::create_directories(base / "elsewhere");
+  std::ofstream(base / "rayd-worker-file") << "a file, not a directory";
+  fs::create_directory_symlink(base / "elsewhere", base / "rayd-worker-link");
+
+  std::vector<std::string> removed = RemoveDeadOwnedDirectories(base, "rayd-worker-");
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{base / "rayd-worker-exited",
+                                            base / "rayd-worker-unlocked"});
+  for (const char* kept : {"rayd-worker-waiting", "rayd-worker-grandchild", "rayd-worker-mine",
+                           "rayd-worker-file", "rayd-worker-link", "elsewhere"}) {
+    INFO(kept);
+    CHECK(fs::exists(base / kept));
+  }
+  CHECK(fs::exists(base / "rayd-worker-waiting" / "checkpoint.part"));
+
+  // Once the waiting owners die (SIGKILLed, as a node's workers are when it is), the next
+  // sweep removes theirs; the grandchild is not this process's to reap, so it is waited for.
+  REQUIRE(::kill(waiting, SIGKILL) == 0);
+  REQUIRE(::waitpid(waiting, nullptr, 0) == waiting);
+  ::close(hold[1]);  // the grandchild's cat reads the end of its input: it exits
+  CHECK(testing::WaitFor(
+      [&] {
+        RemoveDeadOwnedDirectories(base, "rayd-worker-");
+        return !fs::exists(base / "rayd-worker-grandchild");
+      },
+      std::chrono::seconds(10)));
+  CHECK_FALSE(fs::exists(base / "rayd-worker-waiting"));
+  CHECK(fs::exists(base / "rayd-worker-mine"));
+  for (const int fd : {ready[0], ready[1], hold[0]}) ::close(fd);
+  while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  }
 }
 
 }  // namespace

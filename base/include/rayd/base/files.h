@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rayd {
 
@@ -15,6 +16,21 @@ namespace rayd {
 // directories.
 Status WriteFileAtomically(const std::string& path, const std::string& contents,
                            bool durable = true);
+
+// A directory of one process's scratch files, marked live by a lock its process holds until it
+// ends, however it ends: its node removes a worker's when it sees the worker die, and a node
+// that starts removes those whose process died with no node left to see it (a SIGKILLed node's
+// workers). MakeOwnedDirectory makes `path` (its parent must exist) and holds a shared flock on
+// it for the rest of this process's life, through a descriptor its child processes inherit (a
+// command rank's scratch stays live while the command runs). It makes it under another name
+// and renames it into place once locked, so that no one ever sees it unlocked. Once per path;
+// an existing directory there is an error.
+Status MakeOwnedDirectory(const std::string& path);
+// Removes every directory in `parent` whose name starts with `prefix` and whose lock nobody
+// holds (its process is dead; or it was made before these locks, by a rayd that is gone);
+// returns the paths removed. Files, links and live directories are left alone.
+std::vector<std::string> RemoveDeadOwnedDirectories(const std::string& parent,
+                                                    std::string_view prefix);
 
 // Appends `contents` to `path` (created, with its parent directories, when missing).
 Status AppendToFile(const std::string& path, const std::string& contents);
