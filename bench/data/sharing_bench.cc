@@ -143,14 +143,14 @@ double ProcessCpuSeconds() {
 
 struct Figures {
   double cpu_s = 0, wall_s = 0;
-  double trials_cpu_s = 0;  // what the trials' own processes (or threads) took of cpu_s
+  double trials_cpu_s = 0;  // what the trials' own processes took of cpu_s (-1: threads)
   int64_t rows = 0, chunks_made = 0, chunks_hit = 0;
 };
 
 // One trial's read: `epochs` epochs of the folder at `dir` through `transforms`, with its own
-// seed; returns {rows, cache chunks made, cache chunks hit, its process's CPU microseconds (-1 as
-// a thread of a process with other work)}. Run as a rayd task, so in a worker
-// process of its own, as a sweep's trial is (it maps the node cache's chunks itself).
+// seed; returns {rows, cache chunks made, cache chunks hit, its process's CPU microseconds (-1
+// as a thread of a process with other work)}. Run as a rayd task, so in a worker process of its
+// own, as a sweep's trial is (it maps the node cache's chunks itself).
 std::vector<int64_t> TrialPass(std::string dir, std::string transforms, int seed, int epochs,
                                int64_t batch, bool as_thread) {
   const double cpu_before = ProcessCpuSeconds();
@@ -202,13 +202,15 @@ Figures Run(const std::string& folder, int trials, int epochs, int64_t batch, in
   if (as_threads) {
     std::vector<std::thread> threads;
     for (int t = 0; t < trials; ++t) {
-      threads.emplace_back([&, t] { each[t] = TrialPass(dir, transforms.dump(), t, epochs, batch, true); });
+      threads.emplace_back(
+          [&, t] { each[t] = TrialPass(dir, transforms.dump(), t, epochs, batch, true); });
     }
     for (std::thread& t : threads) t.join();
   } else {
     std::vector<rayd::ObjectRef<std::vector<int64_t>>> refs;
     for (int t = 0; t < trials; ++t) {
-      refs.push_back(rayd::Task(TrialPass).Remote(dir, transforms.dump(), t, epochs, batch, false));
+      refs.push_back(
+          rayd::Task(TrialPass).Remote(dir, transforms.dump(), t, epochs, batch, false));
     }
     for (int t = 0; t < trials; ++t) each[t] = *rayd::Get(refs[t]);
   }
@@ -235,7 +237,8 @@ int main(int argc, char** argv) {
   rayd::RaydConfig config;
   config.num_cpus = std::max(2, most);  // every trial at once, as a sweep's would be
   config.dashboard_port = -1;
-  rayd::Init(config, argc, argv);  // a worker re-run of this binary (a trial, the cache) serves here
+  rayd::Init(config, argc, argv);  // a worker's re-run of this binary (a trial, the cache) serves
+                                   // here and never returns
   if (argc < 2) {
     std::fprintf(stderr, "usage: sharing_bench IMAGE_DIR [TRIALS=1,4,8] [EPOCHS=1] [BATCH=64] "
                          "[CROP=56]\n");

@@ -203,7 +203,8 @@ TEST_CASE("AppendFile writes a batch at Flush, follows a replaced file after Clo
 // A process that makes the owned directory `path` and then, told by `how`: exits (its lock goes
 // with it), or waits on the pipe `hold` until it is killed or the pipe closes, or starts a child
 // that runs cat on it and exits itself (the child, which inherited the lock, keeps the
-// directory live). Writes a byte to `ready` once the directory is made and its waiters have started.
+// directory live). Writes a byte to `ready` once the directory is made and its waiters have
+// started.
 enum class Owner { kExits, kWaits, kChildWaits };
 pid_t StartOwner(const std::string& path, Owner how, int ready, const int hold[2]) {
   const pid_t pid = ::fork();
