@@ -65,6 +65,7 @@ class NodeDaemon {
   const std::string& address() const { return address_; }
   bool registered() const { return registered_; }
   const LeaseManager& lease_manager() const { return lease_manager_; }
+  WorkerPool& worker_pool() { return pool_; }
   // This node's figures in Prometheus' text format (node_metrics.cc): resources, workers,
   // leases, its object store's use, spills and restores, and its processes' application
   // metrics.

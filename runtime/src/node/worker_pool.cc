@@ -273,8 +273,10 @@ Worker* WorkerPool::FindIdle(const JobId& job_id, const WorkerLaunch& launch,
                              const std::vector<int>& gpu_ids) {
   Worker* best = nullptr;
   for (auto& [id, w] : workers_) {
-    if (w->state != WorkerState::kIdle || w->job_id != job_id || w->for_actor ||
-        w->gpu_ids != gpu_ids || !(w->launch == launch)) {
+    // Not one this pool has killed: it stays IDLE until its exit is seen, and would take the
+    // lease down with it.
+    if (w->state != WorkerState::kIdle || !w->kill_reason.empty() || w->job_id != job_id ||
+        w->for_actor || w->gpu_ids != gpu_ids || !(w->launch == launch)) {
       continue;
     }
     // The most recently used one: the others may then time out and free their memory.
@@ -301,8 +303,9 @@ void WorkerPool::ReturnToIdle(Worker& worker) {
 void WorkerPool::TrimIdle(const JobId& job_id) {
   std::vector<Worker*> idle;
   for (auto& [id, w] : workers_) {
-    if (w->state == WorkerState::kIdle && w->job_id == job_id && w->process) {
-      idle.push_back(w.get());
+    if (w->state == WorkerState::kIdle && w->kill_reason.empty() && w->job_id == job_id &&
+        w->process) {
+      idle.push_back(w.get());  // not those already killed, whose exit is yet to be seen
     }
   }
   if (idle.size() <= config_.max_idle_per_job) return;

@@ -827,6 +827,33 @@ TEST_CASE("idle workers are retired after the idle timeout or beyond the CPU cou
   }
 }
 
+// A worker the pool kills (idle beyond the CPU count, idle too long) stays IDLE until its exit
+// is seen; a lease that took it then would die with it ("the actor's worker died: killed by
+// signal 9 (more idle workers than the node has CPUs)", seen once in CI).
+TEST_CASE("a worker the node has killed is not leased again before its exit is seen", "[node]") {
+  Cluster cluster({NodeSpec{ResourceSet{{"CPU", 1}}}});
+  EventLoop loop;
+  NodeClient node(loop, cluster.node_address(0));
+  LeaseReply lease = node.Lease(LeaseArgs{});
+  REQUIRE(node.ReturnLease(lease.lease_id).ok());
+  REQUIRE(node.State(lease.worker_id) == "IDLE");
+  // In one turn of the node's loop, so that the exit cannot be seen in between: kill the idle
+  // worker, then look for an idle one as a lease does.
+  const bool reused = cluster.OnLoop([&] {
+    WorkerPool& pool = cluster.node(0).worker_pool();
+    Worker* worker = pool.Find(*WorkerId::FromHex(lease.worker_id));
+    REQUIRE(worker != nullptr);
+    pool.Kill(*worker, "killed by the test");
+    return pool.FindIdle(worker->job_id, worker->launch, worker->gpu_ids) == worker;
+  });
+  CHECK_FALSE(reused);
+  REQUIRE(Poll(loop, [&] { return node.State(lease.worker_id) == "DEAD"; }));
+  CHECK(Contains(node.Workers()[lease.worker_id].exit_reason, "killed by the test"));
+  LeaseReply next = node.Lease(LeaseArgs{});  // a worker of its own
+  CHECK(next.worker_id != lease.worker_id);
+  CHECK(node.State(next.worker_id) == "LEASED");
+}
+
 TEST_CASE("shutdown and destruction kill every worker", "[node]") {
   auto cluster = std::make_unique<Cluster>(
       std::vector<NodeSpec>{NodeSpec{ResourceSet{{"CPU", 2}}}, NodeSpec{ResourceSet{{"CPU", 2}}}});
