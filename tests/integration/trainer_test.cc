@@ -368,10 +368,13 @@ TEST_CASE("a rank killed mid-run restarts the group from the latest checkpoint",
   CHECK(fs::exists(out.path() + "/crashed"));
   CHECK(result.restarts == 1);
   CHECK(result.metrics.at("epoch") == 5);
-  // Rank 1 died at the start of epoch 3, after rank 0 had reported epoch 1 (and maybe 2) with
-  // a checkpoint; rank 0 hands its queued reports over before it is killed, so the restart
-  // resumed after epoch 1 or 2 rather than from scratch.
-  CHECK(result.metrics.at("start_epoch") >= 2);
+  // Rank 1 died at the start of epoch 3. With rank 0's checkpoints, rank 0 had reported epoch 1
+  // (and maybe 2) and hands its queued reports over before it is killed, so the restart resumed
+  // after epoch 1 or 2 rather than from scratch. With every rank's, a checkpoint is whole only
+  // with rank 1's part, which rank 1 deposits in the background: on a busy machine its parts of
+  // epochs 1 and 2 may not have reached the driver before it died (a CI run on 2 cores resumed
+  // from epoch 0's), so the restart resumed from some checkpoint, not from scratch.
+  CHECK(result.metrics.at("start_epoch") >= (every_rank ? 1 : 2));
   std::vector<json> lines = ResultLines(storage.path() + "/crash");
   REQUIRE(lines.size() == 6);
   for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i].at("epoch") == static_cast<int>(i));
