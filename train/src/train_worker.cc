@@ -218,15 +218,14 @@ fs::path ScratchDir() {
   // Made once, locked for this process's life (MakeOwnedDirectory): a node that starts removes
   // it only once this worker is dead.
   static std::mutex mu;
-  static Status made = Status::Internal("not made yet");
+  static bool made = false;
   std::lock_guard lock(mu);
-  if (!made.ok()) {
-    std::error_code ec;
-    fs::create_directories(fs::path(own).parent_path(), ec);
-    made = MakeOwnedDirectory(own);
-    if (!made.ok()) {
-      throw RaydError("cannot create the worker's scratch directory: " + made.message());
+  if (!made) {
+    const Status status = MakeOwnedDirectory(own);
+    if (!status.ok()) {
+      throw RaydError("cannot create the worker's scratch directory: " + status.message());
     }
+    made = true;
   }
   return own;
 }
